@@ -1,0 +1,37 @@
+# make demo | make test         — CPU machines (a venv with torch 2.13.0 CPU, Triton's interpreter)
+# make test-gpu                 — the GPU machine (no venv, no network; runs from the tree)
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# Written once the venv holds torch and this package (editable); redone when the metadata changes.
+STAMP  := $(VENV)/.mini_inductor-installed
+ARGS   ?=
+
+.PHONY: venv demo test test-gpu
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	@# torch first, pinned: on CPU machines this is the local CPU wheel; resolving torch through
+	@# install_requires instead could pull a CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[test]'
+	touch $@
+
+# Without a visible CUDA GPU the generated Triton kernels run in Triton's interpreter.
+demo: venv
+	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+		echo "$(PY) -m mini_inductor demo $(ARGS)"; \
+		$(PY) -m mini_inductor demo $(ARGS); \
+	else \
+		echo "TRITON_INTERPRET=1 $(PY) -m mini_inductor demo $(ARGS)"; \
+		TRITON_INTERPRET=1 $(PY) -m mini_inductor demo $(ARGS); \
+	fi
+
+# --min-passed=1: a run that passes nothing (everything skipped or deselected) is a failure.
+test: venv
+	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 -m "not gpu" --min-passed=1 tests $(ARGS)
+
+test-gpu:
+	PYTHONPATH=. python3 -m pytest -m gpu --min-passed=1 tests $(ARGS)

@@ -1,0 +1,263 @@
+"""`mini-inductor` / `python -m mini_inductor`: the command line.
+
+    mini-inductor list                                   built-in examples
+    mini-inductor demo [--example NAME] [--dtype D]     compile an example, check it, show the kernels
+
+Each subcommand is a `Command` in COMMANDS: a name, one line of help, a function adding its
+arguments and a function running it that returns the exit code. Add one by appending to COMMANDS.
+Heavy imports (torch, the compiler) happen inside the commands so `--help` stays cheap.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Sequence
+
+DTYPES = ("float32", "float16", "bfloat16")
+# (atol, rtol) for comparing compiled output with eager: Triton computes fp16/bf16 in fp32 and
+# rounds once, eager rounds after every op, so low precision needs room for a few ulps.
+TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}
+
+
+class Output:
+    """Lines, headings and tables: rich when stdout is a terminal, plain aligned text otherwise."""
+
+    def __init__(self, rich_console=None):
+        self.console = rich_console
+
+    @classmethod
+    def for_stdout(cls) -> "Output":
+        if sys.stdout.isatty():
+            try:
+                from rich.console import Console
+            except ImportError:
+                return cls()
+            return cls(Console())
+        return cls()
+
+    def line(self, text: str = "") -> None:
+        if self.console is None:
+            print(text, flush=True)
+        else:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def heading(self, text: str) -> None:
+        if self.console is None:
+            print(f"\n{text}\n{'-' * len(text)}", flush=True)
+        else:
+            self.console.rule(text)
+
+    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+        rows = [[str(cell) for cell in row] for row in rows]
+        if self.console is not None:
+            from rich.table import Table
+
+            table = Table(title=title, title_justify="left")
+            for column in columns:
+                table.add_column(column)
+            for row in rows:
+                table.add_row(*row)
+            self.console.print(table)
+            return
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+                  for i, c in enumerate(columns)]
+        print(f"\n{title}", flush=True)
+        for row in [list(columns), ["-" * w for w in widths], *rows]:
+            print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# ---------------------------------------------------------------------------------------- list
+
+def _add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from mini_inductor.examples import EXAMPLES
+
+    Output.for_stdout().table("Built-in examples", ["name", "description"],
+                              [[e.name, e.description] for e in EXAMPLES.values()])
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- demo
+
+def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from mini_inductor.examples import DEFAULT_EXAMPLE, EXAMPLES
+
+    parser.add_argument("--example", default=DEFAULT_EXAMPLE, choices=sorted(EXAMPLES),
+                        help=f"which built-in example to compile (default: {DEFAULT_EXAMPLE})")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="dtype of the weights and inputs (default: float32)")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    import torch
+    from mini_inductor.examples import EXAMPLES
+
+    out = Output.for_stdout()
+    example = EXAMPLES[args.example]
+    dtype = getattr(torch, args.dtype)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out.line(f"mini_inductor demo: {example.name} on {device}, {args.dtype} — {example.description}")
+    model, inputs = example(device, dtype)
+    out.line("inputs: " + ", ".join(f"{tuple(t.shape)}" for t in inputs))
+
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        out.line("mini_inductor generates Triton code for CUDA GPUs. No GPU is visible; to run the "
+                 "generated kernels on the CPU in Triton's interpreter, set TRITON_INTERPRET=1 "
+                 "(`make demo` does). Running the example eagerly instead.")
+        with torch.no_grad():
+            result = model(*inputs)
+        out.line(f"eager output: {_describe(result)}")
+        return 0
+    if device == "cpu":
+        out.line("no GPU visible: the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1), "
+                 "slow but faithful")
+
+    import torch._dynamo
+
+    import mini_inductor  # noqa: F401  (registers the "mini_inductor" backend)
+    from mini_inductor import metrics
+
+    torch._dynamo.reset()
+    metrics.reset()
+    compiled = torch.compile(model, backend="mini_inductor")
+    with torch.no_grad():
+        expected = model(*inputs)
+        start = time.perf_counter()
+        actual = compiled(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        first_call = time.perf_counter() - start
+    out.line(f"first call (compile + run): {first_call:.2f} s")
+
+    graphs = list(metrics.compiled_graphs)
+    _print_fusion_summary(out, graphs)
+    _print_kernels(out, graphs)
+
+    ok = _report_accuracy(out, actual, expected, args.dtype)
+    if device == "cuda":
+        _report_speedup(out, model, compiled, inputs)
+    return 0 if ok else 1
+
+
+def _describe(result) -> str:
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return f"shape {tuple(result.shape)}, {result.dtype}"
+    return type(result).__name__
+
+
+def _print_fusion_summary(out: Output, graphs) -> None:
+    out.heading("Fusion summary")
+    if not graphs:
+        out.line("no graph reached mini_inductor")
+    for rec in graphs:
+        out.line(rec.summary())
+        if rec.extern_calls:
+            counts = collections.Counter(rec.extern_calls)
+            out.line("  extern calls: " + ", ".join(f"{op} x{n}" for op, n in counts.items()))
+        if rec.fallback_ops:
+            out.line("  fallback ops: " + ", ".join(f"{op} x{n}" for op, n in rec.fallback_ops.items()))
+        if rec.source_path:
+            out.line(f"  code: {rec.source_path}")
+
+
+def _print_kernels(out: Output, graphs) -> None:
+    rows = [[rec.name, i, name] for rec in graphs for i, name in enumerate(rec.kernel_names)]
+    if rows:
+        out.table("Generated Triton kernels", ["graph", "#", "kernel"], rows)
+    else:
+        out.line("\nno Triton kernels were generated")
+
+
+def _report_accuracy(out: Output, actual, expected, dtype_name: str) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    atol, rtol = TOLERANCES[dtype_name]
+    actual_leaves, expected_leaves = tree_leaves(actual), tree_leaves(expected)
+    ok = len(actual_leaves) == len(expected_leaves)
+    max_err = 0.0
+    for a, e in zip(actual_leaves, expected_leaves):
+        if not isinstance(e, torch.Tensor):
+            ok = ok and a == e
+            continue
+        if a.shape != e.shape or a.dtype != e.dtype:
+            out.line(f"output mismatch: compiled {tuple(a.shape)} {a.dtype}, eager {tuple(e.shape)} {e.dtype}")
+            ok = False
+            continue
+        if e.numel():
+            max_err = max(max_err, (a.double() - e.double()).abs().max().item())
+        ok = ok and torch.allclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
+    out.line(f"\nmax abs error vs eager: {max_err:.3g} (atol={atol:g}, rtol={rtol:g}): "
+             + ("PASS" if ok else "FAIL"))
+    return ok
+
+
+def _median_cuda_ms(fn: Callable[[], object], warmup: int = 10, repeats: int = 50) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _report_speedup(out: Output, model, compiled, inputs) -> None:
+    import torch
+
+    with torch.no_grad():
+        eager_ms = _median_cuda_ms(lambda: model(*inputs))
+        compiled_ms = _median_cuda_ms(lambda: compiled(*inputs))
+    out.line(f"speedup over eager: {eager_ms / compiled_ms:.2f}x "
+             f"(eager {eager_ms:.3f} ms, mini_inductor {compiled_ms:.3f} ms; median of 50 after warmup)")
+
+
+# ---------------------------------------------------------------------------------------- main
+
+COMMANDS: list[Command] = [
+    Command("demo", "compile a built-in example, check it against eager, show its kernels",
+            _add_demo_arguments, run_demo),
+    Command("list", "list the built-in examples", _add_list_arguments, run_list),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mini-inductor",
+        description="mini_inductor: a torch.compile backend that lowers ATen graphs to Triton kernels.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
