@@ -1,0 +1,191 @@
+"""The torch.compile entry: modes, options, aot_autograd, decompositions, partitioner.
+
+    torch.compile(m, backend="mini_inductor", mode=..., options={...})
+      → aot_autograd(decompositions, min-cut partitioner)
+      → compile_graph(ATen graph) for the inference, forward and backward graphs
+      → lower → schedule → generate → load → CompiledGraph
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import logging
+import time
+import warnings
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from . import config as config_module
+from . import metrics
+from .codegen import generate
+from .codegen.cache import clear as clear_module_cache
+from .codegen.cache import load_module
+from .config import Config
+from .debug import dump_graph
+from .errors import CodegenError, MiniInductorError, SchedulingError
+from .lowering import lower_graph
+from .runtime import CompiledGraph, EagerGraph
+from .runtime.interpreter import install as install_interpreter_shims
+from .runtime.interpreter import interpreting
+from .scheduler import schedule
+
+log = logging.getLogger("mini_inductor")
+perf_log = logging.getLogger("mini_inductor.perf_hints")
+
+aten = torch.ops.aten
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+# Composite ops we want as smaller ops; var_mean/var stay whole (lowered through Welford).
+_EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.addmm,
+                  aten.native_layer_norm_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
+                  aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
+                  aten.native_batch_norm, aten._native_batch_norm_legit_functional,
+                  aten._native_batch_norm_legit_no_training, aten.native_batch_norm_backward, aten.linalg_vector_norm]
+_KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction}
+
+
+@functools.lru_cache(None)
+def decomposition_table() -> dict:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(_EXTRA_DECOMPS))
+    for op in _KEEP_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+_graph_counter = itertools.count()
+_compiled: dict[str, Any] = {}           # in-process cache: graph key → CompiledGraph
+_warned: set[str] = set()
+
+
+def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
+    """The backend: `torch.compile(model, backend="mini_inductor", mode=None, options=None)`."""
+    if mode not in MODES:
+        raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
+    cfg = config_module.current().replace(**(options or {}))
+    compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
+                 for kind in ("forward", "backward", "inference")}
+    return aot_autograd(
+        fw_compiler=compilers["forward"],
+        bw_compiler=compilers["backward"],
+        inference_compiler=compilers["inference"],
+        decompositions=decomposition_table(),
+        partition_fn=min_cut_rematerialization_partition,
+    )(gm, example_inputs)
+
+
+def reset() -> None:
+    """Forget compiled graphs (torch._dynamo.reset() calls this through the backend's `reset`)."""
+    _compiled.clear()
+    clear_module_cache()
+
+
+mini_inductor.reset = reset  # type: ignore[attr-defined]
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config):
+    name = f"{kind}_{next(_graph_counter)}"
+    start = time.perf_counter()
+    record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+    metrics.compiled_graphs.append(record)
+    reason = _why_eager(gm, example_inputs)
+    if reason:
+        _warn_once(reason, f"mini_inductor: {reason}; graph {name} runs eagerly.")
+        record.ran_eagerly = reason
+        return EagerGraph(name, gm, reason)
+    install_interpreter_shims()
+    key = _graph_key(gm, example_inputs, cfg)
+    cached = _compiled.get(key)
+    if cached is not None:
+        previous: metrics.GraphRecord = cached[1]
+        record.kernel_names = list(previous.kernel_names)
+        record.extern_calls = list(previous.extern_calls)
+        record.fallback_ops = previous.fallback_ops.copy()
+        record.nodes_before_fusion = previous.nodes_before_fusion
+        record.nodes_after_fusion = previous.nodes_after_fusion
+        record.source_path = previous.source_path
+        record.cache_hit = True
+        log.info("%s: served from the in-process cache (%s)", name, previous.name)
+        return cached[0]
+    try:
+        compiled = _compile(gm, example_inputs, name, cfg, record)
+    except MiniInductorError as e:
+        if not cfg.fallback_on_error:
+            raise
+        warnings.warn(f"mini_inductor: {e}\nGraph {name} runs eagerly (fallback_on_error=True).")
+        record.ran_eagerly = str(e)
+        return EagerGraph(name, gm, str(e))
+    record.compile_seconds = time.perf_counter() - start
+    _compiled[key] = (compiled, record)
+    log.info("%s", record.summary())
+    return compiled
+
+
+def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord) -> CompiledGraph:
+    lowered = lower_graph(gm, example_inputs, name, cfg)
+    try:
+        sched = schedule(lowered, cfg)
+    except MiniInductorError:
+        raise
+    except Exception as e:
+        raise SchedulingError(f"{type(e).__name__}: {e}", graph=name) from e
+    try:
+        gen = generate(sched, cfg)
+        module, path = load_module(gen.source, cfg.cache_dir)
+    except MiniInductorError:
+        raise
+    except Exception as e:
+        raise CodegenError(f"{type(e).__name__}: {e}", graph=name) from e
+    record.nodes_before_fusion = sched.nodes_before_fusion
+    record.nodes_after_fusion = len(sched.nodes)
+    record.kernel_names = list(gen.kernel_names)
+    record.extern_calls = list(gen.extern_calls)
+    record.fallback_ops = lowered.fallback_ops.copy()
+    record.source_path = path
+    if lowered.fallback_ops:
+        perf_log.info("%s: ops run as ATen fallbacks: %s", name, dict(lowered.fallback_ops))
+    if cfg.debug_dir:
+        dump_graph(cfg.debug_dir, gm, lowered, sched, gen)
+    return CompiledGraph(name, module, path, lowered.constants)
+
+
+def _why_eager(gm, example_inputs) -> str | None:
+    """Why this graph cannot get generated code here, or None."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
+                                                  any(not isinstance(s, int) for s in val.shape)):
+                return "dynamic shapes are not supported yet"
+    devices = {t.device.type for t in tensors}
+    if "cuda" not in devices and not interpreting():
+        return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "
+                "generated Triton kernels in Triton's interpreter")
+    return None
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message)
+
+
+def _graph_key(gm, example_inputs, cfg: Config) -> str:
+    parts = [gm.code, repr(sorted(vars(cfg).items()))]
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            parts.append(f"{tuple(x.shape)}|{x.stride()}|{x.dtype}|{x.device}|{x.storage_offset()}")
+        else:
+            parts.append(repr(x))
+    for name, buf in gm.named_buffers():
+        parts.append(f"{name}:{id(buf)}")
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            parts.append(f"{node.target}:{id(getattr(gm, node.target))}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

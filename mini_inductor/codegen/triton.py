@@ -1,0 +1,527 @@
+"""One Triton kernel per fused group.
+
+    pointwise      xindex = pid * XBLOCK + arange(XBLOCK)              1-D tile, masked at the edge
+    persistent     xindex [XBLOCK, 1] × rindex [1, RBLOCK], whole row in registers
+    looped         for roffset in range(0, rnumel, RBLOCK): accumulate, reduce after the loop
+
+In a looped kernel, a node that needs a reduction's result starts a new loop after it:
+
+    prelude (row values needing no reduction)
+    loop 1:  body … accumulators        → after loop 1: reduce; row values using them
+    loop 2:  body reading loop-1 results → after loop 2: …
+
+Node bodies run under `TritonOps`, which emits one CSE'd line per op. Loads of a value this kernel
+stored at the same index reuse the register; stores of buffers nobody outside the kernel reads are
+dropped, and those buffers are never allocated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import sympy
+import torch
+
+from ..errors import CodegenError
+from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int
+from ..lowering.virtualized import set_ops_handler
+from ..scheduler.dependencies import simplify
+from ..scheduler.nodes import SchedulerNode
+from .heuristics import KernelConfig, pick_config
+
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
+
+TL_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TL_DTYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} in a Triton kernel") from None
+
+
+def texpr(expr: sympy.Expr) -> str:
+    """Print an index expression as Triton (integer) code."""
+    if isinstance(expr, sympy.Integer):
+        return str(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        return expr.name
+    if isinstance(expr, FloorDiv):
+        return f"(({texpr(expr.args[0])}) // {texpr(expr.args[1])})"
+    if isinstance(expr, ModularIndexing):
+        base, div, mod = expr.args
+        inner = texpr(base) if div == 1 else f"(({texpr(base)}) // {texpr(div)})"
+        return f"({inner} % {texpr(mod)})"
+    if isinstance(expr, sympy.Add):
+        return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
+    if isinstance(expr, sympy.Mul):
+        return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
+    raise NotImplementedError(f"index expression {expr}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CSEVar:
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self):
+        return self.name
+
+
+@dataclasses.dataclass
+class StoreLine:
+    buffer: str
+    text: str
+
+
+@dataclasses.dataclass
+class Section:
+    """A block of code lines at one place of the kernel (prelude, a loop's body, after a loop)."""
+
+    index: int                   # even: row level (outside loops); odd: inside a reduction loop
+    lines: list = dataclasses.field(default_factory=list)
+    init: list[str] = dataclasses.field(default_factory=list)       # accumulators, before the loop
+    finalize: list = dataclasses.field(default_factory=list)        # reductions, after the loop
+    cse: dict[str, CSEVar] = dataclasses.field(default_factory=dict)
+
+
+def _float_literal(v: float) -> str:
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(float(v))
+
+
+class TritonKernel:
+    """Builds the source of one kernel from an ordered list of SchedulerNodes."""
+
+    def __init__(self, nodes: list[SchedulerNode], name: str, numel: int, rnumel: int,
+                 kernel_local: set[str], buffer_dtypes: dict[str, torch.dtype], persistent_limit: int):
+        self.nodes = nodes
+        self.name = name
+        self.numel = numel
+        self.rnumel = rnumel
+        self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)
+        self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit)
+        self.looped = self.is_reduction and not self.config.persistent
+        self.kernel_local = set(kernel_local)
+        self.buffer_dtypes = buffer_dtypes
+        self.sections: dict[int, Section] = {}
+        self.section: Section = self._section(0 if not self.is_reduction or self.looped else 1)
+        self.counter = 0
+        self.loads: list[str] = []           # buffers read from outside, in first-use order
+        self.stores: list[str] = []          # buffers stored, in order
+        self.store_cache: dict[tuple[str, sympy.Expr], tuple[CSEVar, int]] = {}
+        self.load_misses: set[str] = set()   # buffers stored here but read back from memory
+        self.reduction_cache: dict[tuple, Any] = {}
+        self.int64 = False
+
+    # ── sections ──────────────────────────────────────────────────────────────────────────────
+    def _section(self, index: int) -> Section:
+        if index not in self.sections:
+            self.sections[index] = Section(index)
+        return self.sections[index]
+
+    def newvar(self, dtype: torch.dtype) -> CSEVar:
+        var = CSEVar(f"tmp{self.counter}", dtype)
+        self.counter += 1
+        return var
+
+    def emit(self, expr: str, dtype: torch.dtype) -> CSEVar:
+        cached = self.section.cse.get(expr)
+        if cached is not None:
+            return cached
+        var = self.newvar(dtype)
+        self.section.lines.append(f"{var} = {expr}")
+        self.section.cse[expr] = var
+        return var
+
+    # ── codegen of the nodes ──────────────────────────────────────────────────────────────────
+    def generate(self) -> str:
+        positions: dict[str, int] = {}
+        ready: dict[str, int] = {}
+        names = {n.name for n in self.nodes}
+        for node in self.nodes:
+            inside = self._inside_loop(node)
+            need = max([ready[d.name] for d in node.unmet_dependencies if d.name in names] + [0])
+            if not self.is_reduction:
+                pos = 0
+            elif not self.looped:
+                pos = 1
+            else:
+                pos = need if (need % 2 == 1) == inside else need + 1
+                if inside and pos < 1:
+                    pos = 1
+            positions[node.name] = pos
+            ready[node.name] = pos + 1 if (node.is_reduction() and self.looped) else pos
+            self.section = self._section(pos)
+            self._codegen_node(node, inside)
+        return self._render()
+
+    def _inside_loop(self, node: SchedulerNode) -> bool:
+        if not self.is_reduction:
+            return False
+        if node.is_reduction():
+            return True
+        numel = static_int(product(node.body.sizes))
+        return numel == self.numel * self.rnumel and self.rnumel > 1
+
+    def _node_vars(self, node: SchedulerNode, inside: bool):
+        """Index expressions of the node's (simplified) loop variables, in kernel terms."""
+        sizes, rsizes = node.body.sizes, node.body.reduction_sizes
+        if node.is_reduction():
+            return _split(XINDEX, sizes), _split(RINDEX, rsizes)
+        flat = XINDEX * self.rnumel + RINDEX if inside else XINDEX
+        return _split(flat, sizes), []
+
+    def _codegen_node(self, node: SchedulerNode, inside: bool) -> None:
+        xvars, rvars = self._node_vars(node, inside)
+        self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
+        handler = TritonOps(self, inside)
+        index, rindex = node.body.reindex(xvars, rvars)
+        try:
+            with set_ops_handler(handler):
+                node.node.store_body(index, rindex)
+        except NotImplementedError as e:
+            raise CodegenError(str(e), op=", ".join(sorted({o.op for o in node.node.origins})), node=node.name) from e
+
+    # ── rendering ─────────────────────────────────────────────────────────────────────────────
+    def signature(self) -> list[str]:
+        """Pointer arguments in order: buffers read from outside, then buffers stored (kept ones)."""
+        kept_stores = [b for b in self.stores if b not in self.removed_buffers()]
+        return [b for b in self.loads if b not in kept_stores] + kept_stores
+
+    def removed_buffers(self) -> set[str]:
+        return {b for b in self.stores if b in self.kernel_local and b not in self.load_misses}
+
+    def _render(self) -> str:
+        args = self.signature()
+        loads = [b for b in args if b not in self.stores]
+        stores = [b for b in args if b in self.stores]
+        argnames = {**{b: f"in_ptr{i}" for i, b in enumerate(loads)}, **{b: f"out_ptr{i}" for i, b in enumerate(stores)}}
+        self.argnames = argnames
+        params = [argnames[b] for b in args] + ["xnumel"]
+        if self.is_reduction:
+            params.append("rnumel")
+        params.append("XBLOCK: tl.constexpr")
+        if self.is_reduction:
+            params.append("RBLOCK: tl.constexpr")
+        idx = ".to(tl.int64)" if self.int64 else ""
+        out = ["@triton.jit", f"def {self.name}({', '.join(params)}):"]
+        body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
+        if not self.is_reduction:
+            body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:]", "xmask = xindex < xnumel"]
+        else:
+            body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                     "rbase = tl.arange(0, RBLOCK)[None, :]"]
+            if not self.looped:
+                body += ["rindex = rbase", "rmask = rindex < rnumel"]
+        for i in sorted(self.sections):
+            sec = self.sections[i]
+            if i % 2 == 1 and self.looped:
+                body += sec.init
+                body.append("for roffset in range(0, rnumel, RBLOCK):")
+                loop = ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._lines(sec.lines, argnames)
+                body += ["    " + ln for ln in loop]
+                body += self._lines(sec.finalize, argnames)
+            else:
+                body += self._lines(sec.lines, argnames) + self._lines(sec.finalize, argnames)
+        out += ["    " + ln for ln in body]
+        return "\n".join(out) + "\n"
+
+    def _lines(self, lines, argnames) -> list[str]:
+        rendered = []
+        removed = self.removed_buffers()
+        for ln in lines:
+            if isinstance(ln, StoreLine):
+                if ln.buffer in removed:
+                    continue
+                ln = ln.text
+            for b, a in argnames.items():
+                ln = ln.replace(f"@{b}@", a)
+            rendered.append(ln)
+        return rendered
+
+
+def _split(flat: sympy.Expr, sizes) -> list[sympy.Expr]:
+    """The variables of loops `sizes` (row-major) from one flat index."""
+    out: list[sympy.Expr] = []
+    inner = sympy.Integer(1)
+    for i, s in reversed(list(enumerate(sizes))):
+        out.append(FloorDiv(flat, inner) if i == 0 else ModularIndexing(flat, inner, s))
+        inner = inner * s
+    return list(reversed(out))
+
+
+class TritonOps:
+    """The `ops` handler that writes Triton code into the kernel's current section."""
+
+    def __init__(self, kernel: TritonKernel, inside: bool):
+        self.k = kernel
+        self.inside = inside
+
+    # memory
+    def _index(self, index: sympy.Expr) -> sympy.Expr:
+        return simplify(index, self.k.var_ranges)
+
+    def _mask(self, index: sympy.Expr) -> str:
+        if self.k.is_reduction and RINDEX in index.free_symbols:
+            return "xmask & rmask"
+        return "xmask"
+
+    def load(self, name: str, index):
+        k = self.k
+        index = self._index(index)
+        hit = k.store_cache.get((name, index))
+        if hit is not None:
+            value, sec = hit
+            if sec == k.section.index or (sec % 2 == 0 and sec < k.section.index):
+                return value
+        if name in k.stores:
+            k.load_misses.add(name)
+        elif name not in k.loads:
+            k.loads.append(name)
+        if max((static_int(a) for a in index.atoms(sympy.Integer)), default=0) > 2**31 - 1:
+            k.int64 = True
+        dtype = k.buffer_dtypes[name]
+        return k.emit(f"tl.load(@{name}@ + ({texpr(index)}), {self._mask(index)})", dtype)
+
+    def store(self, name: str, index, value):
+        k = self.k
+        index = self._index(index)
+        dtype = k.buffer_dtypes[name]
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
+        if name not in k.stores:
+            k.stores.append(name)
+        k.store_cache[(name, index)] = (value, k.section.index)
+        k.section.lines.append(StoreLine(name, f"tl.store(@{name}@ + ({texpr(index)}), {value}, {self._mask(index)})"))
+
+    def store_reduction(self, name: str, index, value):
+        self.store(name, index, value)
+
+    # values
+    def constant(self, value, dtype: torch.dtype):
+        if dtype == torch.bool:
+            lit = "1" if value else "0"
+        elif dtype.is_floating_point:
+            lit = _float_literal(float(value))
+        else:
+            lit = str(int(value))
+        return self.k.emit(f"tl.full([1], {lit}, {tl_dtype(dtype)})", dtype)
+
+    def index_expr(self, expr, dtype: torch.dtype):
+        expr = self._index(expr)
+        if not expr.free_symbols:
+            return self.constant(int(expr), dtype)
+        return self.k.emit(f"({texpr(expr)}).to({tl_dtype(dtype)})", dtype)
+
+    def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.k.emit(f"({x} != 0)", torch.bool)
+        return self.k.emit(f"{x}.to({tl_dtype(dtype)})", dtype)
+
+    def where(self, c, a, b):
+        return self.k.emit(f"tl.where({c}, {a}, {b})", a.dtype)
+
+    def masked(self, mask, body, other):
+        raise NotImplementedError("masked bodies (cat, pad) are not generated yet")
+
+    def _binary(self, fmt: str, a, b, dtype=None):
+        return self.k.emit(fmt.format(a=a, b=b), dtype or a.dtype)
+
+    def _unary(self, fmt: str, a, dtype=None):
+        return self.k.emit(fmt.format(a=a), dtype or a.dtype)
+
+    def add(self, a, b): return self._binary("{a} + {b}", a, b)
+    def sub(self, a, b): return self._binary("{a} - {b}", a, b)
+    def mul(self, a, b): return self._binary("{a} * {b}", a, b)
+    def truediv(self, a, b): return self._binary("{a} / {b}", a, b)
+    def truncdiv(self, a, b): return self._binary("{a} // {b}", a, b)
+
+    def floordiv(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._unary("tl.floor({a})", self.truediv(a, b))
+        return self._binary("triton_helpers.div_floor_integer({a}, {b})", a, b)
+
+    def remainder(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._binary("{a} - {b} * tl.floor({a} / {b})", a, b)
+        return self._binary("triton_helpers.remainder_integer({a}, {b})", a, b)
+
+    def fmod(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._binary("libdevice.fmod({a}, {b})", a, b)
+        return self._binary("{a} % {b}", a, b)
+
+    def maximum(self, a, b): return self._binary("triton_helpers.maximum({a}, {b})", a, b)
+    def minimum(self, a, b): return self._binary("triton_helpers.minimum({a}, {b})", a, b)
+    def pow(self, a, b):
+        if not a.dtype.is_floating_point:
+            raise NotImplementedError("integer pow")
+        return self._binary("libdevice.pow({a}, {b})", a, b)
+    def atan2(self, a, b): return self._binary("libdevice.atan2({a}, {b})", a, b)
+    def copysign(self, a, b): return self._binary("libdevice.copysign({a}, {b})", a, b)
+    def hypot(self, a, b): return self._binary("libdevice.hypot({a}, {b})", a, b)
+
+    def neg(self, a): return self._unary("-{a}", a)
+    def abs(self, a): return self._unary("tl.abs({a})", a)
+    def reciprocal(self, a): return self._unary("1 / {a}", a)
+    def square(self, a): return self._unary("{a} * {a}", a)
+    def relu(self, a): return self._unary("tl.where({a} < 0, 0, {a})", a)
+    def exp(self, a): return self._unary("tl.exp({a})", a)
+    def exp2(self, a): return self._unary("tl.exp2({a})", a)
+    def log(self, a): return self._unary("tl.log({a})", a)
+    def log2(self, a): return self._unary("tl.log2({a})", a)
+    def sqrt(self, a): return self._unary("tl.sqrt({a})", a)
+    def rsqrt(self, a): return self._unary("tl.rsqrt({a})", a)
+    def sin(self, a): return self._unary("tl.sin({a})", a)
+    def cos(self, a): return self._unary("tl.cos({a})", a)
+    def sigmoid(self, a): return self._unary("tl.sigmoid({a})", a)
+    def erf(self, a): return self._unary("tl.erf({a})", a)
+    def floor(self, a): return self._unary("tl.floor({a})", a) if a.dtype.is_floating_point else a
+    def ceil(self, a): return self._unary("tl.ceil({a})", a) if a.dtype.is_floating_point else a
+    def trunc(self, a): return self._unary("libdevice.trunc({a})", a) if a.dtype.is_floating_point else a
+    def round(self, a): return self._unary("libdevice.nearbyint({a})", a) if a.dtype.is_floating_point else a
+
+    def sign(self, a):
+        t = tl_dtype(a.dtype)
+        return self._unary(f"(0 < {{a}}).to({t}) - ({{a}} < 0).to({t})", a)
+
+    def isnan(self, a): return self._unary("{a} != {a}", a, torch.bool)
+    def isinf(self, a): return self._unary("libdevice.isinf({a}).to(tl.int1)", a, torch.bool)
+    def signbit(self, a): return self._unary("libdevice.signbit({a}).to(tl.int1)", a, torch.bool)
+
+    def eq(self, a, b): return self._binary("{a} == {b}", a, b, torch.bool)
+    def ne(self, a, b): return self._binary("{a} != {b}", a, b, torch.bool)
+    def lt(self, a, b): return self._binary("{a} < {b}", a, b, torch.bool)
+    def le(self, a, b): return self._binary("{a} <= {b}", a, b, torch.bool)
+    def gt(self, a, b): return self._binary("{a} > {b}", a, b, torch.bool)
+    def ge(self, a, b): return self._binary("{a} >= {b}", a, b, torch.bool)
+
+    def _bool(self, a):
+        return a if a.dtype == torch.bool else self.to_dtype(a, torch.bool)
+
+    def logical_and(self, a, b): return self._binary("{a} & {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_or(self, a, b): return self._binary("{a} | {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_xor(self, a, b): return self._binary("{a} ^ {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_not(self, a): return self._unary("{a} == 0", self._bool(a), torch.bool)
+    def bitwise_and(self, a, b): return self._binary("{a} & {b}", a, b)
+    def bitwise_or(self, a, b): return self._binary("{a} | {b}", a, b)
+    def bitwise_xor(self, a, b): return self._binary("{a} ^ {b}", a, b)
+    def bitwise_not(self, a):
+        return self._unary("{a} == 0", a) if a.dtype == torch.bool else self._unary("~{a}", a)
+    def bitwise_left_shift(self, a, b): return self._binary("{a} << {b}", a, b)
+    def bitwise_right_shift(self, a, b): return self._binary("{a} >> {b}", a, b)
+
+    def __getattr__(self, name):
+        # the rest of the math library through libdevice (one source on GPU and interpreter)
+        if name in _LIBDEVICE_UNARY:
+            return lambda a: self._unary(f"libdevice.{name}({{a}})", a)
+        raise NotImplementedError(f"ops.{name} has no Triton translation")
+
+    # reductions
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value):
+        k = self.k
+        key = (reduction_type, value.name, dtype)
+        if key in k.reduction_cache:
+            return k.reduction_cache[key]
+        result = (self._looped_reduction if k.looped else self._persistent_reduction)(dtype, reduction_type, value)
+        k.reduction_cache[key] = result
+        return result
+
+    def _persistent_reduction(self, dtype, rtype, value):
+        k = self.k
+        mask = "xmask & rmask"
+        if rtype == "welford_reduce":
+            n = _float_literal(float(k.rnumel))
+            total = k.emit(f"tl.sum(tl.where({mask}, {value}, 0), 1)[:, None]", dtype)
+            mean = k.emit(f"{total} / {n}", dtype)
+            dev = k.emit(f"tl.where({mask}, {value} - {mean}, 0)", dtype)
+            m2 = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
+            weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
+            return mean, m2, weight
+        if rtype in ("argmax", "argmin"):
+            idx = k.emit(f"tl.broadcast_to(rindex, {value}.shape)", torch.int64)
+            masked = k.emit(f"tl.where({mask}, {value}, {self._identity(rtype, value.dtype)})", value.dtype)
+            out = k.emit(f"triton_helpers.{rtype}({masked}, {idx}, 1)[:, None]", torch.int64)
+            return self.to_dtype(out, torch.int64)
+        ident = self._identity(rtype, dtype)
+        masked = k.emit(f"tl.where({mask}, {value}, {ident})", dtype)
+        return k.emit(_REDUCE[rtype].format(v=masked, t=tl_dtype(dtype)), dtype)
+
+    def _looped_reduction(self, dtype, rtype, value):
+        k = self.k
+        sec = k.section
+        mask = "xmask & rmask"
+        shape = "[XBLOCK, RBLOCK]"
+        if rtype == "welford_reduce":
+            mean, m2, w = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            sec.init += [f"{v} = tl.zeros({shape}, {tl_dtype(dtype)})" for v in (mean, m2, w)]
+            nm, n2, nw = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_update({mean}, {m2}, {w}, {value})")
+            sec.lines += [f"{mean} = tl.where({mask}, {nm}, {mean})", f"{m2} = tl.where({mask}, {n2}, {m2})",
+                          f"{w} = tl.where({mask}, {nw}, {w})"]
+            om, o2, ow = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            sec.finalize.append(f"{om}, {o2}, {ow} = triton_helpers.welford({mean}, {m2}, {w}, 1)")
+            sec.finalize += [f"{v} = {v}[:, None]" for v in (om, o2, ow)]
+            return om, o2, ow
+        if rtype in ("argmax", "argmin"):
+            acc, acc_i = k.newvar(value.dtype), k.newvar(torch.int64)
+            ident = self._identity(rtype, value.dtype)
+            sec.init += [f"{acc} = tl.full({shape}, {ident}, {tl_dtype(value.dtype)})",
+                         f"{acc_i} = tl.full({shape}, 2147483647, tl.int64)"]
+            nv, ni = k.newvar(value.dtype), k.newvar(torch.int64)
+            sec.lines.append(f"{nv}, {ni} = triton_helpers.{rtype}_update({acc}, {acc_i}, {value}, "
+                             f"tl.broadcast_to(rindex, {value}.shape).to(tl.int64))")
+            sec.lines += [f"{acc} = tl.where({mask}, {nv}, {acc})", f"{acc_i} = tl.where({mask}, {ni}, {acc_i})"]
+            out = k.newvar(torch.int64)
+            sec.finalize.append(f"{out} = triton_helpers.{rtype}({acc}, {acc_i}, 1)[:, None]")
+            return out
+        acc = k.newvar(dtype)
+        ident = self._identity(rtype, dtype)
+        sec.init.append(f"{acc} = tl.full({shape}, {ident}, {tl_dtype(dtype)})")
+        combine = {"sum": "{a} + {v}", "prod": "{a} * {v}", "max": "triton_helpers.maximum({a}, {v})",
+                   "min": "triton_helpers.minimum({a}, {v})", "any": "{a} | {v}"}[rtype]
+        sec.lines.append(f"{acc} = tl.where({mask}, {combine.format(a=acc, v=value)}, {acc})")
+        out = k.newvar(dtype)
+        sec.finalize.append(f"{out} = " + _REDUCE[rtype].format(v=acc, t=tl_dtype(dtype)))
+        return out
+
+    @staticmethod
+    def _identity(rtype: str, dtype: torch.dtype) -> str:
+        if rtype in ("sum", "welford_reduce"):
+            return "0"
+        if rtype == "prod":
+            return "1"
+        if rtype == "any":
+            return "0"
+        largest = rtype in ("min", "argmin")
+        if dtype.is_floating_point:
+            return 'float("inf")' if largest else 'float("-inf")'
+        if dtype == torch.bool:
+            return "1" if largest else "0"
+        info = torch.iinfo(dtype)
+        return str(info.max if largest else info.min)
+
+
+_REDUCE = {
+    "sum": "tl.sum({v}, 1)[:, None]",
+    "prod": "triton_helpers.prod({v}, 1)[:, None]",
+    "max": "triton_helpers.max2({v}, 1)[:, None]",
+    "min": "triton_helpers.min2({v}, 1)[:, None]",
+    "any": "(tl.max({v}.to(tl.int8), 1) != 0)[:, None]",
+}
+
+_LIBDEVICE_UNARY = {"tanh", "expm1", "log1p", "log10", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                    "acosh", "atanh", "erfc", "erfinv", "lgamma"}

@@ -1,0 +1,121 @@
+"""Triton device functions that generated kernels call (eager's semantics where Triton's differ)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def is_floating(x):
+    return x.dtype.is_floating()
+
+
+@triton.jit
+def maximum(a, b):
+    # torch.maximum propagates NaN
+    mask = a > b
+    if is_floating(a):
+        mask |= a != a
+    return tl.where(mask, a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    mask = a < b
+    if is_floating(a):
+        mask |= a != a
+    return tl.where(mask, a, b)
+
+
+@triton.jit
+def max2(a, dim):
+    return tl.reduce(a, dim, maximum)
+
+
+@triton.jit
+def min2(a, dim):
+    return tl.reduce(a, dim, minimum)
+
+
+@triton.jit
+def _prod_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def prod(a, dim):
+    return tl.reduce(a, dim, _prod_combine)
+
+
+@triton.jit
+def _argmax_combine(a, a_i, b, b_i):
+    # the larger value wins (NaN is largest), ties go to the lower index
+    a_nan = a != a
+    b_nan = b != b
+    take_a = (a > b) | (a_nan & ~b_nan) | ((a == b) | (a_nan & b_nan)) & (a_i < b_i)
+    return tl.where(take_a, a, b), tl.where(take_a, a_i, b_i)
+
+
+@triton.jit
+def _argmin_combine(a, a_i, b, b_i):
+    a_nan = a != a
+    b_nan = b != b
+    take_a = (a < b) | (a_nan & ~b_nan) | ((a == b) | (a_nan & b_nan)) & (a_i < b_i)
+    return tl.where(take_a, a, b), tl.where(take_a, a_i, b_i)
+
+
+@triton.jit
+def argmax(value, index, dim):
+    _, i = tl.reduce((value, index), dim, _argmax_combine)
+    return i
+
+
+@triton.jit
+def argmin(value, index, dim):
+    _, i = tl.reduce((value, index), dim, _argmin_combine)
+    return i
+
+
+@triton.jit
+def argmax_update(acc, acc_i, value, index):
+    return _argmax_combine(acc, acc_i, value, index)
+
+
+@triton.jit
+def argmin_update(acc, acc_i, value, index):
+    return _argmin_combine(acc, acc_i, value, index)
+
+
+@triton.jit
+def welford_update(mean, m2, weight, value):
+    # one more sample into a running (mean, m2, count)
+    weight = weight + 1
+    delta = value - mean
+    mean = mean + delta / weight
+    m2 = m2 + delta * (value - mean)
+    return mean, m2, weight
+
+
+@triton.jit
+def _welford_combine(mean_a, m2_a, w_a, mean_b, m2_b, w_b):
+    w = w_a + w_b
+    delta = mean_b - mean_a
+    frac = tl.where(w == 0.0, 0.0, w_b / w)
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * w_a * frac, w
+
+
+@triton.jit
+def welford(mean, m2, weight, dim):
+    return tl.reduce((mean, m2, weight), dim, _welford_combine)
+
+
+@triton.jit
+def div_floor_integer(a, b):
+    # Python's floor division for integers (Triton's // truncates)
+    quot = a // b
+    rem = a % b
+    return tl.where((rem != 0) & ((rem < 0) != (b < 0)), quot - 1, quot)
+
+
+@triton.jit
+def remainder_integer(a, b):
+    rem = a % b
+    return tl.where((rem != 0) & ((rem < 0) != (b < 0)), rem + b, rem)

@@ -1,0 +1,94 @@
+"""Every option of mini_inductor in one place.
+
+Each field has a one-line comment and can be overridden by an environment variable
+``MINI_INDUCTOR_<FIELD NAME IN CAPITALS>`` read when the process starts, or per compile with
+``torch.compile(m, backend="mini_inductor", options={...})``.
+
+| option               | env var                          | default                          |
+|----------------------|----------------------------------|----------------------------------|
+| debug_dir            | MINI_INDUCTOR_DEBUG_DIR          | None (no dump)                   |
+| cache_dir            | MINI_INDUCTOR_CACHE_DIR          | ~/.cache/mini_inductor           |
+| fallback_on_error    | MINI_INDUCTOR_FALLBACK_ON_ERROR  | False                            |
+| max_fusion_size      | MINI_INDUCTOR_MAX_FUSION_SIZE    | 64                               |
+| realize_reads_threshold | MINI_INDUCTOR_REALIZE_READS_THRESHOLD | 4                      |
+| realize_opcount_threshold | MINI_INDUCTOR_REALIZE_OPCOUNT_THRESHOLD | 30                 |
+| persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 1024             |
+| fusion_window        | MINI_INDUCTOR_FUSION_WINDOW      | 64                               |
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Iterator
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mini_inductor")
+
+
+@dataclasses.dataclass
+class Config:
+    # folder for per-graph dumps (ATen graph, IR, schedule, output_code.py); None: no dump
+    debug_dir: str | None = None
+    # where generated modules are written, keyed by a hash of their source
+    cache_dir: str = dataclasses.field(default_factory=_default_cache_dir)
+    # on a lowering or codegen error, run the graph eagerly with one warning instead of raising
+    fallback_on_error: bool = False
+    # most scheduler nodes fused into one kernel
+    max_fusion_size: int = 64
+    # a pointwise value read by more than this many consumers is realized into a buffer
+    realize_reads_threshold: int = 4
+    # a pointwise body with more ops than this is realized rather than inlined into several users
+    realize_opcount_threshold: int = 30
+    # reductions with at most this many elements per row keep the whole row in registers
+    persistent_reduction_limit: int = 1024
+    # fusion candidates are looked for among this many neighbours of a node in the schedule order
+    fusion_window: int = 64
+
+    def replace(self, **changes: Any) -> "Config":
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"unknown mini_inductor option(s) {unknown}; valid options: {sorted(valid_options())}")
+        return dataclasses.replace(self, **changes)
+
+
+def valid_options() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config)]
+
+
+def _from_env() -> Config:
+    cfg = Config()
+    for f in dataclasses.fields(Config):
+        raw = os.environ.get(f"MINI_INDUCTOR_{f.name.upper()}")
+        if raw is None:
+            continue
+        current = getattr(cfg, f.name)
+        if isinstance(current, bool):
+            value: Any = raw.strip().lower() in ("1", "true", "yes", "on")
+        elif isinstance(current, int):
+            value = int(raw)
+        else:
+            value = raw
+        setattr(cfg, f.name, value)
+    return cfg
+
+
+config: Config = _from_env()
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[Config]:
+    """Temporarily change options of the global config: ``with config.patch(max_fusion_size=8): ...``."""
+    global config
+    saved = config
+    config = config.replace(**changes)
+    try:
+        yield config
+    finally:
+        config = saved
+
+
+def current() -> Config:
+    return config

@@ -1,0 +1,31 @@
+"""Errors that name the stage, the graph and the op."""
+from __future__ import annotations
+
+
+class MiniInductorError(RuntimeError):
+    stage = "compile"
+
+    def __init__(self, why: str, *, graph: str | None = None, op: str | None = None, node: str | None = None):
+        self.why, self.graph, self.op, self.node = why, graph, op, node
+        where = ""
+        if op:
+            where += f"{op}"
+            if node:
+                where += f" (node %{node})"
+        if graph:
+            where += f" in graph {graph}"
+        msg = f"{type(self).__name__} [{self.stage}]: {where + ': ' if where else ''}{why}."
+        msg += ' Set options={"fallback_on_error": True} to run this graph eagerly.'
+        super().__init__(msg)
+
+
+class LoweringError(MiniInductorError):
+    stage = "lowering"
+
+
+class SchedulingError(MiniInductorError):
+    stage = "scheduling"
+
+
+class CodegenError(MiniInductorError):
+    stage = "codegen"

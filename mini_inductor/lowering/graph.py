@@ -1,0 +1,286 @@
+"""GraphLowering: walk an ATen FX graph and build IR, op by op.
+
+    placeholder       → InputBuffer (layout from the example FakeTensor)
+    get_attr          → ConstantBuffer
+    call_function     → LOWERINGS[target](...)  or an ExternKernel (library op or fallback)
+    output            → realized buffers with eager's strides
+
+Ops without a lowering (or whose lowering raises NotImplementedError for these arguments) become
+fallback ExternKernels that call the ATen op, counted per graph in `LoweredGraph.fallback_ops`.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..config import Config
+from ..errors import LoweringError
+from . import ir
+from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
+                 Origin, Pointwise, ReinterpretView, StorageBox, View)
+from .lowerings import LOWERINGS
+from .sizevars import sympify_seq
+
+aten = torch.ops.aten
+
+# Library calls: extern kernels by design, not counted as fallbacks.
+EXTERN_OPS = {
+    aten.mm.default, aten.bmm.default, aten.convolution.default, aten.baddbmm.default,
+    aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten.convolution_backward.default,
+}
+
+
+@dataclasses.dataclass
+class LoweredGraph:
+    """The IR of one graph: what the scheduler receives."""
+
+    name: str
+    inputs: list[InputBuffer | None]          # per graph argument; None for non-tensor arguments
+    buffers: list[Buffer]                     # realized buffers in creation (topological) order
+    outputs: list[Any]                        # Buffer, ReinterpretView, InputBuffer or a plain value
+    constants: dict[str, torch.Tensor]
+    fallback_ops: collections.Counter
+    extern_ops: list[str]
+    num_fx_nodes: int
+
+    def describe(self) -> str:
+        """The IR before fusion, one buffer a line (for the debug dir)."""
+        lines = [f"# IR of graph {self.name}: {len(self.buffers)} buffers"]
+        for inp in self.inputs:
+            if inp is not None:
+                lines.append(repr(inp))
+        for buf in self.buffers:
+            origin = ", ".join(sorted({o.op for o in buf.origins}))
+            lines.append(f"{buf!r}  # from {origin}")
+        lines.append("outputs: " + ", ".join(getattr(o, "name", None) or repr(o) for o in self.outputs))
+        return "\n".join(lines)
+
+
+class GraphLowering:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, name: str, cfg: Config):
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.name = name
+        self.cfg = cfg
+        self.buffers: list[Buffer] = []
+        self.fallback_ops: collections.Counter = collections.Counter()
+        self.extern_ops: list[str] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self._buffer_count = 0
+        self._new_buffers: list[Buffer] = []
+
+    # called by ir.StorageBox.realize and friends
+    def new_buffer_name(self) -> str:
+        name = f"buf{self._buffer_count}"
+        self._buffer_count += 1
+        return name
+
+    def register_buffer(self, buf: Buffer) -> None:
+        self.buffers.append(buf)
+        self._new_buffers.append(buf)
+
+    def run(self) -> LoweredGraph:
+        token = ir._current_graph.set(self)
+        try:
+            return self._run()
+        finally:
+            ir._current_graph.reset(token)
+
+    def _run(self) -> LoweredGraph:
+        env: dict[torch.fx.Node, Any] = {}
+        inputs: list[InputBuffer | None] = []
+        outputs: list[Any] = []
+        num_fx = 0
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = self._placeholder(node, len(inputs))
+                inputs.append(env[node].data if isinstance(env[node], StorageBox) else None)
+            elif node.op == "get_attr":
+                value = getattr(self.gm, node.target)
+                buf = ConstantBuffer(node.name, ir.fixed_layout_from_tensor(value), value)
+                buf.layout = dataclasses.replace(buf.layout, offset=sympy.Integer(0))
+                self.constants[node.name] = value
+                env[node] = StorageBox(buf)
+            elif node.op == "call_function":
+                num_fx += 1
+                env[node] = self._call_function(node, env)
+            elif node.op == "output":
+                (result,) = node.args
+                metas = [getattr(a, "meta", {}).get("val") if isinstance(a, torch.fx.Node) else None
+                         for a in (result if isinstance(result, (list, tuple)) else [result])]
+                values = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
+                                  list(result) if isinstance(result, (list, tuple)) else [result])
+                for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
+                    try:
+                        outputs.append(self._realize_output(value, meta))
+                    except Exception as e:
+                        raise LoweringError(f"cannot realize output: {e}", graph=self.name,
+                                            op="output", node=getattr(arg, "name", None)) from e
+        return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
+                            self.extern_ops, num_fx)
+
+    def _placeholder(self, node, index):
+        val = node.meta.get("val")
+        if val is None and index < len(self.example_inputs):
+            val = self.example_inputs[index]
+        if not isinstance(val, torch.Tensor):
+            return val
+        layout = Layout(val.device, val.dtype, tuple(sympify_seq(val.shape)), tuple(sympify_seq(val.stride())))
+        return StorageBox(InputBuffer(node.name, layout, index, int(val.storage_offset())))
+
+    def _call_function(self, node: torch.fx.Node, env):
+        target = node.target
+        args, kwargs = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        origin = Origin(node.name, _op_name(target), _source_line(node))
+        self._new_buffers = []
+        result = None
+        lowering = LOWERINGS.get(target)
+        try:
+            if lowering is not None:
+                try:
+                    result = lowering(*args, **kwargs)
+                except NotImplementedError:
+                    result = None
+            if result is None:
+                result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
+        except LoweringError:
+            raise
+        except Exception as e:
+            raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
+        self._attach_origins(result, origin, args)
+        uses = sum(_count_uses(user, node) for user in node.users)
+        self._mark_reuse(result, uses)
+        return result
+
+    def _attach_origins(self, result, origin: Origin, args) -> None:
+        inherited: tuple[Origin, ...] = ()
+        for a in tree_flatten(args)[0]:
+            if isinstance(a, IRNode) and _unrealized_pointwise(a) is not None:
+                inherited += _unrealized_pointwise(a).origins
+        for buf in self._new_buffers:
+            if not buf.origins:
+                buf.origins = (origin,) + inherited
+            if isinstance(buf, ComputedBuffer) and not buf.data.origins:
+                buf.data.origins = buf.origins
+        for value in tree_flatten(result)[0]:
+            pw = _unrealized_pointwise(value) if isinstance(value, IRNode) else None
+            if pw is not None and origin not in pw.origins:
+                pw.origins = tuple(dict.fromkeys((origin,) + inherited + tuple(pw.origins)))
+
+    def _mark_reuse(self, result, uses: int) -> None:
+        for value in tree_flatten(result)[0]:
+            box = value
+            while isinstance(box, View):
+                box = box.data
+            if isinstance(box, StorageBox):
+                box.mark_reuse(uses, reads_threshold=self.cfg.realize_reads_threshold,
+                               opcount_threshold=self.cfg.realize_opcount_threshold)
+
+    def _extern(self, node, target, args, kwargs, *, fallback: bool):
+        meta = node.meta.get("val")
+        origin = (Origin(node.name, _op_name(target), _source_line(node)),)
+        args, kwargs = tree_map(lambda a: ir.realize_as_tensor(a) if isinstance(a, IRNode) else a, (args, kwargs))
+        devices = [a.get_device() for a in tree_flatten((args, kwargs))[0] if isinstance(a, (Buffer, ReinterpretView))]
+        device = devices[0] if devices else None
+        unsafe = _moves_device(target, kwargs, devices)
+        if fallback:
+            self.fallback_ops[_op_name(target)] += 1
+        else:
+            self.extern_ops.append(_op_name(target))
+        if isinstance(meta, torch.Tensor):
+            layout = _extern_layout(meta)
+            kernel = ExternKernel(self.new_buffer_name(), layout, target, args, kwargs, fallback=fallback,
+                                  origins=origin, cudagraph_unsafe=unsafe)
+            self.register_buffer(kernel)
+            return StorageBox(kernel)
+        kernel = ExternKernel(self.new_buffer_name(), None, target, args, kwargs, fallback=fallback, origins=origin,
+                              device=device or torch.device("cpu"), cudagraph_unsafe=unsafe)
+        self.register_buffer(kernel)
+        return self._multi_outputs(kernel, meta, ())
+
+    def _multi_outputs(self, kernel, meta, path):
+        if isinstance(meta, torch.Tensor):
+            out = MultiOutput(self.new_buffer_name(), _extern_layout(meta), kernel, path)
+            self.register_buffer(out)
+            return StorageBox(out)
+        if isinstance(meta, (list, tuple)):
+            return type(meta)(self._multi_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
+        return meta  # a plain value (None, an int) that the op returns
+
+    def _realize_output(self, value, meta):
+        if not isinstance(value, IRNode):
+            return value
+        want = list(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
+        if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
+            return value.realize(stride=want)
+        tensor = ir.realize_as_tensor(value)
+        if want is not None and not _strides_match(tensor.get_size(), getattr(tensor, "layout").stride, want):
+            return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
+                                        tensor.get_size(), value.origins)).realize(stride=want)
+        return tensor
+
+
+def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """Every storage element in [0, numel) is used exactly once (a permutation of a contiguous layout)."""
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
+    expected = 1
+    for st, s in dims:
+        if st != expected:
+            return False
+        expected *= s
+    return True
+
+
+def _strides_match(size, have, want) -> bool:
+    return all(s == 1 or h == w for s, h, w in zip(size, have, want))
+
+
+def _extern_layout(meta: torch.Tensor) -> Layout:
+    return Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)), tuple(sympify_seq(meta.stride())))
+
+
+def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
+    while isinstance(x, View):
+        x = x.data
+    if isinstance(x, StorageBox) and isinstance(x.data, Pointwise):
+        return x.data
+    return None
+
+
+def _count_uses(user: torch.fx.Node, node: torch.fx.Node) -> int:
+    return sum(1 for a in tree_flatten((user.args, user.kwargs))[0] if a is node)
+
+
+def _moves_device(target, kwargs, devices) -> bool:
+    dev = kwargs.get("device")
+    if dev is not None and devices and torch.device(dev) != devices[0]:
+        return True
+    return any(d.type == "cpu" for d in devices)
+
+
+def _op_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.__name__}" if target.namespace == "aten" else f"{target.namespace}.{target.__name__}"
+    return getattr(target, "__name__", str(target))
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    trace = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("File "):
+            code = lines[i + 1] if i + 1 < len(lines) else ""
+            return f"{lines[i]}: {code}" if code else lines[i]
+    return ""

@@ -1,0 +1,468 @@
+"""The loop-level IR that lowering produces and the scheduler consumes.
+
+    value a lowering returns            what it is
+    ─────────────────────────────────   ──────────────────────────────────────────────
+    StorageBox(Pointwise)               an unrealized elementwise body, inlined into readers
+    StorageBox(ComputedBuffer)          a realized buffer: Pointwise or Reduction body + layout
+    StorageBox(InputBuffer)             a graph input
+    StorageBox(ExternKernel)            an ATen call (mm, conv, attention, fallbacks)
+    View(StorageBox, size, reindex)     an index remap over any of the above (no copy)
+    ReinterpretView(Buffer, layout)     a strided view of a realized buffer (what extern calls take)
+
+Sizes, strides and indices are sympy expressions. A body is a function of index expressions
+that calls the `ops` handler (see virtualized.py); `make_loader()` returns such a function for
+any value, so lowerings compose by calling loaders inside new bodies.
+"""
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from .sizevars import (Expr, FloorDiv, ModularIndexing, contiguous_strides, index_vars, merge_divmod,
+                       product, static_int, strided_index, sympify_seq)
+from .virtualized import CountingHandler, ops, set_ops_handler
+
+Loader = Callable[[Sequence[Expr]], Any]
+
+# The GraphLowering being run, so that realizing a value deep inside a lowering can name and
+# register its buffer. Set only by GraphLowering.run().
+_current_graph: contextvars.ContextVar[Any] = contextvars.ContextVar("mini_inductor_graph")
+
+
+def current_graph() -> Any:
+    return _current_graph.get()
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """Where an IR node came from: the FX node, its ATen op and the user's source line."""
+
+    node: str
+    op: str
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Device, dtype, size and stride of a realized buffer; the index of an element is linear."""
+
+    device: torch.device
+    dtype: torch.dtype
+    size: tuple[Expr, ...]
+    stride: tuple[Expr, ...]
+    offset: Expr = sympy.Integer(0)
+
+    @staticmethod
+    def contiguous(device, dtype, size) -> "Layout":
+        size = tuple(sympify_seq(size))
+        return Layout(device, dtype, size, tuple(contiguous_strides(size)))
+
+    def index(self, idx: Sequence[Expr]) -> Expr:
+        return strided_index(idx, self.stride, self.offset)
+
+    def storage_size(self) -> Expr:
+        """Elements of storage the layout spans (offset included)."""
+        if any(s == 0 for s in self.size):
+            return sympy.Integer(0)
+        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def numel(self) -> Expr:
+        return product(self.size)
+
+    def is_contiguous(self) -> bool:
+        return all(st == c for s, st, c in zip(self.size, self.stride, contiguous_strides(self.size)) if s != 1)
+
+
+class IRNode:
+    origins: tuple[Origin, ...] = ()
+
+    def get_size(self) -> list[Expr]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Loader:
+        raise NotImplementedError
+
+    def get_numel(self) -> Expr:
+        return product(self.get_size())
+
+    def realize(self) -> "Buffer | None":
+        """Make this value live in a buffer; return the buffer (views return None if not strided)."""
+        return None
+
+
+# ─── Loop bodies ────────────────────────────────────────────────────────────────────────────────
+
+@dataclasses.dataclass
+class Loops(IRNode):
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Callable
+    ranges: list[Expr]
+    origins: tuple[Origin, ...] = ()
+
+    def get_size(self):
+        return list(self.ranges)
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_device(self):
+        return self.device
+
+
+@dataclasses.dataclass
+class Pointwise(Loops):
+    def make_loader(self) -> Loader:
+        return self.inner_fn
+
+    def body_cost(self) -> tuple[int, int]:
+        """(loads, ops) of one evaluation of the body."""
+        counter = CountingHandler()
+        with set_ops_handler(counter):
+            self.inner_fn(index_vars("c", len(self.ranges)))
+        return counter.loads, counter.ops
+
+    @staticmethod
+    def create(device, dtype, inner_fn, ranges, origins=()) -> "StorageBox":
+        return StorageBox(Pointwise(device, dtype, inner_fn, sympify_seq(ranges), tuple(origins)))
+
+
+# Reduction types; "welford_reduce" gives (mean, m2, weight) and `output_index` picks one.
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "welford_reduce")
+
+
+@dataclasses.dataclass
+class Reduction(Loops):
+    """inner_fn(index, rindex) -> value, reduced over `reduction_ranges` with `reduction_type`."""
+
+    reduction_ranges: list[Expr] = dataclasses.field(default_factory=list)
+    reduction_type: str = "sum"
+    src_dtype: torch.dtype = torch.float32
+    output_index: int = 0
+
+    def reduced_value(self, index, rindex):
+        value = self.inner_fn(index, rindex)
+        result = ops.reduction(self.dtype, self.src_dtype, self.reduction_type, value)
+        if self.reduction_type == "welford_reduce":
+            result = result[self.output_index]
+        return result
+
+
+# ─── Buffers ────────────────────────────────────────────────────────────────────────────────────
+
+class Buffer(IRNode):
+    def __init__(self, name: str, layout: Layout, origins: Sequence[Origin] = ()):
+        self.name = name
+        self.layout = layout
+        self.origins = tuple(origins)
+
+    def get_size(self):
+        return list(self.layout.size)
+
+    def get_stride(self):
+        return list(self.layout.stride)
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.name, self.layout
+        return lambda idx: ops.load(name, layout.index(idx))
+
+    def realize(self):
+        return self
+
+    def __repr__(self):
+        size = [str(s) for s in self.layout.size]
+        stride = [str(s) for s in self.layout.stride]
+        return f"{type(self).__name__}({self.name}, {self.layout.dtype}, size={size}, stride={stride})"
+
+
+class InputBuffer(Buffer):
+    """A graph input (placeholder). `index` is its position in the call's argument list."""
+
+    def __init__(self, name, layout, index: int, storage_offset: int = 0):
+        super().__init__(name, layout)
+        self.index = index
+        self.storage_offset = storage_offset  # the tensor's own offset; our layout offsets are relative to it
+
+
+class ConstantBuffer(Buffer):
+    """A tensor the FX graph holds as an attribute (get_attr); the wrapper receives it at load time."""
+
+    def __init__(self, name, layout, value: torch.Tensor):
+        super().__init__(name, layout)
+        self.value = value
+
+
+class ComputedBuffer(Buffer):
+    """A realized Pointwise or Reduction: the unit the scheduler works with."""
+
+    def __init__(self, name, layout, data: Loops):
+        super().__init__(name, layout, data.origins)
+        self.data = data
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.data, Reduction)
+
+    def get_ranges(self) -> tuple[list[Expr], list[Expr]]:
+        rr = self.data.reduction_ranges if isinstance(self.data, Reduction) else []
+        return list(self.data.ranges), list(rr)
+
+    def store_body(self, index: Sequence[Expr], rindex: Sequence[Expr]) -> None:
+        """Run the body for one element: compute the value and store it (the scheduler's and codegen's view)."""
+        if isinstance(self.data, Reduction):
+            ops.store_reduction(self.name, self.layout.index(index), self.data.reduced_value(index, rindex))
+        else:
+            ops.store(self.name, self.layout.index(index), self.data.inner_fn(index))
+
+    def __repr__(self):
+        kind = "Reduction" if self.is_reduction else "Pointwise"
+        ranges, rranges = self.get_ranges()
+        extra = f", reduction={self.data.reduction_type} over {[str(r) for r in rranges]}" if self.is_reduction else ""
+        return (f"ComputedBuffer({self.name}, {kind}, {self.layout.dtype}, ranges={[str(r) for r in ranges]}"
+                f"{extra}, stride={[str(s) for s in self.layout.stride]})")
+
+
+class ExternKernel(Buffer):
+    """A call of an ATen op on real tensors: library calls (mm, conv, attention) and fallbacks.
+
+    `args`/`kwargs` hold IR buffers (passed by name) and plain Python values. The output layout is
+    the FakeTensor's; `layout is None` means several outputs, taken apart by MultiOutput nodes.
+    """
+
+    def __init__(self, name, layout: Layout | None, op, args, kwargs, *, fallback: bool, origins=(),
+                 device: torch.device | None = None, cudagraph_unsafe: bool = False):
+        super().__init__(name, layout, origins)  # type: ignore[arg-type]
+        self.op = op
+        self.args = args
+        self.kwargs = kwargs
+        self.fallback = fallback
+        self.device = device if device is not None else (layout.device if layout else torch.device("cpu"))
+        self.cudagraph_unsafe = cudagraph_unsafe
+
+    def get_device(self):
+        return self.device
+
+    def inputs(self) -> list[Buffer]:
+        """Buffers the call reads (views resolved to the buffer they view)."""
+        found: list[Buffer] = []
+
+        def visit(x):
+            if isinstance(x, ReinterpretView):
+                found.append(x.data)
+            elif isinstance(x, Buffer):
+                found.append(x)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    visit(y)
+        visit(self.args)
+        visit(list(self.kwargs.values()))
+        return found
+
+    @property
+    def op_name(self) -> str:
+        return str(self.op)
+
+    def __repr__(self):
+        kind = "FallbackKernel" if self.fallback else "ExternKernel"
+        out = "multiple outputs" if self.layout is None else f"{self.layout.dtype}, size={[str(s) for s in self.layout.size]}"
+        return f"{kind}({self.name}, {self.op_name}, {out})"
+
+
+class MultiOutput(Buffer):
+    """Output `path` (a tuple of indices) of a multi-output ExternKernel."""
+
+    def __init__(self, name, layout, parent: ExternKernel, path: tuple[int, ...]):
+        super().__init__(name, layout, parent.origins)
+        self.parent = parent
+        self.path = path
+
+
+# ─── Storage and views ──────────────────────────────────────────────────────────────────────────
+
+class StorageBox(IRNode):
+    """Holds a Pointwise until something forces it into a buffer (several readers, an extern call, an output)."""
+
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    @property
+    def origins(self):  # type: ignore[override]
+        return self.data.origins
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self) -> Loader:
+        return self.data.make_loader()
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def realize(self, stride: Sequence[Expr] | None = None) -> Buffer:
+        if isinstance(self.data, Buffer):
+            return self.data
+        assert isinstance(self.data, Pointwise), self.data
+        size = sympify_seq(self.data.ranges)
+        layout = Layout(self.data.device, self.data.dtype, tuple(size),
+                        tuple(sympify_seq(stride)) if stride is not None else tuple(contiguous_strides(size)))
+        graph = current_graph()
+        buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
+        graph.register_buffer(buf)
+        self.data = buf
+        return buf
+
+    def mark_reuse(self, uses: int, *, reads_threshold: int, opcount_threshold: int) -> None:
+        """Realize a body that several readers would otherwise each recompute, or that grew too big."""
+        if not isinstance(self.data, Pointwise):
+            return
+        loads, nops = self.data.body_cost()
+        if uses > 1 and (nops > 1 or loads > 1) or uses > reads_threshold or nops > opcount_threshold:
+            self.realize()
+
+    def __repr__(self):
+        return f"StorageBox({self.data!r})"
+
+
+class View(IRNode):
+    """An index remap: element `idx` of the view is element `reindex(idx)` of `data`."""
+
+    def __init__(self, data: IRNode, size: Sequence[Expr], reindex: Callable[[Sequence[Expr]], Sequence[Expr]]):
+        self.data = data
+        self.size = sympify_seq(size)
+        self.reindex = reindex
+
+    @property
+    def origins(self):  # type: ignore[override]
+        return self.data.origins
+
+    def get_size(self):
+        return list(self.size)
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self) -> Loader:
+        inner, reindex = self.data.make_loader(), self.reindex
+        return lambda idx: inner(reindex(idx))
+
+    def unwrap(self) -> tuple[IRNode, Callable]:
+        """The innermost non-view value and the composed reindex to reach it."""
+        reindex = self.reindex
+        data = self.data
+        while isinstance(data, View):
+            outer, inner_reindex = reindex, data.reindex
+            reindex = (lambda o, i: (lambda idx: i(o(idx))))(outer, inner_reindex)
+            data = data.data
+        return data, reindex
+
+    def as_strided_layout(self) -> "ReinterpretView | None":
+        """This view as a strided layout over a realized buffer, if it is one (linear index, no div/mod)."""
+        base, reindex = self.unwrap()
+        if isinstance(base, StorageBox):
+            base = base.data
+        if isinstance(base, ReinterpretView):
+            inner_layout, base_buf = base.layout, base.data
+        elif isinstance(base, Buffer) and base.layout is not None:
+            inner_layout, base_buf = base.layout, base
+        else:
+            return None
+        idx = index_vars("v", len(self.size))
+        flat = merge_divmod(sympy.expand(inner_layout.index(reindex(idx))))
+        if flat.atoms(FloorDiv, ModularIndexing):
+            return None
+        stride = [flat.coeff(v) for v in idx]
+        offset = flat.subs({v: 0 for v in idx})
+        if sympy.expand(offset + sum(st * v for st, v in zip(stride, idx)) - flat) != 0:
+            return None  # not linear in the index
+        if any(not (st.is_Integer and int(st) >= 0) for st in stride) or not offset.is_Integer:
+            return None
+        layout = Layout(inner_layout.device, inner_layout.dtype, tuple(self.size), tuple(stride), offset)
+        return ReinterpretView(base_buf, layout)
+
+    def realize(self):
+        self.data.realize()
+        return None
+
+    def __repr__(self):
+        return f"View({self.data!r}, size={[str(s) for s in self.size]})"
+
+
+class ReinterpretView(IRNode):
+    """A buffer seen through another strided layout (what `as_strided` on its storage gives)."""
+
+    def __init__(self, data: Buffer, layout: Layout):
+        self.data = data
+        self.layout = layout
+
+    @property
+    def origins(self):  # type: ignore[override]
+        return self.data.origins
+
+    def get_size(self):
+        return list(self.layout.size)
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.data.name, self.layout
+        return lambda idx: ops.load(name, layout.index(idx))
+
+    def __repr__(self):
+        return f"ReinterpretView({self.data.name}, size={[str(s) for s in self.layout.size]}, stride={[str(s) for s in self.layout.stride]}, offset={self.layout.offset})"
+
+
+def realize_as_tensor(x: IRNode) -> Buffer | ReinterpretView:
+    """What an extern call receives: a buffer or a strided view of one, copying into a buffer if needed."""
+    if isinstance(x, StorageBox):
+        return x.realize()
+    if isinstance(x, ReinterpretView):
+        return x
+    if isinstance(x, Buffer):
+        return x
+    if isinstance(x, View):
+        base, _ = x.unwrap()
+        base.realize()
+        strided = x.as_strided_layout()
+        if strided is not None:
+            return strided
+    # not expressible as strides (or a body): copy into a contiguous buffer
+    box = Pointwise.create(x.get_device(), x.get_dtype(), x.make_loader(), x.get_size(), x.origins)
+    return box.realize()
+
+
+def fixed_layout_from_tensor(t: torch.Tensor) -> Layout:
+    return Layout(t.device, t.dtype, tuple(sympify_seq(t.shape)), tuple(sympify_seq(t.stride())),
+                  sympy.Integer(t.storage_offset()))
+
+
+def static_sizes(x: IRNode) -> list[int]:
+    return [static_int(s) for s in x.get_size()]

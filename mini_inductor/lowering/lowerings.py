@@ -1,0 +1,347 @@
+"""The lowering registry: each ATen op → a small function that builds IR.
+
+A lowering takes the FX node's arguments with tensors replaced by IR values and returns an IR value
+(or a tuple of them). Ops without an entry become fallback ExternKernels (see graph.py), so a graph
+never fails to compile for want of a lowering.
+
+Pointwise ops share one recipe (`make_pointwise`): broadcast the inputs, promote their dtypes the
+way eager does (fp16/bf16 computed in fp32), call one `ops` function per element, cast the result.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from .ir import IRNode, Pointwise, StorageBox, View
+from .sizevars import Expr, sympify_seq
+from .virtualized import ops
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+KIND = ELEMENTWISE_TYPE_PROMOTION_KIND
+
+LOWERINGS: dict[Any, Callable] = {}
+
+
+def register_lowering(*targets):
+    """Register `fn` for each target; an OpOverloadPacket registers all of its overloads."""
+    def decorator(fn):
+        for target in targets:
+            if isinstance(target, torch._ops.OpOverloadPacket):
+                for name in target.overloads():
+                    LOWERINGS[getattr(target, name)] = fn
+            else:
+                LOWERINGS[target] = fn
+        return fn
+    return decorator
+
+
+# ─── dtype promotion and broadcasting ───────────────────────────────────────────────────────────
+
+def _meta_like(x):
+    if isinstance(x, IRNode):
+        return torch.empty([0] * len(x.get_size()), dtype=x.get_dtype(), device="meta")
+    return x
+
+
+def promote(args, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, result dtype) for a pointwise op on `args`, as eager computes them."""
+    metas = [_meta_like(a) for a in args if isinstance(a, (IRNode, bool, int, float))]
+    return elementwise_dtypes(*metas, type_promotion_kind=kind)
+
+
+def broadcast_sizes(*sizes: Sequence[Expr]) -> list[Expr]:
+    ndim = max((len(s) for s in sizes), default=0)
+    out: list[Expr] = [sympy.Integer(1)] * ndim
+    for size in sizes:
+        for i, s in enumerate(size):
+            j = ndim - len(size) + i
+            if s != 1:
+                if out[j] != 1 and out[j] != s:
+                    raise ValueError(f"sizes {[list(map(str, z)) for z in sizes]} do not broadcast")
+                out[j] = s
+    return out
+
+
+def broadcast_loader(x: IRNode, out_size: Sequence[Expr]) -> Callable:
+    size = x.get_size()
+    loader = x.make_loader()
+    shift = len(out_size) - len(size)
+
+    def load(idx):
+        return loader([sympy.Integer(0) if s == 1 and out_size[shift + i] != 1 else idx[shift + i]
+                       for i, s in enumerate(size)])
+    return load
+
+
+def device_of(args) -> torch.device:
+    for a in args:
+        if isinstance(a, IRNode):
+            return a.get_device()
+    raise ValueError("a pointwise op needs at least one tensor input")
+
+
+def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
+                   compute_dtype: torch.dtype | None = None) -> Callable:
+    """A lowering that applies `fn` (a function of `ops` values) element by element."""
+
+    def lowering(*args):
+        tensors = [a for a in args if isinstance(a, IRNode)]
+        cdt, rdt = promote(args, kind)
+        cdt = compute_dtype or cdt
+        rdt = result_dtype or rdt
+        out_size = broadcast_sizes(*[t.get_size() for t in tensors])
+        loaders = [broadcast_loader(a, out_size) if isinstance(a, IRNode) else a for a in args]
+
+        def inner_fn(idx):
+            values = []
+            for a, ld in zip(args, loaders):
+                if isinstance(a, IRNode):
+                    v = ld(idx)
+                    values.append(v if a.get_dtype() == cdt else ops.to_dtype(v, cdt))
+                else:
+                    values.append(ops.constant(a, cdt))
+            out = fn(*values)
+            return out if rdt == _result_dtype_of(fn, cdt) else ops.to_dtype(out, rdt)
+        return Pointwise.create(device_of(args), rdt, inner_fn, out_size)
+    return lowering
+
+
+def _result_dtype_of(fn, cdt):
+    return torch.bool if getattr(fn, "returns_bool", False) else cdt
+
+
+def _bool_result(fn):
+    fn.returns_bool = True
+    return fn
+
+
+def register_pointwise(target, fn, kind=KIND.DEFAULT, **kw):
+    low = make_pointwise(fn, kind, **kw)
+    register_lowering(target)(low)
+    return low
+
+
+# ─── pointwise ops ──────────────────────────────────────────────────────────────────────────────
+
+def _op(name):
+    return lambda *a: getattr(ops, name)(*a)
+
+
+for _name in ["neg", "abs", "floor", "ceil", "trunc", "sign"]:
+    register_pointwise(getattr(aten, _name), _op(_name))
+register_pointwise(aten.round.default, _op("round"))
+for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+              "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
+              "erfc", "erfinv", "lgamma", "reciprocal"]:
+    register_pointwise(getattr(aten, _name), _op(_name), KIND.INT_TO_FLOAT)
+register_pointwise(aten.atan2, _op("atan2"), KIND.INT_TO_FLOAT)
+register_pointwise(aten.relu, _op("relu"))
+register_pointwise(aten.maximum, _op("maximum"))
+register_pointwise(aten.minimum, _op("minimum"))
+register_pointwise(aten.remainder, _op("remainder"))
+register_pointwise(aten.fmod, _op("fmod"))
+register_pointwise(aten.copysign, _op("copysign"), KIND.INT_TO_FLOAT)
+register_pointwise(aten.bitwise_and, _op("bitwise_and"))
+register_pointwise(aten.bitwise_or, _op("bitwise_or"))
+register_pointwise(aten.bitwise_xor, _op("bitwise_xor"))
+register_pointwise(aten.bitwise_not, _op("bitwise_not"))
+register_pointwise(aten.bitwise_left_shift, _op("bitwise_left_shift"))
+register_pointwise(aten.bitwise_right_shift, _op("bitwise_right_shift"))
+for _name in ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]:
+    register_pointwise(getattr(aten, _name), _bool_result(_op(_name)), KIND.ALWAYS_BOOL)
+register_pointwise(aten.logical_not, _bool_result(_op("logical_not")), KIND.ALWAYS_BOOL)
+register_pointwise(aten.isnan, _bool_result(_op("isnan")), KIND.ALWAYS_BOOL)
+register_pointwise(aten.isinf, _bool_result(_op("isinf")), KIND.ALWAYS_BOOL)
+register_pointwise(aten.signbit, _bool_result(_op("signbit")), KIND.ALWAYS_BOOL)
+register_pointwise(aten.mul, _op("mul"))
+
+
+@register_lowering(aten.add)
+def add_sub(a, b, alpha=1):
+    return _add_sub(a, b, alpha, "add")
+
+
+def _add_sub(a, b, alpha, name):
+    if alpha != 1:
+        b = lowering_of(aten.mul.Tensor)(b, alpha)
+    return make_pointwise(_op(name))(a, b)
+
+
+register_lowering(aten.sub)(lambda a, b, alpha=1: _add_sub(a, b, alpha, "sub"))
+register_lowering(aten.rsub)(lambda a, b, alpha=1: _add_sub(b, a, alpha, "sub"))
+
+
+@register_lowering(aten.div)
+def div(a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return make_pointwise(_op("truediv"), KIND.INT_TO_FLOAT)(a, b)
+    if rounding_mode == "floor":
+        cdt, _ = promote([a, b], KIND.DEFAULT)
+        if cdt.is_floating_point:
+            return make_pointwise(lambda x, y: ops.floor(ops.truediv(x, y)))(a, b)
+        return make_pointwise(_op("floordiv"))(a, b)
+    if rounding_mode == "trunc":
+        cdt, _ = promote([a, b], KIND.DEFAULT)
+        if cdt.is_floating_point:
+            return make_pointwise(lambda x, y: ops.trunc(ops.truediv(x, y)))(a, b)
+        return make_pointwise(_op("truncdiv"))(a, b)
+    raise ValueError(f"unknown rounding_mode {rounding_mode!r}")
+
+
+@register_lowering(aten.floor_divide)
+def floor_divide(a, b):
+    return div(a, b, rounding_mode="floor")
+
+
+@register_lowering(aten.pow)
+def pow_(a, b):
+    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode):
+        if b == 2:
+            return make_pointwise(lambda x, _: ops.mul(x, x))(a, b)
+        if b == 0.5:
+            return make_pointwise(lambda x, _: ops.sqrt(x), KIND.INT_TO_FLOAT)(a, b)
+        if b == 1:
+            return make_pointwise(lambda x, _: x)(a, b)
+    return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+
+
+@register_lowering(aten.where)
+def where(cond, a, b):
+    cdt, rdt = promote([a, b], KIND.NO_OPMATH)
+    tensors = [t for t in (cond, a, b) if isinstance(t, IRNode)]
+    out_size = broadcast_sizes(*[t.get_size() for t in tensors])
+    ld = [broadcast_loader(t, out_size) if isinstance(t, IRNode) else t for t in (cond, a, b)]
+
+    def inner_fn(idx):
+        c = ld[0](idx) if isinstance(cond, IRNode) else ops.constant(bool(cond), torch.bool)
+        if isinstance(cond, IRNode) and cond.get_dtype() != torch.bool:
+            c = ops.to_dtype(c, torch.bool)
+        vals = []
+        for t, l in ((a, ld[1]), (b, ld[2])):
+            if isinstance(t, IRNode):
+                v = l(idx)
+                vals.append(v if t.get_dtype() == rdt else ops.to_dtype(v, rdt))
+            else:
+                vals.append(ops.constant(t, rdt))
+        return ops.where(c, *vals)
+    return Pointwise.create(device_of(tensors), rdt, inner_fn, out_size)
+
+
+@register_lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
+def clamp(x, min=None, max=None):
+    out = x
+    if min is not None:
+        out = make_pointwise(_op("maximum"))(out, min)
+    if max is not None:
+        out = make_pointwise(_op("minimum"))(out, max)
+    if out is x:
+        return make_pointwise(lambda v: v)(x)
+    return out
+
+
+register_lowering(aten.clamp_min.default)(lambda x, min: clamp(x, min=min))
+register_lowering(aten.clamp_max.default)(lambda x, max: clamp(x, max=max))
+
+
+@register_lowering(aten.hardtanh)
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return clamp(x, min_val, max_val)
+
+
+@register_lowering(aten.leaky_relu)
+def leaky_relu(x, negative_slope=0.01):
+    return where(lowering_of(aten.gt.Scalar)(x, 0), x, lowering_of(aten.mul.Tensor)(x, negative_slope))
+
+
+@register_lowering(aten._to_copy)
+def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        raise NotImplementedError("device copies run as fallback")
+    dtype = dtype or x.get_dtype()
+    return to_dtype(x, dtype)
+
+
+def to_dtype(x: IRNode, dtype: torch.dtype) -> IRNode:
+    if x.get_dtype() == dtype:
+        return x
+    src, loader = x.get_dtype(), x.make_loader()
+    return Pointwise.create(x.get_device(), dtype, lambda idx: ops.to_dtype(loader(idx), dtype, src), x.get_size())
+
+
+@register_lowering(prims.convert_element_type)
+def convert_element_type(x, dtype):
+    return to_dtype(x, dtype)
+
+
+@register_lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.detach)
+def clone(x, memory_format=None):
+    return Pointwise.create(x.get_device(), x.get_dtype(), x.make_loader(), x.get_size())
+
+
+@register_lowering(aten.copy)
+def copy(dst, src, non_blocking=False):
+    size = dst.get_size()
+    src = to_dtype(src, dst.get_dtype()) if isinstance(src, IRNode) else src
+    if not isinstance(src, IRNode):
+        return full(size, src, dtype=dst.get_dtype(), device=dst.get_device())
+    return Pointwise.create(dst.get_device(), dst.get_dtype(), broadcast_loader(src, size), size)
+
+
+# ─── creation ops ───────────────────────────────────────────────────────────────────────────────
+
+@register_lowering(aten.full)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = (torch.bool if isinstance(fill_value, bool) else
+                 torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    return Pointwise.create(device, dtype, lambda idx: ops.constant(fill_value, dtype), list(size))
+
+
+@register_lowering(aten.scalar_tensor)
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return full([], value, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+@register_lowering(aten.full_like)
+def full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return full(x.get_size(), fill_value, dtype=dtype or x.get_dtype(), device=device or x.get_device())
+
+
+@register_lowering(aten.fill)
+def fill(x, value):
+    if isinstance(value, IRNode):
+        return copy(x, value)
+    return full_like(x, value)
+
+
+@register_lowering(prims.iota)
+def iota(length, *, start, step, dtype, device, requires_grad):
+    return Pointwise.create(torch.device(device), dtype,
+                            lambda idx: ops.index_expr(start + step * idx[0], dtype), [length])
+
+
+@register_lowering(aten.arange.start_step)
+def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if not all(isinstance(v, int) for v in (start, end, step)) or dtype not in (None, torch.int64, torch.int32):
+        raise NotImplementedError("float arange runs as fallback")
+    length = max(0, math.ceil((end - start) / step))
+    return iota(length, start=start, step=step, dtype=dtype or torch.int64, device=device or "cpu",
+                requires_grad=False)
+
+
+def lowering_of(target) -> Callable:
+    return LOWERINGS[target]
+
+
+# getitem on the tuples multi-output lowerings return
+LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
+
+# Import for their registrations.
+from . import reduction_lowerings, view_lowerings  # noqa: E402,F401

@@ -1,0 +1,211 @@
+"""Sympy helpers for sizes, strides and index expressions.
+
+Sizes and indices are sympy expressions from the start. Integer division and modulo used in
+indexing are their own functions, so that they print as integer ops and simplify:
+
+    FloorDiv(x, 1) -> x             FloorDiv(FloorDiv(x, a), b) -> FloorDiv(x, a*b)
+    ModularIndexing(x, d, m) == (x // d) % m, with x, d, m non-negative
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterable, Sequence
+
+import sympy
+
+Expr = sympy.Expr
+
+
+class FloorDiv(sympy.Function):
+    """Integer division of non-negative integers (what indexing needs)."""
+
+    nargs = (2,)
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 1:
+            return base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        if isinstance(base, FloorDiv):
+            return FloorDiv(base.args[0], base.args[1] * divisor)
+        if isinstance(base, ModularIndexing) and base.args[2] != 0:
+            # (x // d % m) // q with m divisible by q
+            x, d, m = base.args
+            if m.is_Integer and divisor.is_Integer and int(m) % int(divisor) == 0:
+                return ModularIndexing(x, d * divisor, sympy.Integer(int(m) // int(divisor)))
+        if divisor.is_Integer:
+            # pull out terms divisible by the divisor: (a*q + b) // q = a + b // q when 0 <= b < q
+            terms = sympy.Add.make_args(base)
+            keep, out = [], []
+            for t in terms:
+                coeff, rest = t.as_coeff_Mul()
+                if coeff.is_Integer and int(coeff) % int(divisor) == 0:
+                    out.append(sympy.Integer(int(coeff) // int(divisor)) * rest)
+                else:
+                    keep.append(t)
+            if out:
+                return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """(base // divisor) % modulus for non-negative integers."""
+
+    nargs = (3,)
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor, modulus):
+        if base == 0 or modulus == 1:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
+            return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if divisor != 1 and divisor.is_Integer:
+            # terms of the base that are multiples of divisor*modulus vanish
+            if modulus.is_Integer:
+                period = int(divisor) * int(modulus)
+                terms = sympy.Add.make_args(base)
+                kept = [t for t in terms if not _is_multiple(t, period)]
+                if len(kept) != len(terms):
+                    return ModularIndexing(sympy.Add(*kept), divisor, modulus)
+        if divisor == 1 and modulus.is_Integer:
+            terms = sympy.Add.make_args(base)
+            kept = [t for t in terms if not _is_multiple(t, int(modulus))]
+            if len(kept) != len(terms):
+                return ModularIndexing(sympy.Add(*kept), divisor, modulus)
+        if isinstance(base, FloorDiv):
+            return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
+        return None
+
+
+def _is_multiple(term: Expr, n: int) -> bool:
+    coeff, _ = term.as_coeff_Mul()
+    return coeff.is_Integer and int(coeff) % n == 0 and term.free_symbols != set() or (
+        term.is_Integer and int(term) % n == 0)
+
+
+def sympify_seq(xs: Iterable) -> list[Expr]:
+    return [sympy.Integer(x) if isinstance(x, int) else sympy.sympify(x) for x in xs]
+
+
+def product(xs: Iterable[Expr]) -> Expr:
+    return functools.reduce(lambda a, b: a * b, xs, sympy.Integer(1))
+
+
+def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
+    strides: list[Expr] = []
+    acc: Expr = sympy.Integer(1)
+    for s in reversed(list(size)):
+        strides.append(acc)
+        acc = acc * s
+    return list(reversed(strides))
+
+
+def index_vars(prefix: str, n: int) -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+
+
+def strided_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = sympy.Integer(0)) -> Expr:
+    return offset + sympy.Add(*[i * s for i, s in zip(index, stride)])
+
+
+def static_int(x: Expr) -> int:
+    """The int value of a size; dynamic sizes are not supported yet, so every size must be concrete."""
+    if isinstance(x, int):
+        return x
+    if getattr(x, "is_Integer", False):
+        return int(x)
+    raise NotImplementedError(f"symbolic size {x} (dynamic shapes are not supported yet)")
+
+
+def simplify_index(expr: Expr, ranges: dict[sympy.Symbol, Expr] | None = None) -> Expr:
+    """Expand and drop div/mod that the ranges make redundant."""
+    expr = sympy.expand(expr)
+    if ranges:
+        repl = {}
+        for node in expr.atoms(FloorDiv, ModularIndexing):
+            repl_node = _simplify_divmod(node, ranges)
+            if repl_node is not None:
+                repl[node] = repl_node
+        if repl:
+            expr = sympy.expand(expr.xreplace(repl))
+    return expr
+
+
+def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
+    """An exclusive upper bound of a non-negative linear expression over the ranges."""
+    total = 0
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Integer or int(coeff) < 0:
+            return None
+        if rest == 1:
+            total += int(coeff)
+        elif isinstance(rest, sympy.Symbol) and rest in ranges and ranges[rest].is_Integer:
+            total += int(coeff) * (int(ranges[rest]) - 1)
+        else:
+            return None
+    return total + 1
+
+
+def _simplify_divmod(node: Expr, ranges: dict[sympy.Symbol, Expr]) -> Expr | None:
+    if isinstance(node, FloorDiv):
+        base, div = node.args
+        ub = _upper_bound(base, ranges)
+        if ub is not None and div.is_Integer and ub <= int(div):
+            return sympy.Integer(0)
+    if isinstance(node, ModularIndexing):
+        base, div, mod = node.args
+        ub = _upper_bound(base, ranges)
+        if ub is not None and div.is_Integer and mod.is_Integer and ub <= int(div) * int(mod):
+            return FloorDiv(base, div)
+    return None
+
+
+def merge_divmod(expr: Expr) -> Expr:
+    """Recombine the split that views make of one index: c*m*(x // (d*m)) + c*((x // d) % m) -> c*(x // d).
+
+    Flattening and unflattening an index (reshape to fewer dims, then back) leaves these pairs;
+    merging them gives back the plain linear index, which is what makes a producer's store and its
+    consumer's load compare equal.
+    """
+    changed = True
+    while changed:
+        changed = False
+        terms = {}
+        for t in sympy.Add.make_args(sympy.expand(expr)):
+            coeff, rest = t.as_coeff_Mul()
+            terms[rest] = terms.get(rest, 0) + coeff
+        for rest, coeff in list(terms.items()):
+            if not isinstance(rest, ModularIndexing) or rest not in terms:
+                continue
+            x, d, m = rest.args
+            # partner 1: floor division at the next level
+            fd = FloorDiv(x, d * m)
+            if fd in terms and terms[fd] == coeff * m:
+                del terms[fd]
+                del terms[rest]
+                merged = FloorDiv(x, d)
+                terms[merged] = terms.get(merged, 0) + coeff
+                changed = True
+                break
+            # partner 2: a modular index at the next level
+            for other, oc in list(terms.items()):
+                if (isinstance(other, ModularIndexing) and other.args[0] == x and other.args[1] == d * m
+                        and oc == coeff * m and other is not rest):
+                    del terms[other]
+                    del terms[rest]
+                    merged = ModularIndexing(x, d, m * other.args[2])
+                    terms[merged] = terms.get(merged, 0) + coeff
+                    changed = True
+                    break
+            if changed:
+                break
+        expr = sympy.Add(*[c * r for r, c in terms.items()])
+    return expr

@@ -1,0 +1,180 @@
+"""Views: index remaps over their input, never copies."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout
+from .lowerings import register_lowering
+from .sizevars import FloorDiv, ModularIndexing, product, sympify_seq
+
+aten = torch.ops.aten
+
+
+def _norm_dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+@register_lowering(aten.permute)
+def permute(x: IRNode, dims):
+    ndim = len(x.get_size())
+    dims = [_norm_dim(d, ndim) for d in dims]
+    size = [x.get_size()[d] for d in dims]
+    inv = [dims.index(i) for i in range(ndim)]
+    return View(x, size, lambda idx: [idx[inv[i]] for i in range(ndim)])
+
+
+@register_lowering(aten.t)
+def t(x):
+    return permute(x, list(reversed(range(len(x.get_size())))))
+
+
+@register_lowering(aten.transpose.int)
+def transpose(x, d0, d1):
+    ndim = len(x.get_size())
+    dims = list(range(ndim))
+    d0, d1 = _norm_dim(d0, ndim), _norm_dim(d1, ndim)
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return permute(x, dims)
+
+
+@register_lowering(aten.expand)
+def expand(x, size, implicit=False):
+    old = x.get_size()
+    size = sympify_seq(size)
+    shift = len(size) - len(old)
+    size = [old[i - shift] if s == -1 else s for i, s in enumerate(size)]
+
+    def reindex(idx):
+        return [sympy.Integer(0) if o == 1 and size[shift + i] != 1 else idx[shift + i] for i, o in enumerate(old)]
+    return View(x, size, reindex)
+
+
+@register_lowering(aten.slice.Tensor)
+def slice_(x, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    dim = _norm_dim(dim, len(size))
+    n = int(size[dim])
+    start = 0 if start is None else start
+    end = n if end is None else end
+    start = max(0, min(n, start + n if start < 0 else start))
+    end = max(start, min(n, end + n if end < 0 else end))
+    new = list(size)
+    new[dim] = sympy.Integer((end - start + step - 1) // step)
+
+    def reindex(idx):
+        idx = list(idx)
+        idx[dim] = start + step * idx[dim]
+        return idx
+    return View(x, new, reindex)
+
+
+@register_lowering(aten.select.int)
+def select(x, dim, index):
+    size = x.get_size()
+    dim = _norm_dim(dim, len(size))
+    index = index + int(size[dim]) if index < 0 else index
+    new = size[:dim] + size[dim + 1:]
+    return View(x, new, lambda idx: list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:]))
+
+
+@register_lowering(aten.unsqueeze)
+def unsqueeze(x, dim):
+    size = x.get_size()
+    dim = _norm_dim(dim, len(size) + 1)
+    new = size[:dim] + [sympy.Integer(1)] + size[dim:]
+    return View(x, new, lambda idx: list(idx[:dim]) + list(idx[dim + 1:]))
+
+
+@register_lowering(aten.squeeze)
+def squeeze(x, dim=None):
+    size = x.get_size()
+    if dim is None:
+        dims = [i for i, s in enumerate(size) if s == 1]
+    else:
+        dims = [_norm_dim(d, len(size)) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        dims = [d for d in dims if size[d] == 1]
+    keep = [i for i in range(len(size)) if i not in dims]
+    new = [size[i] for i in keep]
+
+    def reindex(idx):
+        full = [sympy.Integer(0)] * len(size)
+        for j, i in enumerate(keep):
+            full[i] = idx[j]
+        return full
+    return View(x, new, reindex)
+
+
+@register_lowering(aten.view, aten._unsafe_view, aten.reshape)
+def view(x, size):
+    old = x.get_size()
+    size = list(size)
+    if -1 in size:
+        known = product(sympify_seq([s for s in size if s != -1]))
+        size[size.index(-1)] = product(old) / known
+    new = sympify_seq(size)
+    return View(x, new, reshape_reindexer(old, new))
+
+
+@register_lowering(aten.view.dtype)
+def view_dtype(x, dtype):
+    raise NotImplementedError("bitcast views run as fallback")
+
+
+def reshape_reindexer(old, new):
+    """Map an index of shape `new` to one of shape `old` (same numel), dimension group by group.
+
+    Groups are the shortest runs of old and new dims with equal products; a 1→1 group passes the
+    index through, others flatten and unflatten within the group only, so indices stay simple.
+    """
+    groups = []  # (old dims, new dims)
+    i = j = 0
+    while i < len(old) or j < len(new):
+        oi, nj = [], []
+        po = pn = sympy.Integer(1)
+        if i < len(old):
+            oi.append(i); po = old[i]; i += 1
+        if j < len(new):
+            nj.append(j); pn = new[j]; j += 1
+        while po != pn:
+            if (po.is_Integer and pn.is_Integer and int(po) < int(pn)) and i < len(old) or j >= len(new):
+                oi.append(i); po = po * old[i]; i += 1
+            else:
+                nj.append(j); pn = pn * new[j]; j += 1
+        groups.append((oi, nj))
+
+    def reindex(idx):
+        out = [sympy.Integer(0)] * len(old)
+        for oi, nj in groups:
+            if not oi:
+                continue
+            flat = sympy.Integer(0)
+            for k in nj:
+                flat = flat * new[k] + idx[k]
+            if len(oi) == 1:
+                out[oi[0]] = flat
+                continue
+            divisor = sympy.Integer(1)
+            for k in reversed(oi):
+                if old[k] == 1:
+                    continue
+                out[k] = ModularIndexing(flat, divisor, old[k]) if k != oi[0] else FloorDiv(flat, divisor)
+                divisor = divisor * old[k]
+        return out
+    return reindex
+
+
+@register_lowering(aten.as_strided)
+def as_strided(x, size, stride, storage_offset=None):
+    if isinstance(x, View):
+        base, _ = x.unwrap()
+        x = base
+    if isinstance(x, ReinterpretView):
+        x = x.data
+    if isinstance(x, StorageBox):
+        x = x.realize()
+    assert isinstance(x, Buffer)
+    base_offset = x.storage_offset if isinstance(x, InputBuffer) else 0
+    offset = sympy.Integer((storage_offset if storage_offset is not None else base_offset) - base_offset)
+    layout = Layout(x.get_device(), x.get_dtype(), tuple(sympify_seq(size)), tuple(sympify_seq(stride)), offset)
+    return ReinterpretView(x, layout)

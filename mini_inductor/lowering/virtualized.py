@@ -1,0 +1,89 @@
+"""The `ops` handler that loop bodies call.
+
+A loop body is a plain Python function of index expressions that calls ``ops.load``,
+``ops.add``, ``ops.reduction``... The same body runs under different handlers: the scheduler's
+recording handler collects reads and writes, the Triton handler emits code, the counting handler
+sizes a body for the realization heuristic. The handler in force is held in a context variable and
+swapped with ``set_ops_handler``; it is never reached from outside a ``with`` block.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Iterator
+
+_handler: contextvars.ContextVar[Any] = contextvars.ContextVar("mini_inductor_ops_handler")
+
+
+class _OpsProxy:
+    def __getattr__(self, name: str) -> Any:
+        try:
+            handler = _handler.get()
+        except LookupError:
+            raise RuntimeError(f"ops.{name} called outside of a loop-body evaluation") from None
+        return getattr(handler, name)
+
+
+ops = _OpsProxy()
+
+
+@contextlib.contextmanager
+def set_ops_handler(handler: Any) -> Iterator[Any]:
+    token = _handler.set(handler)
+    try:
+        yield handler
+    finally:
+        _handler.reset(token)
+
+
+# Every op a loop body may call besides load/store/reduction/constant/index_expr/to_dtype/where/masked.
+# Handlers implement these; `CountingHandler` and the scheduler's recorder accept all of them.
+POINTWISE_OPS = frozenset("""
+add sub mul truediv floordiv remainder fmod neg abs reciprocal square
+exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh
+sigmoid relu erf erfc erfinv lgamma pow atan2 hypot copysign
+maximum minimum floor ceil trunc round sign signbit isnan isinf
+eq ne lt le gt ge logical_and logical_or logical_xor logical_not
+bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift
+""".split())
+
+
+class CountingHandler:
+    """Counts loads and compute ops of a body: the realization heuristic's view of its cost."""
+
+    def __init__(self) -> None:
+        self.loads = 0
+        self.ops = 0
+
+    def load(self, name, index):
+        self.loads += 1
+        return None
+
+    def constant(self, value, dtype):
+        return None
+
+    def index_expr(self, expr, dtype):
+        return None
+
+    def to_dtype(self, x, dtype, src_dtype=None):
+        self.ops += 1
+        return None
+
+    def where(self, c, a, b):
+        self.ops += 1
+        return None
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        self.ops += 1
+        return None
+
+    def __getattr__(self, name):
+        if name in POINTWISE_OPS:
+            def count(*args, **kwargs):
+                self.ops += 1
+                return None
+            return count
+        raise AttributeError(name)

@@ -1,0 +1,59 @@
+"""What each compile produced, kept as plain records so tests, the demo and the CLI can read it.
+
+    from mini_inductor import metrics
+    metrics.reset()
+    torch.compile(fn, backend="mini_inductor")(x)
+    metrics.total_kernels()          # Triton kernels generated since reset()
+    metrics.compiled_graphs[-1]      # GraphRecord of the last compiled graph
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+
+@dataclasses.dataclass
+class GraphRecord:
+    """One compiled ATen graph (an inference, forward or backward graph)."""
+
+    name: str                                    # e.g. "forward_0", "inference_2"
+    num_fx_nodes: int = 0                        # call_function nodes in the ATen graph
+    nodes_before_fusion: int = 0                 # scheduler nodes before fusion
+    nodes_after_fusion: int = 0                  # scheduler nodes after fusion
+    kernel_names: list[str] = dataclasses.field(default_factory=list)  # generated Triton kernels
+    extern_calls: list[str] = dataclasses.field(default_factory=list)  # ATen ops called as extern kernels
+    fallback_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    source_path: str | None = None               # the generated output_code.py
+    cache_hit: bool = False                      # served from the in-process cache
+    compile_seconds: float = 0.0
+    ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.kernel_names)
+
+    def summary(self) -> str:
+        fb = sum(self.fallback_ops.values())
+        return (f"{self.name}: {self.num_fx_nodes} ATen nodes, {self.nodes_before_fusion} → "
+                f"{self.nodes_after_fusion} scheduler nodes, {self.num_kernels} Triton kernels, "
+                f"{len(self.extern_calls)} extern calls, {fb} fallback ops, {self.compile_seconds:.2f} s"
+                + (" (cache hit)" if self.cache_hit else "")
+                + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
+
+
+compiled_graphs: list[GraphRecord] = []
+
+
+def reset() -> None:
+    compiled_graphs.clear()
+
+
+def total_kernels() -> int:
+    return sum(g.num_kernels for g in compiled_graphs)
+
+
+def total_fallbacks() -> collections.Counter:
+    total: collections.Counter = collections.Counter()
+    for g in compiled_graphs:
+        total.update(g.fallback_ops)
+    return total

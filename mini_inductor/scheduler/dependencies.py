@@ -1,0 +1,214 @@
+"""Dependencies, found by running loop bodies under a recording `ops` handler.
+
+    MemoryDep(name, index, sizes)   reads or writes `name` at `index`, an expression of the
+                                    canonical loop variables c0, c1, ... ranging over `sizes`
+    StarDep(name)                   the whole buffer (extern calls, indirect indexing)
+    WeakDep(name)                   ordering only (a later mutation must wait for this reader)
+
+Canonical form: loops are simplified first (size-1 loops dropped, neighbouring loops merged when
+every access walks them contiguously), then variables are renamed c0, c1, ... in order. So a
+pointwise producer's write and its consumer's elementwise read compare equal whatever shapes the
+FX graph used. `normalized()` merges across the pointwise/reduction split as well, which is the
+form that decides whether a pointwise producer can feed a reduction inside its loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import sympy
+
+from ..lowering.ir import ComputedBuffer
+from ..lowering.sizevars import Expr, FloorDiv, ModularIndexing, merge_divmod, product, simplify_index
+from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryDep:
+    name: str
+    index: Expr
+    sizes: tuple[Expr, ...]
+
+    def normalized(self) -> "MemoryDep":
+        """Merge all mergeable loops, ignoring the pointwise/reduction split."""
+        vars_ = canonical_vars(len(self.sizes))
+        sizes, reindex = merge_loops(list(self.sizes), [self.index], vars_)
+        new_vars = canonical_vars(len(sizes))
+        index = simplify(self.index.xreplace(dict(zip(vars_, reindex(new_vars)))), dict(zip(new_vars, sizes)))
+        return MemoryDep(self.name, index, tuple(sizes))
+
+    def is_indirect(self) -> bool:
+        return any(str(s).startswith("tmp") for s in self.index.free_symbols)
+
+    def numbytes(self, itemsize: int, buffer_numel: int) -> int:
+        """Bytes this access touches: the product of the ranges of the variables it uses."""
+        if self.is_indirect():
+            return buffer_numel * itemsize
+        used = self.index.free_symbols
+        n = 1
+        for v, s in zip(canonical_vars(len(self.sizes)), self.sizes):
+            if v in used:
+                n *= int(s)
+        return min(n, buffer_numel) * itemsize
+
+    def __str__(self):
+        return f"MemoryDep({self.name}, {self.index}, {[str(s) for s in self.sizes]})"
+
+
+@dataclasses.dataclass(frozen=True)
+class StarDep:
+    name: str
+
+    def __str__(self):
+        return f"StarDep({self.name})"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeakDep:
+    name: str
+    mutating_buf: str = ""
+
+    def __str__(self):
+        return f"WeakDep({self.name})"
+
+
+Dep = MemoryDep | StarDep | WeakDep
+
+
+def canonical_vars(n: int, prefix: str = "c") -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+
+
+def simplify(expr: Expr, ranges: dict) -> Expr:
+    return merge_divmod(simplify_index(merge_divmod(sympy.expand(expr)), ranges))
+
+
+def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.Symbol]):
+    """Drop size-1 loops and merge neighbours every expression walks contiguously.
+
+    Returns the new sizes and `reindex(new_vars) -> old var values` (expressions in the new vars).
+    """
+    groups = [[i] for i in range(len(sizes)) if sizes[i] != 1]
+    exprs = [sympy.expand(e) for e in exprs]
+    merged = True
+    while merged:
+        merged = False
+        for g in range(len(groups) - 1):
+            a, b = groups[g][-1], groups[g + 1][0]
+            if all(_contiguous(e, vars_[a], vars_[b], sizes, groups[g + 1]) for e in exprs):
+                groups[g] = groups[g] + groups[g + 1]
+                del groups[g + 1]
+                merged = True
+                break
+    new_sizes = [product(sizes[i] for i in g) for g in groups]
+
+    def reindex(new_vars):
+        out: list[Expr] = [sympy.Integer(0)] * len(sizes)
+        for v, g in zip(new_vars, groups):
+            inner = sympy.Integer(1)
+            for k in reversed(g):
+                out[k] = FloorDiv(v, inner) if k == g[0] else ModularIndexing(v, inner, sizes[k])
+                inner = inner * sizes[k]
+        return out
+    return new_sizes, reindex
+
+
+def _contiguous(expr: Expr, outer: sympy.Symbol, inner: sympy.Symbol, sizes, inner_group) -> bool:
+    """`outer` steps exactly over the whole inner group: coeff(outer) == coeff(inner) * size(inner group)."""
+    for node in expr.atoms(FloorDiv, ModularIndexing):
+        if node.free_symbols & {outer, inner}:
+            return False
+    co, ci = expr.coeff(outer), expr.coeff(inner)
+    if co.free_symbols or ci.free_symbols:
+        return False
+    return sympy.expand(co - ci * product(sizes[k] for k in inner_group)) == 0
+
+
+class RecordingHandler:
+    """The ops handler that records loads and stores; every other op is a no-op."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, Expr]] = []
+        self.writes: list[tuple[str, Expr]] = []
+        self.indirect = 0
+        self.op_counts: dict[str, int] = {}
+
+    def load(self, name, index):
+        self.reads.append((name, index))
+        return "load"
+
+    def store(self, name, index, value):
+        self.writes.append((name, index))
+
+    store_reduction = store
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        self._count(reduction_type)
+        return ("red",) * 3 if reduction_type == "welford_reduce" else "red"
+
+    def constant(self, value, dtype):
+        return "const"
+
+    def index_expr(self, expr, dtype):
+        return "index"
+
+    def to_dtype(self, x, dtype, src_dtype=None):
+        return x
+
+    def where(self, c, a, b):
+        self._count("where")
+        return a
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def _count(self, name):
+        self.op_counts[name] = self.op_counts.get(name, 0) + 1
+
+    def __getattr__(self, name):
+        if name in POINTWISE_OPS:
+            def op(*args, **kwargs):
+                self._count(name)
+                return name
+            return op
+        raise AttributeError(name)
+
+
+@dataclasses.dataclass
+class LoopBody:
+    """A ComputedBuffer's loops after simplification, and the accesses it makes in them."""
+
+    sizes: list[Expr]                 # pointwise (outer) loop sizes, simplified
+    reduction_sizes: list[Expr]       # reduction loop sizes, simplified
+    reindex: Callable                 # (vars, rvars) -> (original index, original rindex)
+    reads: list[MemoryDep]
+    writes: list[MemoryDep]
+    op_counts: dict[str, int]
+
+
+def analyze_body(buf: ComputedBuffer) -> LoopBody:
+    """Run the body once symbolically: simplify its loops, then record canonical reads and writes."""
+    ranges, rranges = buf.get_ranges()
+    xv, rv = canonical_vars(len(ranges), "x"), canonical_vars(len(rranges), "r")
+    first = _record(buf, xv, rv)
+    exprs = [e for _, e in first.reads + first.writes]
+    sizes, reindex_x = merge_loops(ranges, exprs, xv)
+    rsizes, reindex_r = merge_loops(rranges, exprs, rv)
+
+    def reindex(new_x, new_r):
+        return reindex_x(new_x), reindex_r(new_r)
+
+    cv = canonical_vars(len(sizes) + len(rsizes))
+    rec = _record(buf, *reindex(cv[:len(sizes)], cv[len(sizes):]))
+    var_ranges = dict(zip(cv, sizes + rsizes))
+    all_sizes = tuple(sizes + rsizes)
+    reads = [MemoryDep(n, simplify(e, var_ranges), all_sizes) for n, e in rec.reads]
+    writes = [MemoryDep(n, simplify(e, var_ranges), all_sizes) for n, e in rec.writes]
+    return LoopBody(sizes, rsizes, reindex, list(dict.fromkeys(reads)), writes, rec.op_counts)
+
+
+def _record(buf: ComputedBuffer, index, rindex) -> RecordingHandler:
+    rec = RecordingHandler()
+    with set_ops_handler(rec):
+        buf.store_body(index, rindex)
+    return rec

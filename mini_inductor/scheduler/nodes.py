@@ -1,0 +1,137 @@
+"""Scheduler nodes: what the scheduler orders and fuses.
+
+    SchedulerNode             one ComputedBuffer (a Pointwise or Reduction loop nest)
+    ExternKernelSchedulerNode an ATen call; never fused
+    FusedSchedulerNode        an ordered list of SchedulerNodes that becomes one kernel
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, Origin
+from ..lowering.sizevars import product, static_int
+from .dependencies import Dep, LoopBody, MemoryDep, StarDep, analyze_body
+
+
+class BaseSchedulerNode:
+    name: str
+    reads: set[Dep]
+    writes: set[Dep]
+    unmet_dependencies: set[Dep]
+    min_order: int = 0
+    max_order: int = 0
+    ancestors: frozenset[str] = frozenset()
+
+    def get_nodes(self) -> list["BaseSchedulerNode"]:
+        return [self]
+
+    def get_names(self) -> set[str]:
+        return {n.name for n in self.get_nodes()}
+
+    def is_extern(self) -> bool:
+        return False
+
+    def is_reduction(self) -> bool:
+        return False
+
+    def used_buffer_names(self) -> set[str]:
+        return {d.name for d in self.reads | self.writes}
+
+    @property
+    def origins(self) -> tuple[Origin, ...]:
+        seen: dict[Origin, None] = {}
+        for n in self.get_nodes():
+            for o in n.node.origins:
+                seen[o] = None
+        return tuple(seen)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name})"
+
+
+class SchedulerNode(BaseSchedulerNode):
+    def __init__(self, node: ComputedBuffer):
+        self.node = node
+        self.name = node.name
+        self.body: LoopBody = analyze_body(node)
+        self.reads = set(self.body.reads)
+        self.writes = set(self.body.writes)
+        if self.is_reduction():
+            # a reduction's store uses only the outer loops
+            self.writes = {MemoryDep(d.name, d.index, tuple(self.body.sizes)) for d in self.writes}
+        self.unmet_dependencies = set()
+
+    def is_reduction(self) -> bool:
+        return self.node.is_reduction
+
+    def get_device(self) -> torch.device:
+        return self.node.get_device()
+
+    @property
+    def group(self) -> tuple:
+        numel = static_int(product(self.body.sizes))
+        rnumel = static_int(product(self.body.reduction_sizes)) if self.is_reduction() else 1
+        return (self.get_device(), numel, rnumel)
+
+
+class ExternKernelSchedulerNode(BaseSchedulerNode):
+    def __init__(self, node: Buffer):
+        self.node = node
+        self.name = node.name
+        if isinstance(node, MultiOutput):
+            self.reads = {StarDep(node.parent.name)}
+        else:
+            assert isinstance(node, ExternKernel)
+            self.reads = {StarDep(b.name) for b in node.inputs()}
+        self.writes = {StarDep(node.name)}
+        self.unmet_dependencies = set()
+
+    def is_extern(self) -> bool:
+        return True
+
+    def get_device(self) -> torch.device:
+        return self.node.get_device()
+
+
+class FusedSchedulerNode(BaseSchedulerNode):
+    """Several SchedulerNodes in one kernel; takes its reduction member's group."""
+
+    def __init__(self, snodes: list[SchedulerNode]):
+        self.snodes = snodes
+        self.name = "_".join(n.name for n in snodes)
+        names = {n.name for n in snodes}
+        writes: set[Dep] = set().union(*(n.writes for n in snodes))
+        self.writes = writes
+        self.reads = {d for n in snodes for d in n.reads if not (d.name in names and d in writes)}
+        self.unmet_dependencies = {d for n in snodes for d in n.unmet_dependencies if d.name not in names}
+        self.min_order = min(n.min_order for n in snodes)
+        self.max_order = max(n.max_order for n in snodes)
+        self.ancestors = frozenset().union(*(n.ancestors for n in snodes)) - names
+
+    @staticmethod
+    def fuse(a: BaseSchedulerNode, b: BaseSchedulerNode) -> "FusedSchedulerNode":
+        # members keep the original (topological) order, whatever order the pair came in
+        members = sorted(a.get_nodes() + b.get_nodes(), key=lambda n: n.min_order)
+        return FusedSchedulerNode(members)  # type: ignore[arg-type]
+
+    def get_nodes(self):
+        return list(self.snodes)
+
+    def is_reduction(self) -> bool:
+        return any(n.is_reduction() for n in self.snodes)
+
+    def get_device(self) -> torch.device:
+        return self.snodes[0].get_device()
+
+    @property
+    def group(self) -> tuple:
+        for n in self.snodes:
+            if n.is_reduction():
+                return n.group
+        return self.snodes[0].group
+
+
+def create_node(buf: Buffer) -> BaseSchedulerNode:
+    if isinstance(buf, ComputedBuffer):
+        return SchedulerNode(buf)
+    return ExternKernelSchedulerNode(buf)

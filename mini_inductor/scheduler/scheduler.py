@@ -1,0 +1,234 @@
+"""The Scheduler: IR buffers → ordered, fused kernel groups with buffer lifetimes.
+
+    nodes from buffers → dependencies and users → dead-node elimination → topological order
+    → fusion rounds (legality with reasons, cycle check, score) → last-use freeing
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from ..config import Config
+from ..lowering.graph import LoweredGraph
+from ..lowering.ir import Buffer, ExternKernel, InputBuffer, MultiOutput, ReinterpretView
+from ..lowering.sizevars import static_int
+from .dependencies import Dep, StarDep
+from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
+from .memory import compute_last_use
+from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
+
+fusion_log = logging.getLogger("mini_inductor.fusion")
+schedule_log = logging.getLogger("mini_inductor.schedule")
+
+MAX_FUSION_ROUNDS = 10
+
+
+@dataclasses.dataclass
+class Schedule:
+    """What codegen receives: the ordered kernel groups and when each buffer dies."""
+
+    graph: LoweredGraph
+    nodes: list[BaseSchedulerNode]               # in execution order; fused groups are FusedSchedulerNodes
+    frees_after: list[list[str]]                 # per node: buffers whose last use it is
+    output_names: list[str]
+    decisions: list[FusionDecision]
+    nodes_before_fusion: int
+    removed: list[str]                           # dead nodes eliminated
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        """The schedule after fusion, a group a line, with the refusals (for the debug dir)."""
+        lines = [f"# schedule of {self.graph.name}: {self.nodes_before_fusion} nodes → {len(self.nodes)} groups"]
+        for i, node in enumerate(self.nodes):
+            kind = "extern" if node.is_extern() else ("reduction" if node.is_reduction() else "pointwise")
+            members = ", ".join(n.name for n in node.get_nodes())
+            ops = ", ".join(sorted({o.op for o in node.origins}))
+            frees = f"  frees {', '.join(self.frees_after[i])}" if self.frees_after[i] else ""
+            lines.append(f"{i:3d} {kind:9s} [{members}]  ops: {ops}{frees}")
+        refused = [d for d in self.decisions if not d.fused]
+        if refused:
+            lines.append("# refused candidate pairs")
+            lines += [f"cannot fuse {d.node1} with {d.node2}: {d.reason}" for d in refused]
+        if self.removed:
+            lines.append("# removed dead nodes: " + ", ".join(self.removed))
+        return "\n".join(lines)
+
+
+def schedule(graph: LoweredGraph, cfg: Config) -> Schedule:
+    return Scheduler(graph, cfg).run()
+
+
+class Scheduler:
+    def __init__(self, graph: LoweredGraph, cfg: Config):
+        self.graph = graph
+        self.cfg = cfg
+        self.decisions: list[FusionDecision] = []
+
+    def run(self) -> Schedule:
+        start = time.perf_counter()
+        nodes = [create_node(b) for b in self.graph.buffers]
+        output_names = self._output_names()
+        nodes, removed = self._eliminate_dead(nodes, output_names)
+        self._compute_dependencies(nodes)
+        nodes = self._topological_sort(nodes)
+        for i, n in enumerate(nodes):
+            n.min_order = n.max_order = i
+        self._compute_ancestors(nodes)
+        before = len(nodes)
+        nodes = self._fuse(nodes)
+        frees = compute_last_use(nodes, output_names, self.graph)
+        result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
+                          time.perf_counter() - start)
+        schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
+        return result
+
+    def _output_names(self) -> list[str]:
+        names = []
+        for out in self.graph.outputs:
+            if isinstance(out, ReinterpretView):
+                names.append(out.data.name)
+            elif isinstance(out, Buffer):
+                names.append(out.name)
+        return names
+
+    def _eliminate_dead(self, nodes, output_names):
+        """Drop nodes nobody reads (extern calls stay: they may have side effects)."""
+        live = set(output_names)
+        kept = []
+        removed = []
+        for node in reversed(nodes):
+            if node.name in live or node.is_extern() and not isinstance(node.node, MultiOutput):
+                kept.append(node)
+                live |= {d.name for d in node.reads}
+                if isinstance(node.node, MultiOutput):
+                    live.add(node.node.parent.name)
+            else:
+                removed.append(node.name)
+        return list(reversed(kept)), sorted(removed)
+
+    def _compute_dependencies(self, nodes) -> None:
+        produced = {n.name for n in nodes}
+        for n in nodes:
+            n.unmet_dependencies = {d for d in n.reads if d.name in produced and d.name != n.name}
+
+    def _topological_sort(self, nodes):
+        """Depth-first, dependencies by name, so the order is deterministic and close to the input's."""
+        by_name = {n.name: n for n in nodes}
+        seen: set[str] = set()
+        order = []
+
+        def visit(n):
+            if n.name in seen:
+                return
+            seen.add(n.name)
+            for dep in sorted(n.unmet_dependencies, key=lambda d: d.name):
+                visit(by_name[dep.name])
+            order.append(n)
+        for n in nodes:
+            visit(n)
+        return order
+
+    def _compute_ancestors(self, nodes) -> None:
+        ancestors: dict[str, frozenset[str]] = {}
+        for n in nodes:
+            acc: set[str] = set()
+            for dep in n.unmet_dependencies:
+                acc.add(dep.name)
+                acc |= ancestors[dep.name]
+            ancestors[n.name] = frozenset(acc)
+            n.ancestors = ancestors[n.name]
+
+    def _buffer_bytes(self) -> dict[str, int]:
+        sizes = {}
+        for b in self.graph.buffers:
+            if b.layout is not None:
+                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
+        for b in self.graph.inputs:
+            if isinstance(b, InputBuffer):
+                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
+        return sizes
+
+    def _fuse(self, nodes):
+        nbytes = self._buffer_bytes()
+        for rnd in range(MAX_FUSION_ROUNDS):
+            if len(nodes) <= 1:
+                break
+            node_of = {name: n for n in nodes for name in n.get_names()}
+            candidates = self._candidates(nodes, node_of, rnd)
+            candidates.sort(key=lambda p: score_fusion(p[0], p[1], nbytes), reverse=True)
+            fusion_log.debug("round %d: %d nodes, %d candidate pairs", rnd, len(nodes), len(candidates))
+            fused_any = False
+            for a, b in candidates:
+                a, b = node_of[a.get_nodes()[0].name], node_of[b.get_nodes()[0].name]
+                if a is b:
+                    continue
+                if a.min_order > b.min_order:
+                    a, b = b, a
+                score = score_fusion(a, b, nbytes)
+                reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of)
+                if reason is None and will_fusion_create_cycle(a, b, node_of):
+                    reason = "will create cycle"
+                    fusion_log.debug("cannot fuse %s with %s: %s", a.name, b.name, reason)
+                self.decisions.append(FusionDecision(a.name, b.name, rnd, score, reason is None, reason or ""))
+                if reason is None:
+                    fusion_log.debug("fusing %s with %s", a.name, b.name)
+                    fused = FusedSchedulerNode.fuse(a, b)
+                    for name in fused.get_names():
+                        node_of[name] = fused
+                    fused_any = True
+            unique = list({id(n): n for n in node_of.values()}.values())
+            nodes = self._reorder(unique)
+            if not fused_any:
+                break
+        return nodes
+
+    def _candidates(self, nodes, node_of, rnd):
+        """Pairs of nodes that use a common buffer, each within `fusion_window` of the other."""
+        by_buffer: dict[str, list[BaseSchedulerNode]] = {}
+        for n in nodes:
+            if n.is_extern():
+                continue
+            for name in sorted(n.used_buffer_names()):
+                by_buffer.setdefault(name, []).append(n)
+        window = self.cfg.fusion_window
+        seen: set[tuple[int, int]] = set()
+        pairs = []
+        for users in by_buffer.values():
+            users = sorted(users, key=lambda n: n.min_order)
+            for i, a in enumerate(users):
+                for b in users[i + 1:i + 1 + window]:
+                    key = (id(a), id(b))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of)
+                    if reason is None:
+                        pairs.append((a, b))
+                    else:
+                        self.decisions.append(FusionDecision(a.name, b.name, rnd, None, False, reason))
+        return pairs
+
+    def _reorder(self, nodes):
+        """Sort by original position, then re-sort topologically over the fused groups."""
+        nodes = sorted(nodes, key=lambda n: n.min_order)
+        owner = {name: n for n in nodes for name in n.get_names()}
+        seen: set[int] = set()
+        order = []
+
+        def visit(n):
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            deps = sorted({owner[d.name].min_order: owner[d.name] for d in _all_unmet(n)
+                           if d.name in owner and owner[d.name] is not n}.items())
+            for _, dep in deps:
+                visit(dep)
+            order.append(n)
+        for n in nodes:
+            visit(n)
+        return order
+
+
+def _all_unmet(n: BaseSchedulerNode) -> set[Dep]:
+    return set().union(*(m.unmet_dependencies for m in n.get_nodes()))
