@@ -1,0 +1,148 @@
+"""In-place updates of inputs reach the caller; outputs alias inputs exactly when eager's do."""
+import torch
+
+from common import check, compile_fn
+
+
+def test_inplace_add_on_input_mutates_input(device):
+    x = torch.randn(8, 8, device=device)
+
+    def fn(x):
+        x.add_(1)
+        return x * 2
+    check(fn, x)
+
+
+def test_inplace_add_returns_the_input_itself(device):
+    x = torch.randn(8, 8, device=device)
+    check(lambda x: x.mul_(3), x)
+
+
+def test_index_put_of_row_mutates_input(device):
+    x = torch.randn(4, 6, device=device)
+
+    def fn(x):
+        x[0] = 3
+        return x.sum()
+    check(fn, x)
+
+
+def test_copy_into_slice_of_input(device):
+    x, y = torch.randn(4, 6, device=device), torch.randn(4, 2, device=device)
+
+    def fn(x, y):
+        x[:, 1:3].copy_(y * 2)
+        return x + 1
+    check(fn, x, y)
+
+
+def test_index_put_with_index_tensor_accumulates(device):
+    x = torch.zeros(6, device=device)
+    idx = torch.tensor([0, 2, 2, 5], device=device)
+    vals = torch.tensor([1.0, 2.0, 3.0, 4.0], device=device)
+
+    def fn(x, i, v):
+        x.index_put_((i,), v, accumulate=True)
+        return x
+    check(fn, x, idx, vals)
+
+
+def test_index_add_into_input(device):
+    x = torch.randn(5, 3, device=device)
+    idx = torch.tensor([0, 4, 2], device=device)
+    src = torch.randn(3, 3, device=device)
+    check(lambda x, i, s: x.index_add_(0, i, s).sum(0), x, idx, src)
+
+
+def test_output_computed_before_mutation_sees_old_values(device):
+    x = torch.randn(8, device=device)
+
+    def fn(x):
+        before = x * 2
+        x.sub_(5)
+        return before, x + 0
+    check(fn, x)
+
+
+def test_inplace_on_transposed_view_mutates_input(device):
+    x = torch.randn(4, 6, device=device)
+
+    def fn(x):
+        x.t()[1:3].mul_(10)
+        return x.sum(0)
+    check(fn, x)
+
+
+def test_two_inputs_mutated(device):
+    x, y = torch.randn(8, device=device), torch.randn(8, device=device)
+
+    def fn(x, y):
+        x.mul_(2)
+        y.copy_(x + y)
+        return None
+    check(fn, x, y)
+
+
+def test_inplace_on_intermediate_does_not_touch_input(device):
+    x = torch.randn(8, 8, device=device)
+
+    def fn(x):
+        t = x * 2
+        t.relu_()
+        t += 1
+        return t
+    check(fn, x)
+
+
+def test_returned_transpose_is_a_view_of_the_input(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: x.t(), x)
+
+
+def test_returned_slice_is_a_view_of_the_input(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: x[1:], x)
+
+
+def test_returned_view_and_computed_output(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: (x.view(6, 4), x.sum()), x)
+
+
+def test_input_returned_unchanged(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: x, x)
+
+
+def test_input_returned_next_to_computed_output(device):
+    x, y = torch.randn(4, 6, device=device), torch.randn(4, 6, device=device)
+    check(lambda x, y: (y, x + y), x, y)
+
+
+def test_clone_does_not_alias_the_input(device):
+    x = torch.randn(4, 6, device=device)
+    check(lambda x: x.clone(), x)
+
+
+def test_contiguous_of_transposed_input_is_a_fresh_tensor(device):
+    x = torch.randn(4, 6, device=device).t()
+    check(lambda x: x.contiguous(), x)
+
+
+def test_batch_norm_training_updates_running_stats(device):
+    x = torch.randn(16, 5, device=device) * 2 + 1
+    running_mean, running_var = torch.zeros(5, device=device), torch.ones(5, device=device)
+    check(lambda x, m, v: torch.nn.functional.batch_norm(x, m, v, training=True, momentum=0.1),
+          x, running_mean, running_var)
+
+
+def test_batch_norm_module_in_training_mode_updates_its_buffers(device):
+    eager = torch.nn.BatchNorm1d(5, device=device)
+    compiled_module = torch.nn.BatchNorm1d(5, device=device)
+    compiled = compile_fn(compiled_module)
+    for _ in range(2):
+        x = torch.randn(16, 5, device=device) * 2 + 1
+        torch.testing.assert_close(compiled(x), eager(x))
+    torch.testing.assert_close(compiled_module.running_mean, eager.running_mean)
+    torch.testing.assert_close(compiled_module.running_var, eager.running_var)
+    assert compiled_module.num_batches_tracked.item() == eager.num_batches_tracked.item() == 2
