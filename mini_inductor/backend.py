@@ -44,9 +44,15 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.addmm,
                   aten.native_layer_norm_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
                   aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
-                  aten.native_batch_norm, aten._native_batch_norm_legit_functional,
-                  aten._native_batch_norm_legit_no_training, aten.native_batch_norm_backward, aten.linalg_vector_norm]
-_KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction}
+                  aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm]
+_KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
+               # attention stays one library call (its decompositions also change output strides)
+               aten._scaled_dot_product_flash_attention_for_cpu.default,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+               aten.scaled_dot_product_attention.default,
+               # decomposing these before functionalization leaves a mutating op in the graph
+               aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default}
 
 
 @functools.lru_cache(None)

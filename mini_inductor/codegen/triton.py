@@ -208,9 +208,10 @@ class TritonKernel:
         stores = [b for b in args if b in self.stores]
         argnames = {**{b: f"in_ptr{i}" for i, b in enumerate(loads)}, **{b: f"out_ptr{i}" for i, b in enumerate(stores)}}
         self.argnames = argnames
-        params = [argnames[b] for b in args] + ["xnumel"]
+        # sizes are static: constexpr lets Triton fold them (and its interpreter loop over them)
+        params = [argnames[b] for b in args] + ["xnumel: tl.constexpr"]
         if self.is_reduction:
-            params.append("rnumel")
+            params.append("rnumel: tl.constexpr")
         params.append("XBLOCK: tl.constexpr")
         if self.is_reduction:
             params.append("RBLOCK: tl.constexpr")
@@ -292,21 +293,35 @@ class TritonOps:
         if max((static_int(a) for a in index.atoms(sympy.Integer)), default=0) > 2**31 - 1:
             k.int64 = True
         dtype = k.buffer_dtypes[name]
-        return k.emit(f"tl.load(@{name}@ + ({texpr(index)}), {self._mask(index)})", dtype)
+        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index)})", dtype)
 
-    def store(self, name: str, index, value):
+    def _pointer(self, name: str, index) -> str:
+        # an index without xindex still needs a block of pointers to match the mask
+        pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
+        return f"@{name}@ + ({texpr(index)}){pad}"
+
+    def store(self, name: str, index, value, after_loop: bool = False):
         k = self.k
         index = self._index(index)
         dtype = k.buffer_dtypes[name]
-        if value.dtype != dtype:
-            value = self.to_dtype(value, dtype)
         if name not in k.stores:
             k.stores.append(name)
+        if after_loop:
+            # a looped reduction's result exists only after its loop: store it there
+            if value.dtype != dtype:
+                cast = k.newvar(dtype)
+                k.section.finalize.append(f"{cast} = {value}.to({tl_dtype(dtype)})")
+                value = cast
+            k.store_cache[(name, index)] = (value, k.section.index + 1)
+            k.section.finalize.append(StoreLine(name, f"tl.store({self._pointer(name, index)}, {value}, xmask)"))
+            return
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
         k.store_cache[(name, index)] = (value, k.section.index)
-        k.section.lines.append(StoreLine(name, f"tl.store(@{name}@ + ({texpr(index)}), {value}, {self._mask(index)})"))
+        k.section.lines.append(StoreLine(name, f"tl.store({self._pointer(name, index)}, {value}, {self._mask(index)})"))
 
     def store_reduction(self, name: str, index, value):
-        self.store(name, index, value)
+        self.store(name, index, value, after_loop=self.k.looped)
 
     # values
     def constant(self, value, dtype: torch.dtype):

@@ -191,7 +191,16 @@ class GraphLowering:
     def _extern(self, node, target, args, kwargs, *, fallback: bool):
         meta = node.meta.get("val")
         origin = (Origin(node.name, _op_name(target), _source_line(node)),)
-        args, kwargs = tree_map(lambda a: ir.realize_as_tensor(a) if isinstance(a, IRNode) else a, (args, kwargs))
+        # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
+        metas = tree_map(lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else None,
+                         (list(node.args), dict(node.kwargs)))
+        flat_metas = tree_flatten(metas)[0]
+        flat, spec = tree_flatten((list(args), dict(kwargs)))
+        if len(flat_metas) == len(flat):
+            flat = [_as_extern_input(a, m) if isinstance(a, IRNode) else a for a, m in zip(flat, flat_metas)]
+        else:
+            flat = [ir.realize_as_tensor(a) if isinstance(a, IRNode) else a for a in flat]
+        args, kwargs = spec.unflatten(flat)
         devices = [a.get_device() for a in tree_flatten((args, kwargs))[0] if isinstance(a, (Buffer, ReinterpretView))]
         device = devices[0] if devices else None
         unsafe = _moves_device(target, kwargs, devices)
@@ -230,6 +239,17 @@ class GraphLowering:
             return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                         tensor.get_size(), value.origins)).realize(stride=want)
         return tensor
+
+
+def _as_extern_input(x: IRNode, meta) -> IRNode:
+    tensor = ir.realize_as_tensor(x)
+    if not isinstance(meta, torch.Tensor) or not is_non_overlapping_and_dense(meta):
+        return tensor
+    want = list(meta.stride())
+    if _strides_match(tensor.get_size(), tensor.layout.stride, want):
+        return tensor
+    return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
+                                tensor.get_size(), x.origins)).realize(stride=want)
 
 
 def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:

@@ -78,7 +78,7 @@ def _reduction_lowering(reduction_type):
     def lowering(x, dim=None, keepdim=False, *, dtype=None):
         if dtype is not None:
             x = to_dtype(x, dtype)
-        out_dtype = _out_dtype(reduction_type, x.get_dtype())
+        out_dtype = dtype if dtype is not None else _out_dtype(reduction_type, x.get_dtype())
         return make_reduction(x, _dims(x, dim), reduction_type, out_dtype=out_dtype, keepdim=keepdim)
     return lowering
 

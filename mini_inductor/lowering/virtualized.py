@@ -39,7 +39,7 @@ def set_ops_handler(handler: Any) -> Iterator[Any]:
 # Every op a loop body may call besides load/store/reduction/constant/index_expr/to_dtype/where/masked.
 # Handlers implement these; `CountingHandler` and the scheduler's recorder accept all of them.
 POINTWISE_OPS = frozenset("""
-add sub mul truediv floordiv remainder fmod neg abs reciprocal square
+add sub mul truediv truncdiv floordiv remainder fmod neg abs reciprocal square
 exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh
 sigmoid relu erf erfc erfinv lgamma pow atan2 hypot copysign
 maximum minimum floor ceil trunc round sign signbit isnan isinf

@@ -23,9 +23,9 @@ class CompiledGraph:
         self.constants = dict(constants)
         self._call: Callable = module.call
 
-    def __call__(self, args: list[Any]):
-        if not isinstance(args, list):
-            args = list(args)
+    def __call__(self, *args):
+        # boxed (one list, consumed) or plain positional tensors
+        args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
         return self._call(args, self.constants)
 
 
@@ -39,6 +39,6 @@ class EagerGraph:
         self.gm = gm
         self.reason = reason
 
-    def __call__(self, args: list[Any]):
-        args = list(args)
+    def __call__(self, *args):
+        args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
         return self.gm(*args)

@@ -67,4 +67,23 @@ def install() -> None:
     for name, fn in _TORCH_FNS.items():
         if hasattr(libdevice, name):
             setattr(libdevice, name, _standin(name, fn))
+    _round_bfloat16_to_nearest_even()
     _INSTALLED = True
+
+
+def _round_bfloat16_to_nearest_even() -> None:
+    """The interpreter truncates float32 → bfloat16; the GPU (and eager) round to nearest even."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            rounded = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
+            return interpreter.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), dst_type.scalar)
+        return original(self, src, dst_type)
+
+    builder.cast_impl = cast_impl
+    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
