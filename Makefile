@@ -19,13 +19,15 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $@
 
-# Without a visible CUDA GPU the generated Triton kernels run in Triton's interpreter.
-demo: venv
-	@if $(PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
-		echo "$(PY) -m mini_inductor demo $(ARGS)"; \
-		$(PY) -m mini_inductor demo $(ARGS); \
+# On a machine whose python3 sees a CUDA GPU (the GPU machine: no venv, no network) the demo runs
+# from the tree; elsewhere it sets up the venv and runs the kernels in Triton's interpreter.
+demo:
+	@if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then \
+		echo "PYTHONPATH=. python3 -m mini_inductor demo $(ARGS)"; \
+		PYTHONPATH=. python3 -m mini_inductor demo $(ARGS); \
 	else \
-		echo "TRITON_INTERPRET=1 $(PY) -m mini_inductor demo $(ARGS)"; \
+		$(MAKE) --no-print-directory venv && \
+		echo "TRITON_INTERPRET=1 $(PY) -m mini_inductor demo $(ARGS)" && \
 		TRITON_INTERPRET=1 $(PY) -m mini_inductor demo $(ARGS); \
 	fi
 

@@ -178,3 +178,19 @@ def as_strided(x, size, stride, storage_offset=None):
     offset = sympy.Integer((storage_offset if storage_offset is not None else base_offset) - base_offset)
     layout = Layout(x.get_device(), x.get_dtype(), tuple(sympify_seq(size)), tuple(sympify_seq(stride)), offset)
     return ReinterpretView(x, layout)
+
+
+@register_lowering(aten.split_with_sizes)
+def split_with_sizes(x, split_sizes, dim=0):
+    out, start = [], 0
+    for size in split_sizes:
+        out.append(slice_(x, dim, start, start + size))
+        start += size
+    return out
+
+
+@register_lowering(aten.split.Tensor)
+def split(x, split_size, dim=0):
+    n = int(x.get_size()[_norm_dim(dim, len(x.get_size()))])
+    sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if split_size else [n]
+    return split_with_sizes(x, sizes, dim)
