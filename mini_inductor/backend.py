@@ -31,7 +31,7 @@ from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
 from .runtime import CompiledGraph, EagerGraph
 from .runtime.interpreter import install as install_interpreter_shims
-from .runtime.interpreter import interpreting
+from .config import interpreting
 from .scheduler import schedule
 
 log = logging.getLogger("mini_inductor")
@@ -183,7 +183,9 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def _graph_key(gm, example_inputs, cfg: Config) -> str:
-    parts = [gm.code, repr(sorted(vars(cfg).items()))]
+    parts = [repr(sorted(vars(cfg).items()))]
+    for node in gm.graph.nodes:  # the graph's structure, not its source comments
+        parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             parts.append(f"{tuple(x.shape)}|{x.stride()}|{x.dtype}|{x.device}|{x.storage_offset()}")

@@ -92,3 +92,8 @@ def patch(**changes: Any) -> Iterator[Config]:
 
 def current() -> Config:
     return config
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -18,6 +18,7 @@ def _demo(*args: str, interpret: bool) -> subprocess.CompletedProcess:
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the interpreter path is the CPU one, also on a GPU machine
     return subprocess.run([sys.executable, "-m", "mini_inductor", "demo", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

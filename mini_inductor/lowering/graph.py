@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..config import Config
+from ..config import Config, interpreting
 from ..errors import LoweringError
 from . import ir
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
@@ -147,6 +147,9 @@ class GraphLowering:
         self._new_buffers = []
         result = None
         lowering = LOWERINGS.get(target)
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.Tensor) and not self._generates_for(meta.device):
+            lowering = None  # e.g. a CPU scalar tensor in a CUDA graph: ATen computes it
         try:
             if lowering is not None:
                 try:
@@ -163,6 +166,11 @@ class GraphLowering:
         uses = sum(_count_uses(user, node) for user in node.users)
         self._mark_reuse(result, uses)
         return result
+
+    @staticmethod
+    def _generates_for(device: torch.device) -> bool:
+        """Triton kernels run on CUDA, and on the CPU only under Triton's interpreter."""
+        return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
     def _attach_origins(self, result, origin: Origin, args) -> None:
         inherited: tuple[Origin, ...] = ()

@@ -6,10 +6,10 @@ function to the numpy arrays the interpreter holds, so CI and the GPU share one 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
+
+from ..config import interpreting
 
 _INSTALLED = False
 
@@ -26,10 +26,6 @@ _TORCH_FNS = {
     "log": torch.log, "sin": torch.sin, "cos": torch.cos, "fabs": torch.abs, "abs": torch.abs,
     "fmax": torch.fmax, "fmin": torch.fmin, "cbrt": lambda x: torch.sign(x) * torch.abs(x) ** (1 / 3),
 }
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 _BOOL_RESULTS = {"isnan", "isinf", "signbit"}

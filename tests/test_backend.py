@@ -1,0 +1,108 @@
+"""The backend's surfaces: options, errors, the debug dir, caching and reset."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mini_inductor
+from mini_inductor import metrics
+from mini_inductor.errors import LoweringError
+from mini_inductor.lowering.lowerings import LOWERINGS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+aten = torch.ops.aten
+
+
+def _f(x):
+    return torch.relu(x * 2 + 1).sum(-1)
+
+
+def test_unknown_option_is_a_clear_error_listing_the_valid_ones(device):
+    cf = torch.compile(_f, backend="mini_inductor", options={"no_such_option": 1})
+    with pytest.raises(Exception, match=r"unknown mini_inductor option.*no_such_option.*valid options.*debug_dir"):
+        cf(torch.randn(4, 8, device=device))
+
+
+def test_unknown_mode_is_a_clear_error(device):
+    with pytest.raises(Exception, match="unknown mode 'fastest'"):
+        torch.compile(_f, backend="mini_inductor", mode="fastest")(torch.randn(4, 8, device=device))
+
+
+def test_reduce_overhead_mode_is_accepted(device):
+    x = torch.randn(4, 8, device=device)
+    torch.testing.assert_close(torch.compile(_f, backend="mini_inductor", mode="reduce-overhead")(x), _f(x))
+
+
+def test_lowering_error_names_stage_graph_and_op(device, monkeypatch):
+    def broken(*args):
+        raise ValueError("boom")
+    monkeypatch.setitem(LOWERINGS, aten.relu.default, broken)
+    with pytest.raises(Exception) as info:
+        torch.compile(_f, backend="mini_inductor")(torch.randn(4, 8, device=device))
+    err = info.value
+    while err is not None and not isinstance(err, LoweringError):
+        err = getattr(err, "inner_exception", None) or err.__cause__
+    assert isinstance(err, LoweringError), info.value
+    text = str(err)
+    assert "[lowering]" in text and "aten.relu.default" in text and "in graph inference_" in text
+    assert "boom" in text and "fallback_on_error" in text
+
+
+def test_fallback_on_error_runs_the_graph_eagerly_with_one_warning(device, monkeypatch):
+    def broken(*args):
+        raise ValueError("boom")
+    monkeypatch.setitem(LOWERINGS, aten.relu.default, broken)
+    x = torch.randn(4, 8, device=device)
+    cf = torch.compile(_f, backend="mini_inductor", options={"fallback_on_error": True})
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        out = cf(x)
+    torch.testing.assert_close(out, _f(x))
+    assert metrics.compiled_graphs[-1].ran_eagerly
+
+
+def test_identical_graph_is_not_compiled_twice_in_one_process(device):
+    x = torch.randn(4, 8, device=device)
+    torch.compile(_f, backend="mini_inductor")(x)
+    torch.compile(lambda x: torch.relu(x * 2 + 1).sum(-1), backend="mini_inductor")(x)
+    first, second = metrics.compiled_graphs[-2:]
+    assert not first.cache_hit and second.cache_hit
+    assert second.kernel_names == first.kernel_names
+
+
+def test_dynamo_reset_reaches_our_reset(device, monkeypatch):
+    calls = []
+    monkeypatch.setattr(mini_inductor.backend, "reset", lambda: calls.append(1))
+    torch.compile(_f, backend="mini_inductor")(torch.randn(4, 8, device=device))
+    torch._dynamo.reset()
+    assert calls
+
+
+def test_debug_dir_holds_graph_ir_schedule_and_runnable_output_code(device, tmp_path):
+    x = torch.randn(4, 8, device=device)
+    torch.compile(_f, backend="mini_inductor", options={"debug_dir": str(tmp_path)})(x)
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    for name in ("aten_graph.txt", "ir_pre_fusion.txt", "schedule.txt", "output_code.py"):
+        assert (folder / name).stat().st_size > 0, name
+    assert "aten.relu" in (folder / "aten_graph.txt").read_text()
+    assert "ComputedBuffer" in (folder / "ir_pre_fusion.txt").read_text()
+    assert "triton_per_fused" in (folder / "output_code.py").read_text()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(folder / "output_code.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "ms per call" in proc.stdout
+
+
+def test_compilation_is_deterministic(device, tmp_path):
+    x = torch.randn(4, 8, device=device)
+    sources = []
+    for i in range(2):
+        mini_inductor.reset()
+        torch._dynamo.reset()
+        torch.compile(_f, backend="mini_inductor", options={"debug_dir": str(tmp_path / str(i))})(x)
+        (folder,) = [p for p in (tmp_path / str(i)).iterdir()]
+        sources.append((folder / "output_code.py").read_text().split("\n", 1)[1])
+    assert sources[0] == sources[1]
