@@ -148,8 +148,9 @@ class GraphLowering:
         result = None
         lowering = LOWERINGS.get(target)
         meta = node.meta.get("val")
-        if isinstance(meta, torch.Tensor) and not self._generates_for(meta.device):
-            lowering = None  # e.g. a CPU scalar tensor in a CUDA graph: ATen computes it
+        if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
+                a.get_device() != meta.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
+            lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
         try:
             if lowering is not None:
                 try:
