@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..config import Config
 from ..errors import CodegenError
-from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, ReinterpretView
+from ..lowering.ir import Buffer, ExternKernel, InputBuffer, MultiOutput
 from ..lowering.sizevars import static_int
 from ..scheduler import Schedule
 from ..scheduler.nodes import ExternKernelSchedulerNode
@@ -135,18 +133,14 @@ class WrapperCodegen:
     def _kernel(self, group, i, users, outputs) -> None:
         members = group.get_nodes()
         _, numel, rnumel = group.group
-        kinds = "red" if group.is_reduction() else "poi"
-        name = self._kernel_name(group, kinds)
         local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
-        kernel = TritonKernel(members, name, numel, rnumel, local, self.buffer_dtypes,
-                              self._persistent_limit())
+        kernel = TritonKernel(members, numel, rnumel, local, self.buffer_dtypes, self.cfg.persistent_reduction_limit)
+        kind = ("per" if kernel.config.persistent else "red") if kernel.is_reduction else "poi"
+        name = kernel.name = self._kernel_name(group, kind)
         try:
             src = kernel.generate()
         except CodegenError as e:
             raise CodegenError(e.why, graph=self.graph.name, op=e.op, node=e.node) from e
-        if kernel.is_reduction and kernel.config.persistent:
-            src = src.replace(f"def {name}(", f"def {name.replace('_red_', '_per_')}(")
-            name = name.replace("_red_", "_per_")
         self.kernels[name] = src
         self.removed |= kernel.removed_buffers()
         for m in members:
@@ -158,9 +152,6 @@ class WrapperCodegen:
         comment = f"{name}: {ops}" + (f"  <- {lines[0]}" if lines else "")
         self.lines.append(KernelCallLine(name, kernel.signature(), numel, rnumel if kernel.is_reduction else None,
                                          kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment))
-
-    def _persistent_limit(self) -> int:
-        return self.cfg.persistent_reduction_limit
 
     def _kernel_name(self, group, kind: str) -> str:
         ops = []

@@ -103,10 +103,10 @@ def _float_literal(v: float) -> str:
 class TritonKernel:
     """Builds the source of one kernel from an ordered list of SchedulerNodes."""
 
-    def __init__(self, nodes: list[SchedulerNode], name: str, numel: int, rnumel: int,
+    def __init__(self, nodes: list[SchedulerNode], numel: int, rnumel: int,
                  kernel_local: set[str], buffer_dtypes: dict[str, torch.dtype], persistent_limit: int):
         self.nodes = nodes
-        self.name = name
+        self.name = "triton_kernel"  # the wrapper names it once the kind (poi/per/red) is known
         self.numel = numel
         self.rnumel = rnumel
         self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)

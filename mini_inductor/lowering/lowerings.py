@@ -17,8 +17,8 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .ir import IRNode, Pointwise, StorageBox, View
-from .sizevars import Expr, sympify_seq
+from .ir import IRNode, Pointwise
+from .sizevars import Expr
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -140,26 +140,17 @@ for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
               "erfc", "erfinv", "lgamma", "reciprocal"]:
     register_pointwise(getattr(aten, _name), _op(_name), KIND.INT_TO_FLOAT)
-register_pointwise(aten.atan2, _op("atan2"), KIND.INT_TO_FLOAT)
-register_pointwise(aten.relu, _op("relu"))
-register_pointwise(aten.maximum, _op("maximum"))
-register_pointwise(aten.minimum, _op("minimum"))
-register_pointwise(aten.remainder, _op("remainder"))
-register_pointwise(aten.fmod, _op("fmod"))
-register_pointwise(aten.copysign, _op("copysign"), KIND.INT_TO_FLOAT)
-register_pointwise(aten.bitwise_and, _op("bitwise_and"))
-register_pointwise(aten.bitwise_or, _op("bitwise_or"))
-register_pointwise(aten.bitwise_xor, _op("bitwise_xor"))
-register_pointwise(aten.bitwise_not, _op("bitwise_not"))
-register_pointwise(aten.bitwise_left_shift, _op("bitwise_left_shift"))
-register_pointwise(aten.bitwise_right_shift, _op("bitwise_right_shift"))
+for _name in ["atan2", "copysign"]:
+    register_pointwise(getattr(aten, _name), _op(_name), KIND.INT_TO_FLOAT)
+for _name in ["relu", "maximum", "minimum", "remainder", "fmod", "mul", "bitwise_and", "bitwise_or", "bitwise_xor",
+              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"]:
+    register_pointwise(getattr(aten, _name), _op(_name))
 for _name in ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]:
     register_pointwise(getattr(aten, _name), _bool_result(_op(_name)), KIND.ALWAYS_BOOL)
 register_pointwise(aten.logical_not, _bool_result(_op("logical_not")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.isnan, _bool_result(_op("isnan")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.isinf, _bool_result(_op("isinf")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.signbit, _bool_result(_op("signbit")), KIND.ALWAYS_BOOL)
-register_pointwise(aten.mul, _op("mul"))
 
 
 @register_lowering(aten.add)

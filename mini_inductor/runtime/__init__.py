@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

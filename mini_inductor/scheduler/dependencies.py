@@ -14,6 +14,7 @@ form that decides whether a pointwise producer can feed a reduction inside its l
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import sympy
@@ -30,7 +31,10 @@ class MemoryDep:
     sizes: tuple[Expr, ...]
 
     def normalized(self) -> "MemoryDep":
-        """Merge all mergeable loops, ignoring the pointwise/reduction split."""
+        """Merge all mergeable loops, ignoring the pointwise/reduction split (cached: fusion asks often)."""
+        return _normalized(self)
+
+    def _normalize(self) -> "MemoryDep":
         vars_ = canonical_vars(len(self.sizes))
         sizes, reindex = merge_loops(list(self.sizes), [self.index], vars_)
         new_vars = canonical_vars(len(sizes))
@@ -53,6 +57,11 @@ class MemoryDep:
 
     def __str__(self):
         return f"MemoryDep({self.name}, {self.index}, {[str(s) for s in self.sizes]})"
+
+
+@functools.lru_cache(maxsize=None)
+def _normalized(dep: MemoryDep) -> MemoryDep:
+    return dep._normalize()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,9 @@ import time
 
 from ..config import Config
 from ..lowering.graph import LoweredGraph
-from ..lowering.ir import Buffer, ExternKernel, InputBuffer, MultiOutput, ReinterpretView
+from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
 from ..lowering.sizevars import static_int
-from .dependencies import Dep, StarDep
+from .dependencies import Dep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
 from .memory import compute_last_use
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
