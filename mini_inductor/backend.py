@@ -41,11 +41,12 @@ aten = torch.ops.aten
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Composite ops we want as smaller ops; var_mean/var stay whole (lowered through Welford).
-_EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.addmm,
+_EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
                   aten.native_layer_norm_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
                   aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
                   aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
+               aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)
                # attention stays one library call (its decompositions also change output strides)
                aten._scaled_dot_product_flash_attention_for_cpu.default,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default,

@@ -210,23 +210,27 @@ class GraphLowering:
         else:
             flat = [ir.realize_as_tensor(a) if isinstance(a, IRNode) else a for a in flat]
         args, kwargs = spec.unflatten(flat)
+        layout = _extern_layout(meta) if isinstance(meta, torch.Tensor) else None
+        result = self.make_extern(target, args, kwargs, layout, fallback=fallback, origins=origin)
+        if layout is not None:
+            return result
+        kernel = result.data
+        return self._multi_outputs(kernel, meta, ())
+
+    def make_extern(self, target, args, kwargs, layout: Layout | None, *, fallback: bool = False,
+                    origins=()) -> StorageBox:
+        """A call of `target` on realized tensors; `layout` None means several outputs (see _multi_outputs)."""
+        args, kwargs = tree_map(lambda a: ir.realize_as_tensor(a) if isinstance(a, IRNode) else a, (args, kwargs))
         devices = [a.get_device() for a in tree_flatten((args, kwargs))[0] if isinstance(a, (Buffer, ReinterpretView))]
-        device = devices[0] if devices else None
-        unsafe = _moves_device(target, kwargs, devices)
         if fallback:
             self.fallback_ops[_op_name(target)] += 1
         else:
             self.extern_ops.append(_op_name(target))
-        if isinstance(meta, torch.Tensor):
-            layout = _extern_layout(meta)
-            kernel = ExternKernel(self.new_buffer_name(), layout, target, args, kwargs, fallback=fallback,
-                                  origins=origin, cudagraph_unsafe=unsafe)
-            self.register_buffer(kernel)
-            return StorageBox(kernel)
-        kernel = ExternKernel(self.new_buffer_name(), None, target, args, kwargs, fallback=fallback, origins=origin,
-                              device=device or torch.device("cpu"), cudagraph_unsafe=unsafe)
+        kernel = ExternKernel(self.new_buffer_name(), layout, target, args, kwargs, fallback=fallback,
+                              origins=origins, device=devices[0] if devices and layout is None else None,
+                              cudagraph_unsafe=_moves_device(target, kwargs, devices))
         self.register_buffer(kernel)
-        return self._multi_outputs(kernel, meta, ())
+        return StorageBox(kernel)
 
     def _multi_outputs(self, kernel, meta, path):
         if isinstance(meta, torch.Tensor):
