@@ -123,6 +123,7 @@ class TritonKernel:
         self.load_misses: set[str] = set()   # buffers stored here but read back from memory
         self.reduction_cache: dict[tuple, Any] = {}
         self.int64 = False
+        self.device_asserts = True
 
     # ── sections ──────────────────────────────────────────────────────────────────────────────
     def _section(self, index: int) -> Section:
@@ -268,15 +269,17 @@ class TritonOps:
     def __init__(self, kernel: TritonKernel, inside: bool):
         self.k = kernel
         self.inside = inside
+        self.masks: list[str] = []   # masks of the `masked` bodies being evaluated, outermost first
 
     # memory
     def _index(self, index: sympy.Expr) -> sympy.Expr:
         return simplify(index, self.k.var_ranges)
 
     def _mask(self, index: sympy.Expr) -> str:
+        mask = "xmask"
         if self.k.is_reduction and RINDEX in index.free_symbols:
-            return "xmask & rmask"
-        return "xmask"
+            mask = "xmask & rmask"
+        return " & ".join([mask] + self.masks)
 
     def load(self, name: str, index):
         k = self.k
@@ -350,7 +353,36 @@ class TritonOps:
         return self.k.emit(f"tl.where({c}, {a}, {b})", a.dtype)
 
     def masked(self, mask, body, other):
-        raise NotImplementedError("masked bodies (cat, pad) are not generated yet")
+        """`body()` where `mask` holds (its loads masked, so out-of-range addresses are never read), else `other`."""
+        self.masks.append(str(mask))
+        try:
+            value = body()
+        finally:
+            self.masks.pop()
+        if isinstance(other, CSEVar):
+            return self.k.emit(f"tl.where({mask}, {value}, {other})", value.dtype)
+        if value.dtype == torch.bool:
+            lit = "1" if other else "0"
+        elif value.dtype.is_floating_point:
+            lit = _float_literal(float(other))
+        else:
+            lit = str(int(other))
+        return self.k.emit(f"tl.where({mask}, {value}, {lit})", value.dtype)
+
+    def indirect_indexing(self, value, size, check: bool = True):
+        """A loaded integer as an index symbol (named like its variable, so deps see it as indirect).
+
+        Negative indices wrap around as in eager; an out-of-range index is a device-side assert.
+        """
+        size = int(size)
+        wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
+        if check and self.k.device_asserts:
+            mask = " & ".join(["xmask"] + self.masks)
+            line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size})) | ~({mask}), "
+                    f"\"index out of bounds: 0 <= {wrapped} < {size}\")")
+            if line not in self.k.section.lines:
+                self.k.section.lines.append(line)
+        return sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
 
     def _binary(self, fmt: str, a, b, dtype=None):
         return self.k.emit(fmt.format(a=a, b=b), dtype or a.dtype)

@@ -335,4 +335,4 @@ def lowering_of(target) -> Callable:
 LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
-from . import extern_lowerings, reduction_lowerings, view_lowerings  # noqa: E402,F401
+from . import extern_lowerings, indexing_lowerings, reduction_lowerings, view_lowerings  # noqa: E402,F401

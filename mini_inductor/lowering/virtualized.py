@@ -10,9 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from typing import Any, Iterator
 
+import sympy
+
 _handler: contextvars.ContextVar[Any] = contextvars.ContextVar("mini_inductor_ops_handler")
+
+
+def default_indirect_indexing(handler: Any, value: Any, size: Any, check: bool = True) -> sympy.Symbol:
+    """For handlers that only analyse a body: a fresh index symbol per call, numbered per handler.
+
+    Its name starts with "tmp", which is how dependency analysis recognises an indirect access.
+    """
+    n = getattr(handler, "_indirect_symbols", 0)
+    handler._indirect_symbols = n + 1
+    return sympy.Symbol(f"tmp_indirect{n}", integer=True, nonnegative=True)
+
+
+# Ops a handler may leave out; the proxy supplies these (handler first).
+_DEFAULT_OPS = {"indirect_indexing": default_indirect_indexing}
 
 
 class _OpsProxy:
@@ -21,7 +38,12 @@ class _OpsProxy:
             handler = _handler.get()
         except LookupError:
             raise RuntimeError(f"ops.{name} called outside of a loop-body evaluation") from None
-        return getattr(handler, name)
+        try:
+            return getattr(handler, name)
+        except AttributeError:
+            if name in _DEFAULT_OPS:
+                return functools.partial(_DEFAULT_OPS[name], handler)
+            raise
 
 
 ops = _OpsProxy()
@@ -74,6 +96,7 @@ class CountingHandler:
         return None
 
     def masked(self, mask, body, other):
+        self.ops += 1
         return body()
 
     def reduction(self, dtype, src_dtype, reduction_type, value):

@@ -1,0 +1,202 @@
+"""Ops that read their input at computed positions: pad, cat, flip, gather, index, embedding.
+
+Two tools do the work:
+  * `ops.masked(mask, body, other)`: `body()` where `mask` holds, `other` elsewhere; the loads inside
+    are masked too, so positions outside an input (padding, another input of a cat) are never read;
+  * `ops.indirect_indexing(value, size)`: a loaded integer becomes an index symbol (negative values
+    wrap around as in eager), so `x[idx]` is a load whose address depends on another load.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .ir import IRNode, Pointwise, static_sizes
+from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
+from .view_lowerings import _norm_dim, slice_
+from .virtualized import ops
+
+aten = torch.ops.aten
+
+# A cat of more inputs than this runs in ATen (one masked load per input per element).
+MAX_CAT_INPUTS = 8
+
+
+def _in_range(expr, lo: int | None, hi: int | None):
+    """An `ops` bool: lo <= expr < hi (either bound may be None)."""
+    conds = []
+    if lo is not None:
+        conds.append(ops.ge(ops.index_expr(expr, torch.int64), ops.constant(lo, torch.int64)))
+    if hi is not None:
+        conds.append(ops.lt(ops.index_expr(expr, torch.int64), ops.constant(hi, torch.int64)))
+    return functools.reduce(ops.logical_and, conds)
+
+
+def _fill_value(value, dtype: torch.dtype):
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(x: IRNode, pad, value=0):
+    size = static_sizes(x)
+    ndim = len(size)
+    if len(pad) % 2 or len(pad) // 2 > ndim:
+        raise NotImplementedError("malformed padding")
+    pads = {ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+    # negative pads cut the input: slices first, then only non-negative pads remain
+    for d, (lo, hi) in pads.items():
+        if lo < 0 or hi < 0:
+            x = slice_(x, d, max(-lo, 0), size[d] - max(-hi, 0))
+    size = static_sizes(x)
+    pads = {d: (max(lo, 0), max(hi, 0)) for d, (lo, hi) in pads.items()}
+    if any(s + lo + hi < 0 for d, (lo, hi) in pads.items() for s in [size[d]]):
+        raise NotImplementedError("padding larger than the input")
+    out_size = [s + pads.get(d, (0, 0))[0] + pads.get(d, (0, 0))[1] for d, s in enumerate(size)]
+    loader, dtype = x.make_loader(), x.get_dtype()
+    fill = _fill_value(value, dtype)
+    padded = [d for d, (lo, hi) in sorted(pads.items()) if lo or hi]
+    if not padded:
+        return Pointwise.create(x.get_device(), dtype, loader, out_size)
+
+    def inner_fn(idx):
+        src = [i - pads[d][0] if d in pads else i for d, i in enumerate(idx)]
+        mask = functools.reduce(ops.logical_and, [
+            _in_range(idx[d], pads[d][0] or None, (pads[d][0] + size[d]) if pads[d][1] else None) for d in padded])
+        return ops.masked(mask, lambda: loader(src), fill)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, out_size)
+
+
+@register_lowering(aten.cat)
+def cat(tensors, dim=0):
+    # legacy behaviour: 1-D empty tensors are skipped whatever the other inputs' rank
+    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and static_sizes(t) == [0])]
+    if not tensors:
+        raise NotImplementedError("cat of empty tensors")
+    if len(tensors) > MAX_CAT_INPUTS:
+        raise NotImplementedError(f"cat of more than {MAX_CAT_INPUTS} inputs")
+    dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
+    tensors = [to_dtype(t, dtype) for t in tensors]
+    ndim = len(tensors[0].get_size())
+    dim = _norm_dim(dim, ndim)
+    sizes = [static_sizes(t) for t in tensors]
+    starts = [0]
+    for s in sizes:
+        starts.append(starts[-1] + s[dim])
+    out_size = list(sizes[0])
+    out_size[dim] = starts[-1]
+    parts = [(t.make_loader(), starts[i], starts[i + 1]) for i, t in enumerate(tensors) if sizes[i][dim] > 0]
+    if len(parts) == 1:
+        loader, start, _ = parts[0]
+        return Pointwise.create(tensors[0].get_device(), dtype,
+                                lambda idx: loader(_shift(idx, dim, start)), out_size)
+    zero = _fill_value(0, dtype)
+
+    def inner_fn(idx):
+        value = None
+        for loader, start, end in reversed(parts):
+            first, last = start == 0, end == starts[-1]
+            mask = _in_range(idx[dim], None if first else start, None if last else end)
+            part = ops.masked(mask, (lambda ld, s: lambda: ld(_shift(idx, dim, s)))(loader, start), zero)
+            value = part if value is None else ops.where(mask, part, value)
+        return value
+    return Pointwise.create(tensors[0].get_device(), dtype, inner_fn, out_size)
+
+
+def _shift(idx, dim, start):
+    idx = list(idx)
+    idx[dim] = idx[dim] - start
+    return idx
+
+
+@register_lowering(aten.flip)
+def flip(x: IRNode, dims):
+    size = x.get_size()
+    dims = {_norm_dim(d, len(size)) for d in dims}
+    loader = x.make_loader()
+
+    def inner_fn(idx):
+        return loader([size[d] - 1 - i if d in dims else i for d, i in enumerate(idx)])
+    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, size)
+
+
+def _indirect(index_value, size):
+    return ops.indirect_indexing(index_value, size)
+
+
+@register_lowering(aten.gather)
+def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
+    size = static_sizes(x)
+    if not size or not static_sizes(index):
+        raise NotImplementedError("gather of 0-d tensors")
+    dim = _norm_dim(dim, len(size))
+    x_loader, index_loader = x.make_loader(), index.make_loader()
+
+    def inner_fn(idx):
+        src = list(idx)
+        src[dim] = _indirect(index_loader(idx), size[dim])
+        return x_loader(src)
+    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, index.get_size())
+
+
+@register_lowering(aten.index.Tensor)
+def index(x: IRNode, indices):
+    size = x.get_size()
+    static_sizes(x)
+    if len(indices) > len(size):
+        raise NotImplementedError("more indices than dims")
+    positions = [d for d, t in enumerate(indices) if t is not None]
+    if not positions:
+        raise NotImplementedError("index without index tensors")
+    tensors = [indices[d] for d in positions]
+    if any(t.get_dtype() in (torch.bool, torch.uint8) for t in tensors):
+        raise NotImplementedError("boolean masks make the output size data-dependent")
+    bshape = broadcast_sizes(*[t.get_size() for t in tensors])
+    loaders = [broadcast_loader(t, bshape) for t in tensors]
+    rest = [d for d in range(len(size)) if d not in positions]
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    # where the broadcast index dims go in the output: in place when adjacent, else first
+    at = positions[0] if adjacent else 0
+    before = [d for d in rest if d < at] if adjacent else []
+    after = [d for d in rest if d not in before]
+    out_size = [size[d] for d in before] + list(bshape) + [size[d] for d in after]
+    loader, nb = x.make_loader(), len(bshape)
+
+    def inner_fn(idx):
+        bidx = list(idx[len(before):len(before) + nb])
+        src = [None] * len(size)
+        for d, i in zip(before, idx[:len(before)]):
+            src[d] = i
+        for d, i in zip(after, idx[len(before) + nb:]):
+            src[d] = i
+        for d, ld in zip(positions, loaders):
+            src[d] = _indirect(ld(bidx), size[d])
+        return loader(src)
+    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, out_size)
+
+
+@register_lowering(aten._unsafe_index.Tensor)
+def unsafe_index(x, indices):
+    return index(x, indices)
+
+
+@register_lowering(aten.index_select)
+def index_select(x: IRNode, dim, index_: IRNode):
+    if not x.get_size():
+        raise NotImplementedError("index_select of a 0-d tensor")
+    dim = _norm_dim(dim, len(x.get_size()))
+    if not index_.get_size():
+        from .view_lowerings import unsqueeze
+        index_ = unsqueeze(index_, 0)
+    return index(x, [None] * dim + [index_])
+
+
+@register_lowering(aten.embedding)
+def embedding(weight: IRNode, indices: IRNode, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise NotImplementedError("embedding of a weight that is not 2-D")
+    return index(weight, [indices])

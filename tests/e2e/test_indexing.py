@@ -1,0 +1,84 @@
+"""Pad, cat, flip, gather, index, embedding: masked and indirect loads, compiled against eager."""
+import torch
+import torch.nn.functional as F
+
+from common import assert_no_fallbacks, check
+
+
+def test_constant_pad_is_one_kernel_with_masked_loads():
+    check(lambda x: F.pad(x, (1, 2, 0, 3), value=1.5) * 2, torch.randn(3, 4), kernels=1)
+    assert_no_fallbacks()
+
+
+def test_negative_pad_slices():
+    check(lambda x: F.pad(x, (-1, 2, 1, -2)), torch.randn(5, 6), kernels=1)
+
+
+def test_pad_of_integers_and_bools():
+    check(lambda x: F.pad(x, (2, 1), value=7), torch.arange(6).view(2, 3))
+    check(lambda x: F.pad(x > 2, (1, 1)), torch.arange(6).view(2, 3))
+
+
+def test_cat_along_each_dim_is_one_kernel():
+    a, b, c = torch.randn(2, 3), torch.randn(2, 5), torch.randn(2, 1)
+    check(lambda a, b, c: torch.cat([a, b, c], 1) + 1, a, b, c, kernels=1)
+    check(lambda a, b: torch.cat([a, b], 0), torch.randn(2, 3), torch.randn(4, 3), kernels=1)
+    assert_no_fallbacks()
+
+
+def test_cat_promotes_dtypes_and_skips_empty_inputs():
+    check(lambda a, b, e: torch.cat([a, e, b], 0), torch.arange(4), torch.randn(3), torch.empty(0))
+
+
+def test_stack_of_transposed_inputs():
+    check(lambda a, b: torch.stack([a, b.t()], 1), torch.randn(3, 4), torch.randn(4, 3))
+
+
+def test_cat_of_many_inputs_falls_back():
+    xs = [torch.randn(2, 2) for _ in range(10)]
+    check(lambda *xs: torch.cat(xs, 1) * 2, *xs)
+
+
+def test_flip():
+    check(lambda x: torch.flip(x, [0, 2]) + 1, torch.randn(2, 3, 4), kernels=1)
+
+
+def test_gather_with_negative_free_indices():
+    x = torch.randn(4, 5)
+    idx = torch.tensor([[0, 4, 2], [1, 1, 3], [4, 0, 0], [2, 3, 1]])
+    check(lambda x, i: torch.gather(x, 1, i) * 2, x, idx, kernels=1)
+    check(lambda x, i: torch.gather(x, 0, i), x, idx[:, :2].clamp(max=3))
+
+
+def test_index_with_negative_indices_wraps_around():
+    x = torch.randn(6, 4)
+    idx = torch.tensor([0, -1, 3, -6])
+    check(lambda x, i: x[i] + 1, x, idx, kernels=1)
+
+
+def test_advanced_index_adjacent_and_split_dims():
+    x = torch.randn(3, 4, 5)
+    i, j = torch.tensor([0, 2, 1]), torch.tensor([[1], [3]])
+    check(lambda x, i, j: x[:, i, j], x, i, j)     # adjacent: dims replaced in place
+    check(lambda x, i, j: x[i, :, j], x, i, j)     # split: broadcast dims go first
+
+
+def test_index_select_and_embedding():
+    w = torch.randn(10, 4)
+    ids = torch.tensor([[1, 9], [0, 3]])
+    check(lambda w, i: torch.index_select(w, 1, i[0].clamp(max=3)), w, ids)
+    check(lambda w, i: F.embedding(i, w) * 2, w, ids, kernels=1)
+    assert_no_fallbacks()
+
+
+def test_embedding_backward_through_fallback():
+    w = torch.randn(10, 4)
+    ids = torch.tensor([[1, 9], [1, 3]])
+    check(lambda w, i: F.embedding(i, w), w, ids, grad=True)
+
+
+def test_scatter_add_and_index_put_through_fallback():
+    x, src = torch.randn(4, 5), torch.randn(2, 5)
+    idx = torch.tensor([[0, 1, 2, 3, 0], [3, 3, 0, 1, 2]])
+    check(lambda x, i, s: x.scatter_add(0, i, s) + 1, x, idx, src)
+    check(lambda x, i, s: torch.index_put(x, (i[0, :2],), s[:, 0:1].expand(2, 5), accumulate=True), x, idx, src)
