@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mini_inductor-installed
 ARGS   ?=
 
-.PHONY: venv demo test test-gpu
+.PHONY: venv tools demo test test-gpu
 
 venv: $(STAMP)
 
@@ -18,6 +18,14 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e '.[test]'
 	touch $@
+
+# Graphviz (the fusion pictures) and Chromium (the report's browser test), from Debian's packages
+# when we may install them; without them explain writes DOT only and the browser test is skipped.
+tools:
+	@command -v dot >/dev/null && command -v chromium >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		  (apt-get update -qq && apt-get install -y -qq graphviz chromium) >/dev/null 2>&1; } || \
+		echo "note: graphviz/chromium not installed (explain writes DOT only; the browser test is skipped)"
 
 # On a machine whose python3 sees a CUDA GPU (the GPU machine: no venv, no network) the demo runs
 # from the tree; elsewhere it sets up the venv and runs the kernels in Triton's interpreter.
@@ -32,7 +40,7 @@ demo:
 	fi
 
 # --min-passed=1: a run that passes nothing (everything skipped or deselected) is a failure.
-test: venv
+test: venv tools
 	TRITON_INTERPRET=1 $(PY) -m pytest -n 2 -m "not gpu" --min-passed=1 tests $(ARGS)
 
 test-gpu:

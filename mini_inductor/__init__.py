@@ -4,12 +4,14 @@
     model = torch.compile(model, backend="mini_inductor", options={"debug_dir": "dump"})
 
 Public API: `backend` (the backend function), `config`, `metrics`, `reset()`.
+Logs: MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints (see debug/logs.py).
 """
 from __future__ import annotations
 
 from . import config, metrics
 from .backend import mini_inductor as backend
 from .backend import reset
+from .debug.logs import configure as _configure_logs
 
 __all__ = ["backend", "config", "metrics", "reset"]
 
@@ -22,3 +24,4 @@ def _register() -> None:
 
 
 _register()
+_configure_logs()

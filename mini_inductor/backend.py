@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -27,6 +28,7 @@ from .codegen.cache import clear as clear_module_cache
 from .codegen.cache import load_module
 from .config import Config
 from .debug import dump_graph
+from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
 from .runtime import CompiledGraph, EagerGraph
@@ -36,6 +38,8 @@ from .scheduler import schedule
 
 log = logging.getLogger("mini_inductor")
 perf_log = logging.getLogger("mini_inductor.perf_hints")
+fusion_log = logging.getLogger("mini_inductor.fusion")
+output_code_log = logging.getLogger("mini_inductor.output_code")
 
 aten = torch.ops.aten
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -118,6 +122,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.source_path = previous.source_path
         record.cache_hit = True
         log.info("%s: served from the in-process cache (%s)", name, previous.name)
+        _log_cached_decisions(name, previous.name, cached[2])
+        if debug_trace.capturing():
+            debug_trace.record(dataclasses.replace(cached[2], name=name, record=record))
         return cached[0]
     try:
         compiled = _compile(gm, example_inputs, name, cfg, record)
@@ -128,7 +135,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.ran_eagerly = str(e)
         return EagerGraph(name, gm, str(e))
     record.compile_seconds = time.perf_counter() - start
-    _compiled[key] = (compiled, record)
+    _compiled[key] = (compiled, record, compiled.trace)
     log.info("%s", record.summary())
     return compiled
 
@@ -154,11 +161,32 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
     record.extern_calls = list(gen.extern_calls)
     record.fallback_ops = lowered.fallback_ops.copy()
     record.source_path = path
+    output_code_log.debug("%s: output code written to %s\n%s", name, path, gen.source)
     if lowered.fallback_ops:
         perf_log.info("%s: ops run as ATen fallbacks: %s", name, dict(lowered.fallback_ops))
     if cfg.debug_dir:
         dump_graph(cfg.debug_dir, gm, lowered, sched, gen)
-    return CompiledGraph(name, module, path, lowered.constants)
+    trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
+    if debug_trace.capturing():
+        debug_trace.record(trace)
+    compiled = CompiledGraph(name, module, path, lowered.constants)
+    compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
+    return compiled
+
+
+def _log_cached_decisions(name: str, original: str, trace) -> None:
+    """A cache hit still reports the fusion decisions (Inductor's fusion log goes silent on hits)."""
+    if not fusion_log.isEnabledFor(logging.INFO):
+        return
+    decisions = trace.schedule.decisions
+    fused = sum(1 for d in decisions if d.fused)
+    fusion_log.info("%s: cache hit (compiled as %s); its fusion decisions: %d fused, %d refused",
+                    name, original, fused, len(decisions) - fused)
+    for d in decisions:
+        if d.fused:
+            fusion_log.info("  fused %s with %s", d.node1, d.node2)
+        else:
+            fusion_log.info("  cannot fuse %s with %s: %s", d.node1, d.node2, d.reason)
 
 
 def _why_eager(gm, example_inputs) -> str | None:

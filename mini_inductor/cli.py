@@ -2,6 +2,9 @@
 
     mini-inductor list                                   built-in examples
     mini-inductor demo [--example NAME] [--dtype D]     compile an example, check it, show the kernels
+    mini-inductor explain (--example NAME | SCRIPT.py [-- ARGS])   what was fused, what not and why
+    mini-inductor why GRAPH NODE_A NODE_B [--report DIR]            one pair's fusion decision
+    mini-inductor dump (--example NAME | SCRIPT.py) --out DIR       graphs, IR and kernels as scripts
 
 Each subcommand is a `Command` in COMMANDS: a name, one line of help, a function adding its
 arguments and a function running it that returns the exit code. Add one by appending to COMMANDS.
@@ -237,12 +240,156 @@ def _report_speedup(out: Output, model, compiled, inputs) -> None:
              f"(eager {eager_ms:.3f} ms, mini_inductor {compiled_ms:.3f} ms; median of 50 after warmup)")
 
 
+
+# ------------------------------------------------------------------------------ explain / dump
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    from mini_inductor.examples import EXAMPLES
+
+    parser.add_argument("script", nargs="?", help="a Python script that calls torch.compile")
+    parser.add_argument("--example", choices=sorted(EXAMPLES), help="a built-in example instead of a script")
+    parser.add_argument("--list", action="store_true", help="list the built-in examples")
+    parser.add_argument("--force", action="store_true",
+                        help="use mini_inductor even where the script names another backend")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype for --example")
+
+
+def _add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_workload_arguments(parser)
+    parser.add_argument("--out", default="mini_inductor_report",
+                        help="folder for report.json, the pictures and report.html (default: %(default)s)")
+
+
+def _add_dump_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_workload_arguments(parser)
+    parser.add_argument("--out", required=True, help="folder to write the dump to")
+
+
+def _ensure_codegen_can_run(args: argparse.Namespace, out: Output) -> None:
+    """Without a GPU, generated kernels need Triton's interpreter, which must be on before triton is
+    imported (importing mini_inductor imports it): so start this command again with it on."""
+    import torch
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        out.line("no GPU visible: running the generated kernels in Triton's interpreter (TRITON_INTERPRET=1)")
+        sys.stdout.flush()
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        os.execve(sys.executable, [sys.executable, "-m", "mini_inductor", *args.argv], env)
+
+
+def _run_workload(args: argparse.Namespace, out: Output):
+    import torch
+
+    from mini_inductor.debug import explain
+
+    if args.list:
+        run_list(args)
+        return None
+    if bool(args.example) == bool(args.script):
+        raise SystemExit("give either a SCRIPT.py or --example NAME (see --list)")
+    _ensure_codegen_can_run(args, out)
+    if args.example:
+        traces, timings = explain.run_example(args.example, getattr(torch, args.dtype))
+        return traces, timings, f"{args.example} ({args.dtype})"
+    traces = explain.run_script(args.script, args.script_args, force=args.force)
+    return traces, {}, os.path.basename(args.script)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from mini_inductor.debug import explain
+
+    out = Output.for_stdout()
+    ran = _run_workload(args, out)
+    if ran is None:
+        return 0
+    traces, timings, title = ran
+    if not traces:
+        out.line("no graph was compiled by mini_inductor (does the script call torch.compile?)")
+        return 1
+    reports = explain.build_reports(traces, timings)
+    for report in reports:
+        _print_report(out, report)
+    paths = explain.write_reports(reports, traces, args.out, f"mini_inductor explain: {title}")
+    from mini_inductor.debug.graphviz import GRAPHVIZ_HINT, render_svg
+
+    if render_svg("digraph { a }") is None:
+        out.line(GRAPHVIZ_HINT)
+    out.line(f"\nreport: {paths['html']}  (data: {paths['json']})")
+    return 0
+
+
+def _print_report(out: Output, report) -> None:
+    out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
+                                              if report["cache_hit"] else ""))
+    out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
+             f"Triton kernels, {len(report['externs'])} extern calls")
+
+    def timing(k):
+        if not k.get("time_ms"):
+            return "", ""
+        return f"{k['time_ms'] * 1e3:.1f}", f"{k['gb_per_s']:.0f}"
+    out.table("Kernels", ["kernel", "fused nodes", "ATen ops", "source", "bytes r/w", "µs", "GB/s"],
+              [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
+                (k["sources"][0].split(", in ")[0][-60:] if k["sources"] else ""),
+                f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
+    out.table("Refused fusion candidates", ["node 1", "node 2", "reason", "outcome"],
+              [[r["node1"], r["node2"], r["reason"], r.get("outcome", "")] for r in report["refused"]])
+    if report["externs"]:
+        out.table("Extern calls", ["buffer", "op"], [[e["name"], e["op"]] for e in report["externs"]])
+    if report["fallbacks"]:
+        out.table("Fallback ops", ["op", "count", "why"], [[f["op"], f["count"], f["why"]] for f in report["fallbacks"]])
+    mem = report["memory"]
+    if any(v is not None for v in mem.values()):
+        out.line("memory: " + ", ".join(f"{k} = {v}" for k, v in mem.items() if v is not None))
+    if report["partitions"]:
+        out.table("Partitions", ["partition", "cudagraph-safe", "reason"],
+                  [[p.get("name"), p.get("safe"), p.get("reason") or ""] for p in report["partitions"]])
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    from mini_inductor.debug import explain
+
+    out = Output.for_stdout()
+    ran = _run_workload(args, out)
+    if ran is None:
+        return 0
+    traces = ran[0]
+    for folder in explain.write_dump(traces, args.out):
+        out.line(f"wrote {folder}")
+    return 0 if traces else 1
+
+
+def _add_why_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("graph", help="graph name, e.g. inference_0")
+    parser.add_argument("node_a")
+    parser.add_argument("node_b")
+    parser.add_argument("--report", default="mini_inductor_report", help="an `explain --out` folder or report.json")
+
+
+def run_why(args: argparse.Namespace) -> int:
+    from mini_inductor.debug import explain
+    from mini_inductor.debug.report import why
+
+    reports = {r["graph"]: r for r in explain.load_reports(args.report)}
+    if args.graph not in reports:
+        print(f"no graph {args.graph} in {args.report}; graphs: {', '.join(reports)}")
+        return 1
+    print(why(reports[args.graph], args.node_a, args.node_b))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- main
 
 COMMANDS: list[Command] = [
     Command("demo", "compile a built-in example, check it against eager, show its kernels",
             _add_demo_arguments, run_demo),
     Command("list", "list the built-in examples", _add_list_arguments, run_list),
+    Command("explain", "run a script or example under mini_inductor and report what was fused and why",
+            _add_explain_arguments, run_explain),
+    Command("why", "why two nodes of a graph were or were not fused (from an explain report)",
+            _add_why_arguments, run_why),
+    Command("dump", "write each graph's ATen graph, IR, output code and kernels as standalone scripts",
+            _add_dump_arguments, run_dump),
 ]
 
 
@@ -259,5 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after "--" belongs to the user's script (explain / dump)
+    ours, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(ours)
+    args.argv = argv
+    args.script_args = script_args
     return args.run(args)

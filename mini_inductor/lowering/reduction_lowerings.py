@@ -54,7 +54,8 @@ def make_reduction(x: IRNode, dims: list[int], reduction_type: str, *, out_dtype
         v = loader(full)
         return v if x.get_dtype() == compute else ops.to_dtype(v, compute)
 
-    red = Reduction(x.get_device(), acc, inner_fn, sympify_seq(kept), x.origins, sympify_seq(reduced),
+    # origins: the graph gives the reduction its own node and the inlined producers it reads
+    red = Reduction(x.get_device(), acc, inner_fn, sympify_seq(kept), (), sympify_seq(reduced),
                     reduction_type, compute, output_index)
     out_dtype = out_dtype or acc
     graph = current_graph()

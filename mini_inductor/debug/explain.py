@@ -1,0 +1,232 @@
+"""What `mini-inductor explain` and `dump` do: run a workload under mini_inductor and keep its traces.
+
+    traces = run_example("softmax_chain")                 # or run_script("train.py", ["--steps", "1"])
+    reports = [graph_report(t) for t in traces]
+    write_reports(reports, traces, out_dir)               # report.json, <graph>.dot/.svg, report.html
+    write_dump(traces, out_dir)                           # per graph: ATen graph, IR, kernels as scripts
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import runpy
+import sys
+import warnings
+from typing import Any, Sequence
+
+import torch
+
+from . import trace as debug_trace
+from .graphviz import render_svg, to_dot
+from .html import graph_section, html_page
+from .report import graph_report
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_example(name: str, dtype: torch.dtype = torch.float32, profile: bool = True):
+    """Compile and run a built-in example once (no grad); returns (traces, kernel timings in ms or {})."""
+    import mini_inductor  # noqa: F401  (registers the backend)
+    from ..examples import EXAMPLES
+
+    model, inputs = EXAMPLES[name](_device(), dtype)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="mini_inductor")
+    with debug_trace.capture() as traces, torch.no_grad():
+        compiled(*inputs)
+    timings = {}
+    if profile and _device() == "cuda":
+        with torch.no_grad():
+            timings = kernel_times_ms(lambda: compiled(*inputs))
+    return traces, timings
+
+
+def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
+    """Run a user script with mini_inductor as the backend of its torch.compile calls.
+
+    Calls that name no backend (Inductor's default) get mini_inductor; with `force`, every call does.
+    """
+    import mini_inductor  # noqa: F401
+    original = torch.compile
+
+    def compile_with_mini_inductor(model=None, **kwargs):
+        backend = kwargs.get("backend", "inductor")
+        if force or backend == "inductor":
+            if kwargs.get("options"):
+                warnings.warn(f"mini_inductor explain: dropping Inductor options {sorted(kwargs['options'])}")
+                kwargs.pop("options")
+            kwargs["backend"] = "mini_inductor"
+        return original(model, **kwargs)
+
+    saved_argv = sys.argv
+    sys.argv = [path, *argv]
+    torch.compile = compile_with_mini_inductor
+    try:
+        with debug_trace.capture() as traces:
+            runpy.run_path(path, run_name="__main__")
+    finally:
+        torch.compile = original
+        sys.argv = saved_argv
+    return traces
+
+
+def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
+    """Mean GPU time per call of each Triton kernel that `fn` launches (from torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for evt in prof.key_averages():
+        if evt.key.startswith("triton_"):
+            total_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+            times[evt.key] = total_us / repeats / 1e3
+    return times
+
+
+def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    reports = []
+    for t in traces:
+        report = graph_report(t)
+        for k in report["kernels"]:
+            ms = (timings or {}).get(k["name"])
+            k["time_ms"] = ms
+            k["gb_per_s"] = (k["bytes_read"] + k["bytes_written"]) / (ms * 1e6) if ms else None
+        reports.append(report)
+    return reports
+
+
+def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
+    """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"json": os.path.join(out_dir, "report.json"), "html": os.path.join(out_dir, "report.html")}
+    with open(paths["json"], "w") as f:
+        json.dump(reports, f, indent=1, default=str)
+    sections = []
+    for report, t in zip(reports, traces):
+        dot = to_dot(report, t)
+        with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
+            f.write(dot)
+        svg = render_svg(dot)
+        if svg is not None:
+            with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
+                f.write(svg)
+        sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
+    with open(paths["html"], "w") as f:
+        f.write(html_page(title, sections))
+    return paths
+
+
+def load_reports(path: str) -> list[dict[str, Any]]:
+    if os.path.isdir(path):
+        path = os.path.join(path, "report.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+# ─── dump ───────────────────────────────────────────────────────────────────────────────────────
+
+_KERNEL_SCRIPT = '''\
+# Kernel {name} of graph {graph}, on its own: `python {file}` runs it on random inputs and times it.
+import time
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+from mini_inductor.runtime.interpreter import install as _install_interpreter_shims
+
+_install_interpreter_shims()
+from mini_inductor.codegen import triton_helpers  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+{source}
+
+ARGS = {specs}
+
+
+def make_args(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for size, stride, dtype in ARGS:
+        n = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+        if dtype.is_floating_point:
+            flat = torch.randn(n, generator=gen).to(dtype)
+        elif dtype == torch.bool:
+            flat = torch.randint(0, 2, (n,), generator=gen).bool()
+        else:
+            flat = torch.randint(0, 8, (n,), generator=gen).to(dtype)
+        out.append(torch.as_strided(flat.to(DEVICE), size, stride))
+    return out
+
+
+def run(args):
+    {launch}
+
+
+if __name__ == "__main__":
+    args = make_args()
+    run(args)
+    sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(10):
+        run(args)
+    sync()
+    print(f"{name}: {{(time.perf_counter() - start) / 10 * 1e3:.3f}} ms per launch")
+'''
+
+
+def _layouts(lowered) -> dict[str, tuple]:
+    from ..lowering.sizevars import static_int
+    found = {}
+    for b in list(lowered.buffers) + [i for i in lowered.inputs if i is not None]:
+        lay = getattr(b, "layout", None)
+        if lay is not None:
+            found[b.name] = ([static_int(s) for s in lay.size], [static_int(s) for s in lay.stride], lay.dtype)
+    for name, t in lowered.constants.items():
+        found[name] = (list(t.shape), list(t.stride()), t.dtype)
+    return found
+
+
+def kernel_scripts(t) -> dict[str, str]:
+    """Each kernel of a traced graph as a standalone script (file name → source)."""
+    layouts = _layouts(t.lowered)
+    scripts = {}
+    for m in re.finditer(r"^\s*(triton_\w+)(\[\(.*?\)\])\((.*)\)\s*$", t.generated.source, re.M):
+        name, grid, arglist = m.group(1), m.group(2), m.group(3)
+        parts = [a.strip() for a in arglist.split(",")]
+        buffers = [p for p in parts if re.fullmatch(r"[A-Za-z_]\w*", p) and p in layouts]
+        rest = [p for p in parts if p not in buffers]
+        launch = f"{name}{grid}(*args, {', '.join(rest)})"
+        specs = "[\n" + "".join(f"    ({layouts[b][0]}, {layouts[b][1]}, {layouts[b][2]}),  # {b}\n"
+                                for b in buffers) + "]"
+        fname = f"{name}.py"
+        scripts[fname] = _KERNEL_SCRIPT.format(name=name, graph=t.name, file=fname, specs=specs, launch=launch,
+                                               source=t.generated.kernel_sources[name].rstrip())
+    return scripts
+
+
+def write_dump(traces, out_dir: str) -> list[str]:
+    """Per graph: aten_graph.txt, ir_pre_fusion.txt, ir_post_fusion.txt, output_code.py, kernels/*.py."""
+    folders = []
+    for t in traces:
+        folder = os.path.join(out_dir, t.name)
+        os.makedirs(os.path.join(folder, "kernels"), exist_ok=True)
+        files = {"aten_graph.txt": t.aten_graph, "ir_pre_fusion.txt": t.lowered.describe() + "\n",
+                 "ir_post_fusion.txt": t.schedule.describe() + "\n", "output_code.py": t.generated.source}
+        files.update({os.path.join("kernels", k): v for k, v in kernel_scripts(t).items()})
+        for fname, text in files.items():
+            with open(os.path.join(folder, fname), "w") as f:
+                f.write(text)
+        folders.append(folder)
+    return folders

@@ -1,0 +1,131 @@
+"""The fusion report of one compiled graph, as plain data (JSON-able) built from a GraphTrace.
+
+    report = graph_report(trace)
+    report["kernels"]   [{name, kind, nodes, ops, sources, bytes_read, bytes_written}, ...]
+    report["refused"]   [{node1, node2, reason}, ...]      every refused candidate pair, once
+    report["fused"]     [{node1, node2, round}, ...]
+    report["fallbacks"] [{op, count, why}, ...]
+    report["externs"]   [{name, op, sources}, ...]
+    report["memory"]    {planned_peak_bytes, estimated_bytes_moved} where the scheduler gives them
+    report["partitions"][{name, safe, reason, nodes, inputs, outputs}, ...] where it gives them
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..lowering.ir import InputBuffer
+from ..lowering.lowerings import LOWERINGS
+from ..lowering.sizevars import static_int
+
+
+def _buffer_bytes(lowered) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for b in list(lowered.buffers) + [i for i in lowered.inputs if isinstance(i, InputBuffer)]:
+        if getattr(b, "layout", None) is not None:
+            try:
+                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
+            except NotImplementedError:
+                pass
+    for name, t in lowered.constants.items():
+        sizes[name] = t.numel() * t.element_size()
+    return sizes
+
+
+def _kernel_launches(source: str) -> list[tuple[str, list[str]]]:
+    """(kernel name, argument names) of each launch in the wrapper, in order."""
+    launches = []
+    for m in re.finditer(r"^\s*(triton_\w+)\[\(.*?\)\]\((.*)\)\s*$", source, re.M):
+        args = [a.strip() for a in m.group(2).split(",")]
+        launches.append((m.group(1), [a for a in args if re.fullmatch(r"[A-Za-z_]\w*", a)]))
+    return launches
+
+
+def graph_report(trace) -> dict[str, Any]:
+    sched, lowered, gen = trace.schedule, trace.lowered, trace.generated
+    nbytes = _buffer_bytes(lowered)
+    launches = dict(_kernel_launches(gen.source))
+    removed = set(getattr(gen, "removed_buffers", set()))
+    kernels, externs = [], []
+    kernel_names = iter(gen.kernel_names)
+    for node in sched.nodes:
+        origins = node.origins
+        ops = sorted({o.op for o in origins})
+        sources = sorted({o.source for o in origins if o.source})
+        if node.is_extern():
+            externs.append({"name": node.name, "op": getattr(node.node, "op_name", type(node.node).__name__),
+                            "sources": sources})
+            continue
+        name = next(kernel_names, node.name)
+        members = [n.name for n in node.get_nodes()]
+        args = launches.get(name, [])
+        written = [m for m in members if m not in removed]
+        read = [a for a in args if a not in written]
+        kernels.append({
+            "name": name, "kind": "reduction" if node.is_reduction() else "pointwise", "nodes": members,
+            "ops": ops, "sources": sources, "reads": read, "writes": written,
+            "bytes_read": sum(nbytes.get(a, 0) for a in read),
+            "bytes_written": sum(nbytes.get(w, 0) for w in written),
+        })
+    refused: dict[tuple[str, str], str] = {}
+    fused = []
+    for d in sched.decisions:
+        if d.fused:
+            fused.append({"node1": d.node1, "node2": d.node2, "round": d.round})
+        else:
+            refused.setdefault((d.node1, d.node2), d.reason)
+    kernel_of = {n: k["name"] for k in kernels for n in k["nodes"]}
+
+    def outcome(a: str, b: str) -> str:
+        ka, kb = kernel_of.get(a.split("_")[0]), kernel_of.get(b.split("_")[0])
+        return f"both end up in {ka} through other fusions" if ka is not None and ka == kb else ""
+    fallbacks = [{"op": op, "count": n, "why": _fallback_reason(op)} for op, n in sorted(lowered.fallback_ops.items())]
+    memory = {k: getattr(sched, k, None) or getattr(trace.record, k, None)
+              for k in ("planned_peak_bytes", "estimated_bytes_moved")}
+    partitions = []
+    for i, p in enumerate(getattr(sched, "partitions", None) or []):
+        partitions.append({k: _plain(getattr(p, k, None)) for k in ("name", "safe", "reason", "nodes", "inputs", "outputs")}
+                          | {"index": i})
+    return {
+        "graph": trace.name, "cache_hit": bool(getattr(trace.record, "cache_hit", False)),
+        "nodes_before_fusion": sched.nodes_before_fusion, "groups": len(sched.nodes),
+        "kernels": kernels, "externs": externs, "fused": fused,
+        "refused": [{"node1": a, "node2": b, "reason": r, "outcome": outcome(a, b)} for (a, b), r in refused.items()],
+        "fallbacks": fallbacks, "memory": memory, "partitions": partitions,
+        "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
+    }
+
+
+def _plain(x):
+    if isinstance(x, (list, tuple, set)):
+        return [_plain(y) for y in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return getattr(x, "name", str(x))
+
+
+def _fallback_reason(op_name: str) -> str:
+    registered = {str(k) for k in LOWERINGS}
+    short = op_name.split("aten.", 1)[-1]
+    if any(r.endswith(short) or r == short for r in registered):
+        return "its lowering declined these arguments (dtype, device or variant not generated)"
+    return "no lowering: runs as the ATen op"
+
+
+def why(report: dict[str, Any], node_a: str, node_b: str) -> str:
+    """Answer 'why were A and B (not) fused?' from a graph report."""
+    for d in report["fused"]:
+        if {d["node1"], d["node2"]} == {node_a, node_b}:
+            return f"{node_a} and {node_b} were fused (round {d['round']})."
+    for d in report["refused"]:
+        if {d["node1"], d["node2"]} == {node_a, node_b}:
+            return f"cannot fuse {d['node1']} with {d['node2']}: {d['reason']}"
+    same = [k["name"] for k in report["kernels"] if node_a in k["nodes"] and node_b in k["nodes"]]
+    if same:
+        return f"{node_a} and {node_b} are in the same kernel {same[0]} (fused through other nodes)."
+    known = {n for k in report["kernels"] for n in k["nodes"]} | {e["name"] for e in report["externs"]}
+    missing = [n for n in (node_a, node_b) if n not in known]
+    if missing:
+        return f"no node named {', '.join(missing)} in graph {report['graph']}; nodes: {', '.join(sorted(known))}"
+    return (f"{node_a} and {node_b} were never a candidate pair: they share no buffer, or are further apart "
+            f"than the fusion window, or one is an extern call.")
