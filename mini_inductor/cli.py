@@ -105,6 +105,8 @@ def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"which built-in example to compile (default: {DEFAULT_EXAMPLE})")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="dtype of the weights and inputs (default: float32)")
+    parser.add_argument("--report", default="mini_inductor_report",
+                        help="folder for the fusion report (default: %(default)s)")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -136,10 +138,12 @@ def run_demo(args: argparse.Namespace) -> int:
     import mini_inductor  # noqa: F401  (registers the "mini_inductor" backend)
     from mini_inductor import metrics
 
+    from mini_inductor.debug import explain, trace
+
     torch._dynamo.reset()
     metrics.reset()
     compiled = torch.compile(model, backend="mini_inductor")
-    with torch.no_grad():
+    with torch.no_grad(), trace.capture() as traces:
         expected = model(*inputs)
         start = time.perf_counter()
         actual = compiled(*inputs)
@@ -153,8 +157,14 @@ def run_demo(args: argparse.Namespace) -> int:
     _print_kernels(out, graphs)
 
     ok = _report_accuracy(out, actual, expected, args.dtype)
+    timings = {}
     if device == "cuda":
         _report_speedup(out, model, compiled, inputs)
+        with torch.no_grad():
+            timings = explain.kernel_times_ms(lambda: compiled(*inputs))
+    paths = explain.write_reports(explain.build_reports(traces, timings), traces, args.report,
+                                  f"mini_inductor demo: {example.name} ({args.dtype})")
+    out.line(f"\nfusion report (what was fused, what not and why): {paths['html']}")
     return 0 if ok else 1
 
 
