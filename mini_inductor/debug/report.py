@@ -41,9 +41,35 @@ def _kernel_launches(source: str) -> list[tuple[str, list[str]]]:
     return launches
 
 
+def _itemsizes(lowered) -> dict[str, int]:
+    out = {}
+    for b in list(lowered.buffers) + [i for i in lowered.inputs if isinstance(i, InputBuffer)]:
+        if getattr(b, "layout", None) is not None:
+            out[b.name] = b.layout.dtype.itemsize
+    out.update({n: t.element_size() for n, t in lowered.constants.items()})
+    return out
+
+
+def _bytes_read(group, members: set[str], args: list[str], nbytes: dict[str, int], itemsize: dict[str, int]) -> int:
+    """Bytes the kernel loads: per distinct access, the elements its index can reach (scheduler.md §16.6)."""
+    from ..scheduler.dependencies import MemoryDep
+
+    total, seen = 0, set()
+    for node in group.get_nodes():
+        for dep in node.reads:
+            if dep.name in members or dep.name not in args or dep in seen:
+                continue
+            seen.add(dep)
+            size = itemsize.get(dep.name, 0)
+            whole = nbytes.get(dep.name, 0)
+            total += dep.numbytes(size, whole // size) if isinstance(dep, MemoryDep) and size else whole
+    return total
+
+
 def graph_report(trace) -> dict[str, Any]:
     sched, lowered, gen = trace.schedule, trace.lowered, trace.generated
     nbytes = _buffer_bytes(lowered)
+    itemsize = _itemsizes(lowered)
     launches = dict(_kernel_launches(gen.source))
     removed = set(getattr(gen, "removed_buffers", set()))
     kernels, externs = [], []
@@ -64,7 +90,7 @@ def graph_report(trace) -> dict[str, Any]:
         kernels.append({
             "name": name, "kind": "reduction" if node.is_reduction() else "pointwise", "nodes": members,
             "ops": ops, "sources": sources, "reads": read, "writes": written,
-            "bytes_read": sum(nbytes.get(a, 0) for a in read),
+            "bytes_read": _bytes_read(node, set(members), read, nbytes, itemsize),
             "bytes_written": sum(nbytes.get(w, 0) for w in written),
         })
     refused: dict[tuple[str, str], str] = {}
