@@ -301,8 +301,8 @@ def _run_workload(args: argparse.Namespace, out: Output):
     if args.example:
         traces, timings = explain.run_example(args.example, getattr(torch, args.dtype))
         return traces, timings, f"{args.example} ({args.dtype})"
-    traces = explain.run_script(args.script, args.script_args, force=args.force)
-    return traces, {}, os.path.basename(args.script)
+    traces, timings = explain.run_script(args.script, args.script_args, force=args.force)
+    return traces, timings, os.path.basename(args.script)
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """What `mini-inductor explain` and `dump` do: run a workload under mini_inductor and keep its traces.
 
-    traces = run_example("softmax_chain")                 # or run_script("train.py", ["--steps", "1"])
+    traces, timings = run_example("softmax_chain")        # or run_script("train.py", ["--steps", "1"])
     reports = [graph_report(t) for t in traces]
     write_reports(reports, traces, out_dir)               # report.json, <graph>.dot/.svg, report.html
     write_dump(traces, out_dir)                           # per graph: ATen graph, IR, kernels as scripts
@@ -47,6 +47,7 @@ def run_example(name: str, dtype: torch.dtype = torch.float32, profile: bool = T
 def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
     """Run a user script with mini_inductor as the backend of its torch.compile calls.
 
+    Returns (traces, kernel times in ms per launch, measured on a GPU; {} on the CPU).
     Calls that name no backend (Inductor's default) get mini_inductor; with `force`, every call does.
     """
     import mini_inductor  # noqa: F401
@@ -64,17 +65,35 @@ def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
     saved_argv = sys.argv
     sys.argv = [path, *argv]
     torch.compile = compile_with_mini_inductor
+    timings: dict[str, float] = {}
     try:
         with debug_trace.capture() as traces:
-            runpy.run_path(path, run_name="__main__")
+            if torch.cuda.is_available():
+                # kernel times over the whole run, per launch (the script's first calls compile)
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    runpy.run_path(path, run_name="__main__")
+                    torch.cuda.synchronize()
+                timings = _per_launch_ms(prof)
+            else:
+                runpy.run_path(path, run_name="__main__")
     finally:
         torch.compile = original
         sys.argv = saved_argv
-    return traces
+    return traces, timings
+
+
+def _per_launch_ms(prof) -> dict[str, float]:
+    times = {}
+    for evt in prof.key_averages():
+        if evt.key.startswith("triton_") and evt.count:
+            total_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+            times[evt.key] = total_us / evt.count / 1e3
+    return times
 
 
 def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
-    """Mean GPU time per call of each Triton kernel that `fn` launches (from torch.profiler)."""
+    """Mean GPU time per launch of each Triton kernel that `fn` launches (from torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -84,12 +103,7 @@ def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
         for _ in range(repeats):
             fn()
         torch.cuda.synchronize()
-    times: dict[str, float] = {}
-    for evt in prof.key_averages():
-        if evt.key.startswith("triton_"):
-            total_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-            times[evt.key] = total_us / repeats / 1e3
-    return times
+    return _per_launch_ms(prof)
 
 
 def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
