@@ -6,6 +6,8 @@ from typing import Callable
 
 import torch
 
+from .launcher import accelerate
+
 
 class CompiledGraph:
     """Calls the generated module's `call(args)` (boxed: the argument list is consumed).
@@ -21,6 +23,7 @@ class CompiledGraph:
         self.module = module
         self.source_path = source_path
         self.constants = dict(constants)
+        accelerate(module)
         self._call: Callable = module.call
 
     def __call__(self, *args):

@@ -1,0 +1,72 @@
+"""Fast Triton launches: after the first launch at a call site, call the compiled kernel directly.
+
+`fn[grid](*args, XBLOCK=..., num_warps=...)` in Triton binds arguments, computes a specialization key
+and looks the kernel up on every call (tens of µs of Python). Our kernels have static sizes, so a
+call site always launches the same compiled kernel: `FastKernel` keeps it after the first launch and
+from then on calls its launcher with the stream and the arguments only. The one specialization
+that can change between calls is pointer alignment (16 bytes): a call with an unaligned tensor, or
+a site first compiled for unaligned ones, goes through Triton's own path.
+
+Under Triton's interpreter (CPU) everything goes through the plain path.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import interpreting
+
+
+class _Site:
+    __slots__ = ("fn", "grid", "kernel", "aligned", "device")
+
+    def __init__(self, fn, grid):
+        self.fn = fn
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.kernel = None
+        self.aligned = False
+        self.device = None
+
+    def __call__(self, *args, num_warps=4, **meta):
+        kernel = self.kernel
+        if kernel is not None:
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.data_ptr() % 16:
+                    break
+            else:
+                g0, g1, g2 = self.grid
+                kernel.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device), kernel.function,
+                           kernel.packed_metadata, None, None, None, *args, *meta.values())
+                return kernel
+        launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
+        if self.kernel is None and not interpreting():
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            if tensors and all(t.is_cuda and t.data_ptr() % 16 == 0 for t in tensors):
+                self.kernel = launched.result() if hasattr(launched, "result") else launched
+                self.device = tensors[0].device.index
+        return launched
+
+
+class FastKernel:
+    """Stands in for a @triton.jit kernel in a generated module: `kernel[grid](...)` as before."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._sites: dict[tuple, _Site] = {}
+
+    def __getitem__(self, grid) -> _Site:
+        site = self._sites.get(grid)
+        if site is None:
+            site = self._sites[grid] = _Site(self.fn, grid)
+        return site
+
+
+def accelerate(module) -> None:
+    """Wrap every generated kernel of `module` (once); a no-op under the interpreter."""
+    if interpreting() or getattr(module, "_mini_inductor_fast", False):
+        return
+    from triton.runtime.jit import JITFunction
+
+    for name, value in list(vars(module).items()):
+        if name.startswith("triton_") and isinstance(value, JITFunction):
+            setattr(module, name, FastKernel(value))
+    module._mini_inductor_fast = True
