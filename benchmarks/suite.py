@@ -1,0 +1,122 @@
+"""The model suite against eager and Inductor, every backend in fresh processes. Not a test.
+
+    PYTHONPATH=. python3 -m benchmarks.suite [--models decoder,norm_heavy] [--backends ...] [--out DIR]
+
+Per (model, backend): cold compile (fresh Inductor/Triton/mini_inductor caches), warm compile (the
+same caches, new process), wall ms per call, GPU ms, peak memory, correctness against eager, and
+ratios against Inductor. Writes a table to stdout, results.json and speedup.png (matplotlib) to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from .models import MODELS
+from .worker import BACKENDS
+
+
+def _worker(model, backend, dtype, cache, compile_only, timeout):
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(cache, "triton"), MINI_INDUCTOR_CACHE_DIR=os.path.join(cache, "mini"))
+    cmd = [sys.executable, "-m", "benchmarks.worker", "--model", model, "--backend", backend, "--dtype", dtype]
+    if compile_only:
+        cmd.append("--compile-only")
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": model, "backend": backend, "error": f"timed out after {timeout} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return {"model": model, "backend": backend, "error": (proc.stderr or proc.stdout)[-300:]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--backends", default=",".join(BACKENDS))
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--no-warm", action="store_true", help="skip the warm-cache compile runs")
+    p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--out", default="benchmark_results")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for model in a.models.split(","):
+        for backend in a.backends.split(","):
+            with tempfile.TemporaryDirectory() as cache:
+                res = _worker(model, backend, a.dtype, cache, False, a.timeout)
+                if backend != "eager" and not a.no_warm and "error" not in res:
+                    warm = _worker(model, backend, a.dtype, cache, True, a.timeout)
+                    res["warm_first_call_s"] = warm.get("first_call_s")
+            res.setdefault("model_key", model)
+            rows.append(res)
+            print(json.dumps(res), flush=True)
+    _ratios(rows)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    _table(rows)
+    _plot(rows, os.path.join(a.out, "speedup.png"))
+
+
+def _ratios(rows):
+    by = {(r["model_key"], r["backend"]): r for r in rows}
+    for r in rows:
+        eager, ind = by.get((r["model_key"], "eager")), by.get((r["model_key"], "inductor"))
+        if "wall_ms" in r and eager and "wall_ms" in eager:
+            r["speedup_vs_eager"] = eager["wall_ms"] / r["wall_ms"]
+        if "wall_ms" in r and ind and "wall_ms" in ind:
+            r["wall_vs_inductor"] = r["wall_ms"] / ind["wall_ms"]
+        if r.get("first_call_s") and ind and ind.get("first_call_s") and r["backend"] != "eager":
+            r["cold_compile_vs_inductor"] = r["first_call_s"] / ind["first_call_s"]
+
+
+def _table(rows):
+    cols = ["model_key", "backend", "wall_ms", "gpu_ms", "peak_mib", "first_call_s", "warm_first_call_s",
+            "correct", "speedup_vs_eager", "wall_vs_inductor", "cold_compile_vs_inductor"]
+    print("\n" + " | ".join(cols))
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c, r.get("error", "")[:40] if c == "wall_ms" else "")
+            cells.append(f"{v:.3f}" if isinstance(v, float) else str(v))
+        print(" | ".join(cells))
+    for backend in sorted({r["backend"] for r in rows}):
+        sp = [r["speedup_vs_eager"] for r in rows if r["backend"] == backend and r.get("speedup_vs_eager")]
+        if sp:
+            print(f"geomean speedup over eager, {backend}: {math.exp(sum(map(math.log, sp)) / len(sp)):.3f} "
+                  f"({len(sp)} models)")
+
+
+def _plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no speedup.png")
+        return
+    models = sorted({r["model_key"] for r in rows})
+    backends = [b for b in dict.fromkeys(r["backend"] for r in rows) if b != "eager"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(models)), 4))
+    width = 0.8 / max(1, len(backends))
+    for i, b in enumerate(backends):
+        vals = [next((r.get("speedup_vs_eager", 0) for r in rows if r["model_key"] == m and r["backend"] == b), 0)
+                for m in models]
+        ax.bar([x + i * width for x in range(len(models))], vals, width, label=b)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(models))], models, rotation=20)
+    ax.set_ylabel("speedup over eager (wall time)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
