@@ -48,7 +48,11 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
                   aten.native_layer_norm_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
                   aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
-                  aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm]
+                  aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm,
+                  # to pointwise/index/reduction ops that have lowerings
+                  aten.clamp.Tensor, aten.elu, aten.repeat, aten.slice_scatter, aten.arange.start_step,
+                  aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
+                  aten._adaptive_avg_pool2d, aten.max_pool2d_with_indices_backward]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)
                # attention stays one library call (its decompositions also change output strides)

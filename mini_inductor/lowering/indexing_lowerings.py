@@ -14,7 +14,7 @@ import torch
 
 from .ir import IRNode, Pointwise, static_sizes
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
-from .view_lowerings import _norm_dim, slice_
+from .view_lowerings import _norm_dim, slice_, unsqueeze, view
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -131,8 +131,12 @@ def _indirect(index_value, size):
 @register_lowering(aten.gather)
 def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
     size = static_sizes(x)
-    if not size or not static_sizes(index):
-        raise NotImplementedError("gather of 0-d tensors")
+    if not size:
+        if len(index.get_size()) > 1:
+            raise NotImplementedError("gather of a 0-d input with a multi-dim index")
+        return view(gather(view(x, [1]), 0, view(index, [1])), index.get_size())
+    if len(index.get_size()) != len(size):
+        raise NotImplementedError("gather with an index of another rank")
     dim = _norm_dim(dim, len(size))
     x_loader, index_loader = x.make_loader(), index.make_loader()
 
@@ -187,10 +191,11 @@ def unsafe_index(x, indices):
 @register_lowering(aten.index_select)
 def index_select(x: IRNode, dim, index_: IRNode):
     if not x.get_size():
-        raise NotImplementedError("index_select of a 0-d tensor")
+        # a 0-d input gives a 0-d output (its one element, the index checked in range 1)
+        flat = view(x, [1])
+        return view(index(flat, [view(index_, [1])]), [])
     dim = _norm_dim(dim, len(x.get_size()))
     if not index_.get_size():
-        from .view_lowerings import unsqueeze
         index_ = unsqueeze(index_, 0)
     return index(x, [None] * dim + [index_])
 

@@ -335,4 +335,5 @@ def lowering_of(target) -> Callable:
 LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
-from . import extern_lowerings, indexing_lowerings, reduction_lowerings, view_lowerings  # noqa: E402,F401
+from . import (extern_lowerings, indexing_lowerings, pooling_lowerings, reduction_lowerings,  # noqa: E402,F401
+               scan_lowerings, view_lowerings)

@@ -1,0 +1,144 @@
+"""2-D pooling as reductions over the window.
+
+    window[n, c, oh, ow, kh, kw] = x[n, c, oh*s - p + kh*d, ow*s - p + kw*d]   (masked outside x)
+    avg_pool2d               = sum(window) / divisor(oh, ow)
+    max_pool2d_with_indices  = max(window), argmax(window) turned into the flat h*W + w of x
+
+The window is an unrealized Pointwise inlined into the reduction: no copy of the input is made.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ir import IRNode, Pointwise
+from .lowerings import register_lowering
+from .reduction_lowerings import make_reduction
+from .sizevars import FloorDiv, ModularIndexing
+from .virtualized import ops
+
+aten = torch.ops.aten
+
+# Windows with more elements than this run in ATen.
+MAX_WINDOW = 64
+
+
+def _pair(v, default=None):
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return [v, v]
+    return list(v) * 2 if len(v) == 1 else list(v)
+
+
+def _out_len(n, k, s, p, d, ceil_mode):
+    span = n + 2 * p - d * (k - 1) - 1
+    out = (math.ceil(span / s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1  # the last window must start inside the input or its left padding
+    return out
+
+
+def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
+    size = [int(s) for s in x.get_size()]
+    if len(size) not in (3, 4):
+        raise NotImplementedError("pooling of a tensor that is not 3-D or 4-D")
+    k = _pair(kernel_size)
+    s = _pair(stride, k)
+    p = _pair(padding, [0, 0])
+    d = _pair(dilation, [1, 1])
+    if k[0] * k[1] > MAX_WINDOW:
+        raise NotImplementedError("a large pooling window")
+    h, w = size[-2:]
+    out = [_out_len(h, k[0], s[0], p[0], d[0], ceil_mode), _out_len(w, k[1], s[1], p[1], d[1], ceil_mode)]
+    if min(out) <= 0:
+        raise NotImplementedError("empty pooling output")
+    return size, k, s, p, d, out
+
+
+def _window(x: IRNode, size, k, s, p, d, out, fill) -> IRNode:
+    """x's pooling windows as a Pointwise of size [..., OH, OW, KH, KW], `fill` outside x."""
+    loader = x.make_loader()
+    h, w = size[-2:]
+
+    def inner_fn(idx):
+        *lead, oh, ow, kh, kw = idx
+        ih = oh * s[0] - p[0] + kh * d[0]
+        iw = ow * s[1] - p[1] + kw * d[1]
+        if p[0] == 0 and p[1] == 0 and (out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h and \
+                (out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w:
+            return loader(list(lead) + [ih, iw])
+        conds = []
+        for v, n in ((ih, h), (iw, w)):
+            e = ops.index_expr(v, torch.int64)
+            conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(n, torch.int64))]
+        mask = ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
+        return ops.masked(mask, lambda: loader(list(lead) + [ih, iw]), fill)
+    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, size[:-2] + out + k)
+
+
+@register_lowering(aten.avg_pool2d)
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("avg_pool2d of integers")
+    size, k, s, p, d, out = _geometry(x, kernel_size, stride, padding, 1, ceil_mode)
+    window = _window(x, size, k, s, p, d, out, 0.0)
+    nd = len(size)
+    total = make_reduction(window, [nd, nd + 1], "sum")  # in the accumulation dtype
+    h, w = size[-2:]
+    loader, dtype = total.make_loader(), x.get_dtype()
+
+    def count(o, kk, ss, pp, n):
+        """Elements of the window along one dim that the divisor counts."""
+        start = ops.index_expr(o * ss - pp, torch.int64)
+        end = ops.minimum(ops.add(start, ops.constant(kk, torch.int64)), ops.constant(n + pp, torch.int64))
+        if not count_include_pad:
+            start = ops.maximum(start, ops.constant(0, torch.int64))
+            end = ops.minimum(end, ops.constant(n, torch.int64))
+        return ops.sub(end, start)
+
+    def inner_fn(idx):
+        value = loader(idx)
+        if divisor_override:
+            divisor = ops.constant(float(divisor_override), torch.float32)
+        else:
+            oh, ow = idx[-2:]
+            divisor = ops.to_dtype(ops.mul(count(oh, k[0], s[0], p[0], h), count(ow, k[1], s[1], p[1], w)),
+                                   torch.float32)
+        result = ops.truediv(ops.to_dtype(value, torch.float32), divisor)
+        return result if dtype == torch.float32 else ops.to_dtype(result, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size[:-2] + out)
+
+
+@register_lowering(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("max_pool2d of integers")
+    size, k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise NotImplementedError("padding larger than half the window")
+    window = _window(x, size, k, s, p, d, out, float("-inf"))
+    nd = len(size)
+    window_loader = window.make_loader()
+    # one reduction dim, so that argmax counts positions in the window row-major
+    flat = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: window_loader(
+        list(idx[:-1]) + [FloorDiv(idx[-1], k[1]), ModularIndexing(idx[-1], 1, k[1])]),
+        size[:-2] + out + [k[0] * k[1]])
+    values = make_reduction(flat, [nd], "max", out_dtype=x.get_dtype())
+    arg = make_reduction(flat, [nd], "argmax", out_dtype=torch.int64)
+    arg_loader = arg.make_loader()
+    w = size[-1]
+
+    def index_fn(idx):
+        r = arg_loader(idx)
+        oh, ow = idx[-2:]
+        kk = ops.constant(k[1], torch.int64)
+        ih = ops.add(ops.index_expr(oh * s[0] - p[0], torch.int64),
+                     ops.mul(ops.floordiv(r, kk), ops.constant(d[0], torch.int64)))
+        iw = ops.add(ops.index_expr(ow * s[1] - p[1], torch.int64),
+                     ops.mul(ops.remainder(r, kk), ops.constant(d[1], torch.int64)))
+        return ops.add(ops.mul(ih, ops.constant(w, torch.int64)), iw)
+    indices = Pointwise.create(x.get_device(), torch.int64, index_fn, size[:-2] + out)
+    return values, indices

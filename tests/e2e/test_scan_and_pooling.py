@@ -1,0 +1,51 @@
+"""cumsum/cumprod (masked-square reductions), pooling windows, upsampling and decomposed extras."""
+import torch
+import torch.nn.functional as F
+
+from common import assert_no_fallbacks, check
+
+
+def test_cumsum_and_cumprod_generate_kernels():
+    check(lambda x: torch.cumsum(x, 1) + 1, torch.randn(3, 7))
+    check(lambda x: torch.cumprod(x, 0), torch.randn(5, 2))
+    assert_no_fallbacks()
+
+
+def test_cumsum_of_integers_is_int64():
+    check(lambda x: torch.cumsum(x, -1), torch.arange(12, dtype=torch.int32).view(3, 4))
+
+
+def test_long_cumsum_falls_back():
+    check(lambda x: torch.cumsum(x, 0), torch.randn(300))
+
+
+def test_avg_pool2d_padding_and_ceil_mode():
+    x = torch.randn(1, 2, 8, 7)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1), x, kernels=1)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), x)
+    check(lambda x: F.avg_pool2d(x, (2, 3), (1, 2), (1, 1), divisor_override=5), x)
+    assert_no_fallbacks()
+
+
+def test_max_pool2d_values_and_indices():
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), torch.randn(2, 3, 7, 8))
+    check(lambda x: F.max_pool2d(x, 2, 2, 0, dilation=2, ceil_mode=True, return_indices=True), torch.randn(3, 7, 8))
+    assert_no_fallbacks()
+
+
+def test_max_pool2d_backward():
+    check(lambda x: F.max_pool2d(x, 3, 2, 1), torch.randn(1, 2, 7, 7), grad=True)
+
+
+def test_upsampling_and_adaptive_pool_through_decompositions():
+    x = torch.randn(1, 2, 3, 4)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), x)
+    check(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=False), x)
+    check(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), torch.randn(1, 2, 5, 7))
+    assert_no_fallbacks()
+
+
+def test_clamp_with_tensor_bounds_and_float_arange():
+    check(lambda x, lo, hi: torch.clamp(x, lo, hi), torch.randn(4, 5), torch.zeros(5) - 0.5, torch.ones(4, 1) * 0.5)
+    check(lambda x: x + torch.arange(0.5, 3.0, 0.5), torch.randn(5))
+    assert_no_fallbacks()
