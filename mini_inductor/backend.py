@@ -123,6 +123,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.fallback_ops = previous.fallback_ops.copy()
         record.nodes_before_fusion = previous.nodes_before_fusion
         record.nodes_after_fusion = previous.nodes_after_fusion
+        record.planned_peak_bytes = previous.planned_peak_bytes
+        record.estimated_bytes_moved = previous.estimated_bytes_moved
         record.source_path = previous.source_path
         record.cache_hit = True
         log.info("%s: served from the in-process cache (%s)", name, previous.name)
@@ -161,6 +163,8 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
         raise CodegenError(f"{type(e).__name__}: {e}", graph=name) from e
     record.nodes_before_fusion = sched.nodes_before_fusion
     record.nodes_after_fusion = len(sched.nodes)
+    record.planned_peak_bytes = gen.planned_peak_bytes
+    record.estimated_bytes_moved = gen.estimated_bytes_moved
     record.kernel_names = list(gen.kernel_names)
     record.extern_calls = list(gen.extern_calls)
     record.fallback_ops = lowered.fallback_ops.copy()

@@ -27,6 +27,8 @@ class GraphRecord:
     cache_hit: bool = False                      # served from the in-process cache
     compile_seconds: float = 0.0
     ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead
+    planned_peak_bytes: int = 0                  # memory plan: most bytes of the graph's own buffers live at once
+    estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
 
     @property
     def num_kernels(self) -> int:
@@ -36,9 +38,15 @@ class GraphRecord:
         fb = sum(self.fallback_ops.values())
         return (f"{self.name}: {self.num_fx_nodes} ATen nodes, {self.nodes_before_fusion} → "
                 f"{self.nodes_after_fusion} scheduler nodes, {self.num_kernels} Triton kernels, "
-                f"{len(self.extern_calls)} extern calls, {fb} fallback ops, {self.compile_seconds:.2f} s"
+                f"{len(self.extern_calls)} extern calls, {fb} fallback ops, "
+                f"{_mb(self.estimated_bytes_moved)} moved (est.), planned peak {_mb(self.planned_peak_bytes)}, "
+                f"{self.compile_seconds:.2f} s"
                 + (" (cache hit)" if self.cache_hit else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 10_000 else f"{nbytes} B"
 
 
 compiled_graphs: list[GraphRecord] = []

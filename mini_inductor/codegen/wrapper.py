@@ -19,13 +19,30 @@ def _ints(xs) -> str:
     return "(" + ", ".join(map(str, vals)) + ("," if len(vals) == 1 else "") + ")"
 
 
+def storage_elements(size, stride) -> int:
+    """Elements of storage a (size, stride) layout at offset 0 spans."""
+    size, stride = [static_int(s) for s in size], [static_int(s) for s in stride]
+    if any(s == 0 for s in size):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride))
+
+
 @dataclasses.dataclass
 class AllocateLine:
+    """A fresh buffer; the memory plan may turn it into a ReuseLine of a dead buffer with the same key."""
+
     name: str
     size: tuple
     stride: tuple
     dtype: torch.dtype
     device: torch.device
+
+    def reuse_key(self) -> tuple:
+        """(device, dtype, storage elements): buffers with equal keys can share one storage."""
+        return (str(self.device), self.dtype, storage_elements(self.size, self.stride))
+
+    def nbytes(self) -> int:
+        return storage_elements(self.size, self.stride) * self.dtype.itemsize
 
     def emit(self) -> str:
         return (f"{self.name} = empty_strided({_ints(self.size)}, {_ints(self.stride)}, "
@@ -33,11 +50,42 @@ class AllocateLine:
 
 
 @dataclasses.dataclass
-class FreeLine:
-    names: list[str]
+class ReuseLine:
+    """`new` takes over the storage of `old` (dead, same reuse key); `old`'s name is dropped.
+
+    `inplace`: `old` is an input of the kernel about to write `new`, read at the same index it writes.
+    """
+
+    old: str
+    new: AllocateLine
+    old_size: tuple
+    old_stride: tuple
+    inplace: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.new.name
 
     def emit(self) -> str:
-        return "del " + ", ".join(self.names)
+        why = "in-place" if self.inplace else "reuse"
+        same = ([static_int(s) for s in self.old_size] == [static_int(s) for s in self.new.size]
+                and [static_int(s) for s in self.old_stride] == [static_int(s) for s in self.new.stride])
+        if same:
+            return f"{self.new.name} = {self.old}; del {self.old}  # {why}"
+        return (f"{self.new.name} = torch.as_strided({self.old}, {_ints(self.new.size)}, "
+                f"{_ints(self.new.stride)}); del {self.old}  # {why}")
+
+
+@dataclasses.dataclass
+class FreeLine:
+    """Buffers dead after this point. Those the memory plan hands to a later allocation emit nothing."""
+
+    names: list[str]
+    reused: set[str] = dataclasses.field(default_factory=set)
+
+    def emit(self) -> str:
+        names = [n for n in self.names if n not in self.reused]
+        return "del " + ", ".join(names) if names else ""
 
 
 @dataclasses.dataclass
@@ -87,14 +135,35 @@ class MultiOutputLine:
 
 @dataclasses.dataclass
 class ReturnLine:
-    values: list[Any]
+    values: list[Any]            # IR values (graph outputs) or, in a partition, buffer names
 
     def emit(self) -> str:
-        items = [render_arg(v) for v in self.values]
+        items = [v if isinstance(v, str) else render_arg(v) for v in self.values]
         return "return (" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-WrapperLine = AllocateLine | FreeLine | KernelCallLine | ExternCallLine | MultiOutputLine | ReturnLine
+@dataclasses.dataclass
+class PartitionCallLine:
+    """`call` runs a cudagraph-safe partition function; names it frees inside are dropped here first."""
+
+    function: str
+    inputs: list[str]
+    outputs: list[str]
+    freed_inside: list[str]      # inputs whose last use is inside: the caller lets go of them
+
+    def emit(self) -> str:
+        args = f"{self.function}_args"
+        lines = [f"{args} = [{', '.join(self.inputs)}]"]
+        if self.freed_inside:
+            lines.append("del " + ", ".join(self.freed_inside))
+        call = f"{self.function}({args})"
+        if self.outputs:
+            call = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "") + " = " + call
+        return "\n".join(lines + [call])
+
+
+WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | ExternCallLine | MultiOutputLine | ReturnLine
+               | PartitionCallLine)
 
 
 def render_op(op) -> str:

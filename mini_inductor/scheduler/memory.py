@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from ..lowering.graph import LoweredGraph
-from .nodes import BaseSchedulerNode
+from ..lowering.ir import MultiOutput
+from ..lowering.sizevars import product, static_int
+from .nodes import BaseSchedulerNode, SchedulerNode
 
 
 def compute_last_use(nodes: list[BaseSchedulerNode], output_names: list[str], graph: LoweredGraph) -> list[list[str]]:
@@ -27,3 +29,47 @@ def compute_last_use(nodes: list[BaseSchedulerNode], output_names: list[str], gr
 def _buffer_order(name: str):
     digits = "".join(ch for ch in name if ch.isdigit())
     return (int(digits) if digits else 0, name)
+
+
+def estimate_bytes_moved(nodes: list[BaseSchedulerNode], buffers: dict[str, tuple[int, int]],
+                         output_names: list[str]) -> int:
+    """Bytes read and written by all kernels and extern calls, "worst-case inputs, best-case fusion".
+
+    `buffers` maps a name to (numel, itemsize). A buffer written and consumed inside one fused kernel
+    is never in memory, so it costs nothing. A single SchedulerNode touches at most (its iteration
+    count × accesses) elements of a buffer: a broadcast read of a small buffer costs its size once.
+    """
+    def nbytes(name: str) -> int:
+        numel, itemsize = buffers.get(name, (0, 0))
+        return numel * itemsize
+
+    users: dict[str, set[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.used_buffer_names():
+            users.setdefault(name, set()).add(i)
+    children: dict[str, int] = {}
+    for node in nodes:
+        if isinstance(getattr(node, "node", None), MultiOutput):
+            parent = node.node.parent.name
+            children[parent] = children.get(parent, 0) + nbytes(node.name)
+    keep = set(output_names)
+    total = 0
+    for i, node in enumerate(nodes):
+        if node.is_extern():
+            if not isinstance(node.node, MultiOutput):
+                total += sum(nbytes(d.name) for d in node.reads)
+                total += nbytes(node.name) or children.get(node.name, 0)
+            continue
+        internal = {n for n in node.get_names() if n not in keep and users.get(n, set()) <= {i}}
+        accesses: dict[str, int] = {}
+        for dep in list(node.reads) + list(node.writes):
+            if dep.name not in internal:
+                accesses[dep.name] = accesses.get(dep.name, 0) + 1
+        if isinstance(node, SchedulerNode):
+            iterations = static_int(product(node.body.sizes + node.body.reduction_sizes))
+            for name, count in accesses.items():
+                numel, itemsize = buffers.get(name, (0, 0))
+                total += min(numel, iterations * count) * itemsize
+        else:
+            total += sum(nbytes(name) for name in accesses)
+    return total

@@ -2,6 +2,7 @@
 
     nodes from buffers → dependencies and users → dead-node elimination → topological order
     → fusion rounds (legality with reasons, cycle check, score) → last-use freeing
+    → bytes-moved estimate → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
 from ..lowering.sizevars import static_int
 from .dependencies import Dep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
-from .memory import compute_last_use
+from .memory import compute_last_use, estimate_bytes_moved
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
+from .partition import GraphPartition, partition_nodes
 
 fusion_log = logging.getLogger("mini_inductor.fusion")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -36,6 +38,8 @@ class Schedule:
     nodes_before_fusion: int
     removed: list[str]                           # dead nodes eliminated
     seconds: float = 0.0
+    partitions: list[GraphPartition] = dataclasses.field(default_factory=list)
+    estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
 
     def describe(self) -> str:
         """The schedule after fusion, a group a line, with the refusals (for the debug dir)."""
@@ -52,6 +56,11 @@ class Schedule:
             lines += [f"cannot fuse {d.node1} with {d.node2}: {d.reason}" for d in refused]
         if self.removed:
             lines.append("# removed dead nodes: " + ", ".join(self.removed))
+        lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
+        for p in self.partitions:
+            why = f" ({p.reason})" if p.reason else ""
+            lines.append(f"# {p.name}{why}: nodes {', '.join(p.nodes)}; inputs {', '.join(p.inputs) or '-'}; "
+                         f"outputs {', '.join(p.outputs) or '-'}")
         return "\n".join(lines)
 
 
@@ -78,8 +87,12 @@ class Scheduler:
         before = len(nodes)
         nodes = self._fuse(nodes)
         frees = compute_last_use(nodes, output_names, self.graph)
+        moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
+        input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
+        input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
+        partitions = partition_nodes(nodes, frees, output_names, input_order)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
-                          time.perf_counter() - start)
+                          time.perf_counter() - start, partitions, moved)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 
@@ -139,15 +152,18 @@ class Scheduler:
             ancestors[n.name] = frozenset(acc)
             n.ancestors = ancestors[n.name]
 
-    def _buffer_bytes(self) -> dict[str, int]:
+    def _buffer_sizes(self) -> dict[str, tuple[int, int]]:
+        """name → (numel, itemsize) of every buffer, graph input and constant."""
         sizes = {}
-        for b in self.graph.buffers:
+        for b in list(self.graph.buffers) + [b for b in self.graph.inputs if isinstance(b, InputBuffer)]:
             if b.layout is not None:
-                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
-        for b in self.graph.inputs:
-            if isinstance(b, InputBuffer):
-                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
+                sizes[b.name] = (static_int(b.layout.numel()), b.layout.dtype.itemsize)
+        for name, t in self.graph.constants.items():
+            sizes[name] = (t.numel(), t.element_size())
         return sizes
+
+    def _buffer_bytes(self) -> dict[str, int]:
+        return {name: numel * itemsize for name, (numel, itemsize) in self._buffer_sizes().items()}
 
     def _fuse(self, nodes):
         nbytes = self._buffer_bytes()

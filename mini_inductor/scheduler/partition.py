@@ -1,0 +1,114 @@
+"""Graph partitions: the ordered nodes cut into runs that a CUDA graph can capture, and runs it cannot.
+
+    [k0 k1 mm k2] [nonzero] [k3 k4]      ← scheduled order
+     partition_0   unsafe_0  partition_1
+     safe          unsafe    safe
+
+A node is cudagraph-unsafe when it runs on the CPU or copies between devices, when its output size
+depends on data (nonzero, .item()), or when its ATen op is tagged `cudagraph_unsafe`. Each partition
+knows its inputs (buffers read but produced elsewhere, graph inputs, buffers whose last use it holds)
+and its outputs (buffers it produces that are used after it, or are graph outputs).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from ..lowering.ir import ExternKernel, MultiOutput
+from .nodes import BaseSchedulerNode
+
+aten = torch.ops.aten
+
+# Tags of ATen ops whose output size (or host value) depends on the data: they sync with the device.
+_DATA_DEPENDENT_TAGS = {getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
+                        if hasattr(torch.Tag, t)}
+DATA_DEPENDENT_OPS = {aten.nonzero.default, aten._local_scalar_dense.default, aten.item.default}
+_UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
+
+
+@dataclasses.dataclass
+class GraphPartition:
+    """A maximal run of scheduled nodes that are all cudagraph-safe, or all unsafe."""
+
+    name: str                    # "partition_0" (safe) or "unsafe_1"
+    safe: bool
+    reason: str                  # why unsafe ("" when safe)
+    nodes: list[str]             # scheduler node (group) names, in order
+    node_indices: list[int]      # their positions in Schedule.nodes
+    inputs: list[str] = dataclasses.field(default_factory=list)
+    outputs: list[str] = dataclasses.field(default_factory=list)
+    has_kernels: bool = False    # holds a generated kernel (a partition without one is not worth graphing)
+
+
+def cudagraph_unsafe_reason(node: BaseSchedulerNode) -> str:
+    """Why this node cannot be captured in a CUDA graph, or "" if it can."""
+    if not node.is_extern():
+        return ""
+    buf = node.node
+    if isinstance(buf, MultiOutput):
+        return cudagraph_unsafe_reason_of(buf.parent)
+    return cudagraph_unsafe_reason_of(buf)
+
+
+def cudagraph_unsafe_reason_of(buf) -> str:
+    if not isinstance(buf, ExternKernel):
+        return ""
+    op = buf.op
+    tags = set(getattr(op, "tags", ()))
+    if op in DATA_DEPENDENT_OPS or tags & _DATA_DEPENDENT_TAGS:
+        return f"data-dependent output ({buf.op_name})"
+    if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
+        return f"{buf.op_name} is tagged cudagraph_unsafe"
+    if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols for s in buf.layout.size):
+        return f"data-dependent output sizes ({buf.op_name})"
+    if buf.get_device().type == "cpu":
+        return f"extern kernel on the CPU ({buf.op_name})"
+    if buf.cudagraph_unsafe:
+        return f"device copy or CPU tensor ({buf.op_name})"
+    return ""
+
+
+def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]], output_names: list[str],
+                    input_order: dict[str, int]) -> list[GraphPartition]:
+    """Cut `nodes` into safe/unsafe runs and compute each run's inputs and outputs (deterministic order)."""
+    runs: list[tuple[bool, list[int], list[str]]] = []
+    for i, node in enumerate(nodes):
+        reason = cudagraph_unsafe_reason(node)
+        safe = not reason
+        if runs and runs[-1][0] == safe:
+            runs[-1][1].append(i)
+            if reason and reason not in runs[-1][2]:
+                runs[-1][2].append(reason)
+        else:
+            runs.append((safe, [i], [reason] if reason else []))
+
+    used_in: dict[str, list[int]] = {}
+    for k, (_, indices, _) in enumerate(runs):
+        for i in indices:
+            for name in nodes[i].used_buffer_names():
+                used_in.setdefault(name, []).append(k)
+    last_use_in = {name: k for k, (_, indices, _) in enumerate(runs) for i in indices for name in frees_after[i]}
+    outputs = set(output_names)
+
+    def order(name: str):
+        if name in input_order:
+            return (0, input_order[name], name)
+        digits = "".join(ch for ch in name if ch.isdigit())
+        return (1, int(digits) if digits else 0, name)
+
+    partitions = []
+    counts = {True: 0, False: 0}
+    for k, (safe, indices, reasons) in enumerate(runs):
+        produced = {n for i in indices for n in nodes[i].get_names()}
+        inputs = {n for i in indices for n in nodes[i].used_buffer_names() if n not in produced}
+        inputs |= {n for n, where in last_use_in.items() if where == k and n not in produced}
+        outs = {n for n in produced if n in outputs or any(u > k for u in used_in.get(n, ()))}
+        partitions.append(GraphPartition(
+            name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),
+            nodes=[nodes[i].name for i in indices], node_indices=list(indices),
+            inputs=sorted(inputs, key=order), outputs=sorted(outs, key=order),
+            has_kernels=any(not nodes[i].is_extern() for i in indices)))
+        counts[safe] += 1
+    return partitions

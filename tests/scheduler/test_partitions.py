@@ -1,0 +1,118 @@
+"""Graph partitions around cudagraph-unsafe nodes, with their inputs and outputs
+(wrapper-and-partitions.md §2.3, checklist 13-15)."""
+import sympy
+import torch
+
+from compile_ir import run_fn, schedule_fn
+from mini_inductor.lowering.ir import ExternKernel, Layout
+from mini_inductor.scheduler.partition import cudagraph_unsafe_reason_of, partition_nodes
+
+aten = torch.ops.aten
+CUDA = torch.device("cuda")  # only the device's name is used: no GPU needed
+
+
+def extern(op, device=CUDA, size=(4,), **kw):
+    return ExternKernel("buf9", Layout.contiguous(device, torch.float32, size), op, (), {}, fallback=True,
+                        **kw)
+
+
+def test_cudagraph_unsafe_reasons():
+    assert cudagraph_unsafe_reason_of(extern(aten.mm.default)) == ""
+    assert "on the CPU" in cudagraph_unsafe_reason_of(extern(aten.mm.default, device=torch.device("cpu")))
+    assert "data-dependent" in cudagraph_unsafe_reason_of(extern(aten.nonzero.default))
+    assert "data-dependent" in cudagraph_unsafe_reason_of(extern(aten._local_scalar_dense.default))
+    assert "data-dependent" in cudagraph_unsafe_reason_of(extern(aten.masked_select.default))  # by its tag
+    assert "device copy" in cudagraph_unsafe_reason_of(extern(aten._to_copy.default, cudagraph_unsafe=True))
+    u0 = sympy.Symbol("u0", integer=True, positive=True)
+    assert "sizes" in cudagraph_unsafe_reason_of(extern(aten.mm.default, size=(u0,)))
+
+
+def nonzero_in_the_middle(x):
+    a = torch.relu(x) * 2
+    idx = torch.nonzero(a > 1)
+    return (idx * 3).sum(0), (a + 1).sum(-1)
+
+
+def test_nonzero_cuts_the_graph_into_safe_unsafe_safe():
+    x = torch.randn(8, 16)
+    sched, gen, _ = run_fn(nonzero_in_the_middle, x)
+    assert [p.safe for p in sched.partitions] == [True, False, True]
+    first, unsafe, last = sched.partitions
+    assert unsafe.reason == "data-dependent output (aten.nonzero.default)"
+    (nonzero_buf,) = unsafe.nodes
+    # the unsafe op's input comes out of partition 0; its output goes into partition 1, which frees it
+    assert len(unsafe.inputs) == 1 and unsafe.inputs[0] in first.outputs and unsafe.outputs == [nonzero_buf]
+    assert nonzero_buf in last.inputs
+    assert gen.partition_functions == ["partition_0", "partition_1"]
+    assert "def partition_0(args):" in gen.source and "def partition_1(args):" in gen.source
+    call = gen.source.split("def call")[1]
+    assert f"partition_1_args = [" in call and f"del {nonzero_buf}" in call
+
+
+def test_partition_inputs_and_outputs_are_in_graph_order():
+    x = torch.randn(8, 16)
+    sched = schedule_fn(nonzero_in_the_middle, x)
+    first, _, last = sched.partitions
+    assert first.inputs == ["x_1"]
+    for p in sched.partitions:
+        for names in (p.inputs, p.outputs):
+            nums = [int(n[3:]) for n in names if n.startswith("buf")]
+            assert nums == sorted(nums)
+    assert set(last.outputs) == set(sched.output_names) - set(first.outputs)
+
+
+def test_buffer_returned_by_a_partition_is_neither_freed_nor_reused_inside_it():
+    # partition 0's last allocation is the mask that only the unsafe nonzero reads (PR 165514)
+    sched, gen, _ = run_fn(nonzero_in_the_middle, torch.randn(8, 16))
+    body = gen.source.split("def partition_0(args):")[1].split("\ndef ")[0]
+    for name in sched.partitions[0].outputs:
+        assert f"del {name}" not in body and f"= {name};" not in body
+
+
+def test_extern_call_on_the_cpu_is_its_own_unsafe_partition():
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    sched, gen, _ = run_fn(lambda x, w: torch.sigmoid(torch.relu(x) @ w) + 1, x, w)
+    assert [p.safe for p in sched.partitions] == [True, False, True]
+    assert "on the CPU (aten.mm.default)" in sched.partitions[1].reason
+    assert sched.partitions[1].inputs == ["w_1", sched.partitions[0].outputs[0]]
+
+
+def test_graph_of_kernels_only_is_one_partition():
+    sched, gen, _ = run_fn(lambda x: torch.softmax(x, -1) * 2, torch.randn(8, 16))
+    (p,) = sched.partitions
+    assert p.safe and p.has_kernels and p.reason == "" and p.inputs == ["x_1"] and p.outputs == sched.output_names
+
+
+def test_partitions_without_kernels_are_not_functions():
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    sched, gen, _ = run_fn(lambda x, w: x @ w, x, w)
+    assert [p.safe for p in sched.partitions] == [False]
+    assert gen.partition_functions == [] and "def partition_" not in gen.source
+
+
+class StubNode:
+    """Just enough of a scheduler node for partition_nodes."""
+
+    def __init__(self, name, reads, extern=False):
+        self.name, self.reads, self.extern = name, set(reads), extern
+        self.node = extern and ExternKernel(name, None, aten.nonzero.default, (), {}, fallback=True, device=CUDA)
+
+    def is_extern(self):
+        return self.extern
+
+    def get_names(self):
+        return {self.name}
+
+    def used_buffer_names(self):
+        return self.reads | {self.name}
+
+
+def test_a_buffer_freed_inside_a_partition_is_its_input_even_if_never_read_there():
+    nodes = [StubNode("buf0", ["x"]), StubNode("buf1", ["buf0"], extern=True), StubNode("buf2", ["buf1"])]
+    frees = [[], [], ["buf1", "buf0"]]   # buf0's storage is released in the last partition
+    parts = partition_nodes(nodes, frees, ["buf2"], {"x": 0})
+    assert [(p.name, p.inputs, p.outputs) for p in parts] == [
+        ("partition_0", ["x"], ["buf0"]),
+        ("unsafe_0", ["buf0"], ["buf1"]),
+        ("partition_1", ["buf0", "buf1"], ["buf2"]),
+    ]
