@@ -42,7 +42,8 @@ class MemoryDep:
         return MemoryDep(self.name, index, tuple(sizes))
 
     def is_indirect(self) -> bool:
-        return any(str(s).startswith("tmp") for s in self.index.free_symbols)
+        """The index holds a loaded value (a `tmp` symbol): gather/scatter-like access."""
+        return _is_indirect(self)
 
     def numbytes(self, itemsize: int, buffer_numel: int) -> int:
         """Bytes this access touches: the product of the ranges of the variables it uses."""
@@ -62,6 +63,11 @@ class MemoryDep:
 @functools.lru_cache(maxsize=None)
 def _normalized(dep: MemoryDep) -> MemoryDep:
     return dep._normalize()
+
+
+@functools.lru_cache(maxsize=None)
+def _is_indirect(dep: MemoryDep) -> bool:
+    return any(getattr(s, "name", "").startswith("tmp") for s in dep.index.free_symbols)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,8 @@ class FusionDecision:
 
 
 class WhyNoFuse:
-    """Formats "cannot fuse A with B: reason" only when the fusion log is on."""
+    """The reason a pair may not fuse. The scheduler logs "cannot fuse A with B: reason" once per
+    pair and reason (a pair refused again in a later round is not logged or recorded twice)."""
 
     def __init__(self, n1: BaseSchedulerNode, n2: BaseSchedulerNode):
         self.n1, self.n2 = n1, n2
@@ -34,13 +35,11 @@ class WhyNoFuse:
 
     def __call__(self, reason: str, *args) -> str:
         self.reason = reason % args if args else reason
-        if fusion_log.isEnabledFor(logging.DEBUG):
-            fusion_log.debug("cannot fuse %s with %s: %s", self.n1.name, self.n2.name, self.reason)
         return self.reason
 
 
 def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: int,
-             node_of: dict) -> str | None:
+             node_of: dict, buffer_bytes: dict[str, int]) -> str | None:
     """None when n1 (first) and n2 may share one kernel; otherwise the reason they may not."""
     why = WhyNoFuse(n1, n2)
     if n1 is n2:
@@ -49,15 +48,15 @@ def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: i
         return why("node1 is extern or nop")
     if n2.is_extern():
         return why("node2 is extern or nop")
-    if n2.get_names() & n1.ancestors:
+    if n2.bits & n1.ancestor_bits:
         return why("node1 must go before node2")
     if n1.get_device() != n2.get_device():
         return why("device mismatch (%s vs %s)", n1.get_device(), n2.get_device())
-    if not (n1.used_buffer_names() & n2.used_buffer_names()):
+    if shared_bytes(n1, n2, buffer_bytes) == 0:
         return why("no shared data")
     if len(n1.get_nodes()) + len(n2.get_nodes()) > max_fusion_size:
         return why("exceeds max fusion")
-    if n1.get_names() & n2.ancestors:
+    if n1.bits & n2.ancestor_bits:
         reason = _vertical(n1, n2, node_of)
         if reason:
             return why(reason)
@@ -88,7 +87,7 @@ def _vertical(n1, n2, node_of) -> str | None:
         return "memory deps did not match"
     for name in remaining:
         container = node_of.get(name)
-        if container is not None and container.ancestors & names1:
+        if container is not None and container.ancestor_bits & n1.bits:
             return "intermediate nodes between node1 & node2"
     for w in n2.writes:
         for r in n1.reads:
@@ -114,29 +113,88 @@ def _backend(n1, n2) -> str | None:
     return None
 
 
-def will_fusion_create_cycle(n1, n2, node_of: dict) -> bool:
-    """A path n1 → (other fused nodes) → n2 would make the fused node depend on itself."""
-    combined = n1.get_names() | n2.get_names()
-    combined_ancestors = (n1.ancestors | n2.ancestors) - combined
+def will_fusion_create_cycle(n1, n2, node_of: dict, names_by_order: list[str] | None = None,
+                             fused_bits: int | None = None) -> bool:
+    """A path n1 → (other fused nodes) → n2, or back, would make the fused node depend on itself.
+
+    Ancestor sets are of the nodes before fusion, so only fused containers can add paths they do not
+    show: search backwards from the pair's ancestors through fused containers only.
+    `names_by_order[i]` names the node of bit i; `fused_bits` has the bits of all fused members.
+    """
+    if names_by_order is None:
+        names_by_order = _names_by_order(node_of)
+    if fused_bits is None:
+        fused_bits = sum(c.bits for c in {id(c): c for c in node_of.values()}.values()
+                         if isinstance(c, FusedSchedulerNode))
+    combined = n1.bits | n2.bits
+    combined_ancestors = (n1.ancestor_bits | n2.ancestor_bits) & ~combined
     visited: set[int] = set()
 
-    def found_path(node) -> bool:
-        if id(node) in visited:
-            return False
-        visited.add(id(node))
-        if not isinstance(node, FusedSchedulerNode):
-            return False
-        if node.get_names() <= combined_ancestors:
-            return False
-        if node.ancestors & combined:
-            return True
-        return any(found_path(node_of[a]) for a in node.ancestors - combined_ancestors if a in node_of)
+    def fused_containers(mask: int):
+        """Fused containers with a member in `mask` that could add a path: not already visited and
+        not made only of nodes that already count as ancestors."""
+        mask &= fused_bits
+        while mask:
+            low = mask & -mask
+            container = node_of[names_by_order[low.bit_length() - 1]]
+            mask &= ~(container.bits | low)
+            if container.bits & ~combined_ancestors and id(container) not in visited:
+                yield container
 
-    return any(found_path(node_of[a]) for a in combined_ancestors if a in node_of)
+    def found_path(node) -> bool:
+        visited.add(id(node))
+        if node.ancestor_bits & combined:
+            return True
+        return any(found_path(c) for c in fused_containers(node.ancestor_bits & ~combined_ancestors))
+
+    return any(found_path(c) for c in fused_containers(combined_ancestors))
+
+
+def _names_by_order(node_of: dict) -> list[str]:
+    members = {m.min_order: m.name for c in node_of.values() for m in c.get_nodes()}
+    return [members.get(i, "") for i in range(max(members) + 1)] if members else []
+
+
+def _accesses(node: BaseSchedulerNode) -> dict[str, list]:
+    """Buffer name → the node's accesses of it (MemoryDeps in normalized form); cached on the node."""
+    cached = getattr(node, "_accesses_cache", None)
+    if cached is None:
+        cached = {}
+        for dep in node.reads | node.writes:
+            cached.setdefault(dep.name, []).append(dep.normalized() if isinstance(dep, MemoryDep) else dep)
+        node._accesses_cache = cached
+    return cached
+
+
+def _same_data(a, b) -> bool:
+    """Two accesses touch the same elements in the same iteration (a broadcast may drop trailing loops)."""
+    if isinstance(a, MemoryDep) and isinstance(b, MemoryDep):
+        if a.index != b.index or a.is_indirect() or b.is_indirect():
+            return False
+        short, long_ = (a.sizes, b.sizes) if len(a.sizes) <= len(b.sizes) else (b.sizes, a.sizes)
+        return tuple(long_[:len(short)]) == tuple(short)
+    return a == b
+
+
+def shared_bytes(n1: BaseSchedulerNode, n2: BaseSchedulerNode, buffer_bytes: dict[str, int]) -> int:
+    """Bytes both nodes access the same way: what one kernel would read or write once instead of twice.
+
+    Accesses compare in canonical form, so a producer's write and its consumer's elementwise read
+    match, and so do two elementwise reads; a transposed read of the same buffer shares nothing.
+    """
+    acc1, acc2 = _accesses(n1), _accesses(n2)
+    if len(acc1) > len(acc2):
+        acc1, acc2 = acc2, acc1
+    total = 0
+    for name, deps1 in acc1.items():
+        deps2 = acc2.get(name)
+        if deps2 and any(_same_data(a, b) for a in deps1 for b in deps2):
+            total += buffer_bytes.get(name, 1)
+    return total
 
 
 def score_fusion(n1: BaseSchedulerNode, n2: BaseSchedulerNode, buffer_bytes: dict[str, int]) -> tuple:
-    """(like-with-like saves memory, bytes shared, -distance): higher fuses first."""
-    memory = sum(buffer_bytes.get(name, 0) for name in n1.used_buffer_names() & n2.used_buffer_names())
+    """(saves memory, like-with-like saves memory, bytes shared, -distance): higher fuses first."""
+    memory = shared_bytes(n1, n2, buffer_bytes)
     distance = max(abs(n1.min_order - n2.max_order), abs(n2.min_order - n1.max_order))
     return (memory > 0, n1.is_reduction() == n2.is_reduction() and memory > 0, memory, -distance)

@@ -20,7 +20,10 @@ class BaseSchedulerNode:
     unmet_dependencies: set[Dep]
     min_order: int = 0
     max_order: int = 0
-    ancestors: frozenset[str] = frozenset()
+    # Sets of nodes as bits of an int, bit i = the node at position i of the order before fusion:
+    # a union is one OR, so ancestor sets of long chains stay cheap (no quadratic set copies).
+    bits: int = 0                     # this node's members
+    ancestor_bits: int = 0            # every node this one depends on, transitively (members excluded)
 
     def get_nodes(self) -> list["BaseSchedulerNode"]:
         return [self]
@@ -106,7 +109,12 @@ class FusedSchedulerNode(BaseSchedulerNode):
         self.unmet_dependencies = {d for n in snodes for d in n.unmet_dependencies if d.name not in names}
         self.min_order = min(n.min_order for n in snodes)
         self.max_order = max(n.max_order for n in snodes)
-        self.ancestors = frozenset().union(*(n.ancestors for n in snodes)) - names
+        self.bits = 0
+        ancestor_bits = 0
+        for n in snodes:
+            self.bits |= n.bits
+            ancestor_bits |= n.ancestor_bits
+        self.ancestor_bits = ancestor_bits & ~self.bits
 
     @staticmethod
     def fuse(a: BaseSchedulerNode, b: BaseSchedulerNode) -> "FusedSchedulerNode":

@@ -83,7 +83,9 @@ class Scheduler:
         nodes = self._topological_sort(nodes)
         for i, n in enumerate(nodes):
             n.min_order = n.max_order = i
+            n.bits = 1 << i
         self._compute_ancestors(nodes)
+        self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
         frees = compute_last_use(nodes, output_names, self.graph)
@@ -143,14 +145,14 @@ class Scheduler:
         return order
 
     def _compute_ancestors(self, nodes) -> None:
-        ancestors: dict[str, frozenset[str]] = {}
+        """Transitive dependencies as bit sets, in one pass over the topological order."""
+        by_name = {n.name: n for n in nodes}
         for n in nodes:
-            acc: set[str] = set()
-            for dep in n.unmet_dependencies:
-                acc.add(dep.name)
-                acc |= ancestors[dep.name]
-            ancestors[n.name] = frozenset(acc)
-            n.ancestors = ancestors[n.name]
+            acc = 0
+            for name in {dep.name for dep in n.unmet_dependencies}:
+                producer = by_name[name]
+                acc |= producer.bits | producer.ancestor_bits
+            n.ancestor_bits = acc
 
     def _buffer_sizes(self) -> dict[str, tuple[int, int]]:
         """name → (numel, itemsize) of every buffer, graph input and constant."""
@@ -167,44 +169,62 @@ class Scheduler:
 
     def _fuse(self, nodes):
         nbytes = self._buffer_bytes()
+        self._recorded: set[tuple[str, str, str]] = set()
+        start = len(nodes)
+        fused_bits = 0  # members of fused nodes: the only nodes through which fusion can close a cycle
+        rounds = 0
         for rnd in range(MAX_FUSION_ROUNDS):
             if len(nodes) <= 1:
                 break
+            rounds += 1
+            fusion_log.debug("attempting fusion (%d/%d): %d nodes", rnd + 1, MAX_FUSION_ROUNDS, len(nodes))
             node_of = {name: n for n in nodes for name in n.get_names()}
-            candidates = self._candidates(nodes, node_of, rnd)
-            candidates.sort(key=lambda p: score_fusion(p[0], p[1], nbytes), reverse=True)
-            fusion_log.debug("round %d: %d nodes, %d candidate pairs", rnd, len(nodes), len(candidates))
+            candidates = self._candidates(nodes, node_of, rnd, nbytes)
+            candidates.sort(key=lambda p: p[2], reverse=True)
+            fusion_log.debug("found %d possible fusions", len(candidates))
             fused_any = False
-            for a, b in candidates:
+            for a, b, _ in candidates:
                 a, b = node_of[a.get_nodes()[0].name], node_of[b.get_nodes()[0].name]
                 if a is b:
                     continue
                 if a.min_order > b.min_order:
                     a, b = b, a
                 score = score_fusion(a, b, nbytes)
-                reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of)
-                if reason is None and will_fusion_create_cycle(a, b, node_of):
+                reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of, buffer_bytes=nbytes)
+                if reason is None and will_fusion_create_cycle(a, b, node_of, self._names_by_order, fused_bits):
                     reason = "will create cycle"
-                    fusion_log.debug("cannot fuse %s with %s: %s", a.name, b.name, reason)
-                self.decisions.append(FusionDecision(a.name, b.name, rnd, score, reason is None, reason or ""))
-                if reason is None:
-                    fusion_log.debug("fusing %s with %s", a.name, b.name)
-                    fused = FusedSchedulerNode.fuse(a, b)
-                    for name in fused.get_names():
-                        node_of[name] = fused
-                    fused_any = True
+                if reason is not None:
+                    self._refuse(a, b, rnd, score, reason)
+                    continue
+                fusion_log.debug("fusing %s with %s", a.name, b.name)
+                self.decisions.append(FusionDecision(a.name, b.name, rnd, score, True))
+                fused = FusedSchedulerNode.fuse(a, b)
+                fused_bits |= fused.bits
+                for name in fused.get_names():
+                    node_of[name] = fused
+                fused_any = True
             unique = list({id(n): n for n in node_of.values()}.values())
+            fusion_log.debug("completed fusion round (%d/%d): fused %d nodes into %d nodes", rnd + 1,
+                             MAX_FUSION_ROUNDS, len(nodes), len(unique))
             nodes = self._reorder(unique)
             if not fused_any:
                 break
+        fusion_log.debug("fusion complete (%d iterations): %d nodes → %d", rounds, start, len(nodes))
         return nodes
 
-    def _candidates(self, nodes, node_of, rnd):
-        """Pairs of nodes that use a common buffer, each within `fusion_window` of the other."""
+    def _refuse(self, a, b, rnd: int, score, reason: str) -> None:
+        """Record (and log) a refusal, once per pair and reason across rounds."""
+        key = (a.name, b.name, reason)
+        if key in self._recorded:
+            return
+        self._recorded.add(key)
+        fusion_log.debug("cannot fuse %s with %s: %s", a.name, b.name, reason)
+        self.decisions.append(FusionDecision(a.name, b.name, rnd, score, False, reason))
+
+    def _candidates(self, nodes, node_of, rnd, nbytes):
+        """Pairs of nodes that use a common buffer, each within `fusion_window` of the other, with scores."""
         by_buffer: dict[str, list[BaseSchedulerNode]] = {}
         for n in nodes:
-            if n.is_extern():
-                continue
             for name in sorted(n.used_buffer_names()):
                 by_buffer.setdefault(name, []).append(n)
         window = self.cfg.fusion_window
@@ -218,11 +238,13 @@ class Scheduler:
                     if key in seen:
                         continue
                     seen.add(key)
-                    reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of)
+                    score = score_fusion(a, b, nbytes)
+                    reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of,
+                                      buffer_bytes=nbytes)
                     if reason is None:
-                        pairs.append((a, b))
+                        pairs.append((a, b, score))
                     else:
-                        self.decisions.append(FusionDecision(a.name, b.name, rnd, None, False, reason))
+                        self._refuse(a, b, rnd, score, reason)
         return pairs
 
     def _reorder(self, nodes):
