@@ -9,8 +9,9 @@
     bufB = bufA; del bufA  # reuse
 
 A key is (device, dtype, storage elements), so equal keys mean equal bytes. Only buffers allocated in
-this scope go to the pool: a scope's outputs, inputs from other scopes and buffers that an extern
-call may have aliased (a view-returning ATen op) are never reused. Each scope has its own pool.
+this scope go to the pool: a scope's outputs, inputs from other scopes, extern outputs (ATen
+allocated them: their real strides are ATen's business) and buffers that an extern call may have
+aliased (a view-returning ATen op) are never reused. Each scope has its own pool.
 """
 from __future__ import annotations
 
@@ -43,18 +44,19 @@ def plan_reuse(lines: list[WrapperLine], *, outputs: set[str], never_reuse: set[
                 if alloc is not None and name not in outputs and name not in never_reuse:
                     pool.setdefault(alloc.reuse_key(), []).append((line, name))
         planned.append(line)
-    return _trim_trailing_frees(planned)
+    return _mark_trailing_frees(planned)
 
 
-def _trim_trailing_frees(lines: list[WrapperLine]) -> list[WrapperLine]:
-    """Frees right before `return` release nothing the return would not (the names die with the frame)."""
-    end = len(lines)
+def _mark_trailing_frees(lines: list[WrapperLine]) -> list[WrapperLine]:
+    """Frees right before `return` need no line: the names die with the frame. They stay in the
+    list (printing nothing) so that the peak simulation still sees the memory go."""
     if not lines or not isinstance(lines[-1], ReturnLine):
         return lines
-    start = end - 1
-    while start > 0 and isinstance(lines[start - 1], FreeLine):
-        start -= 1
-    return lines[:start] + lines[end - 1:]
+    k = len(lines) - 1
+    while k > 0 and isinstance(lines[k - 1], FreeLine):
+        lines[k - 1].at_return = True
+        k -= 1
+    return lines
 
 
 def simulate_peak(lines: list[WrapperLine], nbytes: dict[str, int],

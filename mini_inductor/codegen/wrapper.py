@@ -82,10 +82,11 @@ class FreeLine:
 
     names: list[str]
     reused: set[str] = dataclasses.field(default_factory=set)
+    at_return: bool = False      # right before `return`: the frame's end frees them, no line needed
 
     def emit(self) -> str:
         names = [n for n in self.names if n not in self.reused]
-        return "del " + ", ".join(names) if names else ""
+        return "del " + ", ".join(names) if names and not self.at_return else ""
 
 
 @dataclasses.dataclass

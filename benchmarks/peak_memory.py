@@ -1,0 +1,97 @@
+"""Planned peak memory against what the CUDA caching allocator saw (needs a CUDA GPU).
+
+    python benchmarks/peak_memory.py            # from the repo root on the GPU machine
+    PYTHONPATH=. python3 benchmarks/peak_memory.py
+
+For each graph: compile with mini_inductor under no_grad (one inference graph), run it once to
+compile and warm up (cuBLAS workspaces, Triton caches), then run it again between
+`reset_peak_memory_stats()` and `max_memory_allocated()`. The measured peak is taken above the
+memory allocated before the call (inputs, weights, workspaces), so it holds what the generated
+wrapper allocated: intermediates and outputs, which is what `GraphRecord.planned_peak_bytes`
+plans. Sizes are large (MBs) so the allocator's 512-byte rounding does not matter. Prints one row
+per graph and exits non-zero when a graph is off by more than 10%.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mini_inductor  # noqa: E402,F401  registers the backend
+from mini_inductor import metrics  # noqa: E402
+
+TOLERANCE = 0.10
+
+
+def mlp_block(x, w1, b1, w2, b2, g, beta):
+    h = F.gelu(x @ w1 + b1)
+    return F.layer_norm(x + (h @ w2 + b2), (x.shape[-1],), g, beta)
+
+
+def softmax_rows(x):
+    return torch.softmax(x, -1)
+
+
+def two_reductions_then_output(x):
+    a = x * 2 + 1
+    return x * a.sum(0)[None, :] + a.sum(1)[:, None]
+
+
+def residual_chain(x, y):
+    for _ in range(4):
+        x = torch.relu(x @ y) + x
+    return x
+
+
+def cases(device):
+    def r(*shape):
+        return torch.randn(*shape, device=device)
+    d, f, n = 1024, 4096, 4096
+    return [
+        ("mlp_block", mlp_block, (r(n, d), r(d, f), r(f), r(f, d), r(d), r(d), r(d)), {}),
+        ("softmax_rows", softmax_rows, (r(n, f),), {}),
+        ("softmax_unfused (in-place)", softmax_rows, (r(n, f),), {"max_fusion_size": 1}),
+        ("two_reductions_then_output (reuse)", two_reductions_then_output, (r(n, f),), {}),
+        ("residual_chain (matmuls)", residual_chain, (r(n, d), r(d, d)), {}),
+    ]
+
+
+def measure(fn, args, options) -> tuple[int, int]:
+    torch._dynamo.reset()
+    metrics.reset()
+    compiled = torch.compile(fn, backend="mini_inductor", options=options)
+    with torch.no_grad():
+        compiled(*args)                      # compile and warm up
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = compiled(*args)
+        torch.cuda.synchronize()
+        measured = torch.cuda.max_memory_allocated() - base
+        del out
+    planned = sum(g.planned_peak_bytes for g in metrics.compiled_graphs if not g.ran_eagerly)
+    return planned, measured
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("benchmarks/peak_memory.py needs a CUDA GPU")
+        return 2
+    device = torch.device("cuda")
+    print(f"{'graph':<36} {'planned MB':>11} {'measured MB':>12} {'planned/measured':>17}")
+    bad = 0
+    for name, fn, args, options in cases(device):
+        planned, measured = measure(fn, args, options)
+        ratio = planned / measured if measured else float("inf")
+        flag = "" if abs(ratio - 1) <= TOLERANCE else "  <-- off by more than 10%"
+        bad += bool(flag)
+        print(f"{name:<36} {planned / 1e6:>11.2f} {measured / 1e6:>12.2f} {ratio:>17.3f}{flag}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
