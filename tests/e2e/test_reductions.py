@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from mini_inductor import metrics
+
 from common import check
 
 DIMS = [0, 1, 2]
@@ -92,19 +94,21 @@ def test_reduction_result_broadcast_back_over_rows(device):
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "argmax"])
-def test_looped_reduction_over_rows_longer_than_1024(device, op):
-    x = torch.randn(2, 3000, device=device)
+def test_looped_reduction_over_rows_longer_than_the_persistent_limit(device, op):
+    x = torch.randn(2, 5000, device=device)
     check(lambda x: getattr(torch, op)(x, -1), x, atol=1e-4)
 
 
-def test_looped_var_mean_over_rows_longer_than_1024(device):
-    x = torch.randn(2, 3000, device=device) * 2 + 5
+def test_looped_var_mean_over_rows_longer_than_the_persistent_limit(device):
+    x = torch.randn(2, 5000, device=device) * 2 + 5
     check(lambda x: torch.var_mean(x, -1), x, atol=1e-4)
 
 
-def test_looped_softmax_over_rows_longer_than_1024(device):
-    x = torch.randn(2, 3000, device=device)
+def test_looped_softmax_over_rows_longer_than_the_persistent_limit(device):
+    x = torch.randn(2, 5000, device=device)
     check(lambda x: torch.softmax(x, -1), x, kernels=1)
+    (name,) = metrics.compiled_graphs[0].kernel_names
+    assert name.startswith("triton_red_"), name  # the looped (not persistent) reduction path
 
 
 def test_softmax_over_last_dim_is_one_kernel(device):
