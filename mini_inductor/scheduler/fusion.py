@@ -147,7 +147,19 @@ def will_fusion_create_cycle(n1, n2, node_of: dict, names_by_order: list[str] | 
             return True
         return any(found_path(c) for c in fused_containers(node.ancestor_bits & ~combined_ancestors))
 
-    return any(found_path(c) for c in fused_containers(combined_ancestors))
+    # Start from the fused containers that straddle the ancestor set (members inside and outside it).
+    # Find them from whichever side has fewer fused members: usually few fused nodes lie outside.
+    inside = fused_bits & combined_ancestors
+    outside = fused_bits & ~combined_ancestors & ~combined
+    if _popcount(outside) < _popcount(inside):
+        starts = (c for c in fused_containers(outside) if c.bits & combined_ancestors)
+    else:
+        starts = fused_containers(combined_ancestors)
+    return any(found_path(c) for c in starts)
+
+
+def _popcount(x: int) -> int:
+    return x.bit_count() if hasattr(x, "bit_count") else bin(x).count("1")
 
 
 def _names_by_order(node_of: dict) -> list[str]:

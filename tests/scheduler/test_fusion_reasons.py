@@ -129,6 +129,22 @@ def test_fusion_through_another_fused_node_would_create_a_cycle():
     assert not will_fusion_create_cycle(n1, a, {"buf0": n1, "buf1": a, "buf2": b, "buf3": n2})
 
 
+def test_cycle_search_from_the_fewer_fused_members_outside_the_ancestors_finds_it_too():
+    def f(x):
+        n1 = x.sin() * 2
+        a = n1.cos() * 3
+        z = x.cos() * 5
+        b = z.tan() * 4
+        return n1, a, z, b, b.exp() * x
+    sched = schedule_fn(f, torch.randn(8, 16), max_fusion_size=1)
+    n1, a, z, b, n2 = sched.nodes
+    ab = FusedSchedulerNode.fuse(a, b)
+    node_of = {n1.name: n1, a.name: ab, z.name: z, b.name: ab, n2.name: n2}
+    # z and b are fused ancestors of n2, a is the one fused member outside: search starts from a
+    assert will_fusion_create_cycle(n1, n2, node_of, fused_bits=ab.bits | z.bits)
+    assert not will_fusion_create_cycle(n1, n2, {**node_of, a.name: a, b.name: b}, fused_bits=z.bits)
+
+
 def test_cycle_graph_compiles_and_matches_eager():
     sched, gen, _ = run_fn(cycle_graph, torch.randn(8, 16))
     assert kernels(sched) == 1
