@@ -31,6 +31,7 @@ from .debug import dump_graph
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
+from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph
 from .runtime.interpreter import install as install_interpreter_shims
 from .config import interpreting
@@ -206,6 +207,9 @@ def _why_eager(gm, example_inputs) -> str | None:
             if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
                                                   any(not isinstance(s, int) for s in val.shape)):
                 return "dynamic shapes are not supported yet"
+    reason = unsupported_graph_reason(gm)
+    if reason:
+        return reason
     devices = {t.device.type for t in tensors}
     if "cuda" not in devices and not interpreting():
         return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "

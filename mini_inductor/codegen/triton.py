@@ -398,12 +398,12 @@ class TritonOps:
 
     def floordiv(self, a, b):
         if a.dtype.is_floating_point:
-            return self._unary("tl.floor({a})", self.truediv(a, b))
+            return self._binary("triton_helpers.div_floor_float({a}, {b})", a, b)
         return self._binary("triton_helpers.div_floor_integer({a}, {b})", a, b)
 
     def remainder(self, a, b):
         if a.dtype.is_floating_point:
-            return self._binary("{a} - {b} * tl.floor({a} / {b})", a, b)
+            return self._binary("triton_helpers.remainder_float({a}, {b})", a, b)
         return self._binary("triton_helpers.remainder_integer({a}, {b})", a, b)
 
     def fmod(self, a, b):
@@ -420,6 +420,19 @@ class TritonOps:
     def atan2(self, a, b): return self._binary("libdevice.atan2({a}, {b})", a, b)
     def copysign(self, a, b): return self._binary("libdevice.copysign({a}, {b})", a, b)
     def hypot(self, a, b): return self._binary("libdevice.hypot({a}, {b})", a, b)
+    def nextafter(self, a, b): return self._binary("libdevice.nextafter({a}, {b})", a, b)
+
+    def fmax(self, a, b):  # NaN only where both are NaN
+        if not a.dtype.is_floating_point:
+            return self.maximum(a, b)
+        return self._binary("tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, triton_helpers.maximum({a}, {b})))",
+                            a, b)
+
+    def fmin(self, a, b):
+        if not a.dtype.is_floating_point:
+            return self.minimum(a, b)
+        return self._binary("tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, triton_helpers.minimum({a}, {b})))",
+                            a, b)
 
     def neg(self, a): return self._unary("-{a}", a)
     def abs(self, a): return self._unary("tl.abs({a})", a)
@@ -475,6 +488,8 @@ class TritonOps:
         # the rest of the math library through libdevice (one source on GPU and interpreter)
         if name in _LIBDEVICE_UNARY:
             return lambda a: self._unary(f"libdevice.{name}({{a}})", a)
+        if name in _LIBDEVICE_RENAMED:
+            return lambda a: self._unary(f"libdevice.{_LIBDEVICE_RENAMED[name]}({{a}})", a)
         raise NotImplementedError(f"ops.{name} has no Triton translation")
 
     # reductions
@@ -572,3 +587,6 @@ _REDUCE = {
 
 _LIBDEVICE_UNARY = {"tanh", "expm1", "log1p", "log10", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
                     "acosh", "atanh", "erfc", "erfinv", "lgamma"}
+# ops named otherwise in libdevice (CUDA's math library)
+_LIBDEVICE_RENAMED = {"i0": "cyl_bessel_i0", "i1": "cyl_bessel_i1", "ndtri": "normcdfinv", "erfcx": "erfcx",
+                      "bessel_j0": "j0", "bessel_j1": "j1", "bessel_y0": "y0", "bessel_y1": "y1"}

@@ -1,6 +1,7 @@
 """Triton device functions that generated kernels call (eager's semantics where Triton's differ)."""
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -119,3 +120,23 @@ def div_floor_integer(a, b):
 def remainder_integer(a, b):
     rem = a % b
     return tl.where((rem != 0) & ((rem < 0) != (b < 0)), rem + b, rem)
+
+
+@triton.jit
+def remainder_float(a, b):
+    # eager's: fmod, moved into the divisor's sign (exact, unlike a - b * floor(a / b))
+    mod = libdevice.fmod(a, b)
+    return tl.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+
+
+@triton.jit
+def div_floor_float(a, b):
+    # eager's: the quotient of a - fmod(a, b), rounded to the nearest integer, one less when
+    # the remainder's sign differs from the divisor's; a zero quotient keeps the sign of a / b
+    mod = libdevice.fmod(a, b)
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floored = tl.floor(div)
+    floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
+    zero = tl.where((a / b) < 0, -0.0, 0.0)
+    return tl.where(b == 0, a / b, tl.where(div != 0, floored, zero))

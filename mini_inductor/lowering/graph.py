@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 from typing import Any
 
 import sympy
@@ -151,6 +152,18 @@ class GraphLowering:
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
                 a.get_device() != meta.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
             lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
+        if lowering is not None and _needs_aten(meta, args, kwargs):
+            lowering = None
+            if isinstance(meta, torch.Tensor) and meta.numel() == 0 and not _is_view(target):
+                # nothing to compute: an empty output is an allocation (not a fallback)
+                layout = _extern_layout(meta)
+                return self.make_extern(aten.empty_strided.default, (list(meta.shape), list(meta.stride())),
+                                        {"dtype": meta.dtype, "device": meta.device}, layout, origins=(origin,))
+        if target is operator.getitem:  # picks from a multi-output value; an item may be None
+            seq, i = args
+            if seq[i] is None or not isinstance(seq[i], IRNode):
+                return seq[i]
+            lowering = LOWERINGS[target]
         try:
             if lowering is not None:
                 try:
@@ -301,6 +314,37 @@ def _moves_device(target, kwargs, devices) -> bool:
     if dev is not None and devices and torch.device(dev) != devices[0]:
         return True
     return any(d.type == "cpu" for d in devices)
+
+
+def _needs_aten(meta, args, kwargs) -> bool:
+    """Complex numbers (no Triton type) and empty tensors (nothing to generate) run in ATen."""
+    values = [m for m in tree_flatten(meta)[0] if isinstance(m, torch.Tensor)]
+    values += [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode)]
+    for v in values:
+        if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
+            return True
+        size = v.shape if isinstance(v, torch.Tensor) else v.get_size()
+        if any(s == 0 for s in size):
+            return True
+    return False
+
+
+def _is_view(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None)
+
+
+def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
+    """Why no part of this graph can be lowered: sizes known only at run time, or higher-order ops."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            return f"higher-order op {node.target.name()} (node %{node.name})"
+        if free_unbacked_symbols(node.meta.get("val")):
+            return f"data-dependent output sizes (node %{node.name}, {_op_name(node.target)})"
+    return None
 
 
 def _op_name(target) -> str:

@@ -17,8 +17,8 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .ir import IRNode, Pointwise
-from .sizevars import Expr
+from .ir import IRNode, Layout, Pointwise
+from .sizevars import Expr, sympify_seq
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -140,9 +140,14 @@ for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
               "erfc", "erfinv", "lgamma", "reciprocal"]:
     register_pointwise(getattr(aten, _name), _op(_name), KIND.INT_TO_FLOAT)
-for _name in ["atan2", "copysign"]:
+for _op_name, _target in [("i0", aten.i0), ("i1", aten.special_i1), ("ndtri", aten.special_ndtri),
+                          ("erfcx", aten.special_erfcx), ("bessel_j0", aten.special_bessel_j0),
+                          ("bessel_j1", aten.special_bessel_j1), ("bessel_y0", aten.special_bessel_y0),
+                          ("bessel_y1", aten.special_bessel_y1)]:
+    register_pointwise(_target, _op(_op_name), KIND.INT_TO_FLOAT)
+for _name in ["atan2", "copysign", "hypot", "nextafter"]:
     register_pointwise(getattr(aten, _name), _op(_name), KIND.INT_TO_FLOAT)
-for _name in ["relu", "maximum", "minimum", "remainder", "fmod", "mul", "bitwise_and", "bitwise_or", "bitwise_xor",
+for _name in ["relu", "maximum", "minimum", "fmax", "fmin", "remainder", "fmod", "mul", "bitwise_and", "bitwise_or", "bitwise_xor",
               "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"]:
     register_pointwise(getattr(aten, _name), _op(_name))
 for _name in ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]:
@@ -174,8 +179,6 @@ def div(a, b, rounding_mode=None):
         return make_pointwise(_op("truediv"), KIND.INT_TO_FLOAT)(a, b)
     if rounding_mode == "floor":
         cdt, _ = promote([a, b], KIND.DEFAULT)
-        if cdt.is_floating_point:
-            return make_pointwise(lambda x, y: ops.floor(ops.truediv(x, y)))(a, b)
         return make_pointwise(_op("floordiv"))(a, b)
     if rounding_mode == "trunc":
         cdt, _ = promote([a, b], KIND.DEFAULT)
@@ -188,6 +191,40 @@ def div(a, b, rounding_mode=None):
 @register_lowering(aten.floor_divide)
 def floor_divide(a, b):
     return div(a, b, rounding_mode="floor")
+
+
+@register_lowering(aten.round.decimals)
+def round_decimals(x, *, decimals=0):
+    """As eager: scale by 10**|decimals|, round half to even, scale back."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("round of integers with decimals")
+    scale = 10.0 ** abs(decimals)
+    if decimals >= 0:
+        fn = lambda v, s: ops.truediv(ops.round(ops.mul(v, s)), s)  # noqa: E731
+    else:
+        fn = lambda v, s: ops.mul(ops.round(ops.truediv(v, s)), s)  # noqa: E731
+    return make_pointwise(fn)(x, scale)
+
+
+@register_lowering(aten.empty.memory_format, aten.empty_strided, aten.new_empty_strided)
+def empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """An allocation (values unspecified): an extern call of empty_strided, not a fallback."""
+    from .ir import current_graph
+    if args and isinstance(args[0], IRNode):  # new_empty_strided(self, size, stride)
+        self_, size, stride = args
+        dtype, device = dtype or self_.get_dtype(), device or self_.get_device()
+    else:
+        size = args[0]
+        stride = args[1] if len(args) > 1 else None
+        if memory_format not in (None, torch.contiguous_format):
+            raise NotImplementedError("empty in a non-contiguous memory format")
+    dtype = dtype or torch.get_default_dtype()
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    layout_ = Layout.contiguous(device, dtype, list(size))
+    if stride is not None:
+        layout_ = Layout(device, dtype, layout_.size, tuple(sympify_seq(stride)))
+    return current_graph().make_extern(aten.empty_strided.default, (list(size), list(layout_.stride)),
+                                       {"dtype": dtype, "device": device}, layout_)
 
 
 @register_lowering(aten.pow)
@@ -335,5 +372,5 @@ def lowering_of(target) -> Callable:
 LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
-from . import (extern_lowerings, indexing_lowerings, pooling_lowerings, reduction_lowerings,  # noqa: E402,F401
-               scan_lowerings, view_lowerings)
+from . import (copy_lowerings, extern_lowerings, indexing_lowerings, pooling_lowerings,  # noqa: E402,F401
+               reduction_lowerings, scan_lowerings, view_lowerings)

@@ -89,6 +89,8 @@ def unsqueeze(x, dim):
 @register_lowering(aten.squeeze)
 def squeeze(x, dim=None):
     size = x.get_size()
+    if not size:
+        return View(x, [], lambda idx: [])
     if dim is None:
         dims = [i for i, s in enumerate(size) if s == 1]
     else:

@@ -63,7 +63,8 @@ def set_ops_handler(handler: Any) -> Iterator[Any]:
 POINTWISE_OPS = frozenset("""
 add sub mul truediv truncdiv floordiv remainder fmod neg abs reciprocal square
 exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh
-sigmoid relu erf erfc erfinv lgamma pow atan2 hypot copysign
+sigmoid relu erf erfc erfinv lgamma pow atan2 hypot copysign fmax fmin nextafter
+i0 i1 erfcx ndtri bessel_j0 bessel_j1 bessel_y0 bessel_y1
 maximum minimum floor ceil trunc round sign signbit isnan isinf
 eq ne lt le gt ge logical_and logical_or logical_xor logical_not
 bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift

@@ -24,7 +24,10 @@ _TORCH_FNS = {
     "nearbyint": torch.round, "rint": torch.round, "round": torch.round, "trunc": torch.trunc,
     "floor": torch.floor, "ceil": torch.ceil, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "exp": torch.exp,
     "log": torch.log, "sin": torch.sin, "cos": torch.cos, "fabs": torch.abs, "abs": torch.abs,
-    "fmax": torch.fmax, "fmin": torch.fmin, "cbrt": lambda x: torch.sign(x) * torch.abs(x) ** (1 / 3),
+    "fmax": torch.fmax, "fmin": torch.fmin, "nextafter": torch.nextafter, "cyl_bessel_i0": torch.i0,
+    "cyl_bessel_i1": torch.special.i1, "normcdfinv": torch.special.ndtri, "erfcx": torch.special.erfcx,
+    "j0": torch.special.bessel_j0, "j1": torch.special.bessel_j1, "y0": torch.special.bessel_y0,
+    "y1": torch.special.bessel_y1, "cbrt": lambda x: torch.sign(x) * torch.abs(x) ** (1 / 3),
 }
 
 

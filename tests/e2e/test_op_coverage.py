@@ -1,0 +1,44 @@
+"""Ops added for OpInfo coverage, and the cases that must go to ATen rather than give a wrong answer."""
+import pytest
+import torch
+
+from common import assert_fallback, assert_no_fallbacks, check, kernels_generated
+
+
+def test_fmax_fmin_ignore_nan_on_one_side():
+    a = torch.tensor([1.0, float("nan"), 3.0, float("nan")])
+    b = torch.tensor([2.0, 0.5, float("nan"), float("nan")])
+    check(lambda a, b: (torch.fmax(a, b), torch.fmin(a, b)), a, b, kernels=1)
+    assert_no_fallbacks()
+
+
+def test_hypot_and_diagonal():
+    check(lambda a, b: torch.hypot(a, b), torch.randn(3, 4), torch.randn(4))
+    check(lambda x: torch.diagonal(x, 1, 0, 2) * 2, torch.randn(4, 3, 5))
+    assert_no_fallbacks()
+
+
+def test_copy_variants_of_views():
+    x = torch.randn(2, 3, 4)
+    check(lambda x: torch.permute_copy(x, (2, 0, 1)), x)
+    check(lambda x: torch.narrow_copy(x, 2, 1, 2), x)
+    check(lambda x: torch.unbind_copy(x, 1), x)
+    assert_no_fallbacks()
+
+
+def test_data_dependent_sizes_run_the_graph_eagerly():
+    from mini_inductor import metrics
+    check(lambda x: torch.nonzero(x > 0) + 1, torch.randn(4, 5))
+    if kernels_generated() is not None:
+        assert any(g.ran_eagerly for g in metrics.compiled_graphs)
+
+
+def test_complex_and_empty_tensors_go_to_aten():
+    check(lambda x: (x.to(torch.complex64) * 2).real, torch.randn(4))
+    assert_fallback("_to_copy")
+    check(lambda x: torch.flip(x, [0]) + 1, torch.randn(0, 3))
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cumsum_matches_along_each_dim(dim):
+    check(lambda x: torch.cumsum(x, dim), torch.randn(6, 5))
