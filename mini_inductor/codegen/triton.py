@@ -57,7 +57,7 @@ def texpr(expr: sympy.Expr) -> str:
         return f"(({texpr(expr.args[0])}) // {texpr(expr.args[1])})"
     if isinstance(expr, ModularIndexing):
         base, div, mod = expr.args
-        inner = texpr(base) if div == 1 else f"(({texpr(base)}) // {texpr(div)})"
+        inner = f"({texpr(base)})" if div == 1 else f"(({texpr(base)}) // {texpr(div)})"
         return f"({inner} % {texpr(mod)})"
     if isinstance(expr, sympy.Add):
         return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
@@ -277,7 +277,9 @@ class TritonOps:
 
     def _mask(self, index: sympy.Expr) -> str:
         mask = "xmask"
-        if self.k.is_reduction and RINDEX in index.free_symbols:
+        # an indirect index (a tmp symbol) may come from a load along the reduction: mask it like one
+        indirect = any(s.name.startswith("tmp") for s in index.free_symbols)
+        if self.k.is_reduction and (RINDEX in index.free_symbols or (indirect and self.inside)):
             mask = "xmask & rmask"
         return " & ".join([mask] + self.masks)
 
@@ -377,7 +379,8 @@ class TritonOps:
         size = int(size)
         wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
         if check and self.k.device_asserts:
-            mask = " & ".join(["xmask"] + self.masks)
+            row = "xmask & rmask" if self.k.is_reduction and self.inside else "xmask"
+            mask = " & ".join([row] + self.masks)
             line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size})) | ~({mask}), "
                     f"\"index out of bounds: 0 <= {wrapped} < {size}\")")
             if line not in self.k.section.lines:

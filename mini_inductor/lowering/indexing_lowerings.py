@@ -205,3 +205,9 @@ def embedding(weight: IRNode, indices: IRNode, padding_idx=-1, scale_grad_by_fre
     if len(weight.get_size()) != 2:
         raise NotImplementedError("embedding of a weight that is not 2-D")
     return index(weight, [indices])
+
+
+@register_lowering(aten.take)
+def take(x: IRNode, index_: IRNode):
+    """x.flatten()[index] (its decomposition cannot be traced with static shapes)."""
+    return index(view(x, [x.get_numel()]), [index_])

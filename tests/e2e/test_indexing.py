@@ -82,3 +82,20 @@ def test_scatter_add_and_index_put_through_fallback():
     idx = torch.tensor([[0, 1, 2, 3, 0], [3, 3, 0, 1, 2]])
     check(lambda x, i, s: x.scatter_add(0, i, s) + 1, x, idx, src)
     check(lambda x, i, s: torch.index_put(x, (i[0, :2],), s[:, 0:1].expand(2, 5), accumulate=True), x, idx, src)
+
+
+def test_indirect_loads_inside_a_reduction_are_masked_at_the_row_end():
+    x = torch.randn(4, 7)
+    idx = torch.randint(0, 7, (4, 5))
+    check(lambda x, i: torch.gather(x, 1, i).sum(1), x, idx)
+    check(lambda w, i: F.embedding(i, w).sum(-1), torch.randn(10, 5), torch.randint(0, 10, (3, 6)))
+
+
+def test_chunk_cat_of_padded_flattened_inputs():
+    # indices like (x - 28) % 9 must print with parentheses: `x - 28 % 9` read the wrong elements
+    xs = [torch.randn(3, 3, 2, 1), torch.randn(1, 4, 2, 2), torch.randn(2, 1, 3, 3)]
+    check(lambda a, b, c: torch.ops.aten._chunk_cat([a, b, c], 0, 2), *xs)
+
+
+def test_take_with_negative_indices():
+    check(lambda x, i: torch.take(x, i) * 2, torch.randn(3, 4), torch.tensor([[0, -1], [11, 5]]))

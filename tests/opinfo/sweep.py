@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import traceback
 
 import torch
 import torch._dynamo
 from torch.utils import _pytree as pytree
 
-MAX_SAMPLES = 2
+# MINI_OPINFO_SAMPLES / MINI_OPINFO_SKIP: how many small samples to run, after skipping how many
+# (a second sweep with MINI_OPINFO_SKIP=2 checks other samples in the same time).
+MAX_SAMPLES = int(os.environ.get("MINI_OPINFO_SAMPLES", "2"))  # the CI subset runs 1 (see test_opinfo.py)
+SKIP_SAMPLES = int(os.environ.get("MINI_OPINFO_SKIP", "0"))
 MAX_NUMEL = 4096
-SAMPLES_SCANNED = 12     # sample inputs looked at to find MAX_SAMPLES small ones
+SAMPLES_SCANNED = 12 + 2 * (MAX_SAMPLES + SKIP_SAMPLES)   # sample inputs looked at to find the small ones
 
 TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-7, 1e-7),
               torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
@@ -57,14 +61,14 @@ def _numel(sample) -> int:
     return sum(t.numel() for t in leaves if isinstance(t, torch.Tensor))
 
 
-def small_samples(op, device: str, dtype: torch.dtype) -> list:
+def small_samples(op, device: str, dtype: torch.dtype, max_samples: int = MAX_SAMPLES) -> list:
     samples = []
     for sample in itertools.islice(op.sample_inputs(device, dtype, requires_grad=False), SAMPLES_SCANNED):
         if _numel(sample) <= MAX_NUMEL:
             samples.append(sample)
-        if len(samples) == MAX_SAMPLES:
+        if len(samples) == SKIP_SAMPLES + max_samples:
             break
-    return samples
+    return samples[SKIP_SAMPLES:]
 
 
 def _split(sample):
@@ -130,14 +134,14 @@ def _own_names(op) -> set[str]:
     return {n.rstrip("_") for n in names if n}
 
 
-def run_op(op, device: str, dtype: torch.dtype) -> Outcome:
+def run_op(op, device: str, dtype: torch.dtype, max_samples: int = MAX_SAMPLES) -> Outcome:
     import mini_inductor  # noqa: F401  registers the backend
     from mini_inductor import metrics
 
     if dtype not in op.supported_dtypes(device):
         return Outcome("skipped", f"{dtype} unsupported")
     try:
-        samples = small_samples(op, device, dtype)
+        samples = small_samples(op, device, dtype, max_samples)
     except Exception as e:
         return Outcome("skipped", f"sample inputs raise {type(e).__name__}")
     name = op_id(op)
