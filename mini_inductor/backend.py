@@ -41,6 +41,7 @@ log = logging.getLogger("mini_inductor")
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 fusion_log = logging.getLogger("mini_inductor.fusion")
 output_code_log = logging.getLogger("mini_inductor.output_code")
+schedule_log = logging.getLogger("mini_inductor.schedule")
 
 aten = torch.ops.aten
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -149,20 +150,26 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
 
 
 def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord) -> CompiledGraph:
+    stage = _StageClock(name, record)
+    stage.start("lowering", f"{record.num_fx_nodes} ATen nodes")
     lowered = lower_graph(gm, example_inputs, name, cfg)
+    stage.start("scheduling", f"{len(lowered.buffers)} IR buffers")
     try:
         sched = schedule(lowered, cfg)
     except MiniInductorError:
         raise
     except Exception as e:
         raise SchedulingError(f"{type(e).__name__}: {e}", graph=name) from e
+    stage.start("codegen", f"{len(sched.nodes)} groups")
     try:
         gen = generate(sched, cfg)
+        stage.start("loading", f"{len(gen.kernel_names)} Triton kernels")
         module, path = load_module(gen.source, cfg.cache_dir)
     except MiniInductorError:
         raise
     except Exception as e:
         raise CodegenError(f"{type(e).__name__}: {e}", graph=name) from e
+    stage.stop()
     record.nodes_before_fusion = sched.nodes_before_fusion
     record.nodes_after_fusion = len(sched.nodes)
     record.planned_peak_bytes = gen.planned_peak_bytes
@@ -197,6 +204,27 @@ def _log_cached_decisions(name: str, original: str, trace) -> None:
             fusion_log.info("  fused %s with %s", d.node1, d.node2)
         else:
             fusion_log.info("  cannot fuse %s with %s: %s", d.node1, d.node2, d.reason)
+
+
+class _StageClock:
+    """Per-stage seconds into the record; progress lines on the `schedule` log (MINI_INDUCTOR_LOGS=schedule)."""
+
+    def __init__(self, name: str, record: metrics.GraphRecord):
+        self.name, self.record = name, record
+        self.current: str | None = None
+        self.began = 0.0
+
+    def start(self, stage: str, what: str) -> None:
+        self.stop()
+        self.current, self.began = stage, time.perf_counter()
+        schedule_log.info("%s: %s (%s)…", self.name, stage, what)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            took = time.perf_counter() - self.began
+            self.record.stage_seconds[self.current] = took
+            schedule_log.info("%s: %s done in %.2f s", self.name, self.current, took)
+            self.current = None
 
 
 def _why_eager(gm, example_inputs) -> str | None:

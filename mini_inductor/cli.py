@@ -333,6 +333,8 @@ def _print_report(out: Output, report) -> None:
                                               if report["cache_hit"] else ""))
     out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
              f"Triton kernels, {len(report['externs'])} extern calls")
+    if report.get("stage_seconds"):
+        out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
 
     def timing(k):
         if not k.get("time_ms"):

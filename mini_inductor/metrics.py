@@ -26,6 +26,7 @@ class GraphRecord:
     source_path: str | None = None               # the generated output_code.py
     cache_hit: bool = False                      # served from the in-process cache
     compile_seconds: float = 0.0
+    stage_seconds: dict = dataclasses.field(default_factory=dict)  # lowering / scheduling / codegen / loading
     ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead
     planned_peak_bytes: int = 0                  # memory plan: most bytes of the graph's own buffers live at once
     estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write

@@ -122,3 +122,16 @@ def test_report_renders_in_a_headless_browser_with_the_picture(script_report, tm
     subprocess.run(["chromium", *flags, "--window-size=1200,1400", f"--screenshot={shot}", url],
                    capture_output=True, text=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20_000   # a real rendering, not a blank page
+
+
+def test_schedule_log_shows_compile_progress_stage_by_stage():
+    code = ("import torch, mini_inductor\n"
+            "from mini_inductor import metrics\n"
+            "torch.compile(lambda x: torch.softmax(x, -1) * 2, backend='mini_inductor')(torch.randn(4, 8))\n"
+            "print(sorted(metrics.compiled_graphs[-1].stage_seconds))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", MINI_INDUCTOR_LOGS="schedule")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("lowering", "scheduling", "codegen", "loading"):
+        assert f"{stage} done in" in proc.stderr
+    assert "['codegen', 'loading', 'lowering', 'scheduling']" in proc.stdout

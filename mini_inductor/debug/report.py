@@ -119,6 +119,7 @@ def graph_report(trace) -> dict[str, Any]:
         "refused": [{"node1": a, "node2": b, "reason": r, "outcome": outcome(a, b)} for (a, b), r in refused.items()],
         "fallbacks": fallbacks, "memory": memory, "partitions": partitions,
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
+        "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
     }
 
 
