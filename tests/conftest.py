@@ -80,3 +80,21 @@ def _fresh_compile_state():
     if metrics is not None:
         metrics.reset()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _tensors_on_the_gpu_when_there_is_one(request):
+    """Tests that make tensors without naming a device get CUDA ones on a GPU machine.
+
+    On the CPU they are CPU tensors run through Triton's interpreter; on the GPU machine (no
+    interpreter) CPU tensors would only run eagerly, so the same tests check the GPU code instead.
+    Tests that want the CPU say device="cpu"; tests taking the `device` fixture place tensors themselves.
+    """
+    if not torch.cuda.is_available() or "device" in request.fixturenames:
+        yield
+        return
+    torch.set_default_device("cuda")
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
