@@ -131,7 +131,7 @@ def _backward_loss(outputs, seed: int):
     loss = None
     for out in pytree.tree_leaves(outputs):
         if isinstance(out, torch.Tensor) and out.requires_grad and out.dtype.is_floating_point:
-            weight = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.device, out.dtype)
+            weight = torch.randn(out.shape, generator=gen, dtype=torch.float32, device="cpu").to(out.device, out.dtype)
             term = (out * weight).sum()
             loss = term if loss is None else loss + term
     assert loss is not None, "grad=True but no output requires grad"
