@@ -45,20 +45,14 @@ FOOTER = '''
 
 def make_example_inputs(seed=0):
     """Random inputs of the recorded sizes, strides, dtypes and devices."""
+    from mini_inductor.runtime.example_inputs import random_strided
     gen = torch.Generator().manual_seed(seed)
     inputs = []
     for size, stride, dtype, device in INPUT_SPECS:
         if size is None:
             inputs.append(None)
             continue
-        n = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-        if dtype.is_floating_point:
-            flat = torch.randn(n, generator=gen).to(dtype)
-        elif dtype == torch.bool:
-            flat = torch.randint(0, 2, (n,), generator=gen).bool()
-        else:
-            flat = torch.randint(0, 8, (n,), generator=gen).to(dtype)
-        inputs.append(torch.as_strided(flat.to(device), size, stride))
+        inputs.append(random_strided(size, stride, dtype, device, gen))
     return inputs
 
 

@@ -160,6 +160,7 @@ from mini_inductor.runtime.interpreter import install as _install_interpreter_sh
 
 _install_interpreter_shims()
 from mini_inductor.codegen import triton_helpers  # noqa: E402
+from mini_inductor.runtime.example_inputs import random_strided  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -170,17 +171,7 @@ ARGS = {specs}
 
 def make_args(seed=0):
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for size, stride, dtype in ARGS:
-        n = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-        if dtype.is_floating_point:
-            flat = torch.randn(n, generator=gen).to(dtype)
-        elif dtype == torch.bool:
-            flat = torch.randint(0, 2, (n,), generator=gen).bool()
-        else:
-            flat = torch.randint(0, 8, (n,), generator=gen).to(dtype)
-        out.append(torch.as_strided(flat.to(DEVICE), size, stride))
-    return out
+    return [random_strided(size, stride, dtype, DEVICE, gen) for size, stride, dtype in ARGS]
 
 
 def run(args):
