@@ -3,7 +3,8 @@
     import mini_inductor
     model = torch.compile(model, backend="mini_inductor", options={"debug_dir": "dump"})
 
-Public API: `backend` (the backend function), `config`, `metrics`, `reset()`.
+Public API: `backend` (the backend function), `config`, `metrics`, `reset()`, `mark_step()` (start a
+CUDA-graph iteration), `cudagraphs` (the trees' read-only introspection: `cudagraphs.stats()`).
 Logs: MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints (see debug/logs.py).
 """
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from . import config, metrics
 from .backend import mini_inductor as backend
 from .backend import reset
+from .runtime import cudagraph_trees as cudagraphs
+from .runtime.cudagraph_trees import mark_step
 from .debug.logs import configure as _configure_logs
 
-__all__ = ["backend", "config", "metrics", "reset"]
+__all__ = ["backend", "config", "cudagraphs", "mark_step", "metrics", "reset"]
 
 
 def _register() -> None:

@@ -33,6 +33,7 @@ from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
 from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph
+from .runtime.cudagraph_trees import reset as reset_cudagraph_trees
 from .runtime.interpreter import install as install_interpreter_shims
 from .config import interpreting
 from .scheduler import schedule
@@ -86,6 +87,8 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     if mode not in MODES:
         raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
     cfg = config_module.current().replace(**(options or {}))
+    if mode == "max-autotune-no-cudagraphs":
+        cfg = cfg.replace(cudagraphs=False)
     compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
                  for kind in ("forward", "backward", "inference")}
     return aot_autograd(
@@ -98,9 +101,11 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
 
 
 def reset() -> None:
-    """Forget compiled graphs (torch._dynamo.reset() calls this through the backend's `reset`)."""
+    """Forget compiled graphs and tear down the CUDA-graph trees (torch._dynamo.reset() calls this
+    through the backend's `reset`)."""
     _compiled.clear()
     clear_module_cache()
+    reset_cudagraph_trees()
 
 
 mini_inductor.reset = reset  # type: ignore[attr-defined]
@@ -134,9 +139,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         _log_cached_decisions(name, previous.name, cached[2])
         if debug_trace.capturing():
             debug_trace.record(dataclasses.replace(cached[2], name=name, record=record))
-        return cached[0]
+        hit: CompiledGraph = cached[0]
+        compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, kind=kind,
+                                 static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
+        compiled.trace = hit.trace
+        return compiled
     try:
-        compiled = _compile(gm, example_inputs, name, cfg, record)
+        compiled = _compile(gm, example_inputs, name, cfg, record, kind)
     except MiniInductorError as e:
         if not cfg.fallback_on_error:
             raise
@@ -149,7 +158,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     return compiled
 
 
-def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord) -> CompiledGraph:
+def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord, kind: str) -> CompiledGraph:
     stage = _StageClock(name, record)
     stage.start("lowering", f"{record.num_fx_nodes} ATen nodes")
     lowered = lower_graph(gm, example_inputs, name, cfg)
@@ -186,7 +195,8 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
     trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
     if debug_trace.capturing():
         debug_trace.record(trace)
-    compiled = CompiledGraph(name, module, path, lowered.constants)
+    compiled = CompiledGraph(name, module, path, lowered.constants, kind=kind,
+                             static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
     compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
     return compiled
 
@@ -244,6 +254,22 @@ def _why_eager(gm, example_inputs) -> str | None:
         return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "
                 "generated Triton kernels in Triton's interpreter")
     return None
+
+
+def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
+    """Inputs at fixed addresses (parameters, buffers): CUDA graphs read them in place.
+
+    aot_autograd knows them for the forward/inference graph; in the backward they are the saved
+    `primals_k` whose forward input k-1 was static (saved activations are found in the pool by address).
+    """
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    static = list(getattr(fw, "static_input_indices", None) or [])
+    if kind != "backward":
+        return tuple(static)
+    wanted = {f"primals_{i + 1}" for i in static}
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(i for i, n in enumerate(placeholders) if n in wanted)
 
 
 def _warn_once(key: str, message: str) -> None:

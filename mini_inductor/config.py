@@ -47,6 +47,25 @@ class Config:
     persistent_reduction_limit: int = 4096
     # fusion candidates are looked for among this many neighbours of a node in the schedule order
     fusion_window: int = 64
+    # CUDA-graph trees (runtime/cudagraph_trees.py): every cudagraph-safe partition runs from a recorded
+    # graph on CUDA; mode="max-autotune-no-cudagraphs" or cudagraphs=False turns them off
+    cudagraphs: bool = True
+    # record on the very first call (no warmup run)
+    cudagraph_skip_warmup: bool = False
+    # never record: every call runs eagerly inside the pool (debugging)
+    cudagraph_force_warmup: bool = False
+    # re-records of one function under one parent caused by moved addresses before it runs without graphs
+    cudagraph_rerecord_limit: int = 128
+    # a moved parameter/buffer address re-records (True) or raises "static input data pointer changed"
+    cudagraph_rerecord_on_static_change: bool = True
+    # inputs that arrive at the same address call after call are read in place instead of copied
+    cudagraph_stable_inputs: bool = True
+    # synchronize the device after every replay
+    cudagraph_force_sync: bool = False
+    # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs
+    cudagraph_slow_asserts: bool = True
+    # warn once when one graph family has been compiled for more than this many shapes (0: never)
+    cudagraph_dynamic_shape_warn_limit: int = 8
 
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

@@ -297,10 +297,25 @@ class WrapperCodegen:
             else:
                 specs.append("    (None, None, None, None),")
         parts.append("\nINPUT_SPECS = [\n" + "\n".join(specs) + "\n]\n")
+        parts.append(f"INPUT_NAMES = {[n if not n.startswith('_unused') else None for n in inputs]!r}\n")
+        parts.append(self._partition_table(functions))
         consts = ", ".join(f"'{n}': ({list(t.shape)}, {t.dtype}, '{t.device}')" for n, t in g.constants.items())
         parts.append(f"CONSTANT_SPECS = {{{consts}}}\n")
         parts.append(FOOTER)
         return "".join(parts)
+
+    def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
+        """PARTITIONS: per partition function, its input names and one source line per output (the
+        CUDA-graph runtime classifies inputs by name and quotes the line in its errors)."""
+        source: dict[str, str] = {}
+        for group in self.sched.nodes:
+            for member in group.get_nodes():
+                lines = sorted({o.source for o in member.node.origins if o.source})
+                if lines:
+                    source[member.node.name] = lines[0]
+        rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
+                f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]
+        return "PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
 
 
 def _body(lines: list[WrapperLine]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import operator
+import os
 from typing import Any
 
 import sympy
@@ -356,8 +357,14 @@ def _op_name(target) -> str:
 def _source_line(node: torch.fx.Node) -> str:
     trace = node.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("File "):
-            code = lines[i + 1] if i + 1 < len(lines) else ""
-            return f"{lines[i]}: {code}" if code else lines[i]
-    return ""
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    # the innermost frame of the user's code (not torch's own, e.g. a device context's __torch_function__)
+    user = [i for i in frames if not _TORCH_DIR or _TORCH_DIR not in lines[i]] or frames
+    if not user:
+        return ""
+    i = user[-1]
+    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
+    return f"{lines[i]}: {code}" if code else lines[i]
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep

@@ -6,30 +6,79 @@ from typing import Callable
 
 import torch
 
+from ..config import interpreting
 from .launcher import accelerate
 
 
 class CompiledGraph:
     """Calls the generated module's `call(args)` (boxed: the argument list is consumed).
 
-    Key attributes: `name`, `source_path`, `module`. Inputs are checked against the recorded
-    devices so a tensor on the wrong device fails with a clear message instead of a bad pointer.
+    Key attributes: `name`, `source_path`, `module`, `kind` ("inference", "forward", "backward"),
+    `tree_functions` (the partitions that run inside CUDA-graph trees; empty when they are off).
+    On CUDA, every partition function of the module is routed through its device's CUDA-graph tree
+    (runtime/cudagraph_trees.py) unless `cfg.cudagraphs` is False.
     """
 
     _boxed_call = True
 
-    def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor]):
+    def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
+                 *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None):
         self.name = name
         self.module = module
         self.source_path = source_path
         self.constants = dict(constants)
+        self.kind = kind
+        self.static_input_idxs = tuple(static_input_idxs)
+        self.tree_functions: list = []
+        self.device: int | None = None
         accelerate(module)
         self._call: Callable = module.call
+        if cfg is not None and cfg.cudagraphs:
+            self._use_trees(cfg)
+
+    def _use_trees(self, cfg) -> None:
+        from .cudagraph_trees import TreeFunction
+        from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
+
+        partitions = getattr(self.module, "PARTITIONS", {})
+        if interpreting() or not partitions or not have_cuda_graph_apis() or not torch.cuda.is_available():
+            return
+        devices = {torch.device(spec[3]) for spec in self.module.INPUT_SPECS if spec[3] is not None}
+        devices |= {c.device for c in self.constants.values()}
+        cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
+        if len(cuda) > 1:
+            log_skip(f"multiple devices: {', '.join(f'cuda:{i}' for i in cuda)}", self.name)
+            return
+        self.device = cuda[0] if cuda else torch.cuda.current_device()
+        names = self.module.INPUT_NAMES
+        static_names = {names[i] for i in self.static_input_idxs if i < len(names) and names[i]}
+        static_names |= set(self.constants)
+        cuda_constants = [c for c in self.constants.values() if c.is_cuda]
+        scope = dict(vars(self.module))
+        for pname, meta in partitions.items():
+            inputs = meta["inputs"]
+            info = FunctionInfo(fn=getattr(self.module, pname), name=f"{self.name}.{pname}", device=self.device,
+                                mode=self.kind, static_idxs=tuple(j for j, n in enumerate(inputs) if n in static_names),
+                                input_names=list(inputs), output_traces=list(meta["traces"]),
+                                constants=cuda_constants)
+            scope[pname] = TreeFunction(info, cfg)
+            self.tree_functions.append(scope[pname])
+        call = self.module.call
+        self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
 
     def __call__(self, *args):
         # boxed (one list, consumed) or plain positional tensors
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
-        return self._call(args, self.constants)
+        out = self._call(args, self.constants)
+        if self.kind == "backward" and self.device is not None:
+            from .cudagraph_trees import get_manager
+            manager = get_manager(self.device)
+            if manager is not None:
+                manager.set_to_running_backward()   # a backward clears the pending flag, graphed or not
+            # Gradients may be views of pool memory; held twice here until the next backward, autograd
+            # copies them into `.grad` rather than adopting memory a later replay overwrites.
+            self._held_grads = [(t, t) for t in out if isinstance(t, torch.Tensor)]
+        return out
 
 
 class EagerGraph:

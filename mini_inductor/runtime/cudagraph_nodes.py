@@ -1,0 +1,430 @@
+"""The two kinds of node of a CUDA-graph tree: a warmup run in the pool, and a recorded graph.
+
+    WarmupNode  runs the function once, eagerly, with allocations in the private pool, and tracks
+                its outputs' storages (never a root or child: only the current node or a parent).
+    GraphNode   records the function into a CUDA graph in the pool and replays it: dynamic inputs
+                are copied into pool buffers, parameters and earlier pool outputs are used in place,
+                outputs are rebuilt over the recorded memory on every replay.
+
+Both keep `outputs_refs` (one StorageRef or None per output); `path_refs` holds the ancestors' lists
+(the very same list objects) so liveness along the path is read without walking parents.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import sys
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .cudagraph_utils import (DEALLOC_MISMATCH, FunctionInfo, StorageRef, aligned, allocating_in_pool,
+                              capture_hygiene, check_pool, counters, empty_like_strided, expanded_dims,
+                              first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
+                              tensor_metadata, tensor_on)
+
+if TYPE_CHECKING:
+    from .cudagraph_trees import TreeManager
+
+
+class Check(enum.Enum):
+    """Whether a recorded node may replay for these inputs, and if not, why."""
+
+    SUCCESS = "success"
+    MANAGED_MOVED = "cudagraph managed tensor data pointer changed"
+    STATIC_MOVED = "static input data pointer changed"
+    STABLE_MOVED = "address-stable input data pointer changed"
+    DEAD_BEFORE_LIVE = "expected dead indices before graph are live"
+
+
+# output kinds, decided once at recording
+_VALUE, _STATIC, _PRIOR, _SAME_GRAPH, _FRESH = range(5)
+
+
+class WarmupNode:
+    """One eager run of a function inside the pool (the first call, or any call on a warming path)."""
+
+    def __init__(self, mgr: "TreeManager", info: FunctionInfo, fid: int, parent, node_id: int, already_warm: bool):
+        self.mgr, self.info, self.fid, self.id = mgr, info, fid, node_id
+        self.parent = parent           # strong: a warmup node lives only while it is on the current path
+        self.already_warm = already_warm
+        self.outputs_refs: list[StorageRef | None] = []
+        self.tensor_refs: list[Any] = []
+        self.path_refs = (parent.path_refs if parent is not None else []) + [self.outputs_refs]
+        self.path_nodes = (parent.path_nodes if parent is not None else []) + [self]
+        self.has_run = False
+
+    def run(self, inputs: list) -> list:
+        assert not self.has_run, "Wrapped function should never be run twice"
+        self.has_run = True
+        mgr = self.mgr
+        live = self.path_live_refs()
+        pool_ptrs = {r.ptr for r in live}
+        outside = [t.untyped_storage() for t in list(inputs) + self.info.constants
+                   if isinstance(t, torch.Tensor) and storage_ptr(t) not in pool_ptrs]
+        outside_ptrs = {s.data_ptr() for s in outside}
+        if self.info.cfg.cudagraph_slow_asserts and not self.already_warm:
+            check_pool(mgr.device, mgr.pool, live)
+        with capture_hygiene(), allocating_in_pool(mgr.device, mgr.pool, mgr.stream):
+            outs = self.info.fn(inputs)
+        assert not inputs, "the compiled function must empty its input list"
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        self.pinned: list[torch.Tensor] = []
+        for o in outs:
+            tracked = isinstance(o, torch.Tensor) and o.is_cuda and storage_ptr(o) != 0 and \
+                storage_ptr(o) not in outside_ptrs
+            self.outputs_refs.append(StorageRef(o.untyped_storage()) if tracked else None)
+            self.tensor_refs.append(weakref.ref(o) if tracked else None)
+            if tracked:
+                pin_gradient(self, o)
+        if self.info.cfg.cudagraph_slow_asserts and not self.already_warm:
+            check_pool(mgr.device, mgr.pool, self.path_live_refs())
+        return outs
+
+    def path_live_refs(self) -> list[StorageRef]:
+        return [r for level in self.path_refs for r in level if is_live(r)]
+
+    def all_outputs_dead(self) -> bool:
+        return not self.path_live_refs()
+
+    def is_pool_tensor(self, t: torch.Tensor) -> bool:
+        ptr = storage_ptr(t)
+        return any(r.ptr == ptr for r in self.path_live_refs())
+
+
+def pin_gradient(node, t: torch.Tensor) -> None:
+    """The tree holds a backward's warmup or recording outputs until its path ends.
+
+    With that extra reference autograd's AccumulateGrad copies such an output into `.grad` instead of
+    adopting it: a `.grad` living in pool memory would be freed at the next iteration and, with
+    gradient accumulation, overwritten by the next backward (PyTorch's Inductor raises an error
+    there and asks for preallocated grads; here accumulation just works). Replays return cached
+    outputs, which the tree holds anyway.
+    """
+    if node.info.mode == "backward":
+        node.pinned.append((t, t))   # two references: autograd discounts a Python object held only once
+
+
+def unpin(node) -> None:
+    node.pinned = []
+
+
+class GraphNode:
+    """One recording of a function under a given parent and input layout; replayed while it matches.
+
+    Recording happens in the constructor; `first_outputs()` returns the recording's own outputs
+    (allocator-owned tensors in the pool), later calls go through `check(inputs)` then `run(inputs)`.
+    """
+
+    def __init__(self, mgr: "TreeManager", info: FunctionInfo, fid: int, graph_id: int, parent: "GraphNode | None",
+                 inputs: list, stable_idxs: set[int]):
+        self.mgr, self.info, self.fid, self.id = mgr, info, fid, graph_id
+        self._parent = weakref.ref(parent) if parent is not None else None
+        self.children: dict[int, list[GraphNode]] = {}
+        self.outputs_refs: list[StorageRef | None] = []
+        self.tensor_refs: list[Any] = []
+        self.path_refs = (parent.path_refs if parent is not None else []) + [self.outputs_refs]
+        self.path_nodes_weak = (parent.path_nodes_weak if parent is not None else []) + [weakref.ref(self)]
+        self.rerecord_on_static_move = info.cfg.cudagraph_rerecord_on_static_change
+        self.cached_outputs: list[torch.Tensor | None] = []
+        self.pinned: list[torch.Tensor] = []
+        self._classify_inputs(inputs, stable_idxs)
+        if parent is not None:
+            now = liveness(parent.path_refs)
+            self.dead_before = [(d, i) for d, level in enumerate(parent.liveness_after)
+                                for i, was in enumerate(level) if was and not now[d][i]]
+        else:
+            self.dead_before = []
+        self.graph = torch.cuda.CUDAGraph()
+        self._outputs = self._record(self._recording_inputs(inputs))
+        self.graph.replay()  # capture ran nothing: the first outputs hold values only after a replay
+
+    # --- recording -------------------------------------------------------------------------------
+
+    def _classify_inputs(self, inputs: list, stable_idxs: set[int]) -> None:
+        recorded = {}
+        for d, level in enumerate(self.path_refs[:-1]):
+            for i, r in enumerate(level):
+                if r is not None:
+                    recorded[r.ptr] = (d, i)
+        tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+        self.managed_idxs = [i for i in tensors if storage_ptr(inputs[i]) in recorded]
+        static = set(self.info.static_idxs) & set(tensors)
+        static = {i for i in static if aligned(inputs[i])}       # a misaligned parameter is copied instead
+        self.nonmanaged_static_idxs = sorted(static - set(self.managed_idxs))
+        self.stable_idxs = sorted(set(stable_idxs) & set(tensors) - static - set(self.managed_idxs))
+        self.static_idxs = sorted(static | set(self.managed_idxs))
+        self.copy_idxs = [i for i in tensors if i not in static and i not in self.managed_idxs
+                          and i not in self.stable_idxs]
+        self.ptrs: list[int | None] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
+        self.expanded = {i: expanded_dims(inputs[i]) for i in self.copy_idxs if expanded_dims(inputs[i])}
+        counters["recorded_non_static_inputs"] += len(self.copy_idxs)
+        self.checked_idxs = self.static_idxs if self.rerecord_on_static_move else self.managed_idxs
+
+    def _recording_inputs(self, inputs: list) -> list:
+        mgr = self.mgr
+        rec = list(inputs)
+        with allocating_in_pool(mgr.device, mgr.pool, mgr.stream):
+            for i in self.copy_idxs:
+                buf = empty_like_strided(inputs[i])
+                dims = self.expanded.get(i, [])
+                first_of_expanded(buf, dims).copy_(first_of_expanded(inputs[i], dims))
+                rec[i] = buf
+        for i in range(len(inputs)):
+            inputs[i] = None
+        inputs.clear()
+        # non-owning aliases of the recording buffers: replays copy new values into them; their memory
+        # goes back to the pool once the recording inputs die, for the graph to reuse after last use
+        self.copy_dsts = [first_of_expanded(tensor_on(m := dict(tensor_metadata(rec[i]), storage_offset=0),
+                                                      storage_at(m)), self.expanded.get(i, []))
+                          for i in self.copy_idxs]
+        return rec
+
+    def _record(self, rec: list) -> list:
+        mgr, info = self.mgr, self.info
+        persistent = {storage_ptr(rec[i]): StorageRef(rec[i].untyped_storage()) for i in self.nonmanaged_static_idxs}
+        persistent.update({storage_ptr(c): StorageRef(c.untyped_storage()) for c in info.constants})
+        persistent.update({storage_ptr(rec[i]): StorageRef(rec[i].untyped_storage()) for i in self.stable_idxs})
+        if self.info.cfg.cudagraph_slow_asserts:
+            parent = self.parent
+            live = parent.path_live_refs() if parent is not None else []
+            live = live + [StorageRef(rec[i].untyped_storage()) for i in self.copy_idxs]
+            check_pool(mgr.device, mgr.pool, live)
+        before = liveness(self.path_refs[:-1])
+        torch.cuda.synchronize(mgr.device)
+        with preserved_rng(mgr.device), capture_hygiene(), \
+                torch.cuda.graph(self.graph, pool=mgr.pool, stream=mgr.stream, capture_error_mode="thread_local"):
+            outs = info.fn(rec)
+        assert not rec, "the compiled function must empty its input list"
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        after = liveness(self.path_refs[:-1])
+        self.dead_after = [(d, i) for d, level in enumerate(before) for i, was in enumerate(level)
+                           if was and not after[d][i]]
+        self._register_outputs(outs, persistent)
+        self.liveness_after = liveness(self.path_refs)
+        self.checkpoint = torch._C._cuda_getCheckpointState(mgr.device, mgr.pool)
+        self.live_after = [(d, i) for d, level in enumerate(self.liveness_after) for i, v in enumerate(level) if v]
+        if self.info.cfg.cudagraph_slow_asserts:
+            check_pool(mgr.device, mgr.pool, self.path_live_refs())
+        return outs
+
+    def _register_outputs(self, outs: list, persistent: dict[int, StorageRef]) -> None:
+        prior = {}
+        for d, level in enumerate(self.path_refs[:-1]):
+            for i, r in enumerate(level):
+                if is_live(r):
+                    prior[r.ptr] = (d, i)
+        self.kinds: list[tuple] = []
+        self.metas: list[dict | None] = []
+        self.static_outputs: dict[int, torch.Tensor] = {}
+        self.cacheable: list[bool] = []
+        seen: dict[int, int] = {}
+        for i, o in enumerate(outs):
+            self.cacheable.append(False)
+            if not isinstance(o, torch.Tensor):
+                if o is not None and not isinstance(o, (int, float, bool, torch.SymInt)):
+                    raise AssertionError(f"unexpected output type {type(o).__name__} from {self.info.name}")
+                self.kinds.append((_VALUE, o))
+                self.metas.append(None)
+                self.outputs_refs.append(None)
+                self.tensor_refs.append(None)
+                continue
+            ptr = storage_ptr(o)
+            if not o.is_cuda and ptr != 0:
+                raise RuntimeError("Expected all cuda outputs in cuda graph recording. Non cuda output from "
+                                   f"{self.info.trace_of(i) or '(unknown)'}")
+            self.metas.append(tensor_metadata(o))
+            if ptr == 0 or (ptr in persistent and persistent[ptr].alive()):
+                self.kinds.append((_STATIC,))
+                self.static_outputs[i] = o
+                self.outputs_refs.append(None)
+                self.tensor_refs.append(None)
+                continue
+            if ptr in prior:
+                d, k = prior[ptr]
+                self.kinds.append((_PRIOR, d, k))
+                self.mgr.mark_aliased(self.path_nodes_weak[d](), k)
+            elif ptr in seen:
+                self.kinds.append((_SAME_GRAPH, seen[ptr]))
+                self.cacheable[seen[ptr]] = False
+            else:
+                self.kinds.append((_FRESH,))
+                self.cacheable[i] = True
+                seen[ptr] = i
+            self.outputs_refs.append(StorageRef(o.untyped_storage()))
+            self.tensor_refs.append(weakref.ref(o))
+            pin_gradient(self, o)
+
+    def first_outputs(self) -> list:
+        outs, self._outputs = self._outputs, None
+        return outs
+
+    # --- replay ----------------------------------------------------------------------------------
+
+    def check(self, inputs: list) -> Check:
+        """Can this recording replay for `inputs` now? On success drops the caller's managed inputs."""
+        ptrs_equal = torch._C._tensors_data_ptrs_at_indices_equal
+        if not ptrs_equal(inputs, self.ptrs, self.managed_idxs):
+            return Check.MANAGED_MOVED
+        path = self.path_refs
+        for d, i in self.dead_before:
+            if is_live(path[d][i]):
+                return Check.DEAD_BEFORE_LIVE
+        if not ptrs_equal(inputs, self.ptrs, self.nonmanaged_static_idxs):
+            if not self.rerecord_on_static_move:
+                raise RuntimeError(self.mismatch_text(Check.STATIC_MOVED, inputs))
+            return Check.STATIC_MOVED
+        if self.stable_idxs and not ptrs_equal(inputs, self.ptrs, self.stable_idxs):
+            return Check.STABLE_MOVED
+        for i in self.managed_idxs:
+            inputs[i] = None
+        for d, i in self.dead_after:
+            if is_live(path[d][i]):
+                raise RuntimeError(DEALLOC_MISMATCH)
+        return Check.SUCCESS
+
+    def mismatch_text(self, status: Check, inputs: list) -> str:
+        idxs = {Check.MANAGED_MOVED: self.managed_idxs, Check.STATIC_MOVED: self.nonmanaged_static_idxs,
+                Check.STABLE_MOVED: self.stable_idxs}.get(status, [])
+        lines = [f"{status.value}."]
+        for i in idxs:
+            x = inputs[i]
+            if isinstance(x, torch.Tensor) and x.data_ptr() != self.ptrs[i]:
+                lines.append(f"input name: {self.info.input_name(i)}. data pointer changed from "
+                             f"{self.ptrs[i]} to {x.data_ptr()}. input stack trace: None")
+        return "\n".join(lines)
+
+    def run(self, inputs: list) -> list:
+        """Replay for inputs that passed `check`."""
+        if self.copy_idxs:
+            if self.expanded:
+                srcs = [first_of_expanded(inputs[i], self.expanded.get(i, [])) for i in self.copy_idxs]
+            else:
+                srcs = [inputs[i] for i in self.copy_idxs]
+            torch._foreach_copy_(self.copy_dsts, srcs)
+            del srcs
+        self.graph.replay()
+        outs = self._rebuild_outputs()
+        inputs.clear()
+        if self.info.cfg.cudagraph_force_sync:
+            torch.cuda.synchronize(self.mgr.device)
+        return outs
+
+    def _rebuild_outputs(self) -> list:
+        if not self.cached_outputs:
+            self._build_cached_outputs()
+        cached = self.cached_outputs
+        outs: list = []
+        storages: dict[int, torch.UntypedStorage] = {}
+        for i, kind in enumerate(self.kinds):
+            k = kind[0]
+            if k == _VALUE:
+                outs.append(kind[1])
+                continue
+            if k == _STATIC:
+                outs.append(self.static_outputs[i])
+                continue
+            t = cached[i]
+            if t is not None:
+                t._backward_hooks = None if t._backward_hooks is None else {}
+                outs.append(t)
+                continue
+            meta = self.metas[i]
+            if k == _FRESH:
+                st = storage_at(meta)
+            elif k == _SAME_GRAPH:
+                st = storages[kind[1]]
+            else:
+                cdata = self.path_refs[kind[1]][kind[2]].cdata()
+                st = torch.UntypedStorage._new_with_weak_ptr(cdata) if cdata is not None else storage_at(meta)
+            storages[i] = st
+            self.outputs_refs[i].swap(st)
+            outs.append(tensor_on(meta, st))
+        return outs
+
+    def _build_cached_outputs(self) -> None:
+        """Fresh, never-aliased outputs: one tensor object each, returned by every replay.
+
+        Registered as cached tensors, so autograd never steals one as a `.grad` (it copies) and the
+        autocast cache skips them. They count as dead when only the tree holds them.
+        """
+        self.cached_outputs = [None] * len(self.kinds)
+        for i, ok in enumerate(self.cacheable):
+            if not ok:
+                continue
+            meta = self.metas[i]
+            t = tensor_on(meta, storage_at(meta))
+            torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
+            torch._C._add_cached_tensor(t)
+            self.cached_outputs[i] = t
+            ref = self.outputs_refs[i]
+            ref.swap(t.untyped_storage())
+            ref.baseline = 0
+            ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)   # the tree's own holders
+            ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
+        if self.info.mode == "backward":   # as pin_gradient: autograd copies them into .grad, never adopts
+            self.pinned = [(t, t) for t in self.cached_outputs if t is not None]
+
+    def remove_cached_outputs(self) -> None:
+        if self.cached_outputs:
+            torch._C._set_cached_tensors_enabled(True)
+        for i, t in enumerate(self.cached_outputs):
+            if t is not None:
+                torch._C._remove_cached_tensor(t)
+                ref = self.outputs_refs[i]
+                ref.extra, ref.baseline = None, 0
+        self.cached_outputs = []
+        self.pinned = []
+
+    def mark_not_cacheable(self, i: int) -> None:
+        """A later graph aliases output i: from now on it is rebuilt, not cached."""
+        if self.cacheable[i]:
+            self.cacheable[i] = False
+            if self.cached_outputs:
+                self.remove_cached_outputs()
+
+    # --- liveness --------------------------------------------------------------------------------
+
+    @property
+    def path_nodes(self) -> list["GraphNode"]:
+        return [r() for r in self.path_nodes_weak]
+
+    @property
+    def parent(self) -> "GraphNode | None":
+        return self._parent() if self._parent is not None else None
+
+    def path_live_refs(self) -> list[StorageRef]:
+        path = self.path_refs
+        return [path[d][i] for d, i in self.live_after if is_live(path[d][i])]
+
+    def all_outputs_dead(self) -> bool:
+        path = self.path_refs
+        return not any(is_live(path[d][i]) for d, i in self.live_after)
+
+    def dead_since_recording(self) -> list[int]:
+        path = self.path_refs
+        return [path[d][i].ptr for d, i in self.live_after if not is_live(path[d][i])]
+
+    def is_pool_tensor(self, t: torch.Tensor) -> bool:
+        ptr = storage_ptr(t)
+        return any(r is not None and r.ptr == ptr for level in self.path_refs for r in level)
+
+    def descendants(self) -> int:
+        return sum(1 + c.descendants() for kids in self.children.values() for c in kids)
+
+    def all_nodes(self):
+        yield self
+        for kids in self.children.values():
+            for c in kids:
+                yield from c.all_nodes()
+
+
+def _only_tree_holds(node_ref, i: int) -> bool:
+    node = node_ref()
+    if node is None or not node.cached_outputs:
+        return False
+    # references: the cached list, getrefcount's argument, a backward node's pin (two), and the C++
+    # side when it holds one more
+    extra = (1 if node.cached_outputs[i]._use_count() > 1 else 0) + (2 if node.pinned else 0)
+    return sys.getrefcount(node.cached_outputs[i]) == 2 + extra

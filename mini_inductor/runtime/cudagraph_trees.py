@@ -1,0 +1,468 @@
+"""CUDA-graph trees: every cudagraph-safe compiled partition runs from a recorded CUDA graph.
+
+One TreeManager per device owns a private memory pool and a side stream shared by every recording,
+so one graph's outputs feed the next graph with no copy, and memory dead after graph A is reused by
+graph B. Recordings form a tree: a function's node depends on which graph ran before it (its
+parent) and on which earlier outputs were alive when it was recorded, so A→B and A→B' both replay.
+
+    iteration 1: every function warms up (runs eagerly, allocating in the pool)
+    iteration 2: every function is recorded (the graph is replayed once right away)
+    iteration 3+: every function replays: dynamic inputs copied in, outputs rebuilt over pool memory
+
+An iteration ("generation") is one top-level torch.compile call, or the span between two
+`mini_inductor.mark_step()` calls once the user has called it. A forward whose backward has not run
+yet keeps the path open. Read-only introspection: `stats()`, `get_manager(device)`, `reset()`.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import torch
+
+from .cudagraph_nodes import Check, GraphNode, WarmupNode, unpin
+from .cudagraph_utils import (FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis, log, log_skip,
+                              overwritten_message, pool_blocks, pool_segments, skip_reasons)
+
+_UNEXPECTED_RERECORD = (Check.STATIC_MOVED, Check.MANAGED_MOVED, Check.STABLE_MOVED)
+
+
+class _MarkStep:
+    counter = 0   # counts down from 0 at each mark_step(), so it never equals a dynamo generation
+
+
+def mark_step() -> None:
+    """Start a new iteration explicitly (also: torch.compiler.cudagraph_mark_step_begin())."""
+    _MarkStep.counter -= 1
+
+
+def _current_generation() -> int:
+    if _MarkStep.counter:
+        return _MarkStep.counter
+    inductor = sys.modules.get("torch._inductor.cudagraph_trees")
+    box = getattr(inductor, "MarkStepBox", None)
+    if box is not None and box.mark_step_counter:
+        return box.mark_step_counter
+    from torch._dynamo.mutation_guard import GenerationTracker
+    return GenerationTracker.generation
+
+
+def _user_marked_steps() -> bool:
+    inductor = sys.modules.get("torch._inductor.cudagraph_trees")
+    box = getattr(inductor, "MarkStepBox", None)
+    return bool(_MarkStep.counter) or bool(box is not None and box.mark_step_counter)
+
+
+class TreeManager:
+    """The tree of one device: roots, the current node, the pool, the stream, and the dispatch."""
+
+    def __init__(self, device: int):
+        self.device = device
+        torch.cuda.synchronize(device)
+        with torch.cuda.device(device):
+            self.stream = torch.cuda.Stream(device)
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+            self.pool = torch.cuda.graph_pool_handle()
+            self.keepalive = torch.cuda.CUDAGraph()   # an empty graph captured into the pool keeps it alive
+            with warnings.catch_warnings(record=True), \
+                    torch.cuda.graph(self.keepalive, pool=self.pool, stream=self.stream,
+                                     capture_error_mode="thread_local"):
+                pass
+        torch._C._set_cached_tensors_enabled(True)
+        self.roots: dict[int, list[GraphNode]] = collections.defaultdict(list)
+        self.functions: dict[int, FunctionInfo] = {}
+        self.warmed_up: set[int] = set()
+        self.warned_pending: set[int] = set()
+        self.warned_mutation: set[int] = set()
+        self.mutation_hint: dict[tuple, bool] = {}
+        self.rerecords: collections.Counter = collections.Counter()
+        self.over_limit: set[tuple] = set()
+        self.current: GraphNode | WarmupNode | None = None
+        self.state = "none"            # none | warmup | recording | execution
+        self.current_gen = -1
+        self.pending_backward = False
+        self.shut_down = False
+        self.graph_ids = 0
+        self.warmup_ids = 0
+        self.fids = 0
+        # introspection
+        self.num_warmups = 0
+        self.num_recordings = 0
+        self.num_replays = 0
+        self.num_fallback_runs = 0
+        self.num_checkpoints = 0
+        self.num_unmatched = 0          # in execution, no recorded child matched: had to record
+        # "beyond Inductor": inputs that arrive at the same address call after call are used in place
+        self._last_ptrs: dict[int, list] = {}
+        self._moved: dict[int, set[int]] = collections.defaultdict(set)
+
+    # --- functions -------------------------------------------------------------------------------
+
+    def add_function(self, info: FunctionInfo) -> int:
+        fid = self.fids
+        self.fids += 1
+        self.functions[fid] = info
+        return fid
+
+    def run(self, inputs: list, fid: int) -> list:
+        assert not self.shut_down, "Running CUDAGraph after shutdown"
+        mode = self.functions[fid].mode
+        outs = self._run(inputs, fid)
+        if mode == "forward":
+            self.pending_backward = True
+        elif mode == "backward":
+            self.pending_backward = False
+        return outs
+
+    def set_to_running_backward(self) -> None:
+        self.pending_backward = False
+
+    def _run(self, inputs: list, fid: int) -> list:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("run %s (fid %d, %s): state %s, generation %s → %s, pending backward %s",
+                      self.functions[fid].name, fid, self.functions[fid].mode, self.state, self.current_gen,
+                      _current_generation(), self.pending_backward)
+        if self.state == "recording":
+            self._try_end_recording_or_warmup(fid)
+        elif self.state == "warmup":
+            self._try_end_recording_or_warmup(fid)
+        node_id = self.current.id if self.current is not None else None
+        key = (node_id, fid)
+        if key not in self.mutation_hint:
+            self.mutation_hint[key] = self._mutates_outside_pool(inputs, fid)
+        if self.mutation_hint[key] or key in self.over_limit:
+            return self._run_without_graph(inputs, fid)
+        info = self.functions[fid]
+        cfg = info.cfg
+        if (fid not in self.warmed_up and not cfg.cudagraph_skip_warmup) or self.state == "warmup" \
+                or cfg.cudagraph_force_warmup:
+            if self.state == "execution":
+                self._apply_checkpoint()
+            return self._warmup(inputs, fid)
+        unexpected: tuple | None = None
+        if self.state != "recording":
+            candidates = self.roots.get(fid, []) if self.current is None else self.current.children.get(fid, [])
+            for node in candidates:
+                status = node.check(inputs)
+                if status is Check.SUCCESS:
+                    return self._replay(node, inputs)
+                if status in _UNEXPECTED_RERECORD:
+                    unexpected = (node, status)
+                    if status is Check.STABLE_MOVED:
+                        self._moved[fid] |= {i for i in node.stable_idxs
+                                             if inputs[i].data_ptr() != node.ptrs[i]}
+            if self.current is not None and fid in self.roots:
+                if self._try_end_execution():
+                    return self._run(inputs, fid)
+        if info.mutated_idxs:
+            self.mutation_hint[key] = self._mutates_outside_pool(inputs, fid)
+            if self.mutation_hint[key]:
+                return self._run_without_graph(inputs, fid)
+        if unexpected is not None:
+            self.rerecords[key] += 1
+            if self.rerecords[key] > cfg.cudagraph_rerecord_limit:
+                node, status = unexpected
+                log_skip(f"function {fid} ({info.name}) exceeding max re-recording limit "
+                         f"(={cfg.cudagraph_rerecord_limit}) on cudagraph node {node_id} due to "
+                         f"{node.mismatch_text(status, inputs)}")
+                self.over_limit.add(key)
+                return self._run_without_graph(inputs, fid)
+        if self.state == "execution":
+            self.num_unmatched += 1
+        self._try_end_execution()
+        if self.current is not None and self.state == "execution":
+            self._apply_checkpoint()
+        return self._record(inputs, fid)
+
+    # --- the three ways to run -------------------------------------------------------------------
+
+    def _warmup(self, inputs: list, fid: int) -> list:
+        already = fid in self.warmed_up
+        log.debug("Running %s of function %d", "eager" if already else "warmup", fid)
+        self.warmup_ids -= 1
+        node = WarmupNode(self, self.functions[fid], fid, self.current, self.warmup_ids, already)
+        self.warmed_up.add(fid)
+        self.current, self.state = node, "warmup"
+        self.current_gen = _current_generation()
+        self.num_warmups += 1
+        self._last_ptrs[fid] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
+        return node.run(inputs)
+
+    def _record(self, inputs: list, fid: int) -> list:
+        assert not isinstance(self.current, WarmupNode)
+        gid = self.graph_ids
+        self.graph_ids += 1
+        log.debug("Recording function %d of graph recording id %d", fid, gid)
+        stable = self._stable_inputs(inputs, fid)
+        torch.cuda.synchronize(self.device)
+        parent = self.current
+        node = GraphNode(self, self.functions[fid], fid, gid, parent, inputs, stable)
+        if parent is None:
+            self.roots[fid].append(node)
+        else:
+            parent.children.setdefault(fid, []).append(node)
+        self.current, self.state = node, "recording"
+        self.current_gen = _current_generation()
+        self.num_recordings += 1
+        torch.cuda.synchronize(self.device)
+        return node.first_outputs()
+
+    def _replay(self, node: GraphNode, inputs: list) -> list:
+        self.current, self.state = node, "execution"
+        self.current_gen = _current_generation()
+        self.num_replays += 1
+        return node.run(inputs)
+
+    def _run_without_graph(self, inputs: list, fid: int) -> list:
+        self.num_fallback_runs += 1
+        return self.functions[fid].fn(inputs)
+
+    def _stable_inputs(self, inputs: list, fid: int) -> set[int]:
+        """Dynamic inputs seen at the same address on the previous call and never seen moving."""
+        if not self.functions[fid].cfg.cudagraph_stable_inputs:
+            return set()
+        last = self._last_ptrs.get(fid) or []
+        return {i for i, x in enumerate(inputs) if i < len(last) and isinstance(x, torch.Tensor) and x.is_cuda
+                and x.data_ptr() == last[i] and aligned(x) and i not in self._moved[fid]}
+
+    # --- mutation, generations, ending paths -----------------------------------------------------
+
+    def _mutates_outside_pool(self, inputs: list, fid: int) -> bool:
+        info = self.functions[fid]
+        if not info.mutated_idxs:
+            return False
+        static = set(info.static_idxs)
+        outside = [i for i in info.mutated_idxs if i not in static and not (
+            self.current is not None and isinstance(inputs[i], torch.Tensor) and self.current.is_pool_tensor(inputs[i]))]
+        if outside and fid not in self.warned_mutation:
+            self.warned_mutation.add(fid)
+            names = ", ".join(info.input_name(i) for i in outside)
+            log_skip(f"mutated inputs ({len(outside)} instances)", f"{info.name}: mutates {names}")
+        return bool(outside)
+
+    def _new_generation_allowed(self) -> bool:
+        if self.current_gen == _current_generation():
+            return False
+        return _user_marked_steps() or not self.pending_backward
+
+    def _try_end_recording_or_warmup(self, fid: int) -> None:
+        if self._new_generation_allowed():
+            self._dealloc_current_path()
+            self._set_current(None)
+        elif self.current.all_outputs_dead():
+            self._set_current(None)
+        else:
+            self._maybe_warn_pending_backward(fid)
+
+    def _try_end_execution(self) -> bool:
+        if self.current is None or self.state == "recording":
+            return self.current is None
+        if self._new_generation_allowed() or self.current.all_outputs_dead():
+            self._set_current(None)
+            return True
+        return False
+
+    def _set_current(self, node) -> None:
+        self.current = node
+        if node is None:
+            self.state = "none"
+
+    def _maybe_warn_pending_backward(self, fid: int) -> None:
+        if self.current_gen == _current_generation() or fid in self.warned_pending:
+            return
+        nodes = [n for n in self._path_nodes() if n.fid == fid]
+        if len(nodes) <= 1:
+            return
+        parents = {n.parent.fid if n.parent is not None else None for n in nodes}
+        parents.add(self.current.fid)
+        if len(parents) == len(nodes):
+            return
+        self.warned_pending.add(fid)
+        from .cudagraph_utils import PENDING_BACKWARD
+        warnings.warn(PENDING_BACKWARD)
+
+    def _path_nodes(self) -> list:
+        node = self.current
+        if isinstance(node, WarmupNode):
+            return list(node.path_nodes)
+        out = []
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out[::-1]
+
+    def _dealloc_current_path(self) -> None:
+        """A new iteration ends a recording or warmup path: free its live outputs now and poison them."""
+        nodes = self._path_nodes()
+        log.debug("new iteration: freeing the live outputs of %s", [n.info.name for n in nodes])
+        traces: dict[int, str | None] = {}
+        for node in nodes:
+            for i, (tref, sref) in enumerate(zip(node.tensor_refs, node.outputs_refs)):
+                trace = node.info.trace_of(i)
+                if sref is not None:
+                    traces[sref.ptr] = trace
+                t = tref() if tref is not None else None
+                if t is not None:
+                    torch._C._set_storage_access_error_msg(t, overwritten_message(trace))
+        freed = set()
+        set_ptr_msg = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
+        for ref in self.current.path_live_refs():
+            cdata = ref.cdata()
+            if cdata is None or ref.ptr in freed:
+                continue
+            freed.add(ref.ptr)
+            torch._C._free_And_Remove_DeleterFn(cdata)
+            if set_ptr_msg is not None:
+                set_ptr_msg(cdata, overwritten_message(traces.get(ref.ptr)))
+        for node in nodes:
+            unpin(node)
+
+    def _apply_checkpoint(self) -> None:
+        """From replay back to warmup or recording: make the allocator's view of the pool true again."""
+        node = self.current
+        assert isinstance(node, GraphNode)
+        self.num_checkpoints += 1
+        log.debug("Checkpointing cuda caching allocator state. Number of checkpoints %d", self.num_checkpoints)
+        for n in self._path_nodes():
+            n.remove_cached_outputs()
+        live = node.path_live_refs()
+        dead = node.dead_since_recording()
+        torch._C._cuda_setCheckpointPoolState(self.device, node.checkpoint, [], [r.cdata() for r in live])
+        for ptr in dict.fromkeys(dead):
+            torch._C._cuda_cudaCachingAllocator_raw_delete(ptr)
+        if any(info.cfg.cudagraph_slow_asserts for info in self.functions.values()):
+            check_pool(self.device, self.pool, live)
+
+    def mark_aliased(self, node: GraphNode | None, i: int) -> None:
+        if node is not None:
+            node.mark_not_cacheable(i)
+
+    # --- introspection and teardown --------------------------------------------------------------
+
+    def live_pool_blocks(self) -> int:
+        return len(pool_blocks(self.pool))
+
+    def pool_segments(self) -> int:
+        return pool_segments(self.pool)
+
+    def tree_shape(self) -> dict[str, list[int]]:
+        """Per function name: the descendant count of each of its roots."""
+        return {self.functions[fid].name: [r.descendants() for r in roots]
+                for fid, roots in self.roots.items() if roots}
+
+    def all_graph_nodes(self):
+        for roots in self.roots.values():
+            for r in roots:
+                yield from r.all_nodes()
+
+    def shutdown(self) -> None:
+        path = self._path_nodes() if self.current is not None else []
+        for node in list(self.all_graph_nodes()) + path:
+            if isinstance(node, GraphNode):
+                node.remove_cached_outputs()
+            unpin(node)
+            node.graph = None
+        self.keepalive = None
+        self.roots = collections.defaultdict(list)
+        self.current = None
+        self.state = "none"
+        self.shut_down = True
+
+
+# --- one manager per device, shared by every thread (the backward runs on autograd's thread) ----------
+
+@dataclasses.dataclass
+class _Container:
+    manager: TreeManager | None = None
+    live_functions: int = 0
+
+
+_containers: dict[int, _Container] = {}
+_lock = threading.Lock()
+
+
+def get_manager(device: int, create: bool = False) -> TreeManager | None:
+    with _lock:
+        box = _containers.setdefault(device, _Container())
+        if box.manager is None and create:
+            box.manager = TreeManager(device)
+        return box.manager
+
+
+def _function_collected(device: int, manager: TreeManager) -> None:
+    with _lock:
+        box = _containers.get(device)
+        if box is None or box.manager is not manager:
+            return
+        box.live_functions -= 1
+        if box.live_functions == 0 and box.manager is not None:
+            box.manager.shutdown()
+            box.manager = None
+
+
+class TreeFunction:
+    """A compiled partition's boxed callable, routed through its device's tree.
+
+    The tree is joined at the first call (compiling happens under a fake-tensor mode, where no real
+    CUDA work may run); from then on the function belongs to that manager, even after a reset.
+    """
+
+    _boxed_call = True
+
+    def __init__(self, info: FunctionInfo, cfg):
+        info.cfg = cfg
+        self.info = info
+        self.manager: TreeManager | None = None
+        self.fid = -1
+
+    def __call__(self, args: list) -> list:
+        manager = self.manager
+        if manager is None:
+            manager = self._join()
+        return manager.run(args, self.fid)
+
+    def _join(self) -> TreeManager:
+        device = self.info.device
+        self.manager = get_manager(device, create=True)
+        self.fid = self.manager.add_function(self.info)
+        with _lock:
+            _containers[device].live_functions += 1
+        weakref.finalize(self, _function_collected, device, self.manager)
+        return self.manager
+
+
+def reset() -> None:
+    """Tear down every tree: graphs, cached outputs and pools (called by torch._dynamo.reset())."""
+    with _lock:
+        for box in _containers.values():
+            if box.manager is not None:
+                box.manager.shutdown()
+                box.manager = None
+        _containers.clear()
+    if have_cuda_graph_apis():
+        torch._C._set_cached_tensors_enabled(False)
+    _MarkStep.counter = 0
+
+
+def stats(device: int = 0) -> dict[str, Any]:
+    """Counts for tests and the CLI (read-only)."""
+    m = get_manager(device)
+    out: dict[str, Any] = {"skips": counters["skips"], "skip_reasons": list(skip_reasons),
+                           "recorded_non_static_inputs": counters["recorded_non_static_inputs"]}
+    if m is None:
+        return out
+    out.update(warmups=m.num_warmups, recordings=m.num_recordings, replays=m.num_replays,
+               fallback_runs=m.num_fallback_runs, checkpoints=m.num_checkpoints, unmatched=m.num_unmatched,
+               tree=m.tree_shape(), live_pool_blocks=m.live_pool_blocks(), pending_backward=m.pending_backward)
+    return out
+
+
+def reset_counters() -> None:
+    counters.clear()
+    skip_reasons.clear()

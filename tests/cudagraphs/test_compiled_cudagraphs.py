@@ -1,0 +1,270 @@
+"""CUDA-graph trees under torch.compile: compiled partitions run from recorded graphs and match eager."""
+import copy
+import gc
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mini_inductor
+from mini_inductor.runtime.cudagraph_utils import pool_segments
+
+pytestmark = pytest.mark.gpu
+
+
+def stats():
+    return mini_inductor.cudagraphs.stats(0)
+
+
+def compiled(fn, **options):
+    return torch.compile(fn, backend="mini_inductor", dynamic=False, options=options or None)
+
+
+class MLP(nn.Module):
+    def __init__(self, d=64, layers=3):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        for lin in self.layers:
+            x = F.silu(lin(x))
+        return self.norm(x)
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+class Block(nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(a)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def test_inference_records_once_then_replays_and_matches_eager():
+    m = MLP().cuda()
+    cm = compiled(m)
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(8, 64, device="cuda")
+            torch.testing.assert_close(cm(x), m(x), atol=1e-4, rtol=1e-4)
+    s = stats()
+    assert s["warmups"] == 1 and s["recordings"] == 1 and s["replays"] == 4
+
+
+@pytest.mark.parametrize("make,shape,steps", [(MLP, (8, 64), 5), (ConvNet, (4, 3, 8, 8), 5), (Block, (2, 16, 32), 4)],
+                         ids=["mlp", "convnet_batchnorm", "transformer_block"])
+def test_training_loop_losses_and_grads_match_eager(make, shape, steps):
+    torch.manual_seed(0)
+    model = make().cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for _ in range(steps):
+        x = torch.randn(*shape, device="cuda")
+        loss = cm(x).square().mean()
+        loss.backward()
+        ref_loss = ref(x).square().mean()
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-4)
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=n)
+        opt.step(), ref_opt.step()
+        opt.zero_grad(), ref_opt.zero_grad()
+    for b, rb in zip(model.buffers(), ref.buffers()):
+        torch.testing.assert_close(b, rb, atol=1e-4, rtol=1e-4)   # batch-norm running stats updated in place
+    s = stats()
+    assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0
+
+
+def test_gradient_accumulation_without_zero_grad_matches_eager():
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    for _ in range(4):   # .grad accumulates: replay outputs must never become .grad themselves
+        x = torch.randn(4, 32, device="cuda")
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_overwritten_output_error_names_the_source_line():
+    f = compiled(lambda x: (x * 2).sin())
+    y1 = f(torch.randn(16, device="cuda"))
+    f(torch.randn(16, device="cuda"))
+    with pytest.raises(RuntimeError, match="overwritten by a subsequent run") as e:
+        print(y1)
+    assert "test_compiled_cudagraphs.py" in str(e.value) and "(x * 2).sin()" in str(e.value)
+
+
+def test_mark_step_makes_consecutive_forwards_new_iterations():
+    m = MLP(32, 2).cuda()
+    cm = compiled(m)
+    for _ in range(5):   # training mode, no backward: without mark_step the path would never end
+        mini_inductor.mark_step()
+        x = torch.randn(4, 32, device="cuda")
+        out = cm(x)
+        torch.testing.assert_close(out, m(x), atol=1e-4, rtol=1e-4)
+    assert stats()["replays"] >= 2
+
+
+def test_forward_of_second_module_is_a_child_when_backward_is_pending():
+    m1, m2 = nn.Linear(16, 16).cuda(), nn.Linear(16, 16).cuda()
+    c1, c2 = compiled(m1), compiled(m2)
+    for _ in range(4):
+        x = torch.randn(4, 16, device="cuda")
+        c2(c1(x)).sum().backward()
+        ref = m2(m1(x))
+        assert ref is not None
+    shape = mini_inductor.cudagraphs.get_manager(0).tree_shape()
+    roots = [name for name in shape if name.startswith("forward")]
+    assert len(roots) == 1 and shape[roots[0]][0] >= 3   # m2's forward and both backwards hang below m1's
+    assert not stats()["pending_backward"]
+
+
+def test_backward_that_never_runs_does_not_wedge_the_tree():
+    m = nn.Linear(8, 8).cuda()
+    cm = compiled(m)
+    for i in range(5):
+        mini_inductor.mark_step()
+        out = cm(torch.randn(2, 8, device="cuda"))
+        if i % 2 == 0:
+            out.sum().backward()
+    torch.testing.assert_close(cm(torch.ones(2, 8, device="cuda")), m(torch.ones(2, 8, device="cuda")))
+
+
+def test_graph_break_chain_runs_as_parent_and_child():
+    def fn(x):
+        y = x.sin() * 2
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+    f = compiled(fn)
+    for _ in range(4):
+        x = torch.randn(32, device="cuda")
+        torch.testing.assert_close(f(x), fn(x))
+    shape = mini_inductor.cudagraphs.get_manager(0).tree_shape()
+    assert list(shape.values()) == [[1]]
+    assert stats()["recorded_non_static_inputs"] == 1   # the second graph reads the first's output in place
+
+
+def test_cpu_op_in_the_middle_splits_into_graphed_partitions():
+    def fn(x):
+        a = x.sin() + 1
+        n = torch.nonzero(a > 1.2).shape[0]
+        return a * 2, (a.cos() + n)
+    f = compiled(fn)
+    for _ in range(4):
+        x = torch.randn(64, device="cuda")
+        for got, want in zip(f(x), fn(x)):
+            torch.testing.assert_close(got, want)
+    assert stats()["recordings"] >= 1 and stats()["replays"] >= 1
+
+
+def test_cudagraphs_option_off_and_no_cudagraphs_mode_run_without_trees():
+    f = compiled(lambda x: x.exp() + 1, cudagraphs=False)
+    for _ in range(3):
+        x = torch.randn(8, device="cuda")
+        torch.testing.assert_close(f(x), x.exp() + 1)
+    g = torch.compile(lambda x: x.exp() + 2, backend="mini_inductor", mode="max-autotune-no-cudagraphs")
+    x = torch.randn(8, device="cuda")
+    torch.testing.assert_close(g(x), x.exp() + 2)
+    assert mini_inductor.cudagraphs.get_manager(0) is None
+
+
+def test_reduce_overhead_mode_is_accepted_and_graphs():
+    f = torch.compile(lambda x: x.tanh() * 3, backend="mini_inductor", mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(8, device="cuda")
+        torch.testing.assert_close(f(x), x.tanh() * 3)
+    assert stats()["replays"] == 2
+
+
+def test_user_input_mutation_is_applied_every_iteration():
+    def fn(x, y):
+        x.add_(y)
+        return x * 2
+    f = compiled(fn)
+    x = torch.zeros(8, device="cuda")
+    for i in range(5):
+        y = torch.ones(8, device="cuda")
+        out = f(x, y)
+        assert x[0].item() == i + 1 and out[0].item() == 2 * (i + 1)
+
+
+def test_parameter_aliasing_output_shares_the_parameter_storage():
+    lin = nn.Linear(4, 4).cuda()
+
+    def fn(x):
+        return lin.weight.t(), lin(x)
+    f = compiled(fn)
+    with torch.no_grad():
+        for _ in range(4):
+            wt, y = f(torch.randn(2, 4, device="cuda"))
+            assert wt.untyped_storage().data_ptr() == lin.weight.untyped_storage().data_ptr()
+
+
+def test_each_shape_gets_its_own_recording_and_revisits_replay():
+    f = compiled(lambda x: x.relu() + 1)
+    for n in [8, 16, 8, 16, 8, 16, 8, 16]:
+        x = torch.randn(n, device="cuda")
+        torch.testing.assert_close(f(x), x.relu() + 1)
+    s = stats()
+    assert s["recordings"] == 2 and s["replays"] == 4
+
+
+def test_seeded_random_ops_reproduce_across_warmup_record_replay():
+    f = compiled(lambda x: x + torch.rand_like(x))
+    outs = []
+    for _ in range(4):
+        torch.manual_seed(123)
+        outs.append(f(torch.zeros(1000, device="cuda")).clone())
+    for o in outs[1:]:
+        torch.testing.assert_close(o, outs[0])
+    assert 0.4 < outs[0].mean().item() < 0.6
+
+
+def test_reset_after_compiled_training_leaves_no_pool_memory():
+    model = MLP(32, 2).cuda()
+    cm = compiled(model)
+    for _ in range(3):
+        cm(torch.randn(4, 32, device="cuda")).sum().backward()
+    pool = mini_inductor.cudagraphs.get_manager(0).pool
+    model.zero_grad(set_to_none=True)
+    del cm
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert mini_inductor.cudagraphs.get_manager(0) is None
+    assert pool_segments(pool) == 0
+
+
+def test_same_input_tensor_each_call_is_not_copied():
+    f = compiled(lambda x: (x * x).sum(-1))
+    x = torch.randn(64, 256, device="cuda")
+    for i in range(5):
+        x.normal_()
+        torch.testing.assert_close(f(x), (x * x).sum(-1))
+    assert stats()["recorded_non_static_inputs"] == 0
