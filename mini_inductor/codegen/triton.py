@@ -486,6 +486,8 @@ class TritonOps:
         return self._unary("{a} == 0", a) if a.dtype == torch.bool else self._unary("~{a}", a)
     def bitwise_left_shift(self, a, b): return self._binary("{a} << {b}", a, b)
     def bitwise_right_shift(self, a, b): return self._binary("{a} >> {b}", a, b)
+    def rand(self, seed, offset): return self._binary("tl.rand({a}, {b})", seed, offset, torch.float32)
+    def randn(self, seed, offset): return self._binary("tl.randn({a}, {b})", seed, offset, torch.float32)
 
     def __getattr__(self, name):
         # the rest of the math library through libdevice (one source on GPU and interpreter)

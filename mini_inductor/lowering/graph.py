@@ -27,6 +27,7 @@ from . import ir
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
+from .random_lowerings import RandomStreams
 from .sizevars import sympify_seq
 
 aten = torch.ops.aten
@@ -80,6 +81,7 @@ class GraphLowering:
         self.fallback_ops: collections.Counter = collections.Counter()
         self.extern_ops: list[str] = []
         self.constants: dict[str, torch.Tensor] = {}
+        self.random_streams = RandomStreams()  # the seed and Philox offsets of the graph's random ops
         self._buffer_count = 0
         self._new_buffers: list[Buffer] = []
 

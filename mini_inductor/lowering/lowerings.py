@@ -373,4 +373,4 @@ LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
 from . import (copy_lowerings, extern_lowerings, indexing_lowerings, pooling_lowerings,  # noqa: E402,F401
-               reduction_lowerings, scan_lowerings, view_lowerings)
+               random_lowerings, reduction_lowerings, scan_lowerings, view_lowerings)

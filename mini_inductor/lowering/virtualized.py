@@ -68,6 +68,7 @@ i0 i1 erfcx ndtri bessel_j0 bessel_j1 bessel_y0 bessel_y1
 maximum minimum floor ceil trunc round sign signbit isnan isinf
 eq ne lt le gt ge logical_and logical_or logical_xor logical_not
 bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift
+rand randn
 """.split())
 
 

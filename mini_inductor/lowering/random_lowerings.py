@@ -1,0 +1,180 @@
+"""Random ops as generated code: Philox streams from one seed per graph and device.
+
+    seed   = torch.randint(0, 2**63 - 1, [1], device=d)     one extern call per call of the graph,
+                                                            drawn from d's default generator
+    node k = tl.rand(seed, base_k + linear index)           base_k: elements of the random nodes
+                                                            lowered before node k (int64)
+
+Every element of every random node of a graph gets its own Philox counter, so two nodes are
+independent streams, and a body evaluated twice (inlined into two kernels, or the mask that
+native_dropout returns next to its output) gives the same values both times. `torch.manual_seed(s)`
+fixes the seed draw, so a compiled model is reproducible run to run; values differ from eager's
+(eager's generator walks its own Philox/Mersenne sequence), as with Inductor.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from .ir import IRNode, Layout, Pointwise, current_graph
+from .lowerings import broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
+from .sizevars import Expr, contiguous_strides, product, static_int, strided_index, sympify_seq
+from .virtualized import ops
+
+aten = torch.ops.aten
+
+SEED_HIGH = 2**63 - 1  # seeds are drawn from [0, SEED_HIGH)
+
+
+@dataclasses.dataclass
+class RandomStreams:
+    """A graph's seed buffers (one per device) and the next free Philox offset.
+
+    GraphLowering owns one; `stream` hands each random node its seed and its range of offsets.
+    """
+
+    seeds: dict[str, str] = dataclasses.field(default_factory=dict)   # device → seed buffer name
+    next_offset: int = 0
+
+    def stream(self, device: torch.device, size: Sequence[Expr]) -> Callable:
+        """A function of an index of `size` → (seed, int64 offset) values: this node's stream."""
+        key = str(device)
+        if key not in self.seeds:
+            layout = Layout.contiguous(device, torch.int64, [1])
+            box = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]),
+                                              {"dtype": torch.int64, "device": device}, layout)
+            self.seeds[key] = box.realize().name
+        seed_name = self.seeds[key]
+        base = self.next_offset
+        self.next_offset += static_int(product(size)) if size else 1
+        strides = contiguous_strides(sympify_seq(size))
+
+        def load(idx):
+            seed = ops.load(seed_name, sympy.Integer(0))
+            offset = ops.index_expr(strided_index(idx, strides), torch.int64)
+            if base:
+                offset = ops.add(offset, ops.constant(base, torch.int64))
+            return seed, offset
+        return load
+
+
+def _uniform_loader(device: torch.device, size: Sequence[Expr]) -> Callable:
+    """Loader of float32 values uniform in [0, 1), one Philox counter per element."""
+    stream = current_graph().random_streams.stream(device, size)
+    return lambda idx: ops.rand(*stream(idx))
+
+
+def _random(kind: str, size, dtype, device) -> IRNode:
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise NotImplementedError(f"{kind} of dtype {dtype}")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    size = sympify_seq(size)
+    stream = current_graph().random_streams.stream(device, size)
+    below_one = 1.0 - torch.finfo(dtype).eps / 2  # the largest value under 1 in a low-precision dtype
+
+    def inner_fn(idx):
+        value = getattr(ops, kind)(*stream(idx))
+        if kind == "rand" and dtype.itemsize < 4:
+            # rounding to nearest could reach 1.0 (eager's values stay below it); clamped to a
+            # value the dtype holds exactly, it rounds to at most that value
+            value = ops.minimum(value, ops.constant(below_one, torch.float32))
+        return value if dtype == torch.float32 else ops.to_dtype(value, dtype)
+    return Pointwise.create(device, dtype, inner_fn, size)
+
+
+def _factory(kind: str):
+    def lowering(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+        if generator is not None:
+            raise NotImplementedError("an explicit generator runs in ATen")
+        return _random(kind, size, dtype, device)
+    return lowering
+
+
+def _like(kind: str):
+    def lowering(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        return _random(kind, x.get_size(), dtype or x.get_dtype(), device or x.get_device())
+    return lowering
+
+
+for _kind in ("rand", "randn"):
+    register_lowering(getattr(aten, _kind).default, getattr(aten, _kind).generator)(_factory(_kind))
+    register_lowering(getattr(aten, f"{_kind}_like").default)(_like(_kind))
+
+
+def _bernoulli(x: IRNode, p) -> IRNode:
+    """1 where a uniform draw falls below the probability `p` (a float or a tensor broadcast to x), else 0."""
+    size = x.get_size()
+    dtype = x.get_dtype()
+    uniform = _uniform_loader(x.get_device(), size)
+    p_load = broadcast_loader(p, size) if isinstance(p, IRNode) else None
+
+    def inner_fn(idx):
+        if p_load is None:
+            prob = ops.constant(float(p), torch.float32)
+        else:
+            prob = p_load(idx)
+            if p.get_dtype() != torch.float32:
+                prob = ops.to_dtype(prob, torch.float32)
+        return ops.to_dtype(ops.lt(uniform(idx), prob), dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+@register_lowering(aten.bernoulli.default)
+def bernoulli(x, *, generator=None):
+    if generator is not None:
+        raise NotImplementedError("an explicit generator runs in ATen")
+    return _bernoulli(x, x)
+
+
+@register_lowering(aten.bernoulli.p, aten.bernoulli.Tensor)
+def bernoulli_p(x, p=0.5, *, generator=None):
+    if generator is not None:
+        raise NotImplementedError("an explicit generator runs in ATen")
+    if isinstance(p, IRNode) and broadcast_sizes(x.get_size(), p.get_size()) != list(x.get_size()):
+        raise NotImplementedError("bernoulli with p larger than the input")
+    return _bernoulli(x, p)
+
+
+@register_lowering(aten.native_dropout.default)
+def native_dropout(x, p, train=True):
+    """(x * mask / (1 - p), mask): an element is kept with probability 1 - p."""
+    if train is False:
+        return clone(x), full_like(x, True, dtype=torch.bool)
+    size, dtype = x.get_size(), x.get_dtype()
+    uniform = _uniform_loader(x.get_device(), size)
+    load_x = x.make_loader()
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)  # p = 1 drops everything (and must not make 0 * inf)
+
+    def keep(idx):
+        return ops.ge(uniform(idx), ops.constant(float(p), torch.float32))
+
+    def out_fn(idx):
+        return ops.where(keep(idx), _scaled(load_x(idx), scale, dtype), ops.constant(0.0, dtype))
+    out = Pointwise.create(x.get_device(), dtype, out_fn, size)
+    mask = Pointwise.create(x.get_device(), torch.bool, keep, size)
+    return out, mask
+
+
+@register_lowering(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    size, dtype = grad.get_size(), grad.get_dtype()
+    load_grad, load_mask = grad.make_loader(), broadcast_loader(mask, size)
+
+    def inner_fn(idx):
+        kept = load_mask(idx)
+        if mask.get_dtype() != torch.bool:
+            kept = ops.to_dtype(kept, torch.bool)
+        return ops.where(kept, _scaled(load_grad(idx), float(scale), dtype), ops.constant(0.0, dtype))
+    return Pointwise.create(grad.get_device(), dtype, inner_fn, size)
+
+
+def _scaled(value, scale: float, dtype: torch.dtype):
+    """value * scale, computed in fp32 for fp16/bf16 (as the other pointwise ops are)."""
+    if dtype.is_floating_point and dtype.itemsize < 4:
+        product_ = ops.mul(ops.to_dtype(value, torch.float32), ops.constant(scale, torch.float32))
+        return ops.to_dtype(product_, dtype)
+    return ops.mul(value, ops.constant(scale, dtype))
