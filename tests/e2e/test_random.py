@@ -203,3 +203,22 @@ def test_dropout_training_steps_draw_new_masks_and_replay_under_a_seed(device):
     _, replay = step(x)
     assert not torch.equal(first != 0, second != 0), "two steps used the same mask"
     assert torch.equal(first, replay), "the same seed gave another mask"
+
+
+@pytest.mark.gpu
+def test_random_ops_under_cuda_graphs_draw_fresh_values_each_replay_and_follow_manual_seed():
+    fn = torch.compile(lambda x: (F.dropout(x, 0.5, training=True), torch.randn_like(x)),
+                       backend="mini_inductor", mode="reduce-overhead")
+    x = torch.rand(N, device="cuda") + 1
+    torch.manual_seed(5)
+    runs = [tuple(t.clone() for t in fn(x)) for _ in range(4)]  # warmup, record, replays
+    torch.manual_seed(5)
+    again = [tuple(t.clone() for t in fn(x)) for _ in range(4)]
+    for i in range(1, 4):
+        assert not torch.equal(runs[i][0], runs[i - 1][0]), f"call {i} repeated the previous dropout mask"
+        assert not torch.equal(runs[i][1], runs[i - 1][1]), f"call {i} repeated the previous randn values"
+    for i, (a, b) in enumerate(zip(runs, again)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), f"call {i} not reproducible under manual_seed"
+    for dropped, z in runs:
+        assert abs((dropped == 0).float().mean().item() - 0.5) < 0.03
+        assert abs(z.std().item() - 1) < 0.06
