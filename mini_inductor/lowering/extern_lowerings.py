@@ -11,13 +11,18 @@ aten = torch.ops.aten
 
 @register_lowering(aten.addmm)
 def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
-    """mm through cuBLAS in the inputs' dtype; the bias add becomes an epilogue of the next kernel.
+    """addmm through cuBLAS in the inputs' dtype (bias added in cuBLAS's epilogue); with scaling
+    factors, an mm whose bias add becomes an epilogue of the next kernel.
 
-    (torch's own addmm decomposition upcasts fp16/bf16 inputs to fp32 first, which would run the
-    matmul in fp32.)
+    Not torch's decomposition: it upcasts fp16/bf16 inputs to fp32 and runs the matmul in fp32. Not
+    mm + a fused bias either: on the H100, cuBLAS's plain fp32 mm of an (8, 256) activation with a
+    transposed (256, 256) weight took 31 µs where addmm took 3 µs (measured in a CUDA graph), and the
+    bias costs nothing in cuBLASLt's epilogue.
     """
     m, n = mat1.get_size()[0], mat2.get_size()[1]
     layout = Layout.contiguous(mat1.get_device(), mat1.get_dtype(), [m, n])
+    if alpha == 1 and beta == 1 and len(bias.get_size()) <= 2:
+        return current_graph().make_extern(aten.addmm.default, (bias, mat1, mat2), {}, layout)
     product = current_graph().make_extern(aten.mm.default, (mat1, mat2), {}, layout)
     if alpha != 1:
         product = lowering_of(aten.mul.Tensor)(product, alpha)

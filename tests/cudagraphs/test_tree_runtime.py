@@ -278,9 +278,10 @@ def test_mutating_an_earlier_graphs_output_is_graphed():
         y.add_(1)
         return (y * 1,)
     b = tree_fn(bump, "b", mutated=(0,))
+    x = torch.ones(4, device="cuda")
     for _ in range(4):
         step()
-        (y,) = a([torch.ones(4, device="cuda")])
+        (y,) = a([x])
         (z,) = b([y])
         assert y.tolist() == [3.0] * 4 and z.tolist() == [3.0] * 4
     assert stats()["skips"] == 0 and manager().num_replays >= 4
