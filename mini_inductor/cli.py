@@ -160,12 +160,27 @@ def run_demo(args: argparse.Namespace) -> int:
     timings = {}
     if device == "cuda":
         _report_speedup(out, model, compiled, inputs)
+        _print_cudagraphs(out)
         with torch.no_grad():
             timings = explain.kernel_times_ms(lambda: compiled(*inputs))
     paths = explain.write_reports(explain.build_reports(traces, timings), traces, args.report,
                                   f"mini_inductor demo: {example.name} ({args.dtype})")
     out.line(f"\nfusion report (what was fused, what not and why): {paths['html']}")
     return 0 if ok else 1
+
+
+def _print_cudagraphs(out: Output) -> None:
+    """What the CUDA-graph trees did during the demo's calls (mini_inductor.cudagraphs.stats())."""
+    from mini_inductor import cudagraphs
+
+    s = cudagraphs.stats()
+    if "replays" not in s:
+        out.line("\nCUDA graphs: not used" + (f" ({'; '.join(s['skip_reasons'])})" if s["skip_reasons"] else ""))
+        return
+    out.line(f"\nCUDA graphs: {s['warmups']} warmup runs, {s['recordings']} recordings, {s['replays']} replays, "
+             f"{s['recorded_non_static_inputs']} inputs copied per replay, {s['skips']} skips; tree: {s['tree']}")
+    for reason in s["skip_reasons"]:
+        out.line(f"  {reason}")
 
 
 def _describe(result) -> str:

@@ -310,8 +310,8 @@ class WrapperCodegen:
         source: dict[str, str] = {}
         for group in self.sched.nodes:
             for member in group.get_nodes():
-                lines = sorted({o.source for o in member.node.origins if o.source})
-                if lines:
+                lines = [o.source for o in member.node.origins if o.source]
+                if lines:   # the op that produced the buffer comes first (the others were inlined into it)
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]

@@ -37,7 +37,7 @@ class CompiledGraph:
             self._use_trees(cfg)
 
     def _use_trees(self, cfg) -> None:
-        from .cudagraph_trees import TreeFunction
+        from .cudagraph_trees import TreeFunction, note_compiled_shape
         from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
 
         partitions = getattr(self.module, "PARTITIONS", {})
@@ -65,6 +65,10 @@ class CompiledGraph:
             self.tree_functions.append(scope[pname])
         call = self.module.call
         self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        note_compiled_shape(getattr(compile_id, "frame_id", None), self.kind,
+                            tuple(tuple(spec[0] or ()) for spec in self.module.INPUT_SPECS),
+                            cfg.cudagraph_dynamic_shape_warn_limit)
 
     def __call__(self, *args):
         # boxed (one list, consumed) or plain positional tensors

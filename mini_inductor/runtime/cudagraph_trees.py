@@ -437,6 +437,25 @@ class TreeFunction:
         return self.manager
 
 
+_shapes_seen: dict[tuple, set] = collections.defaultdict(set)
+_shape_warned: set[tuple] = set()
+
+
+def note_compiled_shape(frame, kind: str, shape_key: tuple, limit: int) -> None:
+    """Each input shape of a function gets its own graphs; warn once per frame when they pile up."""
+    family = (frame, kind)
+    seen = _shapes_seen[family]
+    seen.add(shape_key)
+    if limit and len(seen) > limit and family not in _shape_warned:
+        _shape_warned.add(family)
+        warnings.warn(
+            "CUDAGraph supports dynamic shapes by recording a new graph for each distinct input size. "
+            f"Recording too many CUDAGraphs may lead to extra overhead. We have observed {len(seen)} distinct "
+            "sizes. Please consider the following options for better performance: a) padding inputs to a few "
+            "fixed number of shapes; or b) options={'cudagraphs': False} for this function. To silence this "
+            "warning, set options={'cudagraph_dynamic_shape_warn_limit': 0}.")
+
+
 def reset() -> None:
     """Tear down every tree: graphs, cached outputs and pools (called by torch._dynamo.reset())."""
     with _lock:
@@ -445,6 +464,8 @@ def reset() -> None:
                 box.manager.shutdown()
                 box.manager = None
         _containers.clear()
+    _shapes_seen.clear()
+    _shape_warned.clear()
     if have_cuda_graph_apis():
         torch._C._set_cached_tensors_enabled(False)
     _MarkStep.counter = 0

@@ -268,3 +268,15 @@ def test_same_input_tensor_each_call_is_not_copied():
         x.normal_()
         torch.testing.assert_close(f(x), (x * x).sum(-1))
     assert stats()["recorded_non_static_inputs"] == 0
+
+
+def test_many_shapes_warn_once_with_the_remedies():
+    f = compiled(lambda x: x * 2, cudagraph_dynamic_shape_warn_limit=2)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in [4, 5, 6, 7, 8, 4]:
+            x = torch.randn(n, device="cuda")
+            torch.testing.assert_close(f(x), x * 2)
+    msgs = [str(w.message) for w in caught if "distinct sizes" in str(w.message)]
+    assert len(msgs) == 1 and "observed 3 distinct sizes" in msgs[0] and "padding inputs" in msgs[0]

@@ -1,0 +1,97 @@
+"""The parts of the CUDA-graph trees that need no GPU: what codegen hands the runtime, generation
+counting, the shape warning, and trees staying off under Triton's interpreter. (The tree itself is
+tested on the GPU: test_tree_runtime.py, test_compiled_cudagraphs.py.)"""
+import importlib
+import warnings
+
+import torch
+import torch.nn as nn
+
+import mini_inductor
+from mini_inductor import metrics
+from mini_inductor.runtime import cudagraph_trees as trees
+
+backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+
+
+def _last_compiled():
+    return list(backend._compiled.values())[-1][0]
+
+
+def test_generated_module_lists_partition_inputs_and_source_lines(device):
+    def fn(x, y):
+        a = x.sin() + y
+        return a * 2
+    f = torch.compile(fn, backend="mini_inductor")
+    x, y = torch.randn(8, device=device), torch.randn(8, device=device)
+    torch.testing.assert_close(f(x, y), fn(x, y))
+    module = _last_compiled().module
+    assert list(module.PARTITIONS) == ["partition_0"]
+    part = module.PARTITIONS["partition_0"]
+    assert part["inputs"] == module.INPUT_NAMES == ["arg0_1", "arg1_1"]
+    assert len(part["traces"]) == 1 and "test_bookkeeping.py" in part["traces"][0] and "a * 2" in part["traces"][0]
+
+
+def test_parameters_are_static_inputs_of_the_forward_and_backward(device):
+    lin = nn.Linear(4, 3).to(device)
+    f = torch.compile(lin, backend="mini_inductor")
+    f(torch.randn(2, 4, device=device, requires_grad=True)).sum().backward()
+    compiled = [entry[0] for entry in backend._compiled.values()]
+    forward = next(c for c in compiled if c.kind == "forward")
+    backward = next(c for c in compiled if c.kind == "backward")
+    names = forward.module.INPUT_NAMES
+    assert sorted(names[i] for i in forward.static_input_idxs) == ["primals_1", "primals_2"]   # weight, bias
+    assert all(backward.module.INPUT_NAMES[i].startswith("primals_") for i in backward.static_input_idxs)
+
+
+def test_trees_stay_off_without_a_gpu_and_results_match(device):
+    if device == "cuda":
+        return   # on the GPU the trees are on: test_compiled_cudagraphs.py covers that case
+    f = torch.compile(lambda x: x.exp() * 2, backend="mini_inductor")
+    x = torch.randn(16)
+    for _ in range(3):
+        torch.testing.assert_close(f(x), x.exp() * 2)
+    assert _last_compiled().tree_functions == []
+    assert trees.get_manager(0) is None
+    assert metrics.compiled_graphs[-1].num_kernels == 1
+
+
+def test_mark_step_starts_generations_and_reset_forgets_them():
+    trees.reset()
+    start = trees._current_generation()
+    mini_inductor.mark_step()
+    first = trees._current_generation()
+    mini_inductor.mark_step()
+    assert first != start and trees._current_generation() == first - 1 and trees._user_marked_steps()
+    trees.reset()
+    assert trees._MarkStep.counter == 0 and not trees._user_marked_steps()
+
+
+def test_shape_warning_fires_once_past_the_limit():
+    trees.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(5):
+            trees.note_compiled_shape("frame0", "inference", ((n,),), limit=2)
+        trees.note_compiled_shape("frame1", "inference", ((1,),), limit=2)   # another function: no warning
+    msgs = [str(w.message) for w in caught if "distinct sizes" in str(w.message)]
+    assert len(msgs) == 1 and "observed 3 distinct sizes" in msgs[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(5):
+            trees.note_compiled_shape("frame2", "inference", ((n,),), limit=0)   # 0: never
+    assert not caught
+    trees.reset()
+
+
+def test_cudagraph_options_are_validated():
+    f = torch.compile(lambda x: x + 1, backend="mini_inductor", options={"cudagraphs": False,
+                                                                         "cudagraph_rerecord_limit": 3})
+    x = torch.randn(4, device="cuda" if torch.cuda.is_available() else "cpu")
+    torch.testing.assert_close(f(x), x + 1)
+    try:
+        torch.compile(lambda x: x + 2, backend="mini_inductor", options={"cudagraph_typo": 1})(x)
+    except Exception as e:  # noqa: BLE001 — Dynamo wraps the backend's error
+        assert "cudagraph_typo" in str(e) and "cudagraph_rerecord_limit" in str(e)
+    else:
+        raise AssertionError("an unknown option was accepted")
