@@ -150,6 +150,8 @@ class GraphNode:
                     recorded[r.ptr] = (d, i)
         tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
         self.managed_idxs = [i for i in tensors if storage_ptr(inputs[i]) in recorded]
+        self.managed_sources = {i: recorded[storage_ptr(inputs[i])] for i in self.managed_idxs}
+        self.preserved: set[int] = set()   # managed inputs an output aliases: the caller's reference is kept
         static = set(self.info.static_idxs) & set(tensors)
         static = {i for i in static if aligned(inputs[i])}       # a misaligned parameter is copied instead
         self.nonmanaged_static_idxs = sorted(static - set(self.managed_idxs))
@@ -244,6 +246,7 @@ class GraphNode:
             if ptr in prior:
                 d, k = prior[ptr]
                 self.kinds.append((_PRIOR, d, k))
+                self.preserved |= {j for j, src in self.managed_sources.items() if src == (d, k)}
                 self.mgr.mark_aliased(self.path_nodes_weak[d](), k)
             elif ptr in seen:
                 self.kinds.append((_SAME_GRAPH, seen[ptr]))
@@ -278,7 +281,8 @@ class GraphNode:
         if self.stable_idxs and not ptrs_equal(inputs, self.ptrs, self.stable_idxs):
             return Check.STABLE_MOVED
         for i in self.managed_idxs:
-            inputs[i] = None
+            if i not in self.preserved:   # kept alive until the aliasing output is rebuilt on it
+                inputs[i] = None
         for d, i in self.dead_after:
             if is_live(path[d][i]):
                 raise RuntimeError(DEALLOC_MISMATCH)

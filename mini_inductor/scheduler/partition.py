@@ -39,7 +39,7 @@ class GraphPartition:
     node_indices: list[int]      # their positions in Schedule.nodes
     inputs: list[str] = dataclasses.field(default_factory=list)
     outputs: list[str] = dataclasses.field(default_factory=list)
-    has_kernels: bool = False    # holds a generated kernel (a partition without one is not worth graphing)
+    has_kernels: bool = False    # holds GPU work: a generated kernel or a library call (else not worth graphing)
 
 
 def cudagraph_unsafe_reason(node: BaseSchedulerNode) -> str:
@@ -109,6 +109,6 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
             name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),
             nodes=[nodes[i].name for i in indices], node_indices=list(indices),
             inputs=sorted(inputs, key=order), outputs=sorted(outs, key=order),
-            has_kernels=any(not nodes[i].is_extern() for i in indices)))
+            has_kernels=any(not nodes[i].is_extern() or isinstance(nodes[i].node, ExternKernel) for i in indices)))
         counts[safe] += 1
     return partitions

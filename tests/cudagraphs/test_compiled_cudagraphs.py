@@ -280,3 +280,32 @@ def test_many_shapes_warn_once_with_the_remedies():
             torch.testing.assert_close(f(x), x * 2)
     msgs = [str(w.message) for w in caught if "distinct sizes" in str(w.message)]
     assert len(msgs) == 1 and "observed 3 distinct sizes" in msgs[0] and "padding inputs" in msgs[0]
+
+
+def test_cpu_scalar_tensor_input_is_correct_across_replays():
+    f = compiled(lambda x, s: x * s + 1)
+    for i in range(4):
+        x = torch.randn(16, device="cuda")
+        s = torch.tensor(float(i))          # a 0-dim CPU tensor, new value each call
+        torch.testing.assert_close(f(x, s), x * s + 1)
+
+
+def test_item_graph_break_gives_correct_results_under_graphs():
+    def fn(x):
+        k = (x > 0).sum().item()
+        return x * k
+    f = compiled(fn)
+    for _ in range(4):
+        x = torch.randn(32, device="cuda")
+        torch.testing.assert_close(f(x), fn(x))
+
+
+def test_autocast_outputs_are_not_kept_by_the_cast_cache():
+    lin = nn.Linear(16, 16).cuda()
+    f = compiled(lambda x: lin(x).relu())
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(8, 16, device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = f(x)
+                torch.testing.assert_close(out.float(), lin(x).relu().float(), atol=3e-2, rtol=3e-2)

@@ -454,3 +454,14 @@ def test_force_sync_option_replays_correctly():
         x = torch.randn(8, device="cuda")
         (y,) = f([x])
         torch.testing.assert_close(y, x.exp())
+
+
+def test_view_of_a_temporary_managed_input_replays_and_shares_its_storage():
+    a = tree_fn(lambda x: (x * 2,), "a")
+    b = tree_fn(lambda y: (y[2:],), "b")
+    for _ in range(4):
+        step()
+        args = a([torch.arange(8.0, device="cuda")])   # a's output reaches b only through the list
+        (tail,) = b(args)
+        assert tail.tolist() == [4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
+        assert tail.untyped_storage().data_ptr() == tail.data_ptr() - 2 * 4
