@@ -216,8 +216,11 @@ class WrapperCodegen:
         ops = ", ".join(sorted({o.op for o in group.origins}))
         lines = sorted({o.source for o in group.origins if o.source})
         comment = f"{name}: {ops}" + (f"  <- {lines[0]}" if lines else "")
-        scope.lines.append(KernelCallLine(name, args, numel, rnumel if kernel.is_reduction else None,
-                                          kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment))
+        tiling = kernel.tiling
+        scope.lines.append(KernelCallLine(name, args, tiling.xnumel if tiling else numel,
+                                          rnumel if kernel.is_reduction else None,
+                                          kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment,
+                                          ynumel=tiling.ynumel if tiling else None))
 
     def _inplace_donor(self, group, member, i: int, scope: _Scope, alloc: AllocateLine, args) -> str | None:
         """An input of this pointwise kernel whose storage `member`'s output can take over, or None.

@@ -1,6 +1,8 @@
 """One Triton kernel per fused group.
 
     pointwise      xindex = pid * XBLOCK + arange(XBLOCK)              1-D tile, masked at the edge
+    tiled          yindex [YBLOCK, 1] × xindex [1, XBLOCK]              2-D tile where an access is
+                                                                        transposed (codegen/tiling.py)
     persistent     xindex [XBLOCK, 1] × rindex [1, RBLOCK], whole row in registers
     looped         for roffset in range(0, rnumel, RBLOCK): accumulate, reduce after the loop
 
@@ -28,9 +30,11 @@ from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int
 from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import simplify
 from ..scheduler.nodes import SchedulerNode
-from .heuristics import KernelConfig, pick_config
+from .heuristics import TILE_XBLOCK_MAX, KernelConfig, pick_config, pick_tile_config
+from .tiling import Tiling, choose_tiling
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
 
 TL_DTYPES = {
@@ -54,16 +58,23 @@ def texpr(expr: sympy.Expr) -> str:
     if isinstance(expr, sympy.Symbol):
         return expr.name
     if isinstance(expr, FloorDiv):
-        return f"(({texpr(expr.args[0])}) // {texpr(expr.args[1])})"
+        return f"({_operand(expr.args[0])} // {texpr(expr.args[1])})"
     if isinstance(expr, ModularIndexing):
         base, div, mod = expr.args
-        inner = f"({texpr(base)})" if div == 1 else f"(({texpr(base)}) // {texpr(div)})"
+        inner = _operand(base) if div == 1 else f"({_operand(base)} // {texpr(div)})"
         return f"({inner} % {texpr(mod)})"
     if isinstance(expr, sympy.Add):
         return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
     if isinstance(expr, sympy.Mul):
         return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
     raise NotImplementedError(f"index expression {expr}")
+
+
+def _operand(expr: sympy.Expr) -> str:
+    """`expr` as the left operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
+    if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
+        return texpr(expr)
+    return f"({texpr(expr)})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +122,11 @@ class TritonKernel:
         self.rnumel = rnumel
         self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)
         self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit)
+        self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
+        if self.tiling is not None:
+            self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)
+        # the mask of a whole row (1-D, reduction) or tile (2-D) of the kernel's elements
+        self.row_mask = "xmask" if self.tiling is None else "ymask & xmask"
         self.looped = self.is_reduction and not self.config.persistent
         self.kernel_local = set(kernel_local)
         self.buffer_dtypes = buffer_dtypes
@@ -178,6 +194,13 @@ class TritonKernel:
     def _node_vars(self, node: SchedulerNode, inside: bool):
         """Index expressions of the node's (simplified) loop variables, in kernel terms."""
         sizes, rsizes = node.body.sizes, node.body.reduction_sizes
+        if self.tiling is not None:
+            t = self.tiling
+            out: list[sympy.Expr] = [sympy.Integer(0)] * len(sizes)
+            for d, v in zip(t.ydims, _split(YINDEX, [t.sizes[d] for d in t.ydims])):
+                out[d] = v
+            out[t.xdim] = XINDEX
+            return out, []
         if node.is_reduction():
             return _split(XINDEX, sizes), _split(RINDEX, rsizes)
         flat = XINDEX * self.rnumel + RINDEX if inside else XINDEX
@@ -185,7 +208,10 @@ class TritonKernel:
 
     def _codegen_node(self, node: SchedulerNode, inside: bool) -> None:
         xvars, rvars = self._node_vars(node, inside)
-        self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
+        if self.tiling is not None:
+            self.var_ranges = {YINDEX: sympy.Integer(self.tiling.ynumel), XINDEX: sympy.Integer(self.tiling.xnumel)}
+        else:
+            self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
         handler = TritonOps(self, inside)
         index, rindex = node.body.reindex(xvars, rvars)
         try:
@@ -211,6 +237,9 @@ class TritonKernel:
         self.argnames = argnames
         # sizes are static: constexpr lets Triton fold them (and its interpreter loop over them)
         params = [argnames[b] for b in args] + ["xnumel: tl.constexpr"]
+        if self.tiling is not None:
+            params = [argnames[b] for b in args] + ["ynumel: tl.constexpr", "xnumel: tl.constexpr",
+                                                    "YBLOCK: tl.constexpr"]
         if self.is_reduction:
             params.append("rnumel: tl.constexpr")
         params.append("XBLOCK: tl.constexpr")
@@ -219,7 +248,12 @@ class TritonKernel:
         idx = ".to(tl.int64)" if self.int64 else ""
         out = ["@triton.jit", f"def {self.name}({', '.join(params)}):"]
         body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
-        if not self.is_reduction:
+        if self.tiling is not None:
+            # Y blocks on grid axis 0 (no 65535 limit), X blocks on axis 1
+            body = [f"yoffset = tl.program_id(0){idx} * YBLOCK", "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]",
+                    "ymask = yindex < ynumel", f"xoffset = tl.program_id(1){idx} * XBLOCK",
+                    "xindex = xoffset + tl.arange(0, XBLOCK)[None, :]", "xmask = xindex < xnumel"]
+        elif not self.is_reduction:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:]", "xmask = xindex < xnumel"]
         else:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
@@ -276,7 +310,7 @@ class TritonOps:
         return simplify(index, self.k.var_ranges)
 
     def _mask(self, index: sympy.Expr) -> str:
-        mask = "xmask"
+        mask = self.k.row_mask
         # an indirect index (a tmp symbol) may come from a load along the reduction: mask it like one
         indirect = any(s.name.startswith("tmp") for s in index.free_symbols)
         if self.k.is_reduction and (RINDEX in index.free_symbols or (indirect and self.inside)):
@@ -301,8 +335,11 @@ class TritonOps:
         return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index)})", dtype)
 
     def _pointer(self, name: str, index) -> str:
-        # an index without xindex still needs a block of pointers to match the mask
-        pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
+        # an index without xindex (or yindex) still needs a block of pointers to match the mask
+        if self.k.tiling is not None:
+            pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros([YBLOCK, XBLOCK], tl.int32)"
+        else:
+            pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
         return f"@{name}@ + ({texpr(index)}){pad}"
 
     def store(self, name: str, index, value, after_loop: bool = False):
@@ -379,7 +416,7 @@ class TritonOps:
         size = int(size)
         wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
         if check and self.k.device_asserts:
-            row = "xmask & rmask" if self.k.is_reduction and self.inside else "xmask"
+            row = "xmask & rmask" if self.k.is_reduction and self.inside else self.k.row_mask
             mask = " & ".join([row] + self.masks)
             line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size})) | ~({mask}), "
                     f"\"index out of bounds: 0 <= {wrapped} < {size}\")")

@@ -98,11 +98,19 @@ class KernelCallLine:
     meta: dict[str, int]
     num_warps: int
     comment: str
+    ynumel: int | None = None    # a 2-D tiled kernel: its Y size (then `numel` is its X size)
+
+    def grid(self) -> tuple[int, ...]:
+        xblocks = -(-self.numel // self.meta["XBLOCK"])
+        if self.ynumel is None:
+            return (xblocks,)
+        return (-(-self.ynumel // self.meta["YBLOCK"]), xblocks)
 
     def emit(self) -> str:
-        xblock = self.meta["XBLOCK"]
-        grid = f"({-(-self.numel // xblock)},)"
+        grid = "(" + ", ".join(map(str, self.grid())) + ("," if self.ynumel is None else "") + ")"
         sizes = [str(self.numel)] + ([str(self.rnumel)] if self.rnumel is not None else [])
+        if self.ynumel is not None:
+            sizes = [str(self.ynumel)] + sizes
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
         return (f"# {self.comment}\n"
                 f"{self.kernel}[{grid}]({', '.join(self.args + sizes)}, {meta}, num_warps={self.num_warps})")
