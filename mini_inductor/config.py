@@ -14,6 +14,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | realize_opcount_threshold | MINI_INDUCTOR_REALIZE_OPCOUNT_THRESHOLD | 30                 |
 | persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 4096             |
 | fusion_window        | MINI_INDUCTOR_FUSION_WINDOW      | 64                               |
+| split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 """
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ class Config:
     cudagraph_slow_asserts: bool = True
     # warn once when one graph family has been compiled for more than this many shapes (0: never)
     cudagraph_dynamic_shape_warn_limit: int = 8
+    # a reduction with few, long rows (x.sum() of a big tensor) runs as two kernels: partial results
+    # over chunks of each row, then their combination (lowering/split_reduction.py)
+    split_reductions: bool = True
 
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

@@ -537,7 +537,7 @@ class TritonOps:
     # reductions
     def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value):
         k = self.k
-        key = (reduction_type, value.name, dtype)
+        key = (reduction_type, tuple(v.name for v in value) if isinstance(value, tuple) else value.name, dtype)
         if key in k.reduction_cache:
             return k.reduction_cache[key]
         result = (self._looped_reduction if k.looped else self._persistent_reduction)(dtype, reduction_type, value)
@@ -555,6 +555,12 @@ class TritonOps:
             m2 = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
             weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
             return mean, m2, weight
+        if rtype == "welford_combine":
+            parts = [k.emit(f"tl.where({mask}, {v}, 0)", dtype) for v in value]
+            out = [k.newvar(dtype) for _ in range(3)]
+            k.section.lines.append(f"{out[0]}, {out[1]}, {out[2]} = triton_helpers.welford({', '.join(map(str, parts))}, 1)")
+            k.section.lines += [f"{v} = {v}[:, None]" for v in out]
+            return tuple(out)
         if rtype in ("argmax", "argmin"):
             idx = k.emit(f"tl.broadcast_to(rindex, {value}.shape)", torch.int64)
             masked = k.emit(f"tl.where({mask}, {value}, {self._identity(rtype, value.dtype)})", value.dtype)
@@ -569,11 +575,15 @@ class TritonOps:
         sec = k.section
         mask = "xmask & rmask"
         shape = "[XBLOCK, RBLOCK]"
-        if rtype == "welford_reduce":
+        if rtype in ("welford_reduce", "welford_combine"):
             mean, m2, w = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
             sec.init += [f"{v} = tl.zeros({shape}, {tl_dtype(dtype)})" for v in (mean, m2, w)]
             nm, n2, nw = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
-            sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_update({mean}, {m2}, {w}, {value})")
+            if rtype == "welford_reduce":
+                sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_update({mean}, {m2}, {w}, {value})")
+            else:
+                sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_combine({mean}, {m2}, {w}, "
+                                 f"{', '.join(map(str, value))})")
             sec.lines += [f"{mean} = tl.where({mask}, {nm}, {mean})", f"{m2} = tl.where({mask}, {n2}, {m2})",
                           f"{w} = tl.where({mask}, {nw}, {w})"]
             om, o2, ow = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)

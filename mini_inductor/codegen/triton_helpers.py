@@ -104,6 +104,12 @@ def _welford_combine(mean_a, m2_a, w_a, mean_b, m2_b, w_b):
 
 
 @triton.jit
+def welford_combine(mean_a, m2_a, w_a, mean_b, m2_b, w_b):
+    # two running (mean, m2, count) triples into one (a split Welford's second pass)
+    return _welford_combine(mean_a, m2_a, w_a, mean_b, m2_b, w_b)
+
+
+@triton.jit
 def welford(mean, m2, weight, dim):
     return tl.reduce((mean, m2, weight), dim, _welford_combine)
 

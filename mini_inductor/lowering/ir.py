@@ -137,8 +137,9 @@ class Pointwise(Loops):
         return StorageBox(Pointwise(device, dtype, inner_fn, sympify_seq(ranges), tuple(origins)))
 
 
-# Reduction types; "welford_reduce" gives (mean, m2, weight) and `output_index` picks one.
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "welford_reduce")
+# Reduction types; "welford_reduce" gives (mean, m2, weight) and `output_index` picks one;
+# "welford_combine" reduces (mean, m2, weight) triples (a split Welford's second pass) to one.
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "welford_reduce", "welford_combine")
 
 
 @dataclasses.dataclass
@@ -153,7 +154,7 @@ class Reduction(Loops):
     def reduced_value(self, index, rindex):
         value = self.inner_fn(index, rindex)
         result = ops.reduction(self.dtype, self.src_dtype, self.reduction_type, value)
-        if self.reduction_type == "welford_reduce":
+        if self.reduction_type in ("welford_reduce", "welford_combine"):
             result = result[self.output_index]
         return result
 

@@ -6,7 +6,8 @@ import torch
 
 from .ir import ComputedBuffer, IRNode, Layout, Pointwise, Reduction, StorageBox, View, current_graph
 from .lowerings import register_lowering, to_dtype
-from .sizevars import product, sympify_seq
+from .sizevars import product, static_int, sympify_seq
+from .split_reduction import make_split_reduction, split_factor
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -54,20 +55,37 @@ def make_reduction(x: IRNode, dims: list[int], reduction_type: str, *, out_dtype
         v = loader(full)
         return v if x.get_dtype() == compute else ops.to_dtype(v, compute)
 
-    # origins: the graph gives the reduction its own node and the inlined producers it reads
-    red = Reduction(x.get_device(), acc, inner_fn, sympify_seq(kept), (), sympify_seq(reduced),
-                    reduction_type, compute, output_index)
     out_dtype = out_dtype or acc
     graph = current_graph()
-    # Store the accumulator's dtype; a cast to the output dtype is a pointwise that gets inlined.
-    buf = ComputedBuffer(graph.new_buffer_name(), Layout.contiguous(x.get_device(), acc, kept), red)
-    graph.register_buffer(buf)
+    split = _split(kept, reduced, reduction_type, graph)
+    if split > 1:
+        # too few rows to fill the GPU: a first pass over chunks of each row, a second over the partials
+        buf = make_split_reduction(x.get_device(), acc, compute, inner_fn, sympify_seq(kept), sympify_seq(reduced),
+                                   reduction_type, output_index, split, inner=len(size) - 1 in dims,
+                                   source=x, dims=tuple(dims))
+    else:
+        # origins: the graph gives the reduction its own node and the inlined producers it reads
+        red = Reduction(x.get_device(), acc, inner_fn, sympify_seq(kept), (), sympify_seq(reduced),
+                        reduction_type, compute, output_index)
+        # Store the accumulator's dtype; a cast to the output dtype is a pointwise that gets inlined.
+        buf = ComputedBuffer(graph.new_buffer_name(), Layout.contiguous(x.get_device(), acc, kept), red)
+        graph.register_buffer(buf)
     result: IRNode = StorageBox(buf)
     if out_dtype != acc:
         result = to_dtype(result, out_dtype)
     if keepdim:
         result = _keepdim(result, size, dims)
     return result
+
+
+def _split(kept, reduced, reduction_type: str, graph) -> int:
+    if not getattr(graph.cfg, "split_reductions", True):
+        return 1
+    try:
+        numel, rnumel = static_int(product(kept)), static_int(product(reduced))
+    except NotImplementedError:
+        return 1
+    return split_factor(numel, rnumel, reduction_type)
 
 
 def _keepdim(x: IRNode, size, dims) -> IRNode:

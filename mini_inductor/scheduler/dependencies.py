@@ -159,7 +159,7 @@ class RecordingHandler:
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
         self._count(reduction_type)
-        return ("red",) * 3 if reduction_type == "welford_reduce" else "red"
+        return ("red",) * 3 if reduction_type in ("welford_reduce", "welford_combine") else "red"
 
     def constant(self, value, dtype):
         return "const"
