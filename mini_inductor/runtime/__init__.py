@@ -73,6 +73,7 @@ class CompiledGraph:
     def __call__(self, *args):
         # boxed (one list, consumed) or plain positional tensors
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
+        self._held_grads = None   # last step's gradients: released before this replay overwrites them
         out = self._call(args, self.constants)
         if self.kind == "backward" and self.device is not None:
             from .cudagraph_trees import get_manager

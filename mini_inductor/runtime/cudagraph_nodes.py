@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .cudagraph_utils import (DEALLOC_MISMATCH, FunctionInfo, StorageRef, aligned, allocating_in_pool,
+from .cudagraph_utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, StorageRef, aligned, allocating_in_pool,
                               capture_hygiene, check_pool, counters, empty_like_strided, expanded_dims,
                               first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
                               tensor_metadata, tensor_on)
@@ -331,6 +331,8 @@ class GraphNode:
                 continue
             t = cached[i]
             if t is not None:
+                if self.outputs_refs[i].alive():   # the caller still holds the previous replay's output
+                    t = self._retire_cached(i)
                 t._backward_hooks = None if t._backward_hooks is None else {}
                 outs.append(t)
                 continue
@@ -369,6 +371,29 @@ class GraphNode:
             ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
         if self.info.mode == "backward":   # as pin_gradient: autograd copies them into .grad, never adopts
             self.pinned = [(t, t) for t in self.cached_outputs if t is not None]
+
+    def _retire_cached(self, i: int) -> torch.Tensor:
+        """This replay overwrites the memory of an output the caller still holds from the last one.
+
+        PyTorch's Inductor lets the held tensor silently show the new values. Here it is poisoned
+        (reading it or a view of it raises the "overwritten" error with its source line), and this
+        replay returns a new tensor object over the same memory.
+        """
+        old = self.cached_outputs[i]
+        torch._C._set_cached_tensors_enabled(True)
+        torch._C._remove_cached_tensor(old)
+        torch._C._set_storage_access_error_msg(old, overwritten_message(self.info.trace_of(i)))
+        meta = self.metas[i]
+        t = tensor_on(meta, storage_at(meta))
+        torch._C._add_cached_tensor(t)
+        self.cached_outputs[i] = t
+        ref = self.outputs_refs[i]
+        ref.swap(t.untyped_storage())
+        ref.baseline = 0
+        ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)
+        if self.pinned:
+            self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
+        return t
 
     def remove_cached_outputs(self) -> None:
         if self.cached_outputs:

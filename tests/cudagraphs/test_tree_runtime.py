@@ -465,3 +465,25 @@ def test_view_of_a_temporary_managed_input_replays_and_shares_its_storage():
         (tail,) = b(args)
         assert tail.tolist() == [4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
         assert tail.untyped_storage().data_ptr() == tail.data_ptr() - 2 * 4
+
+
+def test_output_kept_across_replays_is_poisoned_not_silently_overwritten():
+    f = tree_fn(lambda x: (x * 2,), traces=["eval.py:7 preds = model(x)"])
+    kept = []
+    for i in range(5):
+        step()
+        (y,) = f([torch.full((4,), float(i), device="cuda")])
+        kept.append(y)
+        assert y.tolist() == [2.0 * i] * 4        # the newest output is always right
+    with pytest.raises(RuntimeError, match="overwritten by a subsequent run") as e:
+        kept[2].sum()                             # replayed over: raises instead of showing new values
+    assert "eval.py:7 preds = model(x)" in str(e.value)
+
+
+def test_rebinding_the_output_each_call_keeps_values_right():
+    f = tree_fn(lambda x: (x + 1,))
+    y = None
+    for i in range(6):
+        step()
+        y = f([torch.full((4,), float(i), device="cuda")])[0]   # the old y is still bound during the call
+        assert y.tolist() == [i + 1.0] * 4
