@@ -14,6 +14,13 @@ Each field has a one-line comment and can be overridden by an environment variab
 | realize_opcount_threshold | MINI_INDUCTOR_REALIZE_OPCOUNT_THRESHOLD | 30                 |
 | persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 4096             |
 | fusion_window        | MINI_INDUCTOR_FUSION_WINDOW      | 64                               |
+| cudagraphs           | MINI_INDUCTOR_CUDAGRAPHS         | True (on CUDA)                   |
+| cudagraph_skip_warmup / cudagraph_force_warmup | MINI_INDUCTOR_CUDAGRAPH_...  | False / False |
+| cudagraph_rerecord_limit | MINI_INDUCTOR_CUDAGRAPH_RERECORD_LIMIT | 128                      |
+| cudagraph_rerecord_on_static_change | ..._RERECORD_ON_STATIC_CHANGE | True                 |
+| cudagraph_stable_inputs | MINI_INDUCTOR_CUDAGRAPH_STABLE_INPUTS | True                       |
+| cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
+| cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 """
 from __future__ import annotations
