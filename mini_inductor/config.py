@@ -72,6 +72,8 @@ class Config:
     cudagraph_force_sync: bool = False
     # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs
     cudagraph_slow_asserts: bool = True
+    # raise instead of running a function without CUDA graphs (mutated inputs, re-record limit, devices)
+    cudagraph_or_error: bool = False
     # warn once when one graph family has been compiled for more than this many shapes (0: never)
     cudagraph_dynamic_shape_warn_limit: int = 8
     # a reduction with few, long rows (x.sum() of a big tensor) runs as two kernels: partial results

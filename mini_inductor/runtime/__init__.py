@@ -47,7 +47,7 @@ class CompiledGraph:
         devices |= {c.device for c in self.constants.values()}
         cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
         if len(cuda) > 1:
-            log_skip(f"multiple devices: {', '.join(f'cuda:{i}' for i in cuda)}", self.name)
+            log_skip(f"multiple devices: {', '.join(f'cuda:{i}' for i in cuda)}", self.name, cfg)
             return
         self.device = cuda[0] if cuda else torch.cuda.current_device()
         names = self.module.INPUT_NAMES

@@ -170,7 +170,7 @@ class TreeManager:
                 node, status = unexpected
                 log_skip(f"function {fid} ({info.name}) exceeding max re-recording limit "
                          f"(={cfg.cudagraph_rerecord_limit}) on cudagraph node {node_id} due to "
-                         f"{node.mismatch_text(status, inputs)}")
+                         f"{node.mismatch_text(status, inputs)}", cfg=cfg)
                 self.over_limit.add(key)
                 return self._run_without_graph(inputs, fid)
         if self.state == "execution":
@@ -243,7 +243,7 @@ class TreeManager:
         if outside and fid not in self.warned_mutation:
             self.warned_mutation.add(fid)
             names = ", ".join(info.input_name(i) for i in outside)
-            log_skip(f"mutated inputs ({len(outside)} instances)", f"{info.name}: mutates {names}")
+            log_skip(f"mutated inputs ({len(outside)} instances)", f"{info.name}: mutates {names}", info.cfg)
         return bool(outside)
 
     def _new_generation_allowed(self) -> bool:

@@ -41,11 +41,18 @@ def overwritten_message(trace: str | None) -> str:
     return OVERWRITTEN.format(trace=trace.strip() if trace else "[Could not find stack trace]")
 
 
-def log_skip(reason: str, trace: str | None = None) -> None:
-    """A function or graph runs without CUDA graphs: say why once, where it came from, and count it."""
+class CudaGraphSkipped(RuntimeError):
+    """Raised instead of running without CUDA graphs when `cudagraph_or_error` is set."""
+
+
+def log_skip(reason: str, trace: str | None = None, cfg=None) -> None:
+    """A function or graph runs without CUDA graphs: say why once, where it came from, and count it
+    (or raise CudaGraphSkipped, with the same text, under `cudagraph_or_error`)."""
     msg = f"skipping cudagraphs due to {reason}"
     if trace:
         msg += f". Found from : \n {trace}"
+    if cfg is not None and getattr(cfg, "cudagraph_or_error", False):
+        raise CudaGraphSkipped(msg)
     counters["skips"] += 1
     skip_reasons.append(msg)
     perf_log.warning(msg)

@@ -487,3 +487,13 @@ def test_rebinding_the_output_each_call_keeps_values_right():
         step()
         y = f([torch.full((4,), float(i), device="cuda")])[0]   # the old y is still bound during the call
         assert y.tolist() == [i + 1.0] * 4
+
+
+def test_or_error_option_raises_instead_of_running_without_graphs():
+    def fn(x):
+        x.add_(1)
+        return (x * 2,)
+    f = tree_fn(fn, mutated=(0,), cudagraph_or_error=True)
+    step()
+    with pytest.raises(RuntimeError, match="skipping cudagraphs due to mutated inputs"):
+        f([torch.zeros(4, device="cuda")])
