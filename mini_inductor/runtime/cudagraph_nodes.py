@@ -61,15 +61,16 @@ class WarmupNode:
         mgr = self.mgr
         live = self.path_live_refs()
         pool_ptrs = {r.ptr for r in live}
-        outside = [t.untyped_storage() for t in list(inputs) + self.info.constants
+        # weak: holding the inputs' storages would keep memory the function frees early alive
+        outside = [StorageRef(t.untyped_storage()) for t in list(inputs) + self.info.constants
                    if isinstance(t, torch.Tensor) and storage_ptr(t) not in pool_ptrs]
-        outside_ptrs = {s.data_ptr() for s in outside}
         if self.info.cfg.cudagraph_slow_asserts and not self.already_warm:
             check_pool(mgr.device, mgr.pool, live)
         with capture_hygiene(), allocating_in_pool(mgr.device, mgr.pool, mgr.stream):
             outs = self.info.fn(inputs)
         assert not inputs, "the compiled function must empty its input list"
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        outside_ptrs = {r.ptr for r in outside if r.alive()}   # an output aliasing these is not the pool's
         self.pinned: list[torch.Tensor] = []
         for o in outs:
             tracked = isinstance(o, torch.Tensor) and o.is_cuda and storage_ptr(o) != 0 and \
