@@ -22,6 +22,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
+| verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
 """
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ class Config:
     # a reduction with few, long rows (x.sum() of a big tensor) runs as two kernels: partial results
     # over chunks of each row, then their combination (lowering/split_reduction.py)
     split_reductions: bool = True
+    # check every generated wrapper's buffer lifecycles (allocated before use, freed once, outputs
+    # kept) and raise a CodegenError on a flaw; tests turn it on, it costs a pass over the lines
+    verify_memory_plan: bool = False
 
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

@@ -4,6 +4,7 @@
   before anything imports triton (Triton reads it when kernels are defined).
 - `device` fixture: "cuda" when available, else "cpu".
 - Tests marked `gpu` are skipped without a CUDA GPU.
+- MINI_INDUCTOR_VERIFY_MEMORY_PLAN=1 unless set: every compile checks its wrapper's buffer lifecycles.
 - Before each test: torch._dynamo.reset() and mini_inductor.metrics.reset().
 - `--min-passed=N`: fail a run that passed fewer than N tests (`make test` uses 1, so a run that
   skipped or deselected everything is red, not green).
@@ -15,6 +16,9 @@ import sys
 # A first guess before torch is imported, in case importing torch pulls in triton on some build.
 if not (os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi")):
     os.environ["TRITON_INTERPRET"] = "1"
+
+# Every compile in the tests checks its memory plan's buffer lifecycles (config.verify_memory_plan).
+os.environ.setdefault("MINI_INDUCTOR_VERIFY_MEMORY_PLAN", "1")
 
 import torch  # noqa: E402  (the environment must be set first)
 

@@ -14,7 +14,7 @@ from ..scheduler import Schedule
 from ..scheduler.dependencies import MemoryDep
 from ..scheduler.nodes import ExternKernelSchedulerNode
 from ..scheduler.partition import GraphPartition
-from .memory_plan import plan_reuse, simulate_peak
+from .memory_plan import plan_reuse, simulate_peak, verify_lifecycle
 from .triton import TritonKernel
 from .wrapper import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,
                       ReturnLine, ReuseLine, WrapperLine, storage_elements)
@@ -127,6 +127,11 @@ class WrapperCodegen:
         self.buffer_dtypes.update({n: t.dtype for n, t in self.graph.constants.items()})
         self.nbytes = {b.name: storage_elements(b.layout.size, b.layout.stride) * b.layout.dtype.itemsize
                        for b in self.graph.buffers if b.layout is not None}
+        # A view or an in-place result shares its base's storage: no bytes of its own, and neither it
+        # nor its base may hand that storage to another buffer while the other name can still read it.
+        for name in sched.aliases:
+            self.nbytes[name] = 0
+        self.never_reuse |= set(sched.aliases) | set(sched.aliases.values())
 
     def generate(self) -> GeneratedModule:
         users = self._users()
@@ -155,12 +160,25 @@ class WrapperCodegen:
             sub_peaks[part.name] = simulate_peak(scope.lines, self.nbytes)
         call.lines = plan_reuse(call.lines, outputs=outputs, never_reuse=self.never_reuse)
         peak, _ = simulate_peak(call.lines, self.nbytes, sub_peaks)
+        if self.cfg.verify_memory_plan:
+            self._verify([(set(part.inputs), sc) for part, sc, _ in functions] + [(self._call_inputs(), call)])
         scopes = [scope for _, scope, _ in functions] + [call]
         reused = [(ln.old, ln.name) for sc in scopes for ln in sc.lines if isinstance(ln, ReuseLine)]
         source = self._render([(part, sc) for part, sc, _ in functions], call)
         return GeneratedModule(self.graph.name, source, list(self.kernels), dict(self.kernels), self.extern_calls,
                                set(self.removed), peak, self.sched.estimated_bytes_moved, reused,
                                list(self.inplace), [sc.name for _, sc, _ in functions])
+
+    def _call_inputs(self) -> set[str]:
+        return {b.name for b in self.graph.inputs if isinstance(b, InputBuffer)} | set(self.graph.constants)
+
+    def _verify(self, scopes: list[tuple[set[str], _Scope]]) -> None:
+        """The lifecycle verifier (option `verify_memory_plan`): raise on the first unsound scope."""
+        for inputs, scope in scopes:
+            problems = verify_lifecycle(scope.lines, inputs=inputs, outputs=scope.outputs, never_reuse=self.never_reuse)
+            if problems:
+                raise CodegenError(f"memory plan of {scope.name} is unsound: " + "; ".join(problems[:5]),
+                                   graph=self.graph.name)
 
     def _users(self) -> dict[str, set[int]]:
         users: dict[str, set[int]] = {}
@@ -250,15 +268,27 @@ class WrapperCodegen:
 
     def _extern(self, node: Buffer, scope: _Scope) -> None:
         if isinstance(node, MultiOutput):
-            scope.lines.append(MultiOutputLine(node.name, node.parent.name, node.path))
-            return
-        assert isinstance(node, ExternKernel)
-        self.extern_calls.append(node.op_name)
-        if _may_alias_inputs(node.op):
-            self.never_reuse |= {b.name for b in node.inputs()}
-        src = sorted({o.source for o in node.origins if o.source})
-        comment = f"{'fallback' if node.fallback else 'extern'} {node.op_name}" + (f"  <- {src[0]}" if src else "")
-        scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment))
+            fresh = self._fresh(node, node.parent.op)
+            scope.lines.append(MultiOutputLine(node.name, node.parent.name, node.path, fresh))
+        else:
+            assert isinstance(node, ExternKernel)
+            self.extern_calls.append(node.op_name)
+            if _may_alias_inputs(node.op):
+                self.never_reuse |= {b.name for b in node.inputs()}
+            src = sorted({o.source for o in node.origins if o.source})
+            comment = f"{'fallback' if node.fallback else 'extern'} {node.op_name}" + (f"  <- {src[0]}" if src else "")
+            fresh = self._fresh(node, node.op)
+            scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment, fresh))
+        if fresh is not None:
+            scope.allocated[node.name] = fresh
+
+    def _fresh(self, node: Buffer, op) -> AllocateLine | None:
+        """The storage ATen allocates for an extern output, which the memory plan may reuse once it is
+        dead; None when the output may share an input's storage (views, in-place and out= ops)."""
+        if node.layout is None or node.name in self.sched.aliases or _may_alias_inputs(op):
+            return None
+        lay = node.layout
+        return AllocateLine(node.name, lay.size, lay.stride, lay.dtype, lay.device)
 
     def _kernel_name(self, group, kind: str) -> str:
         ops = []

@@ -9,14 +9,16 @@
     bufB = bufA; del bufA  # reuse
 
 A key is (device, dtype, storage elements), so equal keys mean equal bytes. Only buffers allocated in
-this scope go to the pool: a scope's outputs, inputs from other scopes, extern outputs (ATen
-allocated them: their real strides are ATen's business) and buffers that an extern call may have
-aliased (a view-returning ATen op) are never reused. Each scope has its own pool.
+this scope go to the pool, whether a kernel's (AllocateLine) or ATen's (an extern call whose output
+is a fresh tensor: its `fresh` layout is the FakeTensor's, which is what ATen allocates). Never
+reused: a scope's outputs, inputs from other scopes, and every name of an alias group (a view or an
+in-place result and its base), since the other names could still read the storage. Each scope has
+its own pool.
 """
 from __future__ import annotations
 
-from .wrapper import (AllocateLine, ExternCallLine, FreeLine, MultiOutputLine, PartitionCallLine, ReturnLine,
-                      ReuseLine, WrapperLine)
+from .wrapper import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,
+                      ReturnLine, ReuseLine, WrapperLine, buffer_names)
 
 
 def plan_reuse(lines: list[WrapperLine], *, outputs: set[str], never_reuse: set[str]) -> list[WrapperLine]:
@@ -36,8 +38,10 @@ def plan_reuse(lines: list[WrapperLine], *, outputs: set[str], never_reuse: set[
             else:
                 allocated[line.name] = line
         elif isinstance(line, ReuseLine):
-            previous = allocated.pop(line.old, None)
+            allocated.pop(line.old, None)
             allocated[line.name] = line.new
+        elif isinstance(line, (ExternCallLine, MultiOutputLine)) and line.fresh is not None:
+            allocated[line.name] = line.fresh
         elif isinstance(line, FreeLine):
             for name in line.names:
                 alloc = allocated.get(name)
@@ -80,3 +84,95 @@ def simulate_peak(lines: list[WrapperLine], nbytes: dict[str, int],
             live += sub_final
         peak = max(peak, live)
     return peak, live
+
+
+def verify_lifecycle(lines: list[WrapperLine], *, inputs: set[str], outputs: set[str],
+                     never_reuse: set[str] = frozenset()) -> list[str]:
+    """Check one scope's planned lines; return the problems found (an empty list: the plan is sound).
+
+    Every buffer is defined (allocated, reused into, made by an extern call or a partition) or is a
+    scope input before its first use, and is not used after it is freed or handed to a reuse; no
+    name is freed twice; the scope's outputs are never freed or reused; a reuse takes a dead buffer
+    (pool) or a buffer the very next kernel reads (in place), never one in `never_reuse` (aliased).
+    """
+    live = set(inputs)
+    dead: dict[str, str] = {}            # name → how it died ("freed", "reused by bufN", ...)
+    pooled: set[str] = set()             # freed, and promised to a later reuse
+    problems: list[str] = []
+
+    def use(name: str, where: str) -> None:
+        if name in live:
+            return
+        if name in dead:
+            problems.append(f"{where} uses {name} after it was {dead[name]}")
+        else:
+            problems.append(f"{where} uses {name} before it is allocated")
+
+    def define(name: str, where: str) -> None:
+        if name in live:
+            problems.append(f"{where} defines {name}, which is already live")
+        live.add(name)
+        dead.pop(name, None)
+
+    def kill(name: str, how: str, where: str) -> None:
+        if name in outputs:
+            problems.append(f"{where} {how.split()[0]} {name}, an output of this scope")
+        if name not in live:
+            use(name, where)
+        live.discard(name)
+        dead[name] = how
+
+    for k, line in enumerate(lines):
+        where = f"line {k} ({type(line).__name__})"
+        if isinstance(line, AllocateLine):
+            define(line.name, where)
+        elif isinstance(line, ReuseLine):
+            if line.old in never_reuse:
+                problems.append(f"{where} reuses {line.old}, whose storage another name may alias")
+            if line.inplace:
+                nxt = next((ln for ln in lines[k + 1:] if isinstance(ln, KernelCallLine)), None)
+                if nxt is None or line.name not in nxt.args:
+                    problems.append(f"{where} writes {line.name} in place of {line.old}, "
+                                    "but the next kernel does not take it")
+                kill(line.old, f"reused in place by {line.name}", where)
+            elif line.old in pooled:
+                pooled.discard(line.old)
+                dead[line.old] = f"reused by {line.name}"
+                if line.old in outputs:
+                    problems.append(f"{where} reuses {line.old}, an output of this scope")
+            else:
+                problems.append(f"{where} reuses {line.old}, which was not freed first")
+                kill(line.old, f"reused by {line.name}", where)
+            define(line.name, where)
+        elif isinstance(line, FreeLine):
+            for name in line.names:
+                if name in dead:
+                    problems.append(f"{where} frees {name} again (it was {dead[name]})")
+                    continue
+                kill(name, "freed", where)
+                if name in line.reused:
+                    pooled.add(name)
+        elif isinstance(line, KernelCallLine):
+            for name in line.args:
+                use(name, f"{where} {line.kernel}")
+        elif isinstance(line, ExternCallLine):
+            for name in line.buffer_args():
+                use(name, where)
+            define(line.name, where)
+        elif isinstance(line, MultiOutputLine):
+            use(line.parent, where)
+            define(line.name, where)
+        elif isinstance(line, PartitionCallLine):
+            for name in line.inputs:
+                use(name, f"{where} {line.function}")
+            for name in line.freed_inside:
+                kill(name, f"freed inside {line.function}", where)
+            for name in line.outputs:
+                define(name, where)
+        elif isinstance(line, ReturnLine):
+            for value in line.values:
+                for name in [value] if isinstance(value, str) else buffer_names(value):
+                    use(name, where)
+    for name in sorted(pooled):
+        problems.append(f"{name} was promised to a reuse that never came")
+    return problems

@@ -123,6 +123,11 @@ class ExternCallLine:
     args: Any
     kwargs: dict
     comment: str
+    fresh: AllocateLine | None = None   # the layout ATen allocates `name` with; None: it may alias an input
+
+    def buffer_args(self) -> list[str]:
+        """Names of the buffers the call reads (views resolved to the buffer they view)."""
+        return buffer_names([self.args, list(self.kwargs.values())])
 
     def emit(self) -> str:
         args = ", ".join(render_arg(a) for a in self.args)
@@ -137,6 +142,7 @@ class MultiOutputLine:
     name: str
     parent: str
     path: tuple[int, ...]
+    fresh: AllocateLine | None = None   # as ExternCallLine.fresh, for this output of the call
 
     def emit(self) -> str:
         return f"{self.name} = {self.parent}" + "".join(f"[{i}]" for i in self.path)
@@ -173,6 +179,19 @@ class PartitionCallLine:
 
 WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | ExternCallLine | MultiOutputLine | ReturnLine
                | PartitionCallLine)
+
+
+def buffer_names(value) -> list[str]:
+    """Names of the IR buffers in a (nested) argument value, in order."""
+    if isinstance(value, ReinterpretView):
+        return [value.data.name]
+    if isinstance(value, Buffer):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in buffer_names(v)]
+    if isinstance(value, dict):
+        return buffer_names(list(value.values()))
+    return []
 
 
 def render_op(op) -> str:

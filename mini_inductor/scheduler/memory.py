@@ -7,18 +7,25 @@ from ..lowering.sizevars import product, static_int
 from .nodes import BaseSchedulerNode, SchedulerNode
 
 
-def compute_last_use(nodes: list[BaseSchedulerNode], output_names: list[str], graph: LoweredGraph) -> list[list[str]]:
+def compute_last_use(nodes: list[BaseSchedulerNode], output_names: list[str], graph: LoweredGraph,
+                     aliases: dict[str, str] | None = None) -> list[list[str]]:
     """Per node (in order), the buffers produced in this graph whose last use it is.
 
-    Graph outputs are never freed; neither are graph inputs (the caller owns them).
+    Graph outputs are never freed; neither are graph inputs (the caller owns them). `aliases` maps a
+    name sharing another's storage (a view, an in-place result) to its group's root: the root lives
+    until the last use of any name in its group, and is kept if any of them is a graph output.
     """
+    aliases = aliases or {}
     produced = {n.name for node in nodes for n in node.get_nodes()}
-    keep = set(output_names)
+    keep = set(output_names) | {aliases[n] for n in output_names if n in aliases}
     last: dict[str, int] = {}
     for i, node in enumerate(nodes):
         for name in node.used_buffer_names() | node.get_names():
             if name in produced:
                 last[name] = i
+    for name, root in aliases.items():
+        if name in last and root in produced:
+            last[root] = max(last.get(root, 0), last[name])
     frees: list[list[str]] = [[] for _ in nodes]
     for name, i in last.items():
         if name not in keep:

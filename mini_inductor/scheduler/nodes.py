@@ -24,6 +24,7 @@ class BaseSchedulerNode:
     # a union is one OR, so ancestor sets of long chains stay cheap (no quadratic set copies).
     bits: int = 0                     # this node's members
     ancestor_bits: int = 0            # every node this one depends on, transitively (members excluded)
+    mutations: list[str] = []         # buffers this node writes in place (extern calls only; see mutation.py)
 
     def get_nodes(self) -> list["BaseSchedulerNode"]:
         return [self]

@@ -1,6 +1,7 @@
 """The Scheduler: IR buffers → ordered, fused kernel groups with buffer lifetimes.
 
-    nodes from buffers → dependencies and users → dead-node elimination → topological order
+    nodes from buffers → dead-node elimination → dependencies (data deps; alias groups; ordering
+    deps around mutations, see mutation.py) → topological order
     → fusion rounds (legality with reasons, cycle check, score) → last-use freeing
     → bytes-moved estimate → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
@@ -17,6 +18,7 @@ from ..lowering.sizevars import static_int
 from .dependencies import Dep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
 from .memory import compute_last_use, estimate_bytes_moved
+from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
 from .partition import GraphPartition, partition_nodes
 
@@ -40,6 +42,8 @@ class Schedule:
     seconds: float = 0.0
     partitions: list[GraphPartition] = dataclasses.field(default_factory=list)
     estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)    # name sharing a storage → its root
+    mutations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # storage root → mutating nodes
 
     def describe(self) -> str:
         """The schedule after fusion, a group a line, with the refusals (for the debug dir)."""
@@ -56,6 +60,8 @@ class Schedule:
             lines += [f"cannot fuse {d.node1} with {d.node2}: {d.reason}" for d in refused]
         if self.removed:
             lines.append("# removed dead nodes: " + ", ".join(self.removed))
+        for root, nodes in self.mutations.items():
+            lines.append(f"# {root} mutated by {', '.join(nodes)}")
         lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
         for p in self.partitions:
             why = f" ({p.reason})" if p.reason else ""
@@ -80,6 +86,9 @@ class Scheduler:
         output_names = self._output_names()
         nodes, removed = self._eliminate_dead(nodes, output_names)
         self._compute_dependencies(nodes)
+        groups = alias_groups(nodes)
+        mutations = add_mutation_deps(nodes, groups)
+        aliases = groups.aliases()
         nodes = self._topological_sort(nodes)
         for i, n in enumerate(nodes):
             n.min_order = n.max_order = i
@@ -88,13 +97,13 @@ class Scheduler:
         self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
-        frees = compute_last_use(nodes, output_names, self.graph)
+        frees = compute_last_use(nodes, output_names, self.graph, aliases)
         moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
         partitions = partition_nodes(nodes, frees, output_names, input_order)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
-                          time.perf_counter() - start, partitions, moved)
+                          time.perf_counter() - start, partitions, moved, aliases, mutations)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 
