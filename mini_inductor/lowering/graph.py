@@ -149,6 +149,8 @@ class GraphLowering:
         args, kwargs = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
         origin = Origin(node.name, _op_name(target), _source_line(node))
         self._new_buffers = []
+        if _writes_its_arguments(target):
+            _realize_pending(env)
         result = None
         lowering = LOWERINGS.get(target)
         meta = node.meta.get("val")
@@ -306,6 +308,22 @@ def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
     if isinstance(x, StorageBox) and isinstance(x.data, Pointwise):
         return x.data
     return None
+
+
+def _writes_its_arguments(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema) and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _realize_pending(env) -> None:
+    """Before an op writes into a buffer in place, compute every value still held as an unrealized
+    pointwise body: such a body reads its inputs when its consumer runs, which would be too late."""
+    for value in env.values():
+        for x in tree_flatten(value)[0]:
+            while isinstance(x, View):
+                x = x.data
+            if isinstance(x, StorageBox) and isinstance(x.data, Pointwise):
+                x.realize()
 
 
 def _count_uses(user: torch.fx.Node, node: torch.fx.Node) -> int:

@@ -60,14 +60,16 @@ def aliased_buffers(kernel: ExternKernel) -> list[str]:
     schema = getattr(kernel.op, "_schema", None)
     if schema is None:
         return [b.name for b in kernel.inputs()]
-    sets = set()
+    sets: set[str] = set()
+    any_set = False    # a list return (`Tensor(a)[]`) keeps its alias set on the element type, not here
     for ret in schema.returns:
         if ret.alias_info is not None:
             sets |= set(ret.alias_info.after_set) | set(ret.alias_info.before_set)
+            any_set |= not (ret.alias_info.after_set or ret.alias_info.before_set)
     names = []
     for arg, value in _schema_arguments(kernel):
         info = arg.alias_info
-        if info is not None and sets & (set(info.before_set) | set(info.after_set)):
+        if info is not None and (any_set or sets & (set(info.before_set) | set(info.after_set))):
             names += [n for n in _buffer_names(value) if n not in names]
     return names
 

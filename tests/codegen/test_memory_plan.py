@@ -176,3 +176,48 @@ def test_graph_record_and_summary_report_peak_and_bytes_moved():
     assert record.planned_peak_bytes == 16 * 32 * 4
     assert record.estimated_bytes_moved == 2 * 16 * 32 * 4
     assert "planned peak 2048 B" in record.summary() and "moved (est.)" in record.summary()
+
+
+# ── in-place writes: only where every element is read before the same program overwrites it ──────
+
+def _then(consumer):
+    """a = exp(x) + x, a buffer of its own (two readers): first `a * 3`, then `consumer(a, x)` as a's
+    last reader, in its own kernel (run with max_fusion_size=1)."""
+    def f(x, *rest):
+        a = x.exp() + x
+        return a * 3, consumer(a, x, *rest)
+    return f
+
+
+def test_elementwise_consumer_writes_in_place_into_the_dying_buffer():
+    sched, gen, _ = run_fn(_then(lambda a, x: a.sin() + x), torch.randn(8, 8), max_fusion_size=1)
+    (old, new), = gen.inplace
+    assert old == sched.nodes[0].name
+    assert f"{new} = {old}; del {old}  # in-place" in gen.source
+
+
+def test_no_in_place_write_for_a_broadcast_read():
+    _, gen, _ = run_fn(_then(lambda a, x: a[:, :1] + x), torch.randn(8, 8), max_fusion_size=1)
+    assert gen.inplace == [] and "# in-place" not in gen.source
+
+
+def test_no_in_place_write_for_a_reversed_read():
+    _, gen, _ = run_fn(_then(lambda a, x: a.flip(0) + x), torch.randn(8, 8), max_fusion_size=1)
+    assert gen.inplace == [] and "# in-place" not in gen.source
+
+
+def test_no_in_place_write_for_an_indirect_read():
+    _, gen, _ = run_fn(_then(lambda a, x, i: a[i] + x), torch.randn(8, 8), torch.randperm(8), max_fusion_size=1)
+    assert gen.inplace == [] and "# in-place" not in gen.source
+
+
+def test_no_in_place_write_for_a_reduction_even_at_the_same_index():
+    def f(x, y):
+        a = x.exp() + x   # two readers: a buffer of its own
+        return a.sum(), (a.unsqueeze(-1) * y).sum(-1)  # a [4, 8] read at the [4, 8] index the sum writes
+    sched, gen, _ = run_fn(f, torch.randn(4, 8), torch.randn(4, 8, 5), max_fusion_size=1)
+    red = len(sched.nodes) - 1
+    a = sched.nodes[0]
+    assert sched.frees_after[red] == [a.name]  # it dies in the reduction, and has the output's key
+    assert a.node.layout.size == sched.nodes[red].node.layout.size
+    assert gen.inplace == [] and "# in-place" not in gen.source
