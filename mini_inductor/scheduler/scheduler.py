@@ -45,6 +45,10 @@ class Schedule:
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)    # name sharing a storage → its root
     mutations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # storage root → mutating nodes
 
+    def mutated_inputs(self) -> list[int]:
+        """Positions of the graph inputs that the graph writes in place."""
+        return [b.index for b in self.graph.inputs if isinstance(b, InputBuffer) and b.name in self.mutations]
+
     def describe(self) -> str:
         """The schedule after fusion, a group a line, with the refusals (for the debug dir)."""
         lines = [f"# schedule of {self.graph.name}: {self.nodes_before_fusion} nodes → {len(self.nodes)} groups"]
@@ -60,8 +64,10 @@ class Schedule:
             lines += [f"cannot fuse {d.node1} with {d.node2}: {d.reason}" for d in refused]
         if self.removed:
             lines.append("# removed dead nodes: " + ", ".join(self.removed))
+        inputs = {b.name: b.index for b in self.graph.inputs if isinstance(b, InputBuffer)}
         for root, nodes in self.mutations.items():
-            lines.append(f"# {root} mutated by {', '.join(nodes)}")
+            which = f" (input {inputs[root]})" if root in inputs else ""
+            lines.append(f"# {root}{which} mutated by {', '.join(nodes)}")
         lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
         for p in self.partitions:
             why = f" ({p.reason})" if p.reason else ""

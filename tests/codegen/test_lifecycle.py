@@ -142,13 +142,28 @@ def test_dead_extern_output_with_a_fresh_layout_is_reused_by_a_later_allocation(
     assert not any(isinstance(ln, ReuseLine) for ln in plan_reuse(aliased, outputs=set(), never_reuse=set()))
 
 
-def test_inplace_aten_results_get_no_fresh_layout():
-    def f(x):
+def one_scope(monkeypatch):
+    """On the CPU every ATen call is its own unsafe partition, so kernels never share a scope with
+    one; count them safe, as CUDA ones are, to put ATen calls and kernels in one function."""
+    monkeypatch.setattr(partition, "cudagraph_unsafe_reason", lambda node: "")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="makes CPU extern calls cudagraph-safe to share one scope")
+def test_an_inplace_aten_result_and_its_base_are_never_reused(monkeypatch):
+    one_scope(monkeypatch)
+
+    def control(x):
+        return (x * 2).sin()     # sin writes in place into x * 2
+
+    def mutated(x):
         t = x * 2
-        t.add_(1)
+        t.add_(1)                # t's buffer and the add_'s result share one storage
         return t.sin()
-    _, gen = generate_fn(f, torch.randn(8))
-    assert "# reuse" not in gen.source and "# in-place" not in gen.source
+    _, gen = generate_fn(control, torch.randn(8), max_fusion_size=1, realize_reads_threshold=0)
+    assert len(gen.inplace) == 1
+    sched, gen = generate_fn(mutated, torch.randn(8), max_fusion_size=1, realize_reads_threshold=0)
+    assert len(sched.aliases) == 1
+    assert gen.inplace == [] and gen.reused == []
 
 
 def mm_then_reduce_then_same_sized(x, w):
@@ -162,9 +177,7 @@ def mm_then_relu(x, w):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="makes CPU extern calls cudagraph-safe to share one scope")
 def test_extern_outputs_are_reused_and_written_in_place_when_in_the_same_scope(monkeypatch):
-    # On the CPU every ATen call is its own unsafe partition, so kernels never share a scope with
-    # one; count them safe here, as CUDA ones are, to put the mm and the kernels in one function.
-    monkeypatch.setattr(partition, "cudagraph_unsafe_reason", lambda node: "")
+    one_scope(monkeypatch)
     x, w = torch.randn(8, 8), torch.randn(8, 8)
     sched, gen, _ = run_fn(mm_then_reduce_then_same_sized, x, w, max_fusion_size=1)
     mm = [n.name for n in sched.nodes if n.is_extern()][0]
@@ -183,3 +196,52 @@ def test_extern_outputs_are_reused_and_written_in_place_on_the_gpu():
     sched, gen, _ = run_fn(mm_then_relu, x, w)
     mm = [n.name for n in sched.nodes if n.is_extern()][0]
     assert [old for old, _ in gen.inplace] == [mm]
+
+
+# ── the plan against what really happens when the module runs ────────────────────────────────────
+
+def traced_run(gen, args, constants=None):
+    """Run the generated module with its `empty_strided` recording each allocation and, through a
+    finalizer, the moment the tensor dies; return (peak live bytes, bytes still live after the call,
+    the outputs)."""
+    import weakref
+
+    from mini_inductor.codegen.cache import load_module
+    from mini_inductor.runtime.interpreter import install as install_interpreter_shims
+    install_interpreter_shims()
+    # a same-layout reuse hands over the tensor object itself, so the object's life is the storage's
+    assert "torch.as_strided(buf" not in gen.source
+    module, _ = load_module(gen.source, config.current().cache_dir)
+    live = {"now": 0, "peak": 0}
+
+    def release(nbytes):
+        live["now"] -= nbytes
+
+    def tracked(size, stride, **kwargs):
+        t = torch.empty_strided(size, stride, **kwargs)
+        nbytes = t.untyped_storage().nbytes()
+        live["now"] += nbytes
+        live["peak"] = max(live["peak"], live["now"])
+        weakref.finalize(t, release, nbytes)
+        return t
+    module.empty_strided = tracked   # the module may be cached and shared: put the original back after
+    try:
+        outs = module.call(list(args), dict(constants or {}))
+    finally:
+        module.empty_strided = torch.empty_strided
+    still = live["now"]
+    return live["peak"], still, outs
+
+
+@pytest.mark.parametrize("fn, options", [
+    (lambda x: torch.softmax(x, -1), {"max_fusion_size": 1}),
+    (lambda x: torch.softmax(x, -1), {}),
+    (lambda x: torch.nn.functional.layer_norm(x * 2 + 1, (32,)).relu() + x, {"max_fusion_size": 2}),
+], ids=["unfused_softmax", "softmax", "layer_norm_chain"])
+def test_real_allocations_peak_where_the_plan_says_and_only_outputs_survive(fn, options):
+    x = torch.randn(16, 32)
+    sched, gen = generate_fn(fn, x, **options)
+    peak, still, outs = traced_run(gen, [x])
+    assert peak == gen.planned_peak_bytes
+    assert still == sum(o.untyped_storage().nbytes() for o in outs)  # everything else was freed
+    torch.testing.assert_close(outs[0], fn(x))

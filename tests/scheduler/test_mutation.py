@@ -100,7 +100,8 @@ def test_index_put_on_an_input_waits_for_earlier_readers_and_later_readers_wait_
     sched, _ = run_mutating(fn, x, idx, v)
     put = position(sched, "aten.index_put_.default")
     assert position(sched, "aten.sum.dim_IntList") < put < position(sched, "aten.mul.Tensor")
-    assert list(sched.mutations) == ["x_1"]
+    assert list(sched.mutations) == ["x_1"] and sched.mutated_inputs() == [0]
+    assert f"# x_1 (input 0) mutated by {sched.nodes[put].name}" in sched.describe()
 
 
 def test_copy_into_an_input_waits_for_the_kernel_that_read_the_old_values():
@@ -136,7 +137,7 @@ def test_two_mutations_of_one_input_form_a_version_chain():
     mul_, add_ = position(sched, "aten.mul_.Tensor"), position(sched, "aten.add_.Tensor")
     assert sched.mutations == {"x_1": [sched.nodes[mul_].name, sched.nodes[add_].name]}
     assert mul_ < add_
-    assert "x_1 mutated by" in sched.describe()
+    assert f"x_1 (input 0) mutated by {sched.nodes[mul_].name}, {sched.nodes[add_].name}" in sched.describe()
 
 
 def test_inplace_on_an_intermediate_keeps_its_base_alive_and_unreused_until_the_alias_dies():
