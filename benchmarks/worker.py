@@ -1,6 +1,11 @@
 """One (model, backend) measurement in a fresh process; prints one JSON line. Used by suite.py.
 
     python3 -m benchmarks.worker --model decoder --backend mini_inductor [--compile-only]
+
+first_call_s: from torch.compile's first call to its result (Dynamo, AOTAutograd, the backend's
+compile, kernel compiles, one run); the caches it finds are whatever the environment points at
+(suite.py gives a cold run empty ones and a warm run the same ones again). `--compile-only` stops
+after the first call and the correctness check.
 """
 from __future__ import annotations
 
@@ -20,7 +25,10 @@ BACKENDS = {
     "inductor_reduce_overhead": dict(mode="reduce-overhead"),
     "cudagraphs": dict(backend="cudagraphs"),
     "mini_inductor": dict(backend="mini_inductor"),
+    # opt-in (--backends ...): benchmarks configs per kernel at the first call, so a slow cold compile
+    "mini_inductor_max_autotune": dict(backend="mini_inductor", mode="max-autotune"),
 }
+DEFAULT_BACKENDS = [b for b in BACKENDS if "max_autotune" not in b]
 TOL = {torch.float32: 1e-2, torch.float16: 5e-2, torch.bfloat16: 1e-1}
 
 
@@ -46,12 +54,14 @@ def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -
     _sync()
     result = {"model": work.name, "backend": backend, "dtype": str(dtype).split(".")[-1],
               "first_call_s": time.perf_counter() - start}
-    if compile_only:
-        return result
     got = [t for t in tree_leaves(got) if isinstance(t, torch.Tensor)]
     err = max(((a.double() - b.double()).abs().max().item() for a, b in zip(got, expected)), default=0.0)
     scale = max((b.double().abs().max().item() for b in expected), default=1.0) or 1.0
     result.update(max_abs_err=err, correct=len(got) == len(expected) and err <= TOL[dtype] * max(1.0, scale))
+    if backend.startswith("mini_inductor"):
+        result.update(_mini_inductor_compiles())
+    if compile_only:
+        return result
     for _ in range(5):
         step()
     _sync()
@@ -76,6 +86,19 @@ def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -
     result.update(wall_ms=statistics.median(walls), gpu_ms=statistics.median(gpus),
                   peak_mib=torch.cuda.max_memory_allocated() / 2**20)
     return result
+
+
+def _mini_inductor_compiles() -> dict:
+    """What mini_inductor's records say about this process's compiles: graphs by cache state
+    (a warm start should show only "disk" hits), seconds inside the backend, seconds compiling kernels."""
+    from mini_inductor import metrics
+    graphs = [g for g in metrics.compiled_graphs if not g.ran_eagerly]
+    cache: dict[str, int] = {}
+    for g in graphs:
+        cache[g.cache or "none"] = cache.get(g.cache or "none", 0) + 1
+    return {"mi_graphs": len(graphs), "mi_cache": cache,
+            "mi_backend_s": sum(g.compile_seconds for g in graphs),
+            "mi_kernel_compile_s": sum(g.stage_seconds.get("kernel compile", 0.0) for g in graphs)}
 
 
 def main() -> None:

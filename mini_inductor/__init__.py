@@ -5,7 +5,7 @@
 
 Public API: `backend` (the backend function), `config`, `metrics`, `reset()`, `mark_step()` (start a
 CUDA-graph iteration), `cudagraphs` (the trees' read-only introspection: `cudagraphs.stats()`).
-Logs: MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints (see debug/logs.py).
+Logs: MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints,autotuning (see debug/logs.py).
 """
 from __future__ import annotations
 

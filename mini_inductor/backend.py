@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import logging
 import time
@@ -22,7 +21,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
-from . import metrics
+from . import graph_cache, metrics
 from .codegen import generate
 from .codegen.cache import clear as clear_module_cache
 from .codegen.cache import load_module
@@ -34,6 +33,9 @@ from .lowering import lower_graph
 from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph
 from .runtime.cudagraph_trees import reset as reset_cudagraph_trees
+from .runtime.autotune import Autotuner
+from .runtime.launcher import accelerate
+from .runtime.precompile import precompile
 from .runtime.interpreter import install as install_interpreter_shims
 from .config import interpreting
 from .scheduler import schedule
@@ -78,7 +80,7 @@ def decomposition_table() -> dict:
 
 
 _graph_counter = itertools.count()
-_compiled: dict[str, Any] = {}           # in-process cache: graph key → CompiledGraph
+_compiled: dict[str, Any] = {}           # in-process cache: graph key → _InProcessEntry
 _warned: set[str] = set()
 
 
@@ -86,7 +88,9 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     """The backend: `torch.compile(model, backend="mini_inductor", mode=None, options=None)`."""
     if mode not in MODES:
         raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
-    cfg = config_module.current().replace(**(options or {}))
+    changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+    changes.update(options or {})
+    cfg = config_module.current().replace(**changes)
     if mode == "max-autotune-no-cudagraphs":
         cfg = cfg.replace(cudagraphs=False)
     compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
@@ -122,28 +126,34 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.ran_eagerly = reason
         return EagerGraph(name, gm, reason)
     install_interpreter_shims()
-    key = _graph_key(gm, example_inputs, cfg)
+    disk_key = graph_cache.graph_key(gm, example_inputs, cfg)
+    key = _in_process_key(disk_key, gm, cfg)
     cached = _compiled.get(key)
-    if cached is not None:
-        previous: metrics.GraphRecord = cached[1]
-        record.kernel_names = list(previous.kernel_names)
-        record.extern_calls = list(previous.extern_calls)
-        record.fallback_ops = previous.fallback_ops.copy()
-        record.nodes_before_fusion = previous.nodes_before_fusion
-        record.nodes_after_fusion = previous.nodes_after_fusion
-        record.planned_peak_bytes = previous.planned_peak_bytes
-        record.estimated_bytes_moved = previous.estimated_bytes_moved
-        record.source_path = previous.source_path
-        record.cache_hit = True
-        log.info("%s: served from the in-process cache (%s)", name, previous.name)
-        _log_cached_decisions(name, previous.name, cached[2])
+    # explain needs the IR of every graph: one first served from disk is compiled for real under capture
+    if cached is not None and not (debug_trace.capturing() and cached.trace is None):
+        graph_cache.restore_record(record, cached.entry)
+        record.source_path = cached.compiled.source_path
+        record.cache_hit, record.cache = True, "memory"
+        log.info("%s: served from the in-process cache (%s)", name, cached.entry.graph)
+        schedule_log.info("%s: in-process cache hit (compiled as %s)", name, cached.entry.graph)
+        _log_cached_decisions(name, cached.entry.graph, cached.entry.decisions)
         if debug_trace.capturing():
-            debug_trace.record(dataclasses.replace(cached[2], name=name, record=record))
-        hit: CompiledGraph = cached[0]
+            debug_trace.record(dataclasses.replace(cached.trace, name=name, record=record))
+        hit = cached.compiled
         compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, kind=kind,
                                  static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
         compiled.trace = hit.trace
         return compiled
+    # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
+    use_disk = cfg.graph_cache and not cfg.debug_dir and not debug_trace.capturing()
+    if use_disk:
+        compiled = _load_from_disk(gm, disk_key, name, cfg, record, kind)
+        if compiled is not None:
+            record.compile_seconds = time.perf_counter() - start
+            _compiled[key] = _InProcessEntry(compiled, compiled.cache_entry, None)
+            log.info("%s", record.summary())
+            return compiled
+    record.cache = "miss" if cfg.graph_cache else "off"
     try:
         compiled = _compile(gm, example_inputs, name, cfg, record, kind)
     except MiniInductorError as e:
@@ -153,9 +163,72 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.ran_eagerly = str(e)
         return EagerGraph(name, gm, str(e))
     record.compile_seconds = time.perf_counter() - start
-    _compiled[key] = (compiled, record, compiled.trace)
+    trace = compiled.trace
+    entry = graph_cache.make_entry(record, trace.generated.source, trace.lowered.constants, trace.schedule.decisions)
+    if cfg.graph_cache:
+        path = graph_cache.store(cfg.cache_dir, disk_key, entry)
+        if path:
+            schedule_log.info("%s: compiled graph cached at %s", name, path)
+    _compiled[key] = _InProcessEntry(compiled, entry, trace)
     log.info("%s", record.summary())
     return compiled
+
+
+@dataclasses.dataclass
+class _InProcessEntry:
+    compiled: CompiledGraph
+    entry: graph_cache.CacheEntry
+    trace: Any                   # debug_trace.GraphTrace; None for a graph first served from disk
+
+
+def _load_from_disk(gm, key: str, name: str, cfg: Config, record: metrics.GraphRecord,
+                    kind: str) -> CompiledGraph | None:
+    """The compiled graph rebuilt from its cache entry (no lowering, scheduling or codegen), or None on a miss."""
+    began = time.perf_counter()
+    entry = graph_cache.load(cfg.cache_dir, key)
+    constants = graph_cache.graph_constants(gm)
+    if entry is not None and sorted(entry.constants) != sorted(constants):
+        log.warning("mini_inductor: compiled-graph cache entry for %s expects constants %s, the graph has %s; "
+                    "compiling again", name, entry.constants, sorted(constants))
+        entry = None
+    if entry is None:
+        schedule_log.info("%s: compiled-graph cache miss (key %s…), compiling", name, key[:12])
+        return None
+    try:
+        module, path = load_module(entry.source, cfg.cache_dir)
+    except Exception as e:  # noqa: BLE001  (a broken entry is a miss, not a failed compile)
+        log.warning("mini_inductor: cannot load the module of cached graph %s (%s: %s); compiling again",
+                    name, type(e).__name__, e)
+        return None
+    loaded = time.perf_counter()
+    graph_cache.restore_record(record, entry)
+    record.source_path = path
+    record.cache_hit, record.cache = True, "disk"
+    record.stage_seconds = {"cache lookup": loaded - began}
+    schedule_log.info("%s: compiled-graph cache hit (key %s…, compiled earlier as %s): "
+                      "no lowering, scheduling or codegen; module %s", name, key[:12], entry.graph, path)
+    _log_cached_decisions(name, entry.graph, entry.decisions)
+    _prepare_kernels(module, name, cfg, record)
+    compiled = CompiledGraph(name, module, path, constants, kind=kind,
+                             static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
+    compiled.trace = None
+    compiled.cache_entry = entry
+    return compiled
+
+
+def _prepare_kernels(module, name: str, cfg: Config, record: metrics.GraphRecord) -> None:
+    """GPU only: compile every kernel now, concurrently; under max-autotune, tune each at its first launch."""
+    if interpreting():
+        return
+    began = time.perf_counter()
+    count = precompile(module, cfg.compile_threads)
+    if count:
+        took = time.perf_counter() - began
+        record.stage_seconds["kernel compile"] = took
+        schedule_log.info("%s: %d Triton kernels compiled on %d threads in %.2f s", name, count,
+                          cfg.compile_threads, took)
+    if cfg.max_autotune:
+        accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads))
 
 
 def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord, kind: str) -> CompiledGraph:
@@ -179,6 +252,7 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
     except Exception as e:
         raise CodegenError(f"{type(e).__name__}: {e}", graph=name) from e
     stage.stop()
+    _prepare_kernels(module, name, cfg, record)
     record.nodes_before_fusion = sched.nodes_before_fusion
     record.nodes_after_fusion = len(sched.nodes)
     record.planned_peak_bytes = gen.planned_peak_bytes
@@ -201,11 +275,10 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
     return compiled
 
 
-def _log_cached_decisions(name: str, original: str, trace) -> None:
+def _log_cached_decisions(name: str, original: str, decisions) -> None:
     """A cache hit still reports the fusion decisions (Inductor's fusion log goes silent on hits)."""
     if not fusion_log.isEnabledFor(logging.INFO):
         return
-    decisions = trace.schedule.decisions
     fused = sum(1 for d in decisions if d.fused)
     fusion_log.info("%s: cache hit (compiled as %s); its fusion decisions: %d fused, %d refused",
                     name, original, fused, len(decisions) - fused)
@@ -278,18 +351,11 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message)
 
 
-def _graph_key(gm, example_inputs, cfg: Config) -> str:
-    parts = [repr(sorted(vars(cfg).items()))]
-    for node in gm.graph.nodes:  # the graph's structure, not its source comments
-        parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            parts.append(f"{tuple(x.shape)}|{x.stride()}|{x.dtype}|{x.device}|{x.storage_offset()}")
-        else:
-            parts.append(repr(x))
-    for name, buf in gm.named_buffers():
-        parts.append(f"{name}:{id(buf)}")
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            parts.append(f"{node.target}:{id(getattr(gm, node.target))}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+def _in_process_key(disk_key: str, gm, cfg: Config) -> str:
+    """The disk key plus every option (a compile with a debug dir must dump) and the identity of the
+    graph's constants: an in-process hit reuses the CompiledGraph that holds them, so it must be the
+    same tensors, not only the same metadata."""
+    parts = [disk_key, repr(sorted(vars(cfg).items()))]
+    parts += [f"{name}:{id(buf)}" for name, buf in gm.named_buffers()]
+    parts += [f"{n.target}:{id(getattr(gm, n.target))}" for n in gm.graph.nodes if n.op == "get_attr"]
+    return "|".join(parts)

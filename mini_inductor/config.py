@@ -23,6 +23,9 @@ Each field has a one-line comment and can be overridden by an environment variab
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
+| graph_cache          | MINI_INDUCTOR_GRAPH_CACHE        | True                             |
+| compile_threads      | MINI_INDUCTOR_COMPILE_THREADS    | CPUs, at most 32 (0: off)        |
+| max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ from typing import Any, Iterator
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "mini_inductor")
+
+
+def _default_compile_threads() -> int:
+    return max(1, min(32, os.cpu_count() or 1))
 
 
 @dataclasses.dataclass
@@ -83,6 +90,15 @@ class Config:
     # check every generated wrapper's buffer lifecycles (allocated before use, freed once, outputs
     # kept) and raise a CodegenError on a flaw; tests turn it on, it costs a pass over the lines
     verify_memory_plan: bool = False
+    # compiled graphs are kept under cache_dir/graphs and reused by later processes (no lowering,
+    # scheduling or codegen on a warm start)
+    graph_cache: bool = True
+    # threads compiling a graph's Triton kernels ahead of its first call (GPU only); 0: each kernel
+    # compiles at its first launch
+    compile_threads: int = dataclasses.field(default_factory=_default_compile_threads)
+    # benchmark a few block sizes / num_warps per kernel at its first call and keep the fastest
+    # (on disk, under cache_dir/autotune); mode="max-autotune" turns it on; GPU only
+    max_autotune: bool = False
 
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

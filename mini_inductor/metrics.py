@@ -24,7 +24,8 @@ class GraphRecord:
     extern_calls: list[str] = dataclasses.field(default_factory=list)  # ATen ops called as extern kernels
     fallback_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     source_path: str | None = None               # the generated output_code.py
-    cache_hit: bool = False                      # served from the in-process cache
+    cache_hit: bool = False                      # served from a cache (in-process or on disk), not compiled
+    cache: str = ""                              # "memory" / "disk" (hits), "miss", "off" (graph_cache=False)
     compile_seconds: float = 0.0
     stage_seconds: dict = dataclasses.field(default_factory=dict)  # lowering / scheduling / codegen / loading
     ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead
@@ -42,7 +43,7 @@ class GraphRecord:
                 f"{len(self.extern_calls)} extern calls, {fb} fallback ops, "
                 f"{_mb(self.estimated_bytes_moved)} moved (est.), planned peak {_mb(self.planned_peak_bytes)}, "
                 f"{self.compile_seconds:.2f} s"
-                + (" (cache hit)" if self.cache_hit else "")
+                + (f" (cache hit: {self.cache})" if self.cache_hit else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
 
 

@@ -5,7 +5,8 @@
 - `device` fixture: "cuda" when available, else "cpu".
 - Tests marked `gpu` are skipped without a CUDA GPU.
 - MINI_INDUCTOR_VERIFY_MEMORY_PLAN=1 unless set: every compile checks its wrapper's buffer lifecycles.
-- Before each test: torch._dynamo.reset() and mini_inductor.metrics.reset().
+- Before each test: torch._dynamo.reset() and mini_inductor.metrics.reset(); an empty cache dir
+  (MINI_INDUCTOR_CACHE_DIR), so nothing is served from an earlier test's on-disk cache.
 - `--min-passed=N`: fail a run that passed fewer than N tests (`make test` uses 1, so a run that
   skipped or deselected everything is red, not green).
 """
@@ -83,6 +84,22 @@ def _fresh_compile_state():
         metrics = None
     if metrics is not None:
         metrics.reset()
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dir(tmp_path_factory, monkeypatch):
+    """Each test gets an empty mini_inductor cache dir (here and in the processes it starts), so a
+    graph compiled by an earlier test or run is not served from the on-disk cache: tests that
+    monkeypatch a lowering or count compiles see a real compile."""
+    folder = str(tmp_path_factory.mktemp("mi_cache"))
+    monkeypatch.setenv("MINI_INDUCTOR_CACHE_DIR", folder)
+    try:
+        from mini_inductor import config as config_module
+    except ImportError:
+        yield
+        return
+    monkeypatch.setattr(config_module, "config", config_module.config.replace(cache_dir=folder))
     yield
 
 

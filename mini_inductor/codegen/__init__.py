@@ -122,6 +122,7 @@ class WrapperCodegen:
         self.removed: set[str] = set()
         self.never_reuse: set[str] = set()     # inputs of extern calls whose outputs may alias them
         self.inplace: list[tuple[str, str]] = []
+        self.launches: list[tuple[KernelCallLine, list]] = []   # each kernel call and its pointer dtypes
         self.buffer_dtypes = {b.name: b.layout.dtype for b in self.graph.buffers if b.layout is not None}
         self.buffer_dtypes.update({b.name: b.layout.dtype for b in self.graph.inputs if isinstance(b, InputBuffer)})
         self.buffer_dtypes.update({n: t.dtype for n, t in self.graph.constants.items()})
@@ -235,10 +236,11 @@ class WrapperCodegen:
         lines = sorted({o.source for o in group.origins if o.source})
         comment = f"{name}: {ops}" + (f"  <- {lines[0]}" if lines else "")
         tiling = kernel.tiling
-        scope.lines.append(KernelCallLine(name, args, tiling.xnumel if tiling else numel,
-                                          rnumel if kernel.is_reduction else None,
-                                          kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment,
-                                          ynumel=tiling.ynumel if tiling else None))
+        call = KernelCallLine(name, args, tiling.xnumel if tiling else numel, rnumel if kernel.is_reduction else None,
+                              kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment,
+                              ynumel=tiling.ynumel if tiling else None)
+        scope.lines.append(call)
+        self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
     def _inplace_donor(self, group, member, i: int, scope: _Scope, alloc: AllocateLine, args) -> str | None:
         """An input of this pointwise kernel whose storage `member`'s output can take over, or None.
@@ -334,6 +336,7 @@ class WrapperCodegen:
         parts.append(self._partition_table(functions))
         consts = ", ".join(f"'{n}': ({list(t.shape)}, {t.dtype}, '{t.device}')" for n, t in g.constants.items())
         parts.append(f"CONSTANT_SPECS = {{{consts}}}\n")
+        parts.append(_launch_table(self.launches))
         parts.append(FOOTER)
         return "".join(parts)
 
@@ -349,6 +352,19 @@ class WrapperCodegen:
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]
         return "PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
+
+
+def _launch_table(launches) -> str:
+    """KERNEL_LAUNCHES: what runtime/precompile.py needs to compile each kernel before the first call."""
+    rows = []
+    for call, dtypes in launches:
+        if any(d is None for d in dtypes):
+            continue  # a pointer of unknown dtype: that kernel compiles at its first launch
+        types = "".join(f"{d}, " for d in dtypes)
+        sizes = "".join(f"{s}, " for s in call.size_args())
+        rows.append(f"    ({call.kernel!r}, ({types}), ({sizes}), {call.meta!r}, {call.num_warps}),")
+    return ("# kernel, pointer dtypes, sizes, block sizes, warps: compiled concurrently before the first call\n"
+            "KERNEL_LAUNCHES = [\n" + "".join(r + "\n" for r in rows) + "]\n")
 
 
 def _body(lines: list[WrapperLine]) -> list[str]:

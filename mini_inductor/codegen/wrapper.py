@@ -106,11 +106,14 @@ class KernelCallLine:
             return (xblocks,)
         return (-(-self.ynumel // self.meta["YBLOCK"]), xblocks)
 
+    def size_args(self) -> list[int]:
+        """The size arguments after the pointers (what KERNEL_LAUNCHES records for precompiling)."""
+        sizes = [self.numel] + ([self.rnumel] if self.rnumel is not None else [])
+        return ([self.ynumel] if self.ynumel is not None else []) + sizes
+
     def emit(self) -> str:
         grid = "(" + ", ".join(map(str, self.grid())) + ("," if self.ynumel is None else "") + ")"
-        sizes = [str(self.numel)] + ([str(self.rnumel)] if self.rnumel is not None else [])
-        if self.ynumel is not None:
-            sizes = [str(self.ynumel)] + sizes
+        sizes = [str(s) for s in self.size_args()]
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
         return (f"# {self.comment}\n"
                 f"{self.kernel}[{grid}]({', '.join(self.args + sizes)}, {meta}, num_warps={self.num_warps})")

@@ -1,4 +1,4 @@
-"""`MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints`: switch on our loggers.
+"""`MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints,autotuning`: switch on our loggers.
 
 Names are those of Inductor's artifacts, under the `mini_inductor.` logger hierarchy. `all` turns
 on every one. Each named logger is set to DEBUG and given one stderr handler.
@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-ARTIFACTS = ("fusion", "schedule", "output_code", "cudagraphs", "perf_hints", "debug")
+ARTIFACTS = ("fusion", "schedule", "output_code", "cudagraphs", "perf_hints", "autotuning", "debug")
 _configured: set[str] = set()
 
 

@@ -7,6 +7,9 @@ from then on calls its launcher with the stream and the arguments only. The one 
 that can change between calls is pointer alignment (16 bytes): a call with an unaligned tensor, or
 a site first compiled for unaligned ones, goes through Triton's own path.
 
+Under mode="max-autotune" a site's first launch asks the Autotuner (runtime/autotune.py) for the
+grid, block sizes and warps; every later launch reuses them.
+
 Under Triton's interpreter (CPU) everything goes through the plain path.
 """
 from __future__ import annotations
@@ -17,14 +20,15 @@ from ..config import interpreting
 
 
 class _Site:
-    __slots__ = ("fn", "grid", "kernel", "aligned", "device")
+    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config")
 
-    def __init__(self, fn, grid):
+    def __init__(self, fn, grid, tuner=None):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.kernel = None
-        self.aligned = False
         self.device = None
+        self.tuner = tuner       # an Autotuner under mode="max-autotune": the first launch picks the config
+        self.config = None       # (num_warps, meta) launched here, fixed at the first launch
 
     def __call__(self, *args, num_warps=4, **meta):
         kernel = self.kernel
@@ -35,8 +39,13 @@ class _Site:
             else:
                 g0, g1, g2 = self.grid
                 kernel.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device), kernel.function,
-                           kernel.packed_metadata, None, None, None, *args, *meta.values())
+                           kernel.packed_metadata, None, None, None, *args, *self.config[1].values())
                 return kernel
+        if self.config is None:
+            if self.tuner is not None:
+                self.grid, num_warps, meta = self.tuner.tune(self.fn, self.grid, args, num_warps, meta)
+            self.config = (num_warps, meta)
+        num_warps, meta = self.config
         launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
         if self.kernel is None and not interpreting():
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -49,24 +58,38 @@ class _Site:
 class FastKernel:
     """Stands in for a @triton.jit kernel in a generated module: `kernel[grid](...)` as before."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, tuner=None):
         self.fn = fn
+        self.tuner = tuner
         self._sites: dict[tuple, _Site] = {}
 
     def __getitem__(self, grid) -> _Site:
         site = self._sites.get(grid)
         if site is None:
-            site = self._sites[grid] = _Site(self.fn, grid)
+            site = self._sites[grid] = _Site(self.fn, grid, self.tuner)
         return site
 
 
-def accelerate(module) -> None:
-    """Wrap every generated kernel of `module` (once); a no-op under the interpreter."""
-    if interpreting() or getattr(module, "_mini_inductor_fast", False):
+def accelerate(module, tuner=None) -> None:
+    """Wrap every generated kernel of `module` (once); a no-op under the interpreter.
+
+    `tuner` (mode="max-autotune"): each call site picks its config at its first launch. Given for a
+    module already wrapped, it applies to the call sites that have not launched yet.
+    """
+    if interpreting():
+        return
+    if getattr(module, "_mini_inductor_fast", False):
+        if tuner is not None:
+            for value in vars(module).values():
+                if isinstance(value, FastKernel):
+                    value.tuner = tuner
+                    for site in value._sites.values():
+                        if site.config is None:
+                            site.tuner = tuner
         return
     from triton.runtime.jit import JITFunction
 
     for name, value in list(vars(module).items()):
         if name.startswith("triton_") and isinstance(value, JITFunction):
-            setattr(module, name, FastKernel(value))
+            setattr(module, name, FastKernel(value, tuner))
     module._mini_inductor_fast = True

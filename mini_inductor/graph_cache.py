@@ -1,0 +1,187 @@
+"""Compiled graphs on disk, so that a new process compiles nothing for a graph it has seen before.
+
+    key = graph_key(gm, example_inputs, cfg)       # the same in every process for the same graph
+    entry = load(cfg.cache_dir, key)               # a CacheEntry, or None (missing, corrupt, old format)
+    store(cfg.cache_dir, key, entry)               # atomic: readers never see half an entry
+
+The key hashes the ATen graph's structure (ops, arguments and node names, not object ids), the
+inputs' sizes, strides, dtypes and devices, the metadata of its get_attr constants, the options
+that change generated code, and the versions of torch, Triton and mini_inductor's own source (an
+edit to the compiler invalidates every entry). An entry holds the generated module's source and
+what the compile record and the fusion log show (kernels, extern calls, fallbacks, fusion
+decisions); the constants' values are not stored, they are read from the graph module again.
+Triton's own cache (TRITON_CACHE_DIR) keeps the kernel binaries.
+
+    cache_dir/graphs/ab/ab12….json
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import threading
+
+import torch
+
+from .config import Config
+from .metrics import GraphRecord
+from .scheduler.fusion import FusionDecision
+
+log = logging.getLogger("mini_inductor")
+
+FORMAT = 1
+# Options that do not change the generated module (where it is written, how it is compiled, run or
+# debugged): cudagraph_* options are read by the runtime when the CompiledGraph is built again.
+_NO_CODE_EFFECT = frozenset({"debug_dir", "cache_dir", "fallback_on_error", "graph_cache", "compile_threads",
+                             "cudagraphs"})
+# GraphRecord fields an entry carries over to the record of a graph served from the cache.
+_RECORD_FIELDS = ("nodes_before_fusion", "nodes_after_fusion", "kernel_names", "extern_calls",
+                  "planned_peak_bytes", "estimated_bytes_moved")
+
+
+@dataclasses.dataclass
+class CacheEntry:
+    """What rebuilds a CompiledGraph and its record without lowering, scheduling or codegen."""
+
+    graph: str                                   # the name it was compiled under, e.g. "forward_0"
+    source: str                                  # the generated module
+    constants: list[str]                         # names of the get_attr constants `call` expects
+    record: dict                                 # _RECORD_FIELDS plus fallback_ops and stage_seconds
+    decisions: list[FusionDecision]              # for the fusion log on a hit
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["format"] = FORMAT
+        return json.dumps(data, default=str)  # a sympy number in a fusion score prints as text
+
+    @classmethod
+    def from_json(cls, text: str) -> "CacheEntry":
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+        decisions = [FusionDecision(d["node1"], d["node2"], int(d["round"]),
+                                    tuple(d["score"]) if d["score"] is not None else None,
+                                    bool(d["fused"]), d["reason"]) for d in data["decisions"]]
+        entry = cls(str(data["graph"]), data["source"], list(data["constants"]), dict(data["record"]), decisions)
+        if not isinstance(entry.source, str) or "def call(" not in entry.source:
+            raise ValueError("no generated module in the entry")
+        missing = [f for f in _RECORD_FIELDS if f not in entry.record]
+        if missing:
+            raise ValueError(f"record lacks {missing}")
+        return entry
+
+
+def make_entry(record: GraphRecord, source: str, constants, decisions) -> CacheEntry:
+    fields = {f: getattr(record, f) for f in _RECORD_FIELDS}
+    fields["fallback_ops"] = dict(record.fallback_ops)
+    fields["stage_seconds"] = dict(record.stage_seconds)
+    return CacheEntry(record.name, source, list(constants), fields, list(decisions))
+
+
+def restore_record(record: GraphRecord, entry: CacheEntry) -> None:
+    """Fill `record` (a graph served from the cache) with what the original compile produced."""
+    for f in _RECORD_FIELDS:
+        value = entry.record[f]
+        setattr(record, f, list(value) if isinstance(value, list) else value)
+    record.fallback_ops = collections.Counter(entry.record.get("fallback_ops", {}))
+
+
+def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The get_attr tensors of the graph by node name (what lowering hands the generated `call`)."""
+    return {n.name: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+
+
+# ── the key ──────────────────────────────────────────────────────────────────────────────────
+def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
+    """A hash of everything the generated module depends on; stable across processes."""
+    parts = [f"format {FORMAT}", *versions(),
+             repr(sorted((k, v) for k, v in vars(cfg).items()
+                         if k not in _NO_CODE_EFFECT and not k.startswith("cudagraph_")))]
+    for node in gm.graph.nodes:
+        parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
+        if node.op == "get_attr":
+            parts.append(_tensor_meta(getattr(gm, node.target)))
+    for x in example_inputs:
+        parts.append(_tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
+    for name, buf in gm.named_buffers():
+        parts.append(f"{name}:{_tensor_meta(buf)}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _tensor_meta(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return repr(t)
+    return f"{tuple(t.shape)}|{t.stride()}|{t.dtype}|{t.device}|{t.storage_offset()}"
+
+
+@functools.lru_cache(None)
+def versions() -> tuple[str, ...]:
+    """torch's and Triton's versions and a hash of mini_inductor's source files."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    return (f"torch {torch.__version__}", f"triton {triton_version}", f"mini_inductor {package_source_hash()}")
+
+
+@functools.lru_cache(None)
+def package_source_hash() -> str:
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as fh:
+                    h.update(fh.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+# ── the files ────────────────────────────────────────────────────────────────────────────────
+def entry_path(cache_dir: str, key: str) -> str:
+    return os.path.join(cache_dir, "graphs", key[:2], f"{key}.json")
+
+
+def load(cache_dir: str, key: str) -> CacheEntry | None:
+    """The entry for `key`, or None. A corrupt or unreadable entry is ignored with a warning."""
+    path = entry_path(cache_dir, key)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("mini_inductor: cannot read the compiled-graph cache entry %s (%s); compiling again", path, e)
+        return None
+    try:
+        return CacheEntry.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("mini_inductor: ignoring a corrupt compiled-graph cache entry %s (%s: %s); compiling again",
+                    path, type(e).__name__, e)
+        return None
+
+
+def store(cache_dir: str, key: str, entry: CacheEntry) -> str | None:
+    """Write `entry` atomically (a temporary file renamed into place); its path, or None on an OS error."""
+    path = entry_path(cache_dir, key)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(entry.to_json())
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("mini_inductor: cannot write the compiled-graph cache entry %s (%s)", path, e)
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        return None
+    return path

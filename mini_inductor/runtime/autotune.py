@@ -1,0 +1,175 @@
+"""mode="max-autotune": at a kernel's first launch, time a few configs and keep the fastest, on disk.
+
+    site(*args, num_warps=4, XBLOCK=1024)             # a generated launch, with the heuristic's config
+      → Autotuner.tune(fn, grid, args, 4, {"XBLOCK": 1024})
+          a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device)
+          else: the candidates (codegen/heuristics.autotune_candidates), compiled concurrently,
+                each timed the do_bench way on copies of the arguments (kernels that write in
+                place or accumulate leave the real tensors alone); the fastest written to disk
+      → (grid, num_warps, meta) that the call site launches from then on
+
+XBLOCK is tuned only where the grid is ceil(xnumel / XBLOCK), the rule our 1-D launches follow;
+for other grids only num_warps varies. Nothing is tuned while a CUDA graph is being captured.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+from typing import Any
+
+import torch
+
+from ..codegen.heuristics import autotune_candidates
+from .precompile import CompileJob, compile_all
+
+log = logging.getLogger("mini_inductor.autotuning")
+
+FORMAT = 1
+
+
+class Autotuner:
+    """Picks and remembers each kernel's config. Key methods: `tune`, `winner_path`.
+
+    `tuned` counts kernels benchmarked in this process, `from_disk` those whose winner was read back.
+    """
+
+    def __init__(self, cache_dir: str, threads: int, warmup_ms: float = 5.0, rep_ms: float = 25.0):
+        self.cache_dir = cache_dir
+        self.threads = max(1, threads)
+        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
+        self.tuned = 0
+        self.from_disk = 0
+
+    def tune(self, fn, grid: tuple, args: tuple, num_warps: int, meta: dict) -> tuple[tuple, int, dict]:
+        """The (grid, num_warps, meta) to launch `fn` with; (grid, num_warps, meta) unchanged when untunable."""
+        default = (grid, num_warps, dict(meta))
+        if torch.cuda.is_current_stream_capturing():
+            return default
+        sizes = _size_args(fn, args)
+        xnumel = sizes.get("xnumel")
+        tune_blocks = (xnumel is not None and "XBLOCK" in meta and grid[1:] == (1, 1)
+                       and grid[0] == math.ceil(xnumel / meta["XBLOCK"]))
+        key = self.key(fn, args, num_warps, meta)
+        path = self.winner_path(key)
+        winner = _read_winner(path, meta)
+        if winner is not None:
+            self.from_disk += 1
+            warps, best = winner
+            return self._grid(grid, xnumel, best, tune_blocks), warps, best
+        looped = "RBLOCK" in meta and "for roffset" in getattr(fn, "src", "")
+        candidates = autotune_candidates(xnumel or 1, sizes.get("rnumel"), meta, num_warps,
+                                         looped=looped, tune_blocks=tune_blocks)
+        copies = _copy_args(args)
+        jobs = [CompileJob(fn, copies, dict(m, num_warps=w)) for m, w in candidates]
+        compiled = compile_all(jobs, self.threads)
+        timings = []
+        for (cand_meta, warps), kernel in zip(candidates, compiled):
+            ms = math.inf
+            if kernel is not None:
+                g = self._grid(grid, xnumel, cand_meta, tune_blocks)
+                ms = self._time(fn, g, copies, warps, cand_meta)
+            timings.append((ms, cand_meta, warps))
+        del copies
+        best_ms, best, warps = min(timings, key=lambda t: t[0])
+        if not math.isfinite(best_ms):
+            return default
+        self.tuned += 1
+        log.info("%s: %s num_warps=%d, %.4f ms (heuristic %s num_warps=%d: %.4f ms; %d configs)",
+                 _name(fn), best, warps, best_ms, meta, num_warps, timings[0][0], len(timings))
+        _write_winner(path, {"format": FORMAT, "kernel": _name(fn), "meta": best,
+                             "num_warps": warps, "ms": best_ms,
+                             "tried": [[m, w, t if math.isfinite(t) else None] for t, m, w in timings]})
+        return self._grid(grid, xnumel, best, tune_blocks), warps, best
+
+    def key(self, fn, args: tuple, num_warps: int, meta: dict) -> str:
+        """Kernel source, size arguments, pointer dtypes, the heuristic config, device and Triton version."""
+        import triton
+
+        device = torch.cuda.current_device()
+        parts = [getattr(fn, "src", repr(fn)), repr(sorted(meta.items())), str(num_warps),
+                 torch.cuda.get_device_name(device), str(torch.cuda.get_device_capability(device)),
+                 triton.__version__]
+        parts += [str(a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def winner_path(self, key: str) -> str:
+        return os.path.join(self.cache_dir, "autotune", key[:2], f"{key}.json")
+
+    @staticmethod
+    def _grid(grid: tuple, xnumel, meta: dict, tune_blocks: bool) -> tuple:
+        return (math.ceil(xnumel / meta["XBLOCK"]), 1, 1) if tune_blocks else grid
+
+    def _time(self, fn, grid, args, num_warps: int, meta: dict) -> float:
+        from triton.testing import do_bench
+
+        def launch():
+            fn[grid](*args, num_warps=num_warps, **meta)
+        try:
+            return float(do_bench(launch, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+        except Exception as e:  # noqa: BLE001  (a config that fails to launch just loses)
+            log.debug("%s %s num_warps=%d failed: %s", _name(fn), meta, num_warps, e)
+            return math.inf
+
+
+def _name(fn) -> str:
+    return str(getattr(fn, "__name__", fn))
+
+
+def _size_args(fn, args: tuple) -> dict[str, Any]:
+    """The non-pointer arguments by parameter name (xnumel, rnumel, ...)."""
+    names = getattr(fn, "arg_names", [])
+    return {n: a for n, a in zip(names, args) if not isinstance(a, torch.Tensor)}
+
+
+def _copy_args(args: tuple) -> tuple:
+    """Each tensor copied with its whole storage span (same sizes and strides, aligned); tensors passed
+    twice stay one copy. Candidates run on these, so the real outputs and inputs are left alone."""
+    copies: dict[int, torch.Tensor] = {}
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if id(a) not in copies:
+                span = 0 if a.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride()))
+                flat = torch.empty(span, dtype=a.dtype, device=a.device)
+                if span:
+                    flat.copy_(a.as_strided((span,), (1,), a.storage_offset()))
+                copies[id(a)] = flat.as_strided(a.shape, a.stride())
+            out.append(copies[id(a)])
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _read_winner(path: str, meta: dict) -> tuple[int, dict] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("mini_inductor: ignoring a corrupt autotuning entry %s (%s)", path, e)
+        return None
+    if not isinstance(data, dict):
+        log.warning("mini_inductor: ignoring a corrupt autotuning entry %s (not an object)", path)
+        return None
+    best, warps = data.get("meta"), data.get("num_warps")
+    if (data.get("format") != FORMAT or not isinstance(best, dict) or best.keys() != meta.keys()
+            or not all(isinstance(v, int) and v > 0 for v in best.values()) or not isinstance(warps, int)):
+        log.warning("mini_inductor: ignoring an autotuning entry %s that does not fit this kernel", path)
+        return None
+    return warps, {k: best[k] for k in meta}   # the kernel's own order of block-size arguments
+
+
+def _write_winner(path: str, data: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("mini_inductor: cannot write the autotuning entry %s (%s)", path, e)

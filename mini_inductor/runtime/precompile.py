@@ -1,0 +1,128 @@
+"""Compile a generated module's Triton kernels concurrently, before its first call.
+
+Triton compiles a kernel at its first launch, so a graph of 40 kernels pays 40 compiles one after
+another inside its first call. The generated module lists every launch's signature:
+
+    KERNEL_LAUNCHES = [
+        # kernel, pointer dtypes, size arguments, block sizes, warps
+        ('triton_poi_fused_add_0', (torch.float32, torch.float32), (4096,), {'XBLOCK': 1024}, 4),
+    ]
+
+and `precompile` hands them all to a thread pool through `JITFunction.warmup` (inside Triton's
+AsyncCompileMode where this Triton has it). LLVM and ptxas run without the GIL, so the compiles
+overlap. Each binary lands in the kernel's in-memory cache (and Triton's on-disk cache), where the
+first launch finds it: warmup's stand-in tensors have 16-byte aligned addresses, as fresh CUDA
+allocations do, so the specialization matches.
+
+A no-op under Triton's interpreter and when compile_threads is 0.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from typing import Any, Sequence
+
+import torch
+
+from ..config import interpreting
+
+log = logging.getLogger("mini_inductor.schedule")
+
+
+def precompile(module, threads: int) -> int:
+    """Compile every kernel `module.KERNEL_LAUNCHES` names, on `threads` threads; how many were compiled."""
+    launches = getattr(module, "KERNEL_LAUNCHES", None)
+    if interpreting() or threads <= 0 or not launches or getattr(module, "_mini_inductor_precompiled", False):
+        return 0
+    jobs = []
+    for name, dtypes, sizes, meta, num_warps in launches:
+        fn = getattr(module, name, None)
+        fn = getattr(fn, "fn", fn)  # a FastKernel (runtime/launcher.py) wraps the JITFunction
+        if hasattr(fn, "warmup"):
+            jobs.append(CompileJob(fn, (*dtypes, *sizes), dict(meta, num_warps=num_warps)))
+    with torch.cuda.device(_device(module)):
+        done = compile_all(jobs, threads)
+    module._mini_inductor_precompiled = True
+    return sum(1 for k in done if k is not None)
+
+
+class CompileJob:
+    """One specialization of a kernel: `fn.warmup(*args, **kwargs)` (args: tensors or torch dtypes)."""
+
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn, args: Sequence[Any], kwargs: dict[str, Any]):
+        self.fn, self.args, self.kwargs = fn, tuple(args), kwargs
+
+    def __call__(self):
+        return self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
+
+
+def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
+    """Compile `jobs` concurrently on the current CUDA device; the compiled kernels, None where one failed.
+
+    A failure is only logged: the kernel's real launch compiles it again and raises a proper error.
+    """
+    if not jobs:
+        return []
+    async_mode = _async_compile_mode()
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(jobs))),
+                                               thread_name_prefix="mini_inductor_compile") as pool:
+        if async_mode is not None:
+            pending = []
+            with async_mode(pool, ignore_errors=True):
+                for job in jobs:
+                    pending.append(_guarded(job))
+            return [_result(k, job) for k, job in zip(pending, jobs)]
+        device = torch.cuda.current_device()
+        for job in jobs:  # create each kernel's per-device cache (a defaultdict) here, not racing in the threads
+            caches = getattr(job.fn, "device_caches", None)
+            if caches is not None:
+                _ = caches[device]
+
+        def run(job):
+            with torch.cuda.device(device):
+                return job()
+        futures = [pool.submit(run, job) for job in jobs]
+        return [_result(f, job) for f, job in zip(futures, jobs)]
+
+
+def _async_compile_mode():
+    """Triton's AsyncCompileMode (Triton 3.5+): warmup submits the compile to our pool and returns a future."""
+    try:
+        import triton
+        from triton.runtime._async_compile import active_mode
+    except ImportError:
+        return None
+    if active_mode.get() is not None:  # someone else's compile mode is on: it does not nest
+        return None
+    return getattr(triton, "AsyncCompileMode", None)
+
+
+def _guarded(job: CompileJob):
+    try:
+        return job()
+    except Exception as e:  # noqa: BLE001
+        log.debug("precompiling %s failed: %s: %s", job.fn, type(e).__name__, e)
+        return None
+
+
+def _result(pending, job: CompileJob):
+    """The compiled kernel behind a FutureKernel, a concurrent Future, or a plain result."""
+    try:
+        if isinstance(pending, concurrent.futures.Future):
+            pending = pending.result()
+        if hasattr(pending, "result"):
+            pending = pending.result(ignore_errors=True)
+        return pending
+    except Exception as e:  # noqa: BLE001
+        log.debug("precompiling %s failed: %s: %s", job.fn, type(e).__name__, e)
+        return None
+
+
+def _device(module) -> int:
+    for spec in getattr(module, "INPUT_SPECS", ()):
+        device = spec[3]
+        if device is not None and str(device).startswith("cuda"):
+            return torch.device(device).index or 0
+    return torch.cuda.current_device()

@@ -1,0 +1,195 @@
+"""The on-disk cache of compiled graphs: a warm start compiles nothing; any change of graph, shape,
+option or compiler source compiles again; a broken entry is ignored with a warning."""
+import json
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from mini_inductor import config, graph_cache, metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# A child process: counts lowering / scheduling / codegen calls, checks the output against eager.
+CHILD = textwrap.dedent('''
+    import json, sys
+    import torch, mini_inductor
+    from mini_inductor import metrics
+    backend = sys.modules["mini_inductor.backend"]
+    calls = {"lower": 0, "schedule": 0, "codegen": 0}
+
+    def counting(name, stage):
+        real = getattr(backend, name)
+        def wrapper(*args, **kwargs):
+            calls[stage] += 1
+            return real(*args, **kwargs)
+        setattr(backend, name, wrapper)
+
+    counting("lower_graph", "lower"); counting("schedule", "schedule"); counting("generate", "codegen")
+
+    def f(x, w):
+        return torch.softmax(x @ w, -1) * 2 + torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    out = torch.compile(f, backend="mini_inductor")(x, w)
+    print("RESULT " + json.dumps({
+        "calls": calls, "cache": [g.cache for g in metrics.compiled_graphs],
+        "kernels": [g.kernel_names for g in metrics.compiled_graphs], "error": (out - f(x, w)).abs().max().item()}))
+''')
+
+
+def _run_child(cache_dir):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", MINI_INDUCTOR_CACHE_DIR=str(cache_dir),
+               MINI_INDUCTOR_LOGS="schedule")
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):]), proc.stderr
+
+
+def test_warm_start_in_a_new_process_lowers_schedules_and_generates_nothing(tmp_path):
+    cold, _ = _run_child(tmp_path)
+    assert cold["calls"] == {"lower": 1, "schedule": 1, "codegen": 1} and cold["cache"] == ["miss"]
+    warm, log = _run_child(tmp_path)
+    assert warm["calls"] == {"lower": 0, "schedule": 0, "codegen": 0} and warm["cache"] == ["disk"]
+    assert warm["kernels"] == cold["kernels"] and warm["kernels"][0]
+    assert warm["error"] < 1e-5
+    assert "compiled-graph cache hit" in log and "lowering (" not in log
+
+
+def _f(x):
+    return torch.relu(x * 2 + 1).sum(-1)
+
+
+def _compile_fresh(fn, *args, **options):
+    """Compile in this process with the in-process caches emptied, so only the disk can serve it."""
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="mini_inductor", options=options)(*args)
+    return out, metrics.compiled_graphs[-1]
+
+
+def test_same_graph_after_reset_is_served_from_disk_with_the_original_record():
+    x = torch.randn(4, 8)
+    _, cold = _compile_fresh(_f, x)
+    out, warm = _compile_fresh(_f, x)
+    assert (cold.cache, warm.cache) == ("miss", "disk") and warm.cache_hit
+    assert warm.kernel_names == cold.kernel_names and warm.nodes_after_fusion == cold.nodes_after_fusion
+    assert warm.planned_peak_bytes == cold.planned_peak_bytes and warm.source_path == cold.source_path
+    assert "lowering" not in warm.stage_seconds and "cache hit: disk" in warm.summary()
+    torch.testing.assert_close(out, _f(x))
+
+
+def test_a_new_input_shape_or_a_changed_graph_compiles_again():
+    _compile_fresh(_f, torch.randn(4, 8))
+    _, other_shape = _compile_fresh(_f, torch.randn(4, 16))
+    x = torch.randn(4, 8)
+    out, other_graph = _compile_fresh(lambda x: torch.relu(x * 3 + 1).sum(-1), x)
+    _, transposed = _compile_fresh(_f, torch.randn(8, 4).t())
+    assert (other_shape.cache, other_graph.cache, transposed.cache) == ("miss", "miss", "miss")
+    torch.testing.assert_close(out, torch.relu(x * 3 + 1).sum(-1))
+    _, again = _compile_fresh(_f, torch.randn(4, 16))
+    assert again.cache == "disk"
+
+
+def test_key_covers_code_options_and_compiler_versions_but_not_where_files_go(monkeypatch):
+    x = torch.randn(4, 8)
+    gm = torch.fx.symbolic_trace(_f)
+    cfg = config.current()
+    key = graph_cache.graph_key(gm, [x], cfg)
+    assert key == graph_cache.graph_key(torch.fx.symbolic_trace(_f), [x.clone()], cfg)
+    assert key == graph_cache.graph_key(gm, [x], cfg.replace(debug_dir="/tmp/elsewhere", compile_threads=3))
+    assert key != graph_cache.graph_key(gm, [x], cfg.replace(max_fusion_size=2))
+    assert key != graph_cache.graph_key(gm, [x.double()], cfg)
+    monkeypatch.setattr(graph_cache, "versions", lambda: ("torch 0", "triton 0", "mini_inductor edited"))
+    assert key != graph_cache.graph_key(gm, [x], cfg)
+
+
+def test_package_source_hash_reads_every_module():
+    digest = graph_cache.package_source_hash()
+    assert len(digest) == 16 and digest == graph_cache.package_source_hash.__wrapped__()
+
+
+def test_forward_and_backward_graphs_of_a_training_step_are_both_served_from_disk():
+    def f(x, w):
+        return torch.tanh(x @ w).pow(2).mean()
+    x = torch.randn(4, 8)
+    grads = []
+    for _ in range(2):
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        torch._dynamo.reset()
+        torch.compile(f, backend="mini_inductor")(x, w).backward()
+        grads.append(w.grad)
+    assert [g.cache for g in metrics.compiled_graphs] == ["miss", "miss", "disk", "disk"]
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    f(x, w).backward()
+    torch.testing.assert_close(grads[1], w.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_lifted_constants_are_read_from_the_graph_again():
+    def f(x):
+        return x * torch.tensor([1.0, -2.0, 3.0, -4.0])
+    x = torch.randn(3, 4)
+    _, cold = _compile_fresh(f, x)
+    out, warm = _compile_fresh(f, x)
+    assert warm.cache == "disk"
+    torch.testing.assert_close(out, f(x))
+
+
+def test_a_corrupt_entry_is_ignored_with_a_warning_and_rewritten(caplog):
+    x = torch.randn(4, 8)
+    _compile_fresh(_f, x)
+    (entry,) = (pathlib.Path(config.current().cache_dir) / "graphs").rglob("*.json")
+    entry.write_text('{"format": 1, "graph": "inference_0", "sour')
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        out, rec = _compile_fresh(_f, x)
+    assert rec.cache == "miss"
+    assert any("ignoring a corrupt compiled-graph cache entry" in r.getMessage() for r in caplog.records)
+    torch.testing.assert_close(out, _f(x))
+    assert graph_cache.CacheEntry.from_json(entry.read_text()).graph == rec.name
+    _, rec = _compile_fresh(_f, x)
+    assert rec.cache == "disk"
+
+
+def test_switched_off_it_neither_reads_nor_writes():
+    x = torch.randn(4, 8)
+    _, first = _compile_fresh(_f, x, graph_cache=False)
+    _, second = _compile_fresh(_f, x, graph_cache=False)
+    assert (first.cache, second.cache) == ("off", "off")
+    assert not (pathlib.Path(config.current().cache_dir) / "graphs").exists()
+
+
+def test_a_disk_hit_still_logs_the_fusion_decisions(caplog):
+    f = lambda x, w: (torch.relu(x) * w + (torch.relu(x) * w).t()).sum(-1)  # noqa: E731
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    _compile_fresh(f, x, w)
+    with caplog.at_level(logging.INFO, logger="mini_inductor.fusion"):
+        _, rec = _compile_fresh(f, x, w)
+    assert rec.cache == "disk"
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "mini_inductor.fusion")
+    assert "cache hit" in text and "its fusion decisions" in text and "fused" in text
+
+
+def test_explain_and_the_debug_dir_compile_for_real(tmp_path):
+    from mini_inductor.debug import trace
+    x = torch.randn(4, 8)
+    _compile_fresh(_f, x)
+    with trace.capture() as traces:
+        _, rec = _compile_fresh(_f, x)
+    assert rec.cache == "miss" and traces and traces[0].lowered is not None
+    _, rec = _compile_fresh(_f, x, debug_dir=str(tmp_path))
+    assert rec.cache == "miss" and any(tmp_path.iterdir())
+
+
+def test_entry_holds_the_module_source_and_record():
+    x = torch.randn(4, 8)
+    _, rec = _compile_fresh(_f, x)
+    (path,) = (pathlib.Path(config.current().cache_dir) / "graphs").rglob("*.json")
+    entry = graph_cache.CacheEntry.from_json(path.read_text())
+    assert entry.source == pathlib.Path(rec.source_path).read_text()
+    assert entry.record["kernel_names"] == rec.kernel_names and entry.decisions is not None
