@@ -23,9 +23,10 @@ from .models import MODELS
 from .worker import BACKENDS, DEFAULT_BACKENDS
 
 
-def _worker(model, backend, dtype, cache, compile_only, timeout):
+def _worker(model, backend, dtype, cache, compile_only, timeout, extra_env=None):
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
-               TRITON_CACHE_DIR=os.path.join(cache, "triton"), MINI_INDUCTOR_CACHE_DIR=os.path.join(cache, "mini"))
+               TRITON_CACHE_DIR=os.path.join(cache, "triton"), MINI_INDUCTOR_CACHE_DIR=os.path.join(cache, "mini"),
+               **(extra_env or {}))
     cmd = [sys.executable, "-m", "benchmarks.worker", "--model", model, "--backend", backend, "--dtype", dtype]
     if compile_only:
         cmd.append("--compile-only")

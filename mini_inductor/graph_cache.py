@@ -98,7 +98,7 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
 # ── the key ──────────────────────────────────────────────────────────────────────────────────
 def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
-    parts = [f"format {FORMAT}", *versions(),
+    parts = [f"format {FORMAT}", *versions(), f"default dtype {torch.get_default_dtype()}",  # lowering reads it
              repr(sorted((k, v) for k, v in vars(cfg).items()
                          if k not in _NO_CODE_EFFECT and not k.startswith("cudagraph_")))]
     for node in gm.graph.nodes:
