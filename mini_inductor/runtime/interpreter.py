@@ -3,6 +3,10 @@
 The interpreter cannot run `extern_elementwise` calls, which is what every `libdevice.*` function
 is. While it is on, we replace those module attributes by stand-ins that apply the matching torch
 function to the numpy arrays the interpreter holds, so CI and the GPU share one kernel source.
+
+It also runs `tl.reduce` with a combine function of its own one element at a time, in Python (a
+max-pool or a Welford kernel took a minute). The combine functions of triton_helpers get numpy
+versions with the same semantics (NaN propagation, lowest index on ties, Welford merging).
 """
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ def install() -> None:
         if hasattr(libdevice, name):
             setattr(libdevice, name, _standin(name, fn))
     _round_bfloat16_to_nearest_even()
+    _vectorize_helper_reductions()
     _INSTALLED = True
 
 
@@ -86,3 +91,53 @@ def _round_bfloat16_to_nearest_even() -> None:
 
     builder.cast_impl = cast_impl
     builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+
+
+def _vectorize_helper_reductions() -> None:
+    """tl.reduce over triton_helpers' combine functions in numpy, along the whole axis at once."""
+    from triton.runtime import interpreter
+
+    reduce_ops = interpreter.ReduceOps
+    original = reduce_ops.apply_impl
+
+    def apply_impl(self, input):
+        fast = _numpy_reduction(self.combine_fn) if self.axis is not None else None
+        if fast is None:
+            return original(self, input)
+        axis = self.axis
+        results = fast(axis, *[t.handle.data for t in input])
+        return [self.to_tensor(np.expand_dims(r, axis) if self.keep_dims else r, t.dtype)
+                for r, t in zip(results, input)]
+
+    apply_impl.element_by_element = original  # the interpreter's own loop, for tests to compare with
+    reduce_ops.apply_impl = apply_impl
+
+
+def _numpy_reduction(combine_fn):
+    from ..codegen import triton_helpers as th
+
+    return {th.maximum: lambda axis, v: (np.max(v, axis),),
+            th.minimum: lambda axis, v: (np.min(v, axis),),
+            th._prod_combine: lambda axis, v: (np.prod(v, axis, dtype=v.dtype),),
+            th._argmax_combine: lambda axis, v, i: _arg_extreme(axis, v, i, np.max),
+            th._argmin_combine: lambda axis, v, i: _arg_extreme(axis, v, i, np.min),
+            th._welford_combine: _welford_merge}.get(combine_fn)
+
+
+def _arg_extreme(axis, values, index, extreme):
+    """(extreme value, its lowest index); NaN counts as the extreme, as in the combine functions."""
+    nan = np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, bool)
+    best = extreme(values, axis)  # NaN where the row holds one
+    at_best = (values == np.expand_dims(best, axis)) | (nan & np.expand_dims(nan.any(axis), axis))
+    lowest = np.where(at_best, index, np.iinfo(index.dtype).max).min(axis)
+    return best, lowest
+
+
+def _welford_merge(axis, mean, m2, weight):
+    """Merged (mean, m2, weight) of all partial results: m2 = sum(m2_i) + sum(w_i * (mean_i - mean)^2)."""
+    m64, w64 = mean.astype(np.float64), weight.astype(np.float64)
+    total = w64.sum(axis)
+    merged = np.where(total == 0, np.take(m64, 0, axis), (w64 * m64).sum(axis) / np.where(total == 0, 1, total))
+    spread = (w64 * (m64 - np.expand_dims(merged, axis)) ** 2).sum(axis)
+    m2_total = m2.astype(np.float64).sum(axis) + spread
+    return merged.astype(mean.dtype), m2_total.astype(m2.dtype), total.astype(weight.dtype)
