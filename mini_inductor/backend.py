@@ -57,7 +57,7 @@ _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten
                   # to pointwise/index/reduction ops that have lowerings
                   aten.clamp.Tensor, aten.elu, aten.repeat, aten.slice_scatter, aten.arange.start_step,
                   aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
-                  aten._adaptive_avg_pool2d, aten.max_pool2d_with_indices_backward]
+                  aten._adaptive_avg_pool2d]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten.take.default,  # lowered as an indirect load (its decomposition reads a size from data)
                aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)

@@ -338,14 +338,18 @@ def _moves_device(target, kwargs, devices) -> bool:
 
 
 def _needs_aten(meta, args, kwargs) -> bool:
-    """Complex numbers (no Triton type) and empty tensors (nothing to generate) run in ATen."""
-    values = [m for m in tree_flatten(meta)[0] if isinstance(m, torch.Tensor)]
-    values += [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode)]
-    for v in values:
+    """Complex numbers (no Triton type) and empty tensors (nothing to generate) run in ATen.
+
+    Only the first output counts for emptiness: later ones may be empty by design (the saved
+    statistics batch norm returns in eval mode).
+    """
+    outputs = [m for m in tree_flatten(meta)[0] if isinstance(m, torch.Tensor)]
+    values = outputs + [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode)]
+    for i, v in enumerate(values):
         if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
             return True
         size = v.shape if isinstance(v, torch.Tensor) else v.get_size()
-        if any(s == 0 for s in size):
+        if any(s == 0 for s in size) and not 0 < i < len(outputs):
             return True
     return False
 

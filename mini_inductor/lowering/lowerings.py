@@ -364,6 +364,44 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin
                 requires_grad=False)
 
 
+# ─── normalization ──────────────────────────────────────────────────────────────────────────────
+
+@register_lowering(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    """(x - mean) * rsqrt(var + eps) * weight + bias with the running statistics of channel dim 1.
+
+    Returns eager's (output, empty, empty); computed in fp32 for fp16/bf16 inputs.
+    """
+    size, dtype = x.get_size(), x.get_dtype()
+    load_x = x.make_loader()
+
+    def per_channel(t):
+        if t is None:
+            return None
+        load = t.make_loader()
+        return lambda idx: _as_fp32(load([idx[1]]), t.get_dtype())
+
+    mean, var, w, b = (per_channel(t) for t in (running_mean, running_var, weight, bias))
+
+    def inner_fn(idx):
+        inv_std = ops.rsqrt(ops.add(var(idx), ops.constant(float(eps), torch.float32)))
+        out = ops.mul(ops.sub(_as_fp32(load_x(idx), dtype), mean(idx)), inv_std)
+        if w is not None:
+            out = ops.mul(out, w(idx))
+        if b is not None:
+            out = ops.add(out, b(idx))
+        return out if dtype == torch.float32 else ops.to_dtype(out, dtype)
+    out = Pointwise.create(x.get_device(), dtype, inner_fn, size)
+    stat_dtype = running_mean.get_dtype() if running_mean is not None else dtype
+    empty = [Pointwise.create(x.get_device(), stat_dtype, lambda idx: ops.constant(0, stat_dtype), [0])
+             for _ in range(2)]
+    return (out, *empty)
+
+
+def _as_fp32(value, dtype: torch.dtype):
+    return value if dtype == torch.float32 else ops.to_dtype(value, torch.float32)
+
+
 def lowering_of(target) -> Callable:
     return LOWERINGS[target]
 
@@ -373,4 +411,4 @@ LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
 from . import (copy_lowerings, extern_lowerings, indexing_lowerings, pooling_lowerings,  # noqa: E402,F401
-               random_lowerings, reduction_lowerings, scan_lowerings, view_lowerings)
+               random_lowerings, reduction_lowerings, scan_lowerings, scatter_lowerings, view_lowerings)

@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from common import check
+from common import assert_no_fallbacks, check
 
 
 def test_layer_norm_with_weight_and_bias_is_one_kernel(device):
@@ -52,7 +52,15 @@ def test_batch_norm_in_eval_mode(device):
     x = torch.randn(4, 3, 5, 5, device=device)
     mean, var = torch.randn(3, device=device), torch.rand(3, device=device) + 0.5
     w, b = torch.randn(3, device=device), torch.randn(3, device=device)
-    check(lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=False), x, mean, var, w, b)
+    check(lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=False), x, mean, var, w, b, kernels=1)
+    assert_no_fallbacks()
+
+
+def test_batch_norm_in_eval_mode_without_affine_on_2d_input(device):
+    x = torch.randn(6, 4, device=device)
+    mean, var = torch.randn(4, device=device), torch.rand(4, device=device) + 0.5
+    check(lambda x, m, v: F.batch_norm(x, m, v, training=False, eps=1e-3), x, mean, var, kernels=1)
+    assert_no_fallbacks()
 
 
 def test_group_norm(device):

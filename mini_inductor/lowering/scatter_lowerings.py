@@ -1,0 +1,135 @@
+"""Scatters written as gathers, where each output element has only a few candidate writers.
+
+    scatter(self, dim, index, src)[p] = src[p with dim = m]  for the last m < K with index[p with dim = m] == p[dim]
+                                        self[p]              when there is none
+    scatter_add                       = self[p] + the sum of src over every such m
+
+K = index.size(dim). Each output element compares its own position with K index values, so no
+store goes to a computed address and the result is an ordinary Pointwise (fused, no atomics). Long
+spans (K > MAX_SCATTER_SPAN) and index tensors smaller than self in another dim run in ATen. This is
+what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K = 1) needs.
+
+max_pool2d_with_indices_backward, the same way: an input position is in at most ceil(k / s) windows
+per dim; it gathers the output gradient of each window whose saved index points at it.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from .ir import IRNode, Pointwise, static_sizes
+from .lowerings import register_lowering
+from .pooling_lowerings import _geometry
+from .sizevars import FloorDiv
+from .view_lowerings import _norm_dim
+from .virtualized import ops
+
+aten = torch.ops.aten
+
+MAX_SCATTER_SPAN = 8  # index.size(dim) above this runs in ATen (K compares per output element)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
+    size, isize = static_sizes(x), static_sizes(index)
+    if not size or len(isize) != len(size):
+        raise NotImplementedError("scatter of a 0-d tensor or with an index of another rank")
+    dim = _norm_dim(dim, len(size))
+    if any(i != s for d, (i, s) in enumerate(zip(isize, size)) if d != dim):
+        raise NotImplementedError("scatter with an index smaller than self outside `dim`")
+    span = isize[dim]
+    if not 0 < span <= MAX_SCATTER_SPAN:
+        raise NotImplementedError(f"scatter along a span of {span} (more than {MAX_SCATTER_SPAN})")
+    dtype = x.get_dtype()
+    cdt = _compute_dtype(dtype)
+    x_loader, index_loader = x.make_loader(), index.make_loader()
+    src_loader = src.make_loader() if isinstance(src, IRNode) else None
+
+    def value_at(at):
+        if src_loader is None:
+            return ops.constant(src, cdt)
+        v = src_loader(at)
+        return v if src.get_dtype() == cdt else ops.to_dtype(v, cdt)
+
+    def inner_fn(idx):
+        out = x_loader(idx)
+        out = out if dtype == cdt else ops.to_dtype(out, cdt)
+        position = ops.index_expr(idx[dim], torch.int64)
+        for m in range(span):
+            at = list(idx)
+            at[dim] = sympy.Integer(m)
+            target = index_loader(at)
+            if index.get_dtype() != torch.int64:
+                target = ops.to_dtype(target, torch.int64)
+            hit = ops.eq(target, position)
+            out = ops.where(hit, ops.add(out, value_at(at)) if accumulate else value_at(at), out)
+        return out if dtype == cdt else ops.to_dtype(out, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+@register_lowering(aten.scatter.value, aten.scatter.src)
+def scatter(x, dim, index, src):
+    return _scatter(x, dim, index, src, accumulate=False)
+
+
+@register_lowering(aten.scatter_add.default)
+def scatter_add(x, dim, index, src):
+    return _scatter(x, dim, index, src, accumulate=True)
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] over the windows whose max was at (ih, iw)."""
+    size, k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if d != [1, 1]:
+        raise NotImplementedError("dilated max-pool backward")
+    if [int(v) for v in grad.get_size()[-2:]] != out:
+        raise NotImplementedError("max-pool backward with an unexpected output size")
+    h, w = size[-2:]
+    dtype = x.get_dtype()
+    cdt = _compute_dtype(dtype)
+    grad_loader, index_loader = grad.make_loader(), indices.make_loader()
+    tries = [math.ceil(k[0] / s[0]), math.ceil(k[1] / s[1])]  # windows holding one position, per dim
+
+    def inner_fn(idx):
+        *lead, ih, iw = idx
+        me = ops.index_expr(ih * w + iw, torch.int64)
+        total = ops.constant(0.0, cdt)
+        # the last window starting at or before this position, then the ones before it
+        top = [FloorDiv(ih + p[0], s[0]), FloorDiv(iw + p[1], s[1])]
+        for jh in range(tries[0]):
+            for jw in range(tries[1]):
+                oh, ow = top[0] - jh, top[1] - jw
+                valid = _all(_within(oh, 0, out[0]), _within(ow, 0, out[1]),
+                             # the window starting at oh*s - p reaches this position
+                             ops.ge(ops.index_expr(oh * s[0] - p[0] + k[0] - 1 - ih, torch.int64),
+                                    ops.constant(0, torch.int64)),
+                             ops.ge(ops.index_expr(ow * s[1] - p[1] + k[1] - 1 - iw, torch.int64),
+                                    ops.constant(0, torch.int64)))
+
+                def contribution(oh=oh, ow=ow):
+                    at = list(lead) + [oh, ow]
+                    g = grad_loader(at)
+                    g = g if grad.get_dtype() == cdt else ops.to_dtype(g, cdt)
+                    chosen = ops.eq(index_loader(at), me)
+                    return ops.where(chosen, g, ops.constant(0.0, cdt))
+                total = ops.add(total, ops.masked(valid, contribution, 0.0))
+        return total if dtype == cdt else ops.to_dtype(total, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+def _within(expr, lo: int, hi: int):
+    e = ops.index_expr(expr, torch.int64)
+    return ops.logical_and(ops.ge(e, ops.constant(lo, torch.int64)), ops.lt(e, ops.constant(hi, torch.int64)))
+
+
+def _all(*conds):
+    out = conds[0]
+    for c in conds[1:]:
+        out = ops.logical_and(out, c)
+    return out
