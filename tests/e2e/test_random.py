@@ -102,6 +102,15 @@ def test_random_values_are_the_same_in_every_kernel_that_reads_them(device):
     assert torch.equal(counts, mask.sum(0))
 
 
+@pytest.mark.parametrize("cols", [1000, 5000], ids=["persistent", "looped"])
+def test_random_values_inside_a_reduction(device, cols):
+    sums = compile_fn(lambda x: (torch.rand_like(x) * x).sum(-1))(torch.ones(4, cols, device=device))
+    # a sum of n uniforms: mean n/2, sd sqrt(n/12); 5 sd either way
+    assert ((sums - cols / 2).abs() < 5 * (cols / 12) ** 0.5).all(), sums
+    assert len(set(sums.tolist())) == 4, "rows drew the same numbers"
+    _assert_generated("rand")
+
+
 def test_bernoulli_with_float_p_has_mean_p(device):
     fn = compile_fn(lambda x: (torch.bernoulli(x, 0.3), x.bernoulli(0.8)))
     a, b = fn(torch.empty(N, device=device))
