@@ -330,10 +330,9 @@ class GraphNode:
             if k == _STATIC:
                 outs.append(self.static_outputs[i])
                 continue
-            t = cached[i]
-            if t is not None:
-                if self.outputs_refs[i].alive():   # the caller still holds the previous replay's output
-                    t = self._retire_cached(i)
+            if cached[i] is not None:
+                # checked before any local name refers to it: the refcount test counts references
+                t = self._retire_cached(i) if self.outputs_refs[i].alive() else cached[i]
                 t._backward_hooks = None if t._backward_hooks is None else {}
                 outs.append(t)
                 continue

@@ -15,7 +15,7 @@ backend = importlib.import_module("mini_inductor.backend")   # the package's `ba
 
 
 def _last_compiled():
-    return list(backend._compiled.values())[-1][0]
+    return list(backend._compiled.values())[-1].compiled
 
 
 def test_generated_module_lists_partition_inputs_and_source_lines(device):
@@ -36,7 +36,7 @@ def test_parameters_are_static_inputs_of_the_forward_and_backward(device):
     lin = nn.Linear(4, 3).to(device)
     f = torch.compile(lin, backend="mini_inductor")
     f(torch.randn(2, 4, device=device, requires_grad=True)).sum().backward()
-    compiled = [entry[0] for entry in backend._compiled.values()]
+    compiled = [entry.compiled for entry in backend._compiled.values()]
     forward = next(c for c in compiled if c.kind == "forward")
     backward = next(c for c in compiled if c.kind == "backward")
     names = forward.module.INPUT_NAMES
