@@ -4,17 +4,26 @@ verify_lifecycle is on for every compile in the test suite (tests/conftest.py se
 MINI_INDUCTOR_VERIFY_MEMORY_PLAN=1), so every e2e graph is checked; the tests here show that it
 catches each kind of flaw, and run it over the built-in example models.
 """
+import weakref
+
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from compile_ir import generate_fn, run_fn
 from mini_inductor import config
+from mini_inductor.backend import decomposition_table
+from mini_inductor.codegen import generate
+from mini_inductor.codegen.cache import load_module
 from mini_inductor.codegen.memory_plan import plan_reuse, verify_lifecycle
 from mini_inductor.codegen.wrapper import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, PartitionCallLine,
                                            ReturnLine, ReuseLine)
 from mini_inductor.examples import EXAMPLES
+from mini_inductor.errors import CodegenError
+from mini_inductor.lowering import lower_graph
 from mini_inductor.lowering.ir import InputBuffer, Layout
-from mini_inductor.scheduler import partition
+from mini_inductor.runtime.interpreter import install as install_interpreter_shims
+from mini_inductor.scheduler import partition, schedule
 
 aten = torch.ops.aten
 F32 = torch.float32
@@ -105,24 +114,17 @@ def test_a_promised_reuse_that_never_comes_is_caught():
 
 
 def test_codegen_raises_when_the_plan_is_unsound(monkeypatch):
-    from mini_inductor.errors import CodegenError
-
-    def drop_first_allocation(lines, **kwargs):
+    def drop_allocations(lines, **kwargs):
         planned = plan_reuse(lines, **kwargs)
         return [ln for ln in planned if not isinstance(ln, AllocateLine)]
-    monkeypatch.setattr("mini_inductor.codegen.plan_reuse", drop_first_allocation)
+    monkeypatch.setattr("mini_inductor.codegen.plan_reuse", drop_allocations)
     with pytest.raises(CodegenError, match="memory plan of partition_0 is unsound: .* before it is allocated"):
         generate_fn(lambda x: x.sin() + 1, torch.randn(4, 4), verify_memory_plan=True)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_lifecycle_verifier_passes_on_the_example_models(name):
-    model, inputs = EXAMPLES[name].build("cpu", torch.float32)
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from mini_inductor.backend import decomposition_table
-    from mini_inductor.codegen import generate
-    from mini_inductor.lowering import lower_graph
-    from mini_inductor.scheduler import schedule
+def test_lifecycle_verifier_passes_on_the_example_models(name, device):
+    model, inputs = EXAMPLES[name].build(device, torch.float32)
     cfg = config.current().replace(verify_memory_plan=True)
     with torch.no_grad():
         gm = make_fx(lambda *a: model(*a), decomposition_table=decomposition_table())(*inputs)
@@ -204,10 +206,6 @@ def traced_run(gen, args, constants=None):
     """Run the generated module with its `empty_strided` recording each allocation and, through a
     finalizer, the moment the tensor dies; return (peak live bytes, bytes still live after the call,
     the outputs)."""
-    import weakref
-
-    from mini_inductor.codegen.cache import load_module
-    from mini_inductor.runtime.interpreter import install as install_interpreter_shims
     install_interpreter_shims()
     # a same-layout reuse hands over the tensor object itself, so the object's life is the storage's
     assert "torch.as_strided(buf" not in gen.source
