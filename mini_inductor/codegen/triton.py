@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import sympy
@@ -28,7 +29,7 @@ import torch
 from ..errors import CodegenError
 from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int
 from ..lowering.virtualized import set_ops_handler
-from ..scheduler.dependencies import simplify
+from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
 from .heuristics import TILE_XBLOCK_MAX, KernelConfig, pick_config, pick_tile_config
 from .tiling import Tiling, choose_tiling
@@ -140,6 +141,8 @@ class TritonKernel:
         self.reduction_cache: dict[tuple, Any] = {}
         self.int64 = False
         self.device_asserts = True
+        self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
+        self.loaded_in: dict[str, set[int]] = {}       # buffer → sections that load it from memory
 
     # ── sections ──────────────────────────────────────────────────────────────────────────────
     def _section(self, index: int) -> Section:
@@ -213,6 +216,7 @@ class TritonKernel:
         else:
             self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
         handler = TritonOps(self, inside)
+        self.broadcast_reads = _broadcast_reads(node)
         index, rindex = node.body.reindex(xvars, rvars)
         try:
             with set_ops_handler(handler):
@@ -265,15 +269,15 @@ class TritonKernel:
             if i % 2 == 1 and self.looped:
                 body += sec.init
                 body.append("for roffset in range(0, rnumel, RBLOCK):")
-                loop = ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._lines(sec.lines, argnames)
+                loop = ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._lines(sec.lines, argnames, i)
                 body += ["    " + ln for ln in loop]
-                body += self._lines(sec.finalize, argnames)
+                body += self._lines(sec.finalize, argnames, i)
             else:
-                body += self._lines(sec.lines, argnames) + self._lines(sec.finalize, argnames)
+                body += self._lines(sec.lines, argnames, i) + self._lines(sec.finalize, argnames, i)
         out += ["    " + ln for ln in body]
         return "\n".join(out) + "\n"
 
-    def _lines(self, lines, argnames) -> list[str]:
+    def _lines(self, lines, argnames, section: int) -> list[str]:
         rendered = []
         removed = self.removed_buffers()
         for ln in lines:
@@ -281,10 +285,42 @@ class TritonKernel:
                 if ln.buffer in removed:
                     continue
                 ln = ln.text
+            ln = _EVICT.sub(lambda m: self._eviction(m.group(1), m.group(2), section), ln)
             for b, a in argnames.items():
                 ln = ln.replace(f"@{b}@", a)
             rendered.append(ln)
         return rendered
+
+
+    def _eviction(self, name: str, kind: str, section: int) -> str:
+        """The load's eviction hint, now that every load of the kernel is known.
+
+        broadcast (each element reused by many rows/programs): keep it in L2 (evict_last);
+        a looped reduction's load: evict_last when a later loop loads the buffer again, else the
+        data streams through once (evict_first); anything else: no hint.
+        """
+        if kind == "bcast":
+            return ", eviction_policy='evict_last'"
+        if kind == "loop":
+            later = any(j > section for j in self.loaded_in.get(name, ()))
+            return f", eviction_policy='{'evict_last' if later else 'evict_first'}'"
+        return ""
+
+
+_EVICT = re.compile(r"@evict:(\w+):(\w*)@")
+
+
+def _broadcast_reads(node: SchedulerNode) -> set[str]:
+    """Buffers `node` reads only at indices that leave out one of its loops: each element is read
+    again and again (a bias over rows, a norm's weight, a row's statistic)."""
+    partial, full = set(), set()
+    for dep in node.reads:
+        if not isinstance(dep, MemoryDep) or dep.is_indirect():
+            continue
+        used = dep.index.free_symbols
+        missing = any(v not in used and s != 1 for v, s in zip(canonical_vars(len(dep.sizes)), dep.sizes))
+        (partial if missing else full).add(dep.name)
+    return partial - full
 
 
 def _split(flat: sympy.Expr, sizes) -> list[sympy.Expr]:
@@ -332,7 +368,9 @@ class TritonOps:
         if max((static_int(a) for a in index.atoms(sympy.Integer)), default=0) > 2**31 - 1:
             k.int64 = True
         dtype = k.buffer_dtypes[name]
-        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index)})", dtype)
+        kind = "bcast" if name in k.broadcast_reads else ("loop" if k.looped and self.inside else "")
+        k.loaded_in.setdefault(name, set()).add(k.section.index)
+        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index)}@evict:{name}:{kind}@)", dtype)
 
     def _pointer(self, name: str, index) -> str:
         # an index without xindex (or yindex) still needs a block of pointers to match the mask
@@ -340,7 +378,7 @@ class TritonOps:
             pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros([YBLOCK, XBLOCK], tl.int32)"
         else:
             pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
-        return f"@{name}@ + ({texpr(index)}){pad}"
+        return f"@{name}@ + {_operand(index)}{pad}"
 
     def store(self, name: str, index, value, after_loop: bool = False):
         k = self.k

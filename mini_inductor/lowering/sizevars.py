@@ -81,6 +81,13 @@ class ModularIndexing(sympy.Function):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if isinstance(base, FloorDiv):
             return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
+        if isinstance(base, ModularIndexing) and divisor.is_Integer and modulus.is_Integer and base.args[2].is_Integer:
+            x, d, m = base.args
+            if int(m) % (int(divisor) * int(modulus)) == 0:
+                # ((x // d) % m) // q % n with q*n dividing m: the inner modulo changes nothing
+                return ModularIndexing(x, d * divisor, modulus)
+            if divisor == 1 and int(m) <= int(modulus):
+                return base  # already below the modulus
         return None
 
 
@@ -149,6 +156,16 @@ def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
             total += int(coeff)
         elif isinstance(rest, sympy.Symbol) and rest in ranges and ranges[rest].is_Integer:
             total += int(coeff) * (int(ranges[rest]) - 1)
+        elif isinstance(rest, (FloorDiv, ModularIndexing)) and rest.args[1].is_Integer:
+            inner = _upper_bound(rest.args[0], ranges)
+            if inner is None:
+                return None
+            bound = (inner - 1) // int(rest.args[1]) + 1
+            if isinstance(rest, ModularIndexing):
+                if not rest.args[2].is_Integer:
+                    return None
+                bound = min(bound, int(rest.args[2]))
+            total += int(coeff) * (bound - 1)
         else:
             return None
     return total + 1
