@@ -321,7 +321,13 @@ class WrapperCodegen:
         body.append("args.clear()")
         for name in g.constants:
             body.append(f"{name} = constants['{name}']")
-        body += _body(call.lines)
+        cuda = sorted({b.layout.device.index or 0 for b in list(g.inputs) + list(g.buffers)
+                       if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
+        if len(cuda) == 1:   # kernels and allocations on the graph's GPU, whatever the caller's current device
+            body.append(f"with torch.cuda._DeviceGuard({cuda[0]}):")
+            body += ["    " + ln for ln in _body(call.lines)]
+        else:
+            body += _body(call.lines)
         parts.append("\n\ndef call(args, constants=CONSTANTS):\n" + "\n".join("    " + ln for ln in body) + "\n")
         specs = []
         for b in g.inputs:

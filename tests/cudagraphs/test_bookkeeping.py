@@ -4,6 +4,7 @@ tested on the GPU: test_tree_runtime.py, test_compiled_cudagraphs.py.)"""
 import importlib
 import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -95,3 +96,12 @@ def test_cudagraph_options_are_validated():
         assert "cudagraph_typo" in str(e) and "cudagraph_rerecord_limit" in str(e)
     else:
         raise AssertionError("an unknown option was accepted")
+
+
+@pytest.mark.gpu
+def test_generated_call_runs_under_a_guard_for_its_device():
+    f = torch.compile(lambda x: x.cos() + 1, backend="mini_inductor")
+    x = torch.randn(8, device="cuda")
+    torch.testing.assert_close(f(x), x.cos() + 1)
+    with open(_last_compiled().source_path) as src:
+        assert "with torch.cuda._DeviceGuard(0):" in src.read()
