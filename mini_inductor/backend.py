@@ -323,6 +323,10 @@ def _why_eager(gm, example_inputs) -> str | None:
     if reason:
         return reason
     devices = {t.device.type for t in tensors}
+    for node in gm.graph.nodes:   # a graph without tensor inputs (torch.rand(n, device="cuda")) still runs on its ops' device
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            devices.add(val.device.type)
     if "cuda" not in devices and not interpreting():
         return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "
                 "generated Triton kernels in Triton's interpreter")
