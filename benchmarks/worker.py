@@ -37,7 +37,7 @@ def _sync():
 
 
 def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -> dict:
-    if backend == "mini_inductor":
+    if backend.startswith("mini_inductor"):
         import mini_inductor  # noqa: F401
     work = MODELS[model_name]("cuda", dtype)
     expected = [t.detach().clone() for t in tree_leaves(work.step(work.model)) if isinstance(t, torch.Tensor)]

@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -174,8 +174,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     return compiled
 
 
-@dataclasses.dataclass
-class _InProcessEntry:
+class _InProcessEntry(NamedTuple):
     compiled: CompiledGraph
     entry: graph_cache.CacheEntry
     trace: Any                   # debug_trace.GraphTrace; None for a graph first served from disk

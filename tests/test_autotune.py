@@ -167,14 +167,15 @@ def _tuned_model(x, w, acc):
 
 
 @pytest.mark.gpu
-def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, caplog):
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, caplog, mode):
     x = torch.randn(32, 8192, device=device)
     w = torch.randn(8192, 64, device=device) / 90
     acc = torch.randn(32, 8192, device=device)
     expected_acc = acc.clone()
     expected = _tuned_model(x, w, expected_acc)
     with caplog.at_level(logging.INFO, logger="mini_inductor.autotuning"):
-        outs = torch.compile(_tuned_model, backend="mini_inductor", mode="max-autotune")(x, w, acc)
+        outs = torch.compile(_tuned_model, backend="mini_inductor", mode=mode)(x, w, acc)
     for got, want in zip(outs, expected):
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(acc, expected_acc)
@@ -189,7 +190,7 @@ def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, c
     torch._dynamo.reset()                    # a new module and new call sites: winners come from disk
     acc2 = expected_acc.clone()
     with caplog.at_level(logging.INFO, logger="mini_inductor.autotuning"):
-        outs = torch.compile(_tuned_model, backend="mini_inductor", mode="max-autotune")(x, w, acc2)
+        outs = torch.compile(_tuned_model, backend="mini_inductor", mode=mode)(x, w, acc2)
     expected = _tuned_model(x, w, expected_acc)
     for got, want in zip(outs, expected):
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)

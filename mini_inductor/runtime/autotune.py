@@ -89,7 +89,8 @@ class Autotuner:
         """Kernel source, size arguments, pointer dtypes, the heuristic config, device and Triton version."""
         import triton
 
-        device = torch.cuda.current_device()
+        device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda),
+                      torch.device("cuda", torch.cuda.current_device()))
         parts = [getattr(fn, "src", repr(fn)), repr(sorted(meta.items())), str(num_warps),
                  torch.cuda.get_device_name(device), str(torch.cuda.get_device_capability(device)),
                  triton.__version__]

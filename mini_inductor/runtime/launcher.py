@@ -20,7 +20,7 @@ from ..config import interpreting
 
 
 class _Site:
-    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config")
+    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config", "constexprs")
 
     def __init__(self, fn, grid, tuner=None):
         self.fn = fn
@@ -29,6 +29,7 @@ class _Site:
         self.device = None
         self.tuner = tuner       # an Autotuner under mode="max-autotune": the first launch picks the config
         self.config = None       # (num_warps, meta) launched here, fixed at the first launch
+        self.constexprs = ()     # the meta values, as the compiled kernel's launcher takes them
 
     def __call__(self, *args, num_warps=4, **meta):
         kernel = self.kernel
@@ -39,12 +40,12 @@ class _Site:
             else:
                 g0, g1, g2 = self.grid
                 kernel.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device), kernel.function,
-                           kernel.packed_metadata, None, None, None, *args, *self.config[1].values())
+                           kernel.packed_metadata, None, None, None, *args, *self.constexprs)
                 return kernel
         if self.config is None:
             if self.tuner is not None:
                 self.grid, num_warps, meta = self.tuner.tune(self.fn, self.grid, args, num_warps, meta)
-            self.config = (num_warps, meta)
+            self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
         num_warps, meta = self.config
         launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
         if self.kernel is None and not interpreting():
