@@ -80,6 +80,8 @@ class Config:
     cudagraph_force_sync: bool = False
     # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs
     cudagraph_slow_asserts: bool = True
+    # ATen ops to keep out of CUDA graphs, comma-separated: "aten.mm" (every overload) or "aten.mm.default"
+    cudagraph_unsafe_ops: str = ""
     # raise instead of running a function without CUDA graphs (mutated inputs, re-record limit, devices)
     cudagraph_or_error: bool = False
     # warn once when one graph family has been compiled for more than this many shapes (0: never)

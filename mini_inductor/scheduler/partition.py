@@ -42,20 +42,26 @@ class GraphPartition:
     has_kernels: bool = False    # holds GPU work: a generated kernel or a library call (else not worth graphing)
 
 
-def cudagraph_unsafe_reason(node: BaseSchedulerNode) -> str:
-    """Why this node cannot be captured in a CUDA graph, or "" if it can."""
+def cudagraph_unsafe_reason(node: BaseSchedulerNode, user_unsafe: frozenset[str] = frozenset()) -> str:
+    """Why this node cannot be captured in a CUDA graph, or "" if it can.
+
+    `user_unsafe`: ATen op names the user listed (option cudagraph_unsafe_ops), as "aten.mm" (every
+    overload) or "aten.mm.default".
+    """
     if not node.is_extern():
         return ""
     buf = node.node
     if isinstance(buf, MultiOutput):
-        return cudagraph_unsafe_reason_of(buf.parent)
-    return cudagraph_unsafe_reason_of(buf)
+        return cudagraph_unsafe_reason_of(buf.parent, user_unsafe)
+    return cudagraph_unsafe_reason_of(buf, user_unsafe)
 
 
-def cudagraph_unsafe_reason_of(buf) -> str:
+def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -> str:
     if not isinstance(buf, ExternKernel):
         return ""
     op = buf.op
+    if user_unsafe and (buf.op_name in user_unsafe or buf.op_name.rsplit(".", 1)[0] in user_unsafe):
+        return f"{buf.op_name} is listed in cudagraph_unsafe_ops"
     tags = set(getattr(op, "tags", ()))
     if op in DATA_DEPENDENT_OPS or tags & _DATA_DEPENDENT_TAGS:
         return f"data-dependent output ({buf.op_name})"
@@ -71,11 +77,11 @@ def cudagraph_unsafe_reason_of(buf) -> str:
 
 
 def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]], output_names: list[str],
-                    input_order: dict[str, int]) -> list[GraphPartition]:
+                    input_order: dict[str, int], user_unsafe: frozenset[str] = frozenset()) -> list[GraphPartition]:
     """Cut `nodes` into safe/unsafe runs and compute each run's inputs and outputs (deterministic order)."""
     runs: list[tuple[bool, list[int], list[str]]] = []
     for i, node in enumerate(nodes):
-        reason = cudagraph_unsafe_reason(node)
+        reason = cudagraph_unsafe_reason(node, user_unsafe)
         safe = not reason
         if runs and runs[-1][0] == safe:
             runs[-1][1].append(i)

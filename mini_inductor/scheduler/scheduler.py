@@ -107,7 +107,8 @@ class Scheduler:
         moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
-        partitions = partition_nodes(nodes, frees, output_names, input_order)
+        user_unsafe = frozenset(op.strip() for op in self.cfg.cudagraph_unsafe_ops.split(",") if op.strip())
+        partitions = partition_nodes(nodes, frees, output_names, input_order, user_unsafe)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
                           time.perf_counter() - start, partitions, moved, aliases, mutations)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)

@@ -119,3 +119,28 @@ def test_a_buffer_freed_inside_a_partition_is_its_input_even_if_never_read_there
         ("unsafe_0", ["buf0"], ["buf1"]),
         ("partition_1", ["buf0", "buf1"], ["buf2"]),
     ]
+
+
+def test_user_listed_ops_are_cut_out_in_either_name_form():
+    for listed in ("aten.mm", "aten.mm.default"):
+        reason = cudagraph_unsafe_reason_of(extern(aten.mm.default), frozenset({listed}))
+        assert reason == "aten.mm.default is listed in cudagraph_unsafe_ops"
+    assert cudagraph_unsafe_reason_of(extern(aten.addmm.default), frozenset({"aten.mm"})) == ""  # not a prefix match
+
+
+@pytest.mark.gpu
+def test_listed_op_splits_the_graph_around_it_and_results_match():
+    import mini_inductor
+    from mini_inductor import metrics
+
+    def fn(x, w):
+        return torch.relu(x @ w).sum(0) + 1
+    x, w = torch.randn(8, 16, device="cuda"), torch.randn(16, 4, device="cuda")
+    f = torch.compile(fn, backend="mini_inductor", options={"cudagraph_unsafe_ops": "aten.mm"})
+    for _ in range(3):
+        torch.testing.assert_close(f(x, w), fn(x, w))
+    assert metrics.compiled_graphs[-1].source_path
+    with open(metrics.compiled_graphs[-1].source_path) as src:
+        text = src.read()
+    assert text.count("def partition_") == 1 and "aten.mm.default" in text.split("def call")[1]
+    assert mini_inductor.cudagraphs.stats()["replays"] >= 1
