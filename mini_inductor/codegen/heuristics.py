@@ -24,11 +24,20 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def pick_config(numel: int, rnumel: int, persistent_limit: int) -> KernelConfig:
-    """Pointwise: 1-D tiles of up to 1024. Reductions: persistent rows up to `persistent_limit`, else looped."""
+def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = False) -> KernelConfig:
+    """Pointwise: 1-D tiles of up to 1024. Reductions: persistent rows up to `persistent_limit`, else looped.
+
+    `outer`: the reduction's reads are contiguous across rows, not along them (x.sum(0) of a row-major
+    x). Then a block holds many rows (XBLOCK ≥ 8: a 32-byte sector of fp32 per reduction step) and
+    loops over short reduction steps, with at least ~128 programs while rows allow.
+    """
     if rnumel <= 1:
         xblock = min(1024, next_power_of_2(numel))
         return KernelConfig(xblock, 1, 4 if xblock <= 512 else 8, True)
+    if outer:
+        xblock = min(64, max(8, next_power_of_2(numel) // 128))
+        rblock = min(next_power_of_2(rnumel), 2048 // xblock)
+        return KernelConfig(xblock, rblock, 8, False)
     if rnumel <= persistent_limit:
         rblock = next_power_of_2(rnumel)
         xblock = max(1, min(next_power_of_2(numel), 4096 // rblock, 64))

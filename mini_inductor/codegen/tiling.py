@@ -90,3 +90,29 @@ def choose_tiling(nodes, xblock_limit: int) -> Tiling | None:
             return None
         return tiling
     return None
+
+
+def is_outer_reduction(nodes) -> bool:
+    """The kernel's reduction reads its input contiguously across rows and strided along them
+    (a sum over dim 0): blocks should then be wide in rows and short in the reduction."""
+    for node in nodes:
+        if not node.is_reduction():
+            continue
+        nx, nr = len(node.body.sizes), len(node.body.reduction_sizes)
+        if nx == 0 or nr == 0:
+            return False
+        vars_ = canonical_vars(nx + nr)
+        x_in, r_in = vars_[nx - 1], vars_[-1]
+        outer = inner = False
+        for dep in node.reads:
+            if not isinstance(dep, MemoryDep) or dep.is_indirect():
+                continue
+            if any({x_in, r_in} & a.free_symbols for a in dep.index.atoms(sympy.Function)):
+                continue
+            cx, cr = dep.index.coeff(x_in), dep.index.coeff(r_in)
+            if cr == 1:
+                inner = True
+            elif cx == 1 and cr != 0:
+                outer = True
+        return outer and not inner
+    return False

@@ -32,7 +32,7 @@ from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
 from .heuristics import TILE_XBLOCK_MAX, KernelConfig, pick_config, pick_tile_config
-from .tiling import Tiling, choose_tiling
+from .tiling import Tiling, choose_tiling, is_outer_reduction
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
@@ -122,7 +122,8 @@ class TritonKernel:
         self.numel = numel
         self.rnumel = rnumel
         self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)
-        self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit)
+        outer = self.is_reduction and is_outer_reduction(nodes)
+        self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit, outer)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
             self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)
