@@ -140,7 +140,8 @@ class TritonKernel:
         self.store_cache: dict[tuple[str, sympy.Expr], tuple[CSEVar, int]] = {}
         self.load_misses: set[str] = set()   # buffers stored here but read back from memory
         self.reduction_cache: dict[tuple, Any] = {}
-        self.int64 = False
+        # 32-bit index math overflows past 2**31 - 1 elements (program_id * XBLOCK, row * stride)
+        self.int64 = numel * max(rnumel, 1) > 2**31 - 1
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
         self.loaded_in: dict[str, set[int]] = {}       # buffer → sections that load it from memory

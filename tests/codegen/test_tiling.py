@@ -100,3 +100,11 @@ def test_large_permute_copies_on_the_gpu(shape, perm):
     check(lambda x: x.permute(perm).contiguous(), x, kernels=1)
     (src,) = kernel_sources()
     assert tiled(src), src
+
+
+@pytest.mark.gpu
+def test_transpose_of_more_than_2_to_the_31_elements_indexes_in_64_bits():
+    x = torch.randint(-100, 100, (65536, 32769), device="cuda", dtype=torch.int8)  # 2**31 + 65536 elements
+    check(lambda x: x.t().contiguous(), x, kernels=1, runs=1)
+    (src,) = kernel_sources()
+    assert tiled(src) and "tl.program_id(0).to(tl.int64)" in src, src
