@@ -147,7 +147,7 @@ def test_dead_extern_output_with_a_fresh_layout_is_reused_by_a_later_allocation(
 def one_scope(monkeypatch):
     """On the CPU every ATen call is its own unsafe partition, so kernels never share a scope with
     one; count them safe, as CUDA ones are, to put ATen calls and kernels in one function."""
-    monkeypatch.setattr(partition, "cudagraph_unsafe_reason", lambda node: "")
+    monkeypatch.setattr(partition, "cudagraph_unsafe_reason", lambda node, *rest: "")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="makes CPU extern calls cudagraph-safe to share one scope")
