@@ -146,7 +146,7 @@ def check(fn, *args, kernels: int | None = None, atol=None, rtol=None, grad: boo
     atol, rtol: override the dtype's tolerance.
     grad: make every floating input a leaf that requires grad; compare input grads after backward.
     runs: how many times the compiled function is called (the second call runs already-compiled code).
-    Returns the compiled function's outputs from the first call.
+    Returns a copy of the compiled function's outputs from the first call.
     """
     def fresh_inputs():
         return [clone_input(a, requires_grad=grad and isinstance(a, torch.Tensor) and a.dtype.is_floating_point)
@@ -164,7 +164,8 @@ def check(fn, *args, kernels: int | None = None, atol=None, rtol=None, grad: boo
         inputs = fresh_inputs()
         actual = compiled(*inputs)
         if run == 0:
-            first = actual
+            # a copy: on a GPU the next run replays a CUDA graph over the first run's outputs
+            first = pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, actual)
             if kernels is not None and COUNTS_KERNELS:
                 metrics = _metrics()
                 got = metrics.total_kernels()

@@ -146,7 +146,7 @@ def test_kernels_compiled_before_the_first_call_are_the_ones_it_launches(device)
     for got, want in zip(outs, f(x, y)):
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
     rec = metrics.compiled_graphs[-1]
-    assert rec.num_kernels >= 3 and "kernel compile" in rec.stage_seconds
+    assert rec.num_kernels >= 1 and "kernel compile" in rec.stage_seconds   # row reductions may all fuse
     for name, kernels in _kernel_caches(rec).items():
         assert len(kernels) == 1, f"{name}: the launch compiled another specialization than the precompiled one"
 

@@ -120,12 +120,12 @@ def test_forward_and_backward_graphs_of_a_training_step_are_both_served_from_dis
     x = torch.randn(4, 8)
     grads = []
     for _ in range(2):
-        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), device="cpu").to(x.device).requires_grad_()
         torch._dynamo.reset()
         torch.compile(f, backend="mini_inductor")(x, w).backward()
         grads.append(w.grad)
     assert [g.cache for g in metrics.compiled_graphs] == ["miss", "miss", "disk", "disk"]
-    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), device="cpu").to(x.device).requires_grad_()
     f(x, w).backward()
     torch.testing.assert_close(grads[1], w.grad)
     torch.testing.assert_close(grads[0], grads[1])
@@ -133,7 +133,7 @@ def test_forward_and_backward_graphs_of_a_training_step_are_both_served_from_dis
 
 def test_lifted_constants_are_read_from_the_graph_again():
     def f(x):
-        return x * torch.tensor([1.0, -2.0, 3.0, -4.0])
+        return x * torch.tensor([1.0, -2.0, 3.0, -4.0], device=x.device)  # Dynamo ignores a default-device context
     x = torch.randn(3, 4)
     _, cold = _compile_fresh(f, x)
     out, warm = _compile_fresh(f, x)

@@ -8,7 +8,7 @@ def random_strided(size, stride, dtype: torch.dtype, device, generator: torch.Ge
     """A tensor with exactly these sizes and strides, filled with small random values."""
     n = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
     if dtype.is_floating_point:
-        flat = torch.randn(n, generator=generator).to(dtype)
+        flat = torch.randn(n, generator=generator, device="cpu").to(dtype)  # the CPU generator, whatever the default device
     elif dtype == torch.bool:
         flat = torch.randint(0, 2, (n,), generator=generator).bool()
     else:

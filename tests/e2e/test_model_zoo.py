@@ -284,6 +284,16 @@ def assert_compiled_cleanly(name: str) -> None:
     assert not unexpected, f"{name}: new fallback ops {sorted(unexpected)} (FALLBACKS lists {sorted(FALLBACKS[name])})"
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """cuDNN convolutions default to TF32 (10-bit mantissa): two runs that sum in another order then
+    differ far beyond an fp32 tolerance, so the comparison runs both sides in full fp32."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def _close(actual, expected, what, atol, rtol):
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
 
