@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import operator
 import os
 from typing import Any
@@ -31,6 +32,7 @@ from .random_lowerings import RandomStreams
 from .sizevars import sympify_seq
 
 aten = torch.ops.aten
+perf_log = logging.getLogger("mini_inductor.perf_hints")
 
 # Library calls: extern kernels by design, not counted as fallbacks.
 EXTERN_OPS = {
@@ -173,8 +175,10 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     result = lowering(*args, **kwargs)
-                except NotImplementedError:
+                except NotImplementedError as why:   # this case of the op runs in ATen; say why once
                     result = None
+                    perf_log.info("%s: %s (node %%%s) falls back to ATen: %s", self.name, _op_name(target),
+                                  node.name, why)
             if result is None:
                 result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
         except LoweringError:
