@@ -157,7 +157,8 @@ class GraphLowering:
         lowering = LOWERINGS.get(target)
         meta = node.meta.get("val")
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
-                a.get_device() != meta.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
+                _device_key(a.get_device()) != _device_key(meta.device)
+                for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
             lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
         if lowering is not None and _needs_aten(meta, args, kwargs):
             lowering = None
@@ -339,6 +340,14 @@ def _moves_device(target, kwargs, devices) -> bool:
     if dev is not None and devices and torch.device(dev) != devices[0]:
         return True
     return any(d.type == "cpu" for d in devices)
+
+
+def _device_key(device: torch.device) -> tuple[str, int]:
+    """"cuda" and "cuda:0" are one device when 0 is the current one (a factory's device="cuda")."""
+    index = device.index
+    if index is None:
+        index = torch.cuda.current_device() if device.type == "cuda" and torch.cuda.is_available() else 0
+    return device.type, index
 
 
 def _needs_aten(meta, args, kwargs) -> bool:
