@@ -24,6 +24,7 @@ import math
 import os
 import statistics
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -107,7 +108,8 @@ def _launches(source_path: str):
     except Exception:  # noqa: BLE001  timing plain Triton launches is still right, only slower to enqueue
         pass
     launches: list = []
-    for name in [n for n in vars(module) if n.startswith("triton_")]:
+    kernels = [n for n, v in vars(module).items() if n.startswith("triton_") and not isinstance(v, types.ModuleType)]
+    for name in kernels:   # (not triton_helpers: kernels read it while they compile)
         setattr(module, name, _Recorder(name, getattr(module, name), launches))
     inputs = module.make_example_inputs()
     module.call(list(inputs))
