@@ -25,6 +25,7 @@ BACKENDS = {
     "inductor_reduce_overhead": dict(mode="reduce-overhead"),
     "cudagraphs": dict(backend="cudagraphs"),
     "mini_inductor": dict(backend="mini_inductor"),
+    "mini_inductor_no_cudagraphs": dict(backend="mini_inductor", options={"cudagraphs": False}),
     # opt-in (--backends ...): benchmarks configs per kernel at the first call, so a slow cold compile
     "mini_inductor_max_autotune": dict(backend="mini_inductor", mode="max-autotune"),
 }
