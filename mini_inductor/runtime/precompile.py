@@ -99,11 +99,22 @@ def _async_compile_mode():
     return getattr(triton, "AsyncCompileMode", None)
 
 
+_failures_reported = [0]
+
+
+def _report_failure(job: CompileJob, e: Exception) -> None:
+    """The first few failures are warnings (the kernel still compiles at its first launch), then debug."""
+    level = logging.WARNING if _failures_reported[0] < 3 else logging.DEBUG
+    _failures_reported[0] += 1
+    log.log(level, "precompiling %s failed (it compiles at its first launch instead): %s: %s",
+            getattr(job.fn, "__name__", job.fn), type(e).__name__, e)
+
+
 def _guarded(job: CompileJob):
     try:
         return job()
     except Exception as e:  # noqa: BLE001
-        log.debug("precompiling %s failed: %s: %s", job.fn, type(e).__name__, e)
+        _report_failure(job, e)
         return None
 
 
@@ -116,7 +127,7 @@ def _result(pending, job: CompileJob):
             pending = pending.result(ignore_errors=True)
         return pending
     except Exception as e:  # noqa: BLE001
-        log.debug("precompiling %s failed: %s: %s", job.fn, type(e).__name__, e)
+        _report_failure(job, e)
         return None
 
 

@@ -288,10 +288,13 @@ def assert_compiled_cleanly(name: str) -> None:
 def _no_tf32():
     """cuDNN convolutions default to TF32 (10-bit mantissa): two runs that sum in another order then
     differ far beyond an fp32 tolerance, so the comparison runs both sides in full fp32."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    cudnn, saved = torch.backends.cudnn, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    # the context manager: OpInfo's test helpers forbid setting cuDNN flags directly
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        yield
+    torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _close(actual, expected, what, atol, rtol):
