@@ -65,15 +65,10 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
     """
     if not jobs:
         return []
-    async_mode = _async_compile_mode()
+    # Plain threads. (Triton's AsyncCompileMode returned futures that resolved to nothing on the H100:
+    # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
     with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(jobs))),
                                                thread_name_prefix="mini_inductor_compile") as pool:
-        if async_mode is not None:
-            pending = []
-            with async_mode(pool, ignore_errors=True):
-                for job in jobs:
-                    pending.append(_guarded(job))
-            return [_result(k, job) for k, job in zip(pending, jobs)]
         device = torch.cuda.current_device()
         for job in jobs:  # create each kernel's per-device cache (a defaultdict) here, not racing in the threads
             caches = getattr(job.fn, "device_caches", None)
@@ -85,18 +80,6 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
                 return job()
         futures = [pool.submit(run, job) for job in jobs]
         return [_result(f, job) for f, job in zip(futures, jobs)]
-
-
-def _async_compile_mode():
-    """Triton's AsyncCompileMode (Triton 3.5+): warmup submits the compile to our pool and returns a future."""
-    try:
-        import triton
-        from triton.runtime._async_compile import active_mode
-    except ImportError:
-        return None
-    if active_mode.get() is not None:  # someone else's compile mode is on: it does not nest
-        return None
-    return getattr(triton, "AsyncCompileMode", None)
 
 
 _failures_reported = [0]
