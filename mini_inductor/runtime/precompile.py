@@ -102,13 +102,9 @@ def _guarded(job: CompileJob):
 
 
 def _result(pending, job: CompileJob):
-    """The compiled kernel behind a FutureKernel, a concurrent Future, or a plain result."""
+    """The compiled kernel behind a concurrent Future."""
     try:
-        if isinstance(pending, concurrent.futures.Future):
-            pending = pending.result()
-        if hasattr(pending, "result"):
-            pending = pending.result(ignore_errors=True)
-        return pending
+        return pending.result()
     except Exception as e:  # noqa: BLE001
         _report_failure(job, e)
         return None
