@@ -309,3 +309,26 @@ def test_autocast_outputs_are_not_kept_by_the_cast_cache():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 out = f(x)
                 torch.testing.assert_close(out.float(), lin(x).relu().float(), atol=3e-2, rtol=3e-2)
+
+
+def test_inputs_made_on_a_user_stream_are_seen_by_warmup_record_and_replay():
+    f = compiled(lambda x: x * 3 + 1)
+    side = torch.cuda.Stream()
+    for _ in range(4):
+        with torch.cuda.stream(side):
+            x = torch.randn(1 << 16, device="cuda")   # written on the user's side stream
+            out = f(x)                                # called from that stream
+        side.synchronize()
+        torch.testing.assert_close(out, x * 3 + 1)
+
+
+def test_hooks_on_a_replayed_output_do_not_carry_over_to_the_next_iteration():
+    lin = nn.Linear(8, 8).cuda()
+    cm = compiled(lin)
+    calls = []
+    for i in range(5):
+        out = cm(torch.randn(4, 8, device="cuda"))
+        if i % 2 == 0:
+            out.register_hook(lambda g: calls.append(1))
+        out.sum().backward()
+    assert len(calls) == 3   # only the iterations that registered one
