@@ -37,7 +37,8 @@ def precompile(module, threads: int) -> int:
     jobs = []
     for name, dtypes, sizes, meta, num_warps in launches:
         fn = getattr(module, name, None)
-        fn = getattr(fn, "fn", fn)  # a FastKernel (runtime/launcher.py) wraps the JITFunction
+        if not hasattr(fn, "warmup"):   # a FastKernel (runtime/launcher.py) wraps the JITFunction; a JITFunction's
+            fn = getattr(fn, "fn", None)  # own `.fn` is the plain Python function (unwrapping it dropped every job)
         if hasattr(fn, "warmup"):
             jobs.append(CompileJob(fn, (*dtypes, *sizes), dict(meta, num_warps=num_warps)))
     with torch.cuda.device(_device(module)):
