@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 
 from ..config import interpreting
+from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
+from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
 from .launcher import accelerate
 
 
@@ -37,9 +39,6 @@ class CompiledGraph:
             self._use_trees(cfg)
 
     def _use_trees(self, cfg) -> None:
-        from .cudagraph_trees import TreeFunction, note_compiled_shape
-        from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
-
         partitions = getattr(self.module, "PARTITIONS", {})
         if interpreting() or not partitions or not have_cuda_graph_apis() or not torch.cuda.is_available():
             return
@@ -76,7 +75,6 @@ class CompiledGraph:
         self._held_grads = None   # last step's gradients: released before this replay overwrites them
         out = self._call(args, self.constants)
         if self.kind == "backward" and self.device is not None:
-            from .cudagraph_trees import get_manager
             manager = get_manager(self.device)
             if manager is not None:
                 manager.set_to_running_backward()   # a backward clears the pending flag, graphed or not

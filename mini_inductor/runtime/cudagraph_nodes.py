@@ -350,27 +350,29 @@ class GraphNode:
         return outs
 
     def _build_cached_outputs(self) -> None:
-        """Fresh, never-aliased outputs: one tensor object each, returned by every replay.
-
-        Registered as cached tensors, so autograd never steals one as a `.grad` (it copies) and the
-        autocast cache skips them. They count as dead when only the tree holds them.
-        """
+        """Fresh, never-aliased outputs: one tensor object each, returned by every replay."""
         self.cached_outputs = [None] * len(self.kinds)
         for i, ok in enumerate(self.cacheable):
-            if not ok:
-                continue
-            meta = self.metas[i]
-            t = tensor_on(meta, storage_at(meta))
-            torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
-            torch._C._add_cached_tensor(t)
-            self.cached_outputs[i] = t
-            ref = self.outputs_refs[i]
-            ref.swap(t.untyped_storage())
-            ref.baseline = 0
-            ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)   # the tree's own holders
-            ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
-        if self.info.mode == "backward":   # as pin_gradient: autograd copies them into .grad, never adopts
-            self.pinned = [(t, t) for t in self.cached_outputs if t is not None]
+            if ok:
+                self._cache_output(i)
+
+    def _cache_output(self, i: int) -> torch.Tensor:
+        """Output i's tensor object over its pool memory, registered as a cached tensor (the autocast
+        cache skips it). It counts as dead when only the tree holds it: the storage uses it has now
+        are the baseline. In a backward it is also pinned (see pin_gradient)."""
+        meta = self.metas[i]
+        t = tensor_on(meta, storage_at(meta))
+        torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
+        torch._C._add_cached_tensor(t)
+        self.cached_outputs[i] = t
+        ref = self.outputs_refs[i]
+        ref.swap(t.untyped_storage())
+        ref.baseline = 0
+        ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)   # the tree's own holders
+        ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
+        if self.info.mode == "backward":
+            self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
+        return t
 
     def _retire_cached(self, i: int) -> torch.Tensor:
         """This replay overwrites the memory of an output the caller still holds from the last one.
@@ -383,17 +385,7 @@ class GraphNode:
         torch._C._set_cached_tensors_enabled(True)
         torch._C._remove_cached_tensor(old)
         torch._C._set_storage_access_error_msg(old, overwritten_message(self.info.trace_of(i)))
-        meta = self.metas[i]
-        t = tensor_on(meta, storage_at(meta))
-        torch._C._add_cached_tensor(t)
-        self.cached_outputs[i] = t
-        ref = self.outputs_refs[i]
-        ref.swap(t.untyped_storage())
-        ref.baseline = 0
-        ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)
-        if self.pinned:
-            self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
-        return t
+        return self._cache_output(i)
 
     def remove_cached_outputs(self) -> None:
         if self.cached_outputs:

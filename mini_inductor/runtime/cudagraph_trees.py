@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from .cudagraph_nodes import Check, GraphNode, WarmupNode, unpin
-from .cudagraph_utils import (FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis, log, log_skip,
-                              overwritten_message, pool_blocks, pool_segments, skip_reasons)
+from .cudagraph_utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
+                              log, log_skip, overwritten_message, pool_blocks, pool_segments, skip_reasons)
 
 _UNEXPECTED_RERECORD = (Check.STATIC_MOVED, Check.MANAGED_MOVED, Check.STABLE_MOVED)
 
@@ -284,7 +284,6 @@ class TreeManager:
         if len(parents) == len(nodes):
             return
         self.warned_pending.add(fid)
-        from .cudagraph_utils import PENDING_BACKWARD
         warnings.warn(PENDING_BACKWARD)
 
     def _path_nodes(self) -> list:
