@@ -15,6 +15,7 @@ from .backend import reset
 from .runtime import cudagraph_trees as cudagraphs
 from .runtime.cudagraph_trees import mark_step
 from .debug.logs import configure as _configure_logs
+from .runtime.precompile import start_triton_key as _start_triton_key
 
 __all__ = ["backend", "config", "cudagraphs", "mark_step", "metrics", "reset"]
 
@@ -28,3 +29,4 @@ def _register() -> None:
 
 _register()
 _configure_logs()
+_start_triton_key()

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import os
 import time
 import warnings
 from typing import Any, NamedTuple
@@ -220,12 +221,15 @@ def _prepare_kernels(module, name: str, cfg: Config, record: metrics.GraphRecord
     if interpreting():
         return
     began = time.perf_counter()
-    count = precompile(module, cfg.compile_threads)
-    if count:
-        took = time.perf_counter() - began
+    reloaded, compiled = precompile(module, cfg.compile_threads, os.path.join(cfg.cache_dir, "kernels"))
+    took = time.perf_counter() - began
+    if compiled:
         record.stage_seconds["kernel compile"] = took
-        schedule_log.info("%s: %d Triton kernels compiled on %d threads in %.2f s", name, count,
-                          cfg.compile_threads, took)
+        schedule_log.info("%s: %d Triton kernels compiled on %d threads in %.2f s%s", name, compiled,
+                          cfg.compile_threads, took, f" ({reloaded} more reloaded)" if reloaded else "")
+    elif reloaded:
+        record.stage_seconds["kernel load"] = took
+        schedule_log.info("%s: %d compiled Triton kernels reloaded from the cache in %.2f s", name, reloaded, took)
     if cfg.max_autotune:
         accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads))
 

@@ -305,8 +305,7 @@ class WrapperCodegen:
     def _render(self, functions: list[tuple[GraphPartition, _Scope]], call: _Scope) -> str:
         g = self.graph
         parts = [HEADER.format(graph=g.name)]
-        for src in self.kernels.values():
-            parts.append("\n" + src)
+        parts += _kernel_definitions(self.kernels)
         for part, scope in functions:
             body = []
             if part.inputs:
@@ -358,6 +357,22 @@ class WrapperCodegen:
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]
         return "PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
+
+
+def _kernel_definitions(kernels: dict[str, str]) -> list[str]:
+    """Each kernel's source, except that a kernel whose code equals an earlier one's (the same layer
+    repeated N times gives N identical kernels) becomes a second name for it: Triton then compiles,
+    caches and loads that code once, not N times."""
+    first_of: dict[str, str] = {}
+    parts = []
+    for name, src in kernels.items():
+        body = src.replace(f"def {name}(", "def KERNEL(", 1)
+        same = first_of.setdefault(body, name)
+        if same == name:
+            parts.append("\n" + src)
+        else:
+            parts.append(f"\n{name} = {same}  # the same code as {same}\n")
+    return parts
 
 
 def _launch_table(launches) -> str:

@@ -20,40 +20,95 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 from typing import Any, Sequence
 
 import torch
 
 from ..config import interpreting
+from . import kernel_store
 
 log = logging.getLogger("mini_inductor.schedule")
 
 
-def precompile(module, threads: int) -> int:
-    """Compile every kernel `module.KERNEL_LAUNCHES` names, on `threads` threads; how many were compiled."""
+def start_triton_key() -> None:
+    """Compute Triton's own cache key in a background thread, once per process, on CUDA machines.
+
+    The first Triton compile of a process hashes Triton's package and its shared library (half a
+    second on the H100 machine) before looking anything up. Started at import, that hashing overlaps
+    Dynamo's tracing instead of delaying the first kernel compile. Hashing and file reads release
+    the GIL, so the tracing thread barely notices.
+    """
+    if interpreting() or _key_thread:
+        return
+
+    def work():
+        try:
+            if not torch.cuda.is_available():
+                return
+            from triton.runtime.cache import triton_key
+            triton_key()
+        except Exception as e:  # noqa: BLE001  (the real compile computes it again and reports problems)
+            log.debug("computing triton_key ahead failed: %s: %s", type(e).__name__, e)
+
+    thread = threading.Thread(target=work, name="mini_inductor_triton_key", daemon=True)
+    _key_thread.append(thread)
+    thread.start()
+
+
+_key_thread: list = []
+
+
+def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int, int]:
+    """Make every kernel `module.KERNEL_LAUNCHES` names ready before the first call: (reloaded, compiled).
+
+    A specialization `store_dir` remembers (runtime/kernel_store.py) is rebuilt from Triton's cache
+    files directly; the rest compile on `threads` threads (none when threads is 0: they compile at
+    their first launch) and are remembered for the next process. Kernels with the same code (a second
+    name in the module) and repeated launch specs are one job.
+    """
     launches = getattr(module, "KERNEL_LAUNCHES", None)
-    if interpreting() or threads <= 0 or not launches or getattr(module, "_mini_inductor_precompiled", False):
-        return 0
-    jobs = []
+    if interpreting() or not launches or getattr(module, "_mini_inductor_precompiled", False):
+        return 0, 0
+    jobs: dict[tuple, CompileJob] = {}
     for name, dtypes, sizes, meta, num_warps in launches:
         fn = getattr(module, name, None)
         if not hasattr(fn, "warmup"):   # a FastKernel (runtime/launcher.py) wraps the JITFunction; a JITFunction's
             fn = getattr(fn, "fn", None)  # own `.fn` is the plain Python function (unwrapping it dropped every job)
         if hasattr(fn, "warmup"):
-            jobs.append(CompileJob(fn, (*dtypes, *sizes), dict(meta, num_warps=num_warps)))
-    with torch.cuda.device(_device(module)):
-        done = compile_all(jobs, threads)
+            args = (*dtypes, *sizes)
+            key = kernel_store.spec_key(args, num_warps, meta)
+            jobs.setdefault((id(fn), key), CompileJob(fn, args, dict(meta, num_warps=num_warps), key))
+    device = _device(module)
+    reloaded = 0
+    pending = []
+    for job in jobs.values():
+        kernel = kernel_store.load(store_dir, job.fn, job.key, device) if store_dir else None
+        if kernel is not None:
+            kernel_store.attach(job.fn, job.key, kernel)
+            reloaded += 1
+        else:
+            pending.append(job)
+    compiled = 0
+    if pending and threads > 0:
+        with torch.cuda.device(device):
+            done = compile_all(pending, threads)
+        for job, kernel in zip(pending, done):
+            if kernel is not None:
+                compiled += 1
+                if store_dir:
+                    kernel_store.save(store_dir, job.fn, job.key, kernel, device)
     module._mini_inductor_precompiled = True
-    return sum(1 for k in done if k is not None)
+    return reloaded, compiled
 
 
 class CompileJob:
     """One specialization of a kernel: `fn.warmup(*args, **kwargs)` (args: tensors or torch dtypes)."""
 
-    __slots__ = ("fn", "args", "kwargs")
+    __slots__ = ("fn", "args", "kwargs", "key")
 
-    def __init__(self, fn, args: Sequence[Any], kwargs: dict[str, Any]):
-        self.fn, self.args, self.kwargs = fn, tuple(args), kwargs
+    def __init__(self, fn, args: Sequence[Any], kwargs: dict[str, Any], key: tuple = ()):
+        self.fn, self.args, self.kwargs, self.key = fn, tuple(args), kwargs, key
 
     def __call__(self):
         return self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
