@@ -74,7 +74,7 @@ CHILD = textwrap.dedent('''
     mods = []
     for _ in range(6):
         mods += [nn.Linear(64, 64), nn.SiLU(), nn.LayerNorm(64)]
-    model = nn.Sequential(*mods).cuda().eval()
+    model = nn.Sequential(*mods, nn.Softmax(-1)).cuda().eval()
     x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():
         out = torch.compile(model, backend="mini_inductor", options={"cudagraphs": False})(x)
@@ -102,7 +102,7 @@ def _run_child(tmp_path):
 def test_a_warm_process_reloads_compiled_kernels_without_triton_jit(tmp_path):
     cold, _ = _run_child(tmp_path)
     assert cold["cache"] == "miss" and "kernel compile" in cold["stages"]
-    assert cold["jit_compiled"] == cold["kernels"] >= 2      # each distinct kernel compiled once, ahead
+    assert cold["jit_compiled"] == cold["kernels"] >= 2      # each distinct kernel compiled once (6 layers: 2)
     assert len(list((tmp_path / "mini" / "kernels").glob("*.json"))) == cold["kernels"]
     warm, log = _run_child(tmp_path)
     assert warm["cache"] == "disk" and "kernel load" in warm["stages"] and "kernel compile" not in warm["stages"]

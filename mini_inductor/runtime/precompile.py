@@ -111,7 +111,10 @@ class CompileJob:
         self.fn, self.args, self.kwargs, self.key = fn, tuple(args), kwargs, key
 
     def __call__(self):
-        return self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
+        kernel = self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
+        if kernel is not None and not hasattr(kernel, "result"):
+            _ = kernel.run   # loads the binary and builds its C launcher (a compiler run, GIL released) here
+        return kernel
 
 
 def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
