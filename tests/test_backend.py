@@ -106,3 +106,28 @@ def test_compilation_is_deterministic(device, tmp_path):
         (folder,) = [p for p in (tmp_path / str(i)).iterdir()]
         sources.append((folder / "output_code.py").read_text().split("\n", 1)[1])
     assert sources[0] == sources[1]
+
+
+def test_backward_is_called_boxed_without_the_aot_autograd_warning(device):
+    """aot_autograd copies the backward's instance attributes, not class attributes: without the flag on
+    the instance it warns and calls the backward unboxed, holding every saved tensor to the end."""
+    import warnings
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to(device)
+    x = torch.randn(4, 8, device=device)
+    compiled = torch.compile(model, backend="mini_inductor", options={"cudagraphs": False})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(x).sum().backward()
+    assert not [w for w in caught if "boxed" in str(w.message)]
+    grads = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    model(x).sum().backward()
+    for got, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(got, p.grad, atol=1e-5, rtol=1e-5)
+    backward = [g for g in metrics.compiled_graphs if g.name.startswith("backward")]
+    assert backward, "no backward graph was compiled"
+    # the generated call consumes the list it is given (what a boxed caller relies on)
+    assert "args.clear()" in pathlib.Path(backward[-1].source_path).read_text()

@@ -33,6 +33,10 @@ class CompiledGraph:
         self.static_input_idxs = tuple(static_input_idxs)
         self.tree_functions: list = []
         self.device: int | None = None
+        # Also an instance attribute: aot_autograd wraps the backward with functools.wraps, which copies the
+        # instance's __dict__ but not class attributes, and without the flag it would call us unboxed
+        # (with a warning) and hold every saved activation until the whole backward returns.
+        self._boxed_call = True
         accelerate(module)
         self._call: Callable = module.call
         if cfg is not None and cfg.cudagraphs:
