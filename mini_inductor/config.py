@@ -21,6 +21,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | cudagraph_stable_inputs | MINI_INDUCTOR_CUDAGRAPH_STABLE_INPUTS | True                       |
 | cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
+| reorder_for_partitions | MINI_INDUCTOR_REORDER_FOR_PARTITIONS | True                      |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
 | graph_cache          | MINI_INDUCTOR_GRAPH_CACHE        | True                             |
@@ -82,6 +83,9 @@ class Config:
     cudagraph_slow_asserts: bool = True
     # ATen ops to keep out of CUDA graphs, comma-separated: "aten.mm" (every overload) or "aten.mm.default"
     cudagraph_unsafe_ops: str = ""
+    # move independent cudagraph-safe work across unsafe nodes (CPU ops, syncs) so it forms fewer
+    # partitions, hence fewer CUDA graphs; the moves are in the schedule and the `schedule` log
+    reorder_for_partitions: bool = True
     # raise instead of running a function without CUDA graphs (mutated inputs, re-record limit, devices)
     cudagraph_or_error: bool = False
     # warn once when one graph family has been compiled for more than this many shapes (0: never)

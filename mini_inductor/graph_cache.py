@@ -99,8 +99,9 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
 def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
     parts = [f"format {FORMAT}", *versions(), f"default dtype {torch.get_default_dtype()}",  # lowering reads it
-             repr(sorted((k, v) for k, v in vars(cfg).items()
-                         if k not in _NO_CODE_EFFECT and not k.startswith("cudagraph_")))]
+             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
+                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
+                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]
     for node in gm.graph.nodes:
         parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":

@@ -104,6 +104,10 @@ def test_key_covers_code_options_and_compiler_versions_but_not_where_files_go(mo
     assert key == graph_cache.graph_key(torch.fx.symbolic_trace(_f), [x.clone()], cfg)
     assert key == graph_cache.graph_key(gm, [x], cfg.replace(debug_dir="/tmp/elsewhere", compile_threads=3))
     assert key != graph_cache.graph_key(gm, [x], cfg.replace(max_fusion_size=2))
+    # ops cut out of CUDA-graph partitions change the code; the other cudagraph_* options do not
+    assert key != graph_cache.graph_key(gm, [x], cfg.replace(cudagraph_unsafe_ops="aten.mm"))
+    assert key != graph_cache.graph_key(gm, [x], cfg.replace(reorder_for_partitions=False))
+    assert key == graph_cache.graph_key(gm, [x], cfg.replace(cudagraph_rerecord_limit=3))
     assert key != graph_cache.graph_key(gm, [x.double()], cfg)
     monkeypatch.setattr(graph_cache, "versions", lambda: ("torch 0", "triton 0", "mini_inductor edited"))
     assert key != graph_cache.graph_key(gm, [x], cfg)

@@ -8,10 +8,15 @@ A node is cudagraph-unsafe when it runs on the CPU or copies between devices, wh
 depends on data (nonzero, .item()), or when its ATen op is tagged `cudagraph_unsafe`. Each partition
 knows its inputs (buffers read but produced elsewhere, graph inputs, buffers whose last use it holds)
 and its outputs (buffers it produces that are used after it, or are graph outputs).
+
+Before the cut, `reorder_for_partitions` moves independent safe and unsafe work apart so that each
+kind forms as few runs as possible: every safe run is one CUDA graph to record and replay.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
 
 import sympy
 import torch
@@ -118,3 +123,112 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
             has_kernels=any(not nodes[i].is_extern() or isinstance(nodes[i].node, ExternKernel) for i in indices)))
         counts[safe] += 1
     return partitions
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionMove:
+    """One node the partition-aware reorder moved ahead of nodes of the other kind (safe vs unsafe)."""
+
+    node: str                    # the node (group) that moved
+    overtook: tuple[str, ...]    # nodes that ran before it in the fused order and now run after it
+    safe: bool                   # the moved node is cudagraph-safe
+    reason: str
+
+    def __str__(self) -> str:
+        names = ", ".join(self.overtook[:8]) + (f" and {len(self.overtook) - 8} more" if len(self.overtook) > 8 else "")
+        return f"moved {self.node} before {names}: {self.reason}"
+
+
+def count_runs(safe: list[bool]) -> tuple[int, int]:
+    """(safe runs, unsafe runs) of a sequence of node kinds: the partitions it would be cut into."""
+    runs = [s for i, s in enumerate(safe) if i == 0 or s != safe[i - 1]]
+    return sum(runs), len(runs) - sum(runs)
+
+
+def reorder_for_partitions(nodes: list[BaseSchedulerNode], user_unsafe: frozenset[str] = frozenset()
+                           ) -> tuple[list[BaseSchedulerNode], list[PartitionMove]]:
+    """Reorder independent safe and unsafe work so that the nodes fall into as few partitions as possible.
+
+        fused order:  gpu1 cpu1 gpu2 cpu2      (gpu2 does not read cpu1)   2 graphs
+        reordered:    gpu1 gpu2 cpu1 cpu2                                  1 graph
+
+    A list schedule over the dependencies (data deps and the ordering deps around mutations): it runs
+    every ready node of one kind, then every ready node of the other kind, and so on; among ready
+    nodes of a kind the earliest in the fused order goes first. Running a kind until nothing of it is
+    ready leaves the fewest switches for the start kind it began with; both start kinds are tried.
+    Unsafe nodes keep their relative order (they may sync, touch host state or draw from a CPU
+    generator); a safe node may overtake unsafe nodes, and safe nodes that wait on an unsafe one.
+    The new order is kept only if it has fewer graphed (safe) partitions, or as many and fewer
+    partitions in all; the memory plan is computed afterwards, on the order returned.
+    """
+    kinds = [not cudagraph_unsafe_reason(n, user_unsafe) for n in nodes]
+    before = count_runs(kinds)
+    if before[0] <= 1 and before[1] <= 1:
+        return nodes, []
+    owner = {name: i for i, n in enumerate(nodes) for name in n.get_names()}
+    preds: list[set[int]] = []
+    for i, n in enumerate(nodes):
+        deps = {owner[d.name] for m in n.get_nodes() for d in m.unmet_dependencies if d.name in owner}
+        deps.discard(i)
+        preds.append(deps)
+    unsafe = [i for i, s in enumerate(kinds) if not s]
+    for a, b in zip(unsafe, unsafe[1:]):
+        preds[b].add(a)
+    best = None
+    for start in (True, False):
+        order = _alternating_schedule(preds, kinds, start)
+        runs = count_runs([kinds[i] for i in order])
+        if best is None or runs < best[0]:
+            best = (runs, order)
+    runs, order = best
+    if runs >= before:
+        return nodes, []
+    moves = _describe_moves(nodes, kinds, order, before[0], runs[0])
+    return [nodes[i] for i in order], moves
+
+
+def _alternating_schedule(preds: list[set[int]], kinds: list[bool], start: bool) -> list[int]:
+    """Topological order that drains the ready nodes of one kind before switching to the other."""
+    succs: list[list[int]] = [[] for _ in preds]
+    waiting = [len(p) for p in preds]
+    for i, p in enumerate(preds):
+        for j in p:
+            succs[j].append(i)
+    ready: dict[bool, list[int]] = {True: [], False: []}
+    for i, w in enumerate(waiting):
+        if w == 0:
+            heapq.heappush(ready[kinds[i]], i)
+    order: list[int] = []
+    kind = start
+    while len(order) < len(preds):
+        if not ready[kind]:
+            kind = not kind
+            if not ready[kind]:
+                raise RuntimeError("partition reorder: the dependencies form a cycle")
+            continue
+        i = heapq.heappop(ready[kind])
+        order.append(i)
+        for j in succs[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready[kinds[j]], j)
+    return order
+
+
+def _describe_moves(nodes, kinds, order, safe_before: int, safe_after: int) -> list[PartitionMove]:
+    """Each node that now runs ahead of nodes of the other kind that ran before it in the fused order."""
+    position = [0] * len(order)
+    for k, i in enumerate(order):
+        position[i] = k
+    earlier: dict[bool, list[tuple[int, int]]] = {True: [], False: []}   # kind → sorted (position, index)
+    moves = []
+    for i, node in enumerate(nodes):
+        others = earlier[not kinds[i]]
+        first = bisect.bisect_right(others, (position[i], len(nodes)))
+        if first < len(others):
+            overtook = tuple(nodes[j].name for _, j in sorted(others[first:], key=lambda pj: pj[1]))
+            what = "cudagraph-safe" if kinds[i] else "unsafe"
+            why = f"{what}, depends on none of them ({safe_before} → {safe_after} graphed partitions)"
+            moves.append(PartitionMove(node.name, overtook, kinds[i], why))
+        bisect.insort(earlier[kinds[i]], (position[i], i))
+    return moves

@@ -2,8 +2,8 @@
 
     nodes from buffers → dead-node elimination → dependencies (data deps; alias groups; ordering
     deps around mutations, see mutation.py) → topological order
-    → fusion rounds (legality with reasons, cycle check, score) → last-use freeing
-    → bytes-moved estimate → partitions (cudagraph-safe runs, with their inputs and outputs)
+    → fusion rounds (legality with reasons, cycle check, score) → partition-aware reorder
+    → last-use freeing → bytes-moved estimate → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_c
 from .memory import compute_last_use, estimate_bytes_moved
 from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
-from .partition import GraphPartition, partition_nodes
+from .partition import GraphPartition, PartitionMove, partition_nodes, reorder_for_partitions
 
 fusion_log = logging.getLogger("mini_inductor.fusion")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -44,6 +44,7 @@ class Schedule:
     estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)    # name sharing a storage → its root
     mutations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # storage root → mutating nodes
+    partition_moves: list[PartitionMove] = dataclasses.field(default_factory=list)  # the partition-aware reorder
 
     def mutated_inputs(self) -> list[int]:
         """Positions of the graph inputs that the graph writes in place."""
@@ -69,6 +70,7 @@ class Schedule:
             which = f" (input {inputs[root]})" if root in inputs else ""
             lines.append(f"# {root}{which} mutated by {', '.join(nodes)}")
         lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
+        lines += [f"# reorder for partitions: {move}" for move in self.partition_moves]
         for p in self.partitions:
             why = f" ({p.reason})" if p.reason else ""
             lines.append(f"# {p.name}{why}: nodes {', '.join(p.nodes)}; inputs {', '.join(p.inputs) or '-'}; "
@@ -103,14 +105,19 @@ class Scheduler:
         self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
+        user_unsafe = frozenset(op.strip() for op in self.cfg.cudagraph_unsafe_ops.split(",") if op.strip())
+        moves: list[PartitionMove] = []
+        if self.cfg.reorder_for_partitions:
+            nodes, moves = reorder_for_partitions(nodes, user_unsafe)
+            for move in moves:
+                schedule_log.info("%s: %s", self.graph.name, move)
         frees = compute_last_use(nodes, output_names, self.graph, aliases)
         moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
-        user_unsafe = frozenset(op.strip() for op in self.cfg.cudagraph_unsafe_ops.split(",") if op.strip())
         partitions = partition_nodes(nodes, frees, output_names, input_order, user_unsafe)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
-                          time.perf_counter() - start, partitions, moved, aliases, mutations)
+                          time.perf_counter() - start, partitions, moved, aliases, mutations, moves)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 
