@@ -3,7 +3,8 @@
     generated   every sample matched eager; at least one Triton kernel and no ATen fallback of the op itself
     view        every sample matched eager with neither kernels nor fallbacks (views, aliases, metadata)
     fallback    every sample matched eager; the op itself (or all of the work) ran through ATen
-    failed      an error or a mismatch with eager (values within dtype tolerance, dtypes, shapes)
+    failed      an error or a mismatch with eager (structure, dtype, shape, strides, values within the
+                dtype's tolerance; for float16/bfloat16 a float64 reference settles values, see compare.py)
     skipped     no sample usable: eager raises, the dtype is unsupported, or Dynamo cannot trace it
                 into one graph even with the aot_eager backend (not mini_inductor's doing)
 
@@ -21,15 +22,14 @@ import torch
 import torch._dynamo
 from torch.utils import _pytree as pytree
 
+from compare import LOW_PRECISION, compare
+
 # MINI_OPINFO_SAMPLES / MINI_OPINFO_SKIP: how many small samples to run, after skipping how many
 # (a second sweep with MINI_OPINFO_SKIP=2 checks other samples in the same time).
 MAX_SAMPLES = int(os.environ.get("MINI_OPINFO_SAMPLES", "2"))  # the CI subset runs 1 (see test_opinfo.py)
 SKIP_SAMPLES = int(os.environ.get("MINI_OPINFO_SKIP", "0"))
 MAX_NUMEL = 4096
 SAMPLES_SCANNED = 12 + 2 * (MAX_SAMPLES + SKIP_SAMPLES)   # sample inputs looked at to find the small ones
-
-TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-7, 1e-7),
-              torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
 
 # Values are random (or uninitialised): compare shapes and dtypes only.
 NONDETERMINISTIC = {
@@ -89,30 +89,11 @@ def _clone(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone() if t.is_contiguous() else t.detach().clone(memory_format=torch.preserve_format)
 
 
-def _compare(actual, expected, dtype, values: bool) -> str | None:
-    act, act_spec = pytree.tree_flatten(actual)
-    exp, exp_spec = pytree.tree_flatten(expected)
-    if act_spec != exp_spec:
-        return f"output structure {act_spec} != eager's {exp_spec}"
-    for i, (a, e) in enumerate(zip(act, exp)):
-        if isinstance(e, torch.Tensor):
-            if not isinstance(a, torch.Tensor):
-                return f"output {i}: {type(a).__name__}, eager gave a tensor"
-            if a.dtype != e.dtype:
-                return f"output {i}: dtype {a.dtype} != eager's {e.dtype}"
-            if a.shape != e.shape:
-                return f"output {i}: shape {tuple(a.shape)} != eager's {tuple(e.shape)}"
-            if not values:
-                continue
-            atol, rtol = TOLERANCES.get(e.dtype, (0, 0))
-            try:
-                torch.testing.assert_close(a.cpu(), e.cpu(), atol=atol, rtol=rtol, equal_nan=True, check_stride=False)
-            except AssertionError as err:
-                return f"output {i}: " + str(err).strip().splitlines()[0] + " " + " ".join(
-                    str(err).strip().splitlines()[1:4])
-        elif values and a != e and not (isinstance(e, float) and e != e and a != a):
-            return f"output {i}: {a!r} != eager's {e!r}"
-    return None
+def _upcast(tensors, dtype: torch.dtype) -> list:
+    """The sample's tensors for the float64 reference: those of the sweep's low-precision dtype upcast."""
+    if dtype not in LOW_PRECISION:
+        return [_clone(t) for t in tensors]
+    return [t.detach().to(torch.float64) if t.dtype == dtype else _clone(t) for t in tensors]
 
 
 def _traceable_elsewhere(fn, tensors) -> bool:
@@ -170,7 +151,7 @@ def run_op(op, device: str, dtype: torch.dtype, max_samples: int = MAX_SAMPLES) 
                 continue  # Dynamo/AOTAutograd cannot take it: not ours to judge
             lines = traceback.format_exception_only(type(e), e)[-1].strip().splitlines()
             return Outcome("failed", f"{type(e).__name__}: {lines[0][:300] if lines else ''}")
-        bad = _compare(actual, expected, dtype, values)
+        bad = compare(actual, expected, dtype, values, reference=lambda: fn(*_upcast(tensors, dtype)))
         if bad:
             return Outcome("failed", f"mismatch: {bad}"[:400])
         used += 1
