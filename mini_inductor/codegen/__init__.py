@@ -219,6 +219,8 @@ class WrapperCodegen:
         self.removed |= kernel.removed_buffers()
         args = kernel.signature()
         for m in members:
+            if m.node.get_mutation_names():
+                self.removed.add(m.name)  # a scatter adds into its target: no storage of its own
             if m.name in self.removed:
                 continue
             lay = m.node.layout

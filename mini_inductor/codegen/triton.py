@@ -382,12 +382,22 @@ class TritonOps:
             pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
         return f"@{name}@ + {_operand(index)}{pad}"
 
-    def store(self, name: str, index, value, after_loop: bool = False):
+    def store(self, name: str, index, value, mode: str | None = None, after_loop: bool = False):
         k = self.k
         index = self._index(index)
         dtype = k.buffer_dtypes[name]
         if name not in k.stores:
             k.stores.append(name)
+        if mode == "atomic_add":
+            # other programs add to the same elements: nothing to cache, and no plain store
+            if value.dtype != dtype:
+                value = self.to_dtype(value, dtype)
+            k.load_misses.add(name)
+            k.section.lines.append(StoreLine(name, f"tl.atomic_add({self._pointer(name, index)}, {value}, "
+                                                   f"{self._mask(index)}, sem='relaxed')"))
+            return
+        if mode is not None:
+            raise NotImplementedError(f"store mode {mode!r}")
         if after_loop:
             # a looped reduction's result exists only after its loop: store it there
             if value.dtype != dtype:

@@ -1,4 +1,5 @@
-"""Ops that read their input at computed positions: pad, cat, flip, gather, index, embedding.
+"""Ops that read their input at computed positions: pad, cat, flip, gather, index, embedding
+(index_put, which writes through the same positions, is in scatter_lowerings.py).
 
 Two tools do the work:
   * `ops.masked(mask, body, other)`: `body()` where `mask` holds, `other` elsewhere; the loads inside
@@ -9,6 +10,7 @@ Two tools do the work:
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -149,6 +151,17 @@ def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
 
 @register_lowering(aten.index.Tensor)
 def index(x: IRNode, indices):
+    out_size, source = index_positions(x, indices)
+    loader = x.make_loader()
+    return Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: loader(source(idx)), out_size)
+
+
+def index_positions(x: IRNode, indices) -> tuple[list, Callable]:
+    """`x[indices]` (advanced indexing, a None for a dim taken whole) as (output size, source), where
+    `source(idx)` is the element of `x` that output element `idx` reads (it loads the index tensors).
+
+    index_put writes through the same map: element `idx` of the values goes to `source(idx)`.
+    """
     size = x.get_size()
     static_sizes(x)
     if len(indices) > len(size):
@@ -168,9 +181,9 @@ def index(x: IRNode, indices):
     before = [d for d in rest if d < at] if adjacent else []
     after = [d for d in rest if d not in before]
     out_size = [size[d] for d in before] + list(bshape) + [size[d] for d in after]
-    loader, nb = x.make_loader(), len(bshape)
+    nb = len(bshape)
 
-    def inner_fn(idx):
+    def source(idx):
         bidx = list(idx[len(before):len(before) + nb])
         src = [None] * len(size)
         for d, i in zip(before, idx[:len(before)]):
@@ -179,8 +192,8 @@ def index(x: IRNode, indices):
             src[d] = i
         for d, ld in zip(positions, loaders):
             src[d] = _indirect(ld(bidx), size[d])
-        return loader(src)
-    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, out_size)
+        return src
+    return out_size, source
 
 
 @register_lowering(aten._unsafe_index.Tensor)

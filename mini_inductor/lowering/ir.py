@@ -4,6 +4,7 @@
     ─────────────────────────────────   ──────────────────────────────────────────────
     StorageBox(Pointwise)               an unrealized elementwise body, inlined into readers
     StorageBox(ComputedBuffer)          a realized buffer: Pointwise or Reduction body + layout
+    ScatterBuffer                       atomic adds into a realized buffer (index_put, accumulate)
     StorageBox(InputBuffer)             a graph input
     StorageBox(ExternKernel)            an ATen call (mm, conv, attention, fallbacks)
     View(StorageBox, size, reindex)     an index remap over any of the above (no copy)
@@ -224,6 +225,10 @@ class ComputedBuffer(Buffer):
         rr = self.data.reduction_ranges if isinstance(self.data, Reduction) else []
         return list(self.data.ranges), list(rr)
 
+    def get_mutation_names(self) -> list[str]:
+        """Buffers this kernel writes besides its own (none, except for a ScatterBuffer)."""
+        return []
+
     def store_body(self, index: Sequence[Expr], rindex: Sequence[Expr]) -> None:
         """Run the body for one element: compute the value and store it (the scheduler's and codegen's view)."""
         if isinstance(self.data, Reduction):
@@ -237,6 +242,38 @@ class ComputedBuffer(Buffer):
         extra = f", reduction={self.data.reduction_type} over {[str(r) for r in rranges]}" if self.is_reduction else ""
         return (f"ComputedBuffer({self.name}, {kind}, {self.layout.dtype}, ranges={[str(r) for r in ranges]}"
                 f"{extra}, stride={[str(s) for s in self.layout.stride]})")
+
+
+class ScatterBuffer(ComputedBuffer):
+    """Adds a Pointwise's values into `target` at computed positions with atomics (`atomic_add`), so
+    values landing on the same element all count (index_put with accumulate=True).
+
+        target  = ComputedBuffer(copy of the input)          an ordinary kernel, fusable
+        scatter = ScatterBuffer(target, values, indexer)     target[indexer(i)] += values[i]
+        readers load `target`, after the scatter              (the scatter mutates target)
+
+    `output_indexer(index)` gives the element of `target` for iteration `index` (it may call
+    ops.indirect_indexing). The scatter allocates nothing: its name only orders the kernels. It runs
+    in a kernel of its own: every element of `target` must be written before any program adds to
+    it, and every add done before anyone reads it.
+    """
+
+    def __init__(self, name, target: ComputedBuffer, data: Pointwise, output_indexer: Callable, mode: str = "atomic_add"):
+        super().__init__(name, target.layout, data)
+        self.target = target
+        self.output_indexer = output_indexer
+        self.mode = mode
+
+    def get_mutation_names(self) -> list[str]:
+        return [self.target.name]
+
+    def store_body(self, index, rindex) -> None:
+        position = self.target.layout.index(self.output_indexer(index))
+        ops.store(self.target.name, position, self.data.inner_fn(index), self.mode)
+
+    def __repr__(self):
+        return (f"ScatterBuffer({self.name}, {self.mode} into {self.target.name}, {self.layout.dtype}, "
+                f"ranges={[str(r) for r in self.data.ranges]})")
 
 
 class ExternKernel(Buffer):

@@ -11,6 +11,19 @@ what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K 
 
 max_pool2d_with_indices_backward, the same way: an input position is in at most ceil(k / s) windows
 per dim; it gathers the output gradient of each window whose saved index points at it.
+
+index_put with accumulate=True (what embedding_dense_backward decomposes to) cannot be a gather: an
+element's writers are wherever the index tensor points. It is two kernels instead,
+
+    target  = copy of self                                (fp16/bf16: upcast to fp32)
+    target[index(i)] += values[i]   for every i           ScatterBuffer: tl.atomic_add
+    result  = target                                      (fp16/bf16: cast back, inlined into readers)
+
+so duplicate indices add up, in an unspecified order (not under torch.use_deterministic_algorithms).
+fp16/bf16 accumulate in fp32: Triton 3.6 accepts bf16 atomic_add, but the hardware add needs sm90
+and the interpreter rejects bf16 atomics ("Unsupported data type"); fp32 sums also round once, not
+at every add. Boolean-mask indices (data-dependent positions) and int64/bool/int8/int16 (no atomic
+add used for them, as in Inductor) run in ATen; so does accumulate=False.
 """
 from __future__ import annotations
 
@@ -19,8 +32,9 @@ import math
 import sympy
 import torch
 
-from .ir import IRNode, Pointwise, static_sizes
-from .lowerings import register_lowering
+from .indexing_lowerings import index_positions
+from .ir import IRNode, Pointwise, ScatterBuffer, current_graph, static_sizes
+from .lowerings import broadcast_loader, broadcast_sizes, register_lowering
 from .pooling_lowerings import _geometry
 from .sizevars import FloorDiv
 from .view_lowerings import _norm_dim
@@ -29,6 +43,8 @@ from .virtualized import ops
 aten = torch.ops.aten
 
 MAX_SCATTER_SPAN = 8  # index.size(dim) above this runs in ATen (K compares per output element)
+# Accumulator dtypes index_put adds with tl.atomic_add (fp16/bf16 accumulate in fp32).
+ATOMIC_ADD_DTYPES = (torch.float32, torch.float64, torch.int32)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -80,6 +96,48 @@ def scatter(x, dim, index, src):
 @register_lowering(aten.scatter_add.default)
 def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, accumulate=True)
+
+
+@register_lowering(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(x: IRNode, indices, values: IRNode, accumulate=False):
+    if not accumulate:
+        raise NotImplementedError("index_put without accumulate (of duplicate indices eager keeps one write)")
+    if torch.are_deterministic_algorithms_enabled():
+        raise NotImplementedError("index_put with accumulate under torch.use_deterministic_algorithms "
+                                  "(atomic adds sum in no fixed order)")
+    dtype = x.get_dtype()
+    acc = _compute_dtype(dtype)
+    if acc not in ATOMIC_ADD_DTYPES:
+        raise NotImplementedError(f"index_put with accumulate of {dtype} (no atomic add for it)")
+    out_size, position = index_positions(x, indices)
+    if broadcast_sizes(values.get_size(), out_size) != list(out_size):
+        raise NotImplementedError("index_put with values that do not broadcast to the indexed shape")
+    device, size = x.get_device(), x.get_size()
+    x_loader, values_loader = x.make_loader(), broadcast_loader(values, out_size)
+
+    def initial(idx):
+        v = x_loader(idx)
+        return v if dtype == acc else ops.to_dtype(v, acc)
+
+    def value(idx):
+        v = values_loader(idx)
+        return v if values.get_dtype() == acc else ops.to_dtype(v, acc)
+
+    box = Pointwise.create(device, acc, initial, size)
+    if 0 in [int(s) for s in out_size]:
+        return _cast(box, dtype)  # nothing to add
+    target = box.realize()
+    graph = current_graph()
+    graph.register_buffer(ScatterBuffer(graph.new_buffer_name(), target, Pointwise(device, acc, value, list(out_size)),
+                                        position))
+    return _cast(box, dtype)
+
+
+def _cast(x: IRNode, dtype: torch.dtype) -> IRNode:
+    if x.get_dtype() == dtype:
+        return x
+    loader = x.make_loader()
+    return Pointwise.create(x.get_device(), dtype, lambda idx: ops.to_dtype(loader(idx), dtype), x.get_size())
 
 
 @register_lowering(aten.max_pool2d_with_indices_backward.default)

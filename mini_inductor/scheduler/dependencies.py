@@ -152,7 +152,7 @@ class RecordingHandler:
         self.reads.append((name, index))
         return "load"
 
-    def store(self, name, index, value):
+    def store(self, name, index, value, mode=None):
         self.writes.append((name, index))
 
     store_reduction = store

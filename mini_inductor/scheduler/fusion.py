@@ -50,6 +50,9 @@ def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: i
         return why("node2 is extern or nop")
     if n2.bits & n1.ancestor_bits:
         return why("node1 must go before node2")
+    if n1.mutations or n2.mutations:
+        return why("a scatter with atomics (%s) runs in a kernel of its own",
+                   n1.name if n1.mutations else n2.name)
     if n1.get_device() != n2.get_device():
         return why("device mismatch (%s vs %s)", n1.get_device(), n2.get_device())
     if shared_bytes(n1, n2, buffer_bytes) == 0:

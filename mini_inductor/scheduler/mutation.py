@@ -1,7 +1,8 @@
 """Mutation and aliasing: extern calls that write into buffers they did not create, or return views.
 
-Only ATen calls mutate or alias (kernels write their own buffers); their schemas say which arguments
-they write (`Tensor(a!) self`) and which outputs alias an argument (`-> Tensor(a)`). From these:
+ATen calls mutate or alias; their schemas say which arguments they write (`Tensor(a!) self`) and
+which outputs alias an argument (`-> Tensor(a)`). Kernels write their own buffers, except a
+ScatterBuffer, which adds into its target (`get_mutation_names`). From these:
 
     buf0 = sum(x)              reads x (version 0)
     buf1 = aten.add_(x, 1)     mutates x, returns x:  WeakDep(buf0)  (buf0 reads x before it changes)
@@ -13,7 +14,7 @@ version chain is its group's list of mutating nodes, in program order.
 """
 from __future__ import annotations
 
-from ..lowering.ir import Buffer, ExternKernel, MultiOutput, ReinterpretView
+from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, ReinterpretView
 from .dependencies import WeakDep
 from .nodes import BaseSchedulerNode
 
@@ -121,6 +122,8 @@ def add_mutation_deps(nodes: list[BaseSchedulerNode], groups: AliasGroups) -> di
         ir = getattr(node, "node", None)
         if isinstance(ir, ExternKernel):
             node.mutations = mutated_buffers(ir)
+        elif isinstance(ir, ComputedBuffer):
+            node.mutations = ir.get_mutation_names()
         mutated = {groups.root(n) for n in node.mutations}
         used = {groups.root(d.name) for d in node.reads} | mutated
         for root in sorted(used):

@@ -24,7 +24,7 @@ class BaseSchedulerNode:
     # a union is one OR, so ancestor sets of long chains stay cheap (no quadratic set copies).
     bits: int = 0                     # this node's members
     ancestor_bits: int = 0            # every node this one depends on, transitively (members excluded)
-    mutations: list[str] = []         # buffers this node writes in place (extern calls only; see mutation.py)
+    mutations: list[str] = []         # buffers this node writes in place (extern calls, scatters; see mutation.py)
 
     def get_nodes(self) -> list["BaseSchedulerNode"]:
         return [self]
@@ -60,6 +60,8 @@ class SchedulerNode(BaseSchedulerNode):
         self.body: LoopBody = analyze_body(node)
         self.reads = set(self.body.reads)
         self.writes = set(self.body.writes)
+        # a scatter adds into another buffer: it reads that buffer's old contents, all of them
+        self.reads |= {StarDep(name) for name in node.get_mutation_names()}
         if self.is_reduction():
             # a reduction's store uses only the outer loops
             self.writes = {MemoryDep(d.name, d.index, tuple(self.body.sizes)) for d in self.writes}

@@ -131,12 +131,14 @@ class Scheduler:
         return names
 
     def _eliminate_dead(self, nodes, output_names):
-        """Drop nodes nobody reads (extern calls stay: they may have side effects)."""
+        """Drop nodes nobody reads (extern calls stay: they may have side effects; so does a scatter
+        into a buffer that is read)."""
         live = set(output_names)
         kept = []
         removed = []
         for node in reversed(nodes):
-            if node.name in live or node.is_extern() and not isinstance(node.node, MultiOutput):
+            if node.name in live or node.is_extern() and not isinstance(node.node, MultiOutput) or \
+                    not node.is_extern() and any(n in live for n in node.node.get_mutation_names()):
                 kept.append(node)
                 live |= {d.name for d in node.reads}
                 if isinstance(node.node, MultiOutput):
