@@ -33,6 +33,7 @@ from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
 from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph
+from .runtime.capture_sizes import SizeSpecializedGraph
 from .runtime.cudagraph_trees import reset as reset_cudagraph_trees
 from .runtime.autotune import Autotuner
 from .runtime.launcher import accelerate
@@ -48,6 +49,7 @@ output_code_log = logging.getLogger("mini_inductor.output_code")
 schedule_log = logging.getLogger("mini_inductor.schedule")
 
 aten = torch.ops.aten
+DYNAMIC_SHAPES = "dynamic shapes are not supported yet"
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Composite ops we want as smaller ops; var_mean/var stay whole (lowered through Welford).
@@ -116,12 +118,22 @@ def reset() -> None:
 mini_inductor.reset = reset  # type: ignore[attr-defined]
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config,
+                  static_input_idxs: tuple[int, ...] | None = None, sizes_key=None):
+    """One ATen graph → a callable. `static_input_idxs` defaults to what aot_autograd knows;
+    `sizes_key` is set for a static specialization of a graph with dynamic dims (capture sizes)."""
     name = f"{kind}_{next(_graph_counter)}"
     start = time.perf_counter()
     record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
     metrics.compiled_graphs.append(record)
+    static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
+    graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key)
     reason = _why_eager(gm, example_inputs)
+    if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is not None:
+        log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
+                 list(cfg.cudagraph_capture_sizes))
+        specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static)
+        return SizeSpecializedGraph(name, gm, kind, cfg.cudagraph_capture_sizes, cfg, specialize)
     if reason:
         _warn_once(reason, f"mini_inductor: {reason}; graph {name} runs eagerly.")
         record.ran_eagerly = reason
@@ -141,14 +153,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         if debug_trace.capturing():
             debug_trace.record(dataclasses.replace(cached.trace, name=name, record=record))
         hit = cached.compiled
-        compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, kind=kind,
-                                 static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
+        compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, **graph_args)
         compiled.trace = hit.trace
         return compiled
     # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
     use_disk = cfg.graph_cache and not cfg.debug_dir and not debug_trace.capturing()
     if use_disk:
-        compiled = _load_from_disk(gm, disk_key, name, cfg, record, kind)
+        compiled = _load_from_disk(gm, disk_key, name, record, graph_args)
         if compiled is not None:
             record.compile_seconds = time.perf_counter() - start
             _compiled[key] = _InProcessEntry(compiled, compiled.cache_entry, None)
@@ -156,7 +167,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
             return compiled
     record.cache = "miss" if cfg.graph_cache else "off"
     try:
-        compiled = _compile(gm, example_inputs, name, cfg, record, kind)
+        compiled = _compile(gm, example_inputs, name, record, graph_args)
     except MiniInductorError as e:
         if not cfg.fallback_on_error:
             raise
@@ -181,9 +192,9 @@ class _InProcessEntry(NamedTuple):
     trace: Any                   # debug_trace.GraphTrace; None for a graph first served from disk
 
 
-def _load_from_disk(gm, key: str, name: str, cfg: Config, record: metrics.GraphRecord,
-                    kind: str) -> CompiledGraph | None:
+def _load_from_disk(gm, key: str, name: str, record: metrics.GraphRecord, graph_args: dict) -> CompiledGraph | None:
     """The compiled graph rebuilt from its cache entry (no lowering, scheduling or codegen), or None on a miss."""
+    cfg = graph_args["cfg"]
     began = time.perf_counter()
     entry = graph_cache.load(cfg.cache_dir, key)
     constants = graph_cache.graph_constants(gm)
@@ -209,8 +220,7 @@ def _load_from_disk(gm, key: str, name: str, cfg: Config, record: metrics.GraphR
                       "no lowering, scheduling or codegen; module %s", name, key[:12], entry.graph, path)
     _log_cached_decisions(name, entry.graph, entry.decisions)
     _prepare_kernels(module, name, cfg, record)
-    compiled = CompiledGraph(name, module, path, constants, kind=kind,
-                             static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
+    compiled = CompiledGraph(name, module, path, constants, **graph_args)
     compiled.trace = None
     compiled.cache_entry = entry
     return compiled
@@ -234,7 +244,8 @@ def _prepare_kernels(module, name: str, cfg: Config, record: metrics.GraphRecord
         accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads))
 
 
-def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRecord, kind: str) -> CompiledGraph:
+def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict) -> CompiledGraph:
+    cfg = graph_args["cfg"]
     stage = _StageClock(name, record)
     stage.start("lowering", f"{record.num_fx_nodes} ATen nodes")
     lowered = lower_graph(gm, example_inputs, name, cfg)
@@ -272,8 +283,7 @@ def _compile(gm, example_inputs, name: str, cfg: Config, record: metrics.GraphRe
     trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
     if debug_trace.capturing():
         debug_trace.record(trace)
-    compiled = CompiledGraph(name, module, path, lowered.constants, kind=kind,
-                             static_input_idxs=_static_input_idxs(gm, kind), cfg=cfg)
+    compiled = CompiledGraph(name, module, path, lowered.constants, **graph_args)
     compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
     return compiled
 
@@ -321,7 +331,7 @@ def _why_eager(gm, example_inputs) -> str | None:
             val = node.meta.get("val")
             if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
                                                   any(not isinstance(s, int) for s in val.shape)):
-                return "dynamic shapes are not supported yet"
+                return DYNAMIC_SHAPES
     reason = unsupported_graph_reason(gm)
     if reason:
         return reason
@@ -334,6 +344,15 @@ def _why_eager(gm, example_inputs) -> str | None:
         return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "
                 "generated Triton kernels in Triton's interpreter")
     return None
+
+
+def _compile_specialization(gm, example_inputs, sizes_key, *, kind: str, cfg: Config, static: tuple[int, ...]):
+    """A graph with dynamic dims retraced for one listed capture size (SizeSpecializedGraph)."""
+    compiled = compile_graph(gm, example_inputs, kind=kind, cfg=cfg, static_input_idxs=static, sizes_key=sizes_key)
+    if isinstance(compiled, EagerGraph):
+        log.warning("mini_inductor: the specialization of a %s graph for sizes %s runs eagerly: %s",
+                    kind, sizes_key, compiled.reason)
+    return compiled
 
 
 def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:

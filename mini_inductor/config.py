@@ -21,6 +21,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | cudagraph_stable_inputs | MINI_INDUCTOR_CUDAGRAPH_STABLE_INPUTS | True                       |
 | cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
+| cudagraph_capture_sizes | ..._CAPTURE_SIZES ("2,5,7" or "(2,3),(4,8)") | None (every size)  |
 | reorder_for_partitions | MINI_INDUCTOR_REORDER_FOR_PARTITIONS | True                      |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
@@ -30,6 +31,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import os
@@ -90,6 +92,11 @@ class Config:
     cudagraph_or_error: bool = False
     # warn once when one graph family has been compiled for more than this many shapes (0: never)
     cudagraph_dynamic_shape_warn_limit: int = 8
+    # graph only these sizes of a graph's dynamic dims: ints (one dynamic dim) or tuples of ints (several,
+    # in the order the graph takes them); other sizes, and graphs without dynamic dims, run ungraphed.
+    # A graph with dynamic dims is compiled statically per listed size (runtime/capture_sizes.py).
+    # None: every size is graphed (and graphs with dynamic dims run eagerly, as without the option)
+    cudagraph_capture_sizes: tuple | None = None
     # a reduction with few, long rows (x.sum() of a big tensor) runs as two kernels: partial results
     # over chunks of each row, then their combination (lowering/split_reduction.py)
     split_reductions: bool = True
@@ -106,11 +113,50 @@ class Config:
     # (on disk, under cache_dir/autotune); mode="max-autotune" turns it on; GPU only
     max_autotune: bool = False
 
+    def __post_init__(self) -> None:
+        self.cudagraph_capture_sizes = normalize_capture_sizes(self.cudagraph_capture_sizes)
+
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise ValueError(f"unknown mini_inductor option(s) {unknown}; valid options: {sorted(valid_options())}")
         return dataclasses.replace(self, **changes)
+
+
+def normalize_capture_sizes(value: Any) -> tuple | None:
+    """The option as a tuple of ints (one dynamic dim) and tuples of ints (several), or None.
+
+    Accepts a list or tuple, or a string such as "2, 5, 7", "[2, 5, 7]" or "(2, 3), (4, 8)" (the
+    environment variable). A one-element tuple is the int itself, since a one-dim key is an int.
+    """
+    if value is None:
+        return None
+    raw = value
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(f"({value},)" if value.strip() else "()")
+        except (ValueError, SyntaxError):
+            raise ValueError(f"cudagraph_capture_sizes: cannot read {raw!r}; write ints or tuples of ints, "
+                             f"e.g. '2, 5, 7' or '(2, 3), (4, 8)'") from None
+        if len(value) == 1 and isinstance(value[0], list):   # "[2, 5, 7]"
+            value = value[0]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"cudagraph_capture_sizes must be a list of ints or of tuples of ints, got {raw!r}")
+    out = []
+    for item in value:
+        if isinstance(item, (list, tuple)) and item and all(_is_int(s) for s in item):
+            out.append(int(item[0]) if len(item) == 1 else tuple(int(s) for s in item))
+        elif _is_int(item):
+            out.append(int(item))
+        else:
+            raise ValueError(f"cudagraph_capture_sizes: entry {item!r} of {raw!r} is not an int or a tuple of ints")
+    return tuple(out)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def valid_options() -> list[str]:
@@ -131,6 +177,7 @@ def _from_env() -> Config:
         else:
             value = raw
         setattr(cfg, f.name, value)
+    cfg.cudagraph_capture_sizes = normalize_capture_sizes(cfg.cudagraph_capture_sizes)
     return cfg
 
 

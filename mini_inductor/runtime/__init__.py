@@ -16,7 +16,8 @@ class CompiledGraph:
     """Calls the generated module's `call(args)` (boxed: the argument list is consumed).
 
     Key attributes: `name`, `source_path`, `module`, `kind` ("inference", "forward", "backward"),
-    `tree_functions` (the partitions that run inside CUDA-graph trees; empty when they are off).
+    `tree_functions` (the partitions that run inside CUDA-graph trees; empty when they are off),
+    `sizes_key` (for a static specialization made under `cudagraph_capture_sizes`: its dynamic sizes).
     On CUDA, every partition function of the module is routed through its device's CUDA-graph tree
     (runtime/cudagraph_trees.py) unless `cfg.cudagraphs` is False.
     """
@@ -24,7 +25,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
-                 *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None):
+                 *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None):
         self.name = name
         self.module = module
         self.source_path = source_path
@@ -37,6 +38,7 @@ class CompiledGraph:
         # instance's __dict__ but not class attributes, and without the flag it would call us unboxed
         # (with a warning) and hold every saved activation until the whole backward returns.
         self._boxed_call = True
+        self.sizes_key = sizes_key   # a static specialization of a graph with dynamic dims (capture sizes)
         accelerate(module)
         self._call: Callable = module.call
         if cfg is not None and cfg.cudagraphs:
@@ -45,6 +47,10 @@ class CompiledGraph:
     def _use_trees(self, cfg) -> None:
         partitions = getattr(self.module, "PARTITIONS", {})
         if interpreting() or not partitions or not have_cuda_graph_apis() or not torch.cuda.is_available():
+            return
+        if cfg.cudagraph_capture_sizes is not None and self.sizes_key is None:
+            # as in Inductor: a graph without dynamic dims has no sizes to match the listed ones
+            log_skip("a graph without dynamic dims while cudagraph_capture_sizes is set", self.name, cfg)
             return
         devices = {torch.device(spec[3]) for spec in self.module.INPUT_SPECS if spec[3] is not None}
         devices |= {c.device for c in self.constants.values()}

@@ -1,0 +1,108 @@
+"""Option `cudagraph_capture_sizes`: CUDA graphs only for the listed sizes of a graph's dynamic dims.
+
+mini_inductor generates code for static shapes. A graph that Dynamo traced with symbolic sizes
+(`mark_dynamic`, `dynamic=True`, or the recompile after a shape change) runs eagerly, unless this
+option is set: then the graph is specialized at run time, one static compile per listed size, and
+each specialization runs inside the CUDA-graph tree like any other compiled graph.
+
+    call with dynamic sizes k ──► k listed?  yes: static compile for k (kept), graphed
+                                             no:  the ATen graph runs eagerly; "skipping
+                                                  cudagraphs due to ..." logged and counted once per k
+
+The sizes key of a call is the values of the graph's dynamic dims in the order the graph takes
+them: an int for one dynamic dim, a tuple for several (as Inductor's `triton.cudagraph_capture_sizes`
+compares the graph's int inputs). A graph with no dynamic dims has no key and, as in Inductor, is
+not captured while the option is set (see CompiledGraph).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .cudagraph_utils import log_skip
+
+log = logging.getLogger("mini_inductor.cudagraphs")
+
+
+def dynamic_dims(gm: torch.fx.GraphModule) -> list[tuple[int, int | None]]:
+    """Where each distinct size symbol of the graph's inputs is read at run time, in input order:
+    (input index, None) for an int input, (input index, dim) for a tensor dim."""
+    seen: set = set()
+    where: list[tuple[int, int | None]] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        sizes = [(None, val)] if isinstance(val, torch.SymInt) else \
+            list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else []
+        for dim, s in sizes:
+            if not isinstance(s, torch.SymInt):
+                continue
+            expr = s.node.expr
+            if getattr(expr, "is_Symbol", False) and expr not in seen:
+                seen.add(expr)
+                where.append((i, dim))
+    return where
+
+
+def sizes_key(where: list[tuple[int, int | None]], args: list) -> int | tuple[int, ...] | None:
+    values = tuple(int(args[i]) if dim is None else int(args[i].shape[dim]) for i, dim in where)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list]:
+    """The graph retraced for the concrete sizes of `args` (fake tensors: nothing runs), and its
+    example inputs. Source lines of the original nodes are kept."""
+    with fx_traceback.preserve_node_meta():
+        static = make_fx(torch.fx.Interpreter(gm).run, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
+    examples = [n.meta.get("val") if isinstance(a, torch.Tensor) else a for n, a in zip(placeholders, args)]
+    return static, examples
+
+
+class SizeSpecializedGraph:
+    """A graph with dynamic dims under `cudagraph_capture_sizes`: listed sizes run a static compile
+    (graphed), others the ATen graph eagerly.
+
+    Key attributes: `name`, `kind`, `capture_sizes`, `specialized` (sizes key → compiled graph),
+    `skipped_sizes` (keys that ran eagerly).
+    """
+
+    _boxed_call = True
+
+    def __init__(self, name: str, gm: torch.fx.GraphModule, kind: str, capture_sizes: tuple, cfg,
+                 compile_static: Callable[[torch.fx.GraphModule, list, Any], Any]):
+        self.name, self.gm, self.kind, self.cfg = name, gm, kind, cfg
+        self._boxed_call = True   # also on the instance: aot_autograd's functools.wraps copies only __dict__
+        self.capture_sizes = capture_sizes
+        self.where = dynamic_dims(gm)
+        self.compile_static = compile_static
+        self.specialized: dict[Any, Any] = {}
+        self.skipped_sizes: set = set()
+
+    def __call__(self, *args):
+        args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
+        key = sizes_key(self.where, args)
+        if key in self.capture_sizes:
+            graph = self.specialized.get(key)
+            if graph is None:
+                graph = self.specialized[key] = self._compile(key, args)
+            return graph(args)
+        if key not in self.skipped_sizes:
+            self.skipped_sizes.add(key)
+            log_skip(f"dynamic sizes {key} not in cudagraph_capture_sizes {list(self.capture_sizes)} "
+                     "(the graph runs eagerly at these sizes)", f"graph {self.name} ({self.kind})", self.cfg)
+        out = self.gm(*args)
+        args.clear()
+        return out
+
+    def _compile(self, key, args: list):
+        log.info("%s: compiling a static specialization for dynamic sizes %s (cudagraph_capture_sizes)",
+                 self.name, key)
+        static, examples = specialize(self.gm, args)
+        return self.compile_static(static, examples, key)
