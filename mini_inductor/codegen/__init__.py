@@ -133,6 +133,10 @@ class WrapperCodegen:
         for name in sched.aliases:
             self.nbytes[name] = 0
         self.never_reuse |= set(sched.aliases) | set(sched.aliases.values())
+        # the GPUs the graph touches: one, and the whole call runs under its device guard; several,
+        # and each kernel launch runs under its own (Triton launches on the current device)
+        self.cuda_devices = sorted({b.layout.device.index or 0 for b in list(self.graph.inputs) + list(self.graph.buffers)
+                                    if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
 
     def generate(self) -> GeneratedModule:
         users = self._users()
@@ -238,9 +242,11 @@ class WrapperCodegen:
         lines = sorted({o.source for o in group.origins if o.source})
         comment = f"{name}: {ops}" + (f"  <- {lines[0]}" if lines else "")
         tiling = kernel.tiling
+        devices = {m.node.layout.device for m in members if m.node.layout is not None}
+        guard = next((d.index or 0 for d in devices if d.type == "cuda"), None) if len(self.cuda_devices) > 1 else None
         call = KernelCallLine(name, args, tiling.xnumel if tiling else numel, rnumel if kernel.is_reduction else None,
                               kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment,
-                              ynumel=tiling.ynumel if tiling else None)
+                              ynumel=tiling.ynumel if tiling else None, device_guard=guard)
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
@@ -322,8 +328,7 @@ class WrapperCodegen:
         body.append("args.clear()")
         for name in g.constants:
             body.append(f"{name} = constants['{name}']")
-        cuda = sorted({b.layout.device.index or 0 for b in list(g.inputs) + list(g.buffers)
-                       if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
+        cuda = self.cuda_devices
         if len(cuda) == 1:   # kernels and allocations on the graph's GPU, whatever the caller's current device
             body.append(f"with torch.cuda._DeviceGuard({cuda[0]}):")
             body += ["    " + ln for ln in _body(call.lines)]

@@ -99,6 +99,7 @@ class KernelCallLine:
     num_warps: int
     comment: str
     ynumel: int | None = None    # a 2-D tiled kernel: its Y size (then `numel` is its X size)
+    device_guard: int | None = None   # launch under this GPU's device guard (graphs on several GPUs)
 
     def grid(self) -> tuple[int, ...]:
         xblocks = -(-self.numel // self.meta["XBLOCK"])
@@ -115,8 +116,10 @@ class KernelCallLine:
         grid = "(" + ", ".join(map(str, self.grid())) + ("," if self.ynumel is None else "") + ")"
         sizes = [str(s) for s in self.size_args()]
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
-        return (f"# {self.comment}\n"
-                f"{self.kernel}[{grid}]({', '.join(self.args + sizes)}, {meta}, num_warps={self.num_warps})")
+        launch = f"{self.kernel}[{grid}]({', '.join(self.args + sizes)}, {meta}, num_warps={self.num_warps})"
+        if self.device_guard is not None:
+            launch = f"with torch.cuda._DeviceGuard({self.device_guard}):\n    {launch}"
+        return f"# {self.comment}\n{launch}"
 
 
 @dataclasses.dataclass

@@ -27,3 +27,25 @@ def manager():
 
 def stats():
     return trees.stats(0)
+
+
+def fake_cuda_module(devices):
+    """A stand-in for a generated module whose inputs live on `devices` ("cuda:0", "cpu", ...): enough
+    for CompiledGraph to decide whether its partitions join a tree (no kernels, nothing runs)."""
+    import types
+
+    names = [f"arg{i}_1" for i in range(len(devices))]
+    return types.SimpleNamespace(
+        call=lambda args, constants: [], PARTITIONS={"partition_0": {"inputs": names, "traces": [None]}},
+        INPUT_SPECS=[([4], [1], "torch.float32", d) for d in devices], INPUT_NAMES=names)
+
+
+def pretend_cuda(monkeypatch):
+    """Make CompiledGraph believe CUDA graphs are available, for the decisions it takes before any
+    CUDA call (skips by device or by capture sizes)."""
+    import torch
+
+    import mini_inductor.runtime as runtime
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(runtime, "have_cuda_graph_apis", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
