@@ -129,7 +129,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
     graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key)
     reason = _why_eager(gm, example_inputs)
-    if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is not None:
+    if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
         specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static)

@@ -97,6 +97,15 @@ def test_capture_size_tuples_follow_the_order_of_the_dynamic_dims(device):
     assert len(_size_skips()) == 2                              # (2, 2) and (3, 3)
 
 
+def test_capture_sizes_do_nothing_when_cudagraphs_are_off(device):
+    f = torch.compile(lambda x: x.tanh() + 1, backend="mini_inductor",
+                      options={"cudagraphs": False, "cudagraph_capture_sizes": [2]})
+    for n in (2, 3):
+        x = _dynamic(torch.randn(n, 4, device=device), 0)
+        torch.testing.assert_close(f(x), x.tanh() + 1)
+    assert _specialized_keys() == set() and not _size_skips()
+
+
 def test_training_step_with_a_dynamic_batch_specializes_forward_and_backward(device):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.SiLU(), nn.Linear(8, 3)).to(device)
