@@ -69,8 +69,8 @@ class SizeSpecializedGraph:
     """A graph with dynamic dims under `cudagraph_capture_sizes`: listed sizes run a static compile
     (graphed), others the ATen graph eagerly.
 
-    Key attributes: `name`, `kind`, `capture_sizes`, `specialized` (sizes key → compiled graph),
-    `skipped_sizes` (keys that ran eagerly).
+    Key attributes: `name`, `kind`, `capture_sizes`, `specialized` (sizes key → compiled graph, or
+    None where the static compile failed), `skipped_sizes` (unlisted keys seen).
     """
 
     _boxed_call = True
@@ -89,11 +89,12 @@ class SizeSpecializedGraph:
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
         key = sizes_key(self.where, args)
         if key in self.capture_sizes:
-            graph = self.specialized.get(key)
-            if graph is None:
-                graph = self.specialized[key] = self._compile(key, args)
-            return graph(args)
-        if key not in self.skipped_sizes:
+            if key not in self.specialized:
+                self.specialized[key] = self._compile(key, args)
+            graph = self.specialized[key]
+            if graph is not None:
+                return graph(args)
+        elif key not in self.skipped_sizes:
             self.skipped_sizes.add(key)
             log_skip(f"dynamic sizes {key} not in cudagraph_capture_sizes {list(self.capture_sizes)} "
                      "(the graph runs eagerly at these sizes)", f"graph {self.name} ({self.kind})", self.cfg)
@@ -102,7 +103,15 @@ class SizeSpecializedGraph:
         return out
 
     def _compile(self, key, args: list):
+        """The static compile for `key`, or None (the graph then runs eagerly at this size) when
+        retracing or compiling fails: a logged and counted skip, not an error in the user's step."""
         log.info("%s: compiling a static specialization for dynamic sizes %s (cudagraph_capture_sizes)",
                  self.name, key)
-        static, examples = specialize(self.gm, args)
-        return self.compile_static(static, examples, key)
+        try:
+            static, examples = specialize(self.gm, args)
+            return self.compile_static(static, examples, key)
+        except Exception as e:  # noqa: BLE001
+            log.warning("%s: the static specialization for sizes %s failed", self.name, key, exc_info=True)
+            log_skip(f"a failed static compile for dynamic sizes {key} ({type(e).__name__}: {e}); the graph "
+                     "runs eagerly at these sizes", f"graph {self.name} ({self.kind})", self.cfg)
+            return None

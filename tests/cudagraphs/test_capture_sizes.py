@@ -97,6 +97,20 @@ def test_capture_size_tuples_follow_the_order_of_the_dynamic_dims(device):
     assert len(_size_skips()) == 2                              # (2, 2) and (3, 3)
 
 
+def test_a_failed_specialization_runs_the_graph_eagerly_with_one_counted_skip(device, monkeypatch):
+    from mini_inductor.runtime import capture_sizes
+
+    def broken(gm, args):
+        raise RuntimeError("retrace broke")
+    monkeypatch.setattr(capture_sizes, "specialize", broken)
+    f = torch.compile(lambda x: x.exp() * 2, backend="mini_inductor", options={"cudagraph_capture_sizes": [3]})
+    for _ in range(2):
+        x = _dynamic(torch.randn(3, 4, device=device), 0)
+        torch.testing.assert_close(f(x), x.exp() * 2)
+    failed = [r for r in skip_reasons if "failed static compile for dynamic sizes 3" in r]
+    assert len(failed) == 1 and "retrace broke" in failed[0]
+
+
 def test_capture_sizes_do_nothing_when_cudagraphs_are_off(device):
     f = torch.compile(lambda x: x.tanh() + 1, backend="mini_inductor",
                       options={"cudagraphs": False, "cudagraph_capture_sizes": [2]})
