@@ -127,7 +127,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
     metrics.compiled_graphs.append(record)
     static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
-    graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key)
+    graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key,
+                      generator_idxs=_generator_idxs(gm))
     reason = _why_eager(gm, example_inputs)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
@@ -369,6 +370,12 @@ def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
     wanted = {f"primals_{i + 1}" for i in static}
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders) if n in wanted)
+
+
+def _generator_idxs(gm) -> tuple[int, ...]:
+    """Positions of the generator arguments (one per checkpointed random op, see random_lowerings.py)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.Generator))
 
 
 def _warn_once(key: str, message: str) -> None:

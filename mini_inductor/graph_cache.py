@@ -107,7 +107,10 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
         if node.op == "get_attr":
             parts.append(_tensor_meta(getattr(gm, node.target)))
     for x in example_inputs:
-        parts.append(_tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
+        if isinstance(x, torch.Generator):   # its identity does not reach the code, its device does
+            parts.append(f"generator {x.device}")
+        else:
+            parts.append(_tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
     for name, buf in gm.named_buffers():
         parts.append(f"{name}:{_tensor_meta(buf)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

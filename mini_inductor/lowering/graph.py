@@ -28,7 +28,7 @@ from . import ir
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
-from .random_lowerings import RandomStreams
+from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
 from .sizevars import sympify_seq
 
 aten = torch.ops.aten
@@ -141,6 +141,11 @@ class GraphLowering:
         val = node.meta.get("val")
         if val is None and index < len(self.example_inputs):
             val = self.example_inputs[index]
+        if isinstance(val, torch.Generator):
+            # a random op's own generator (activation checkpointing): at run time the wrapper passes a
+            # seed drawn from it instead (random_lowerings.py), an int64 [1] tensor on its device
+            layout = Layout.contiguous(val.device, torch.int64, [1])
+            return StorageBox(InputBuffer(node.name, layout, index))
         if not isinstance(val, torch.Tensor):
             return val
         layout = Layout(val.device, val.dtype, tuple(sympify_seq(val.shape)), tuple(sympify_seq(val.stride())))
@@ -221,6 +226,8 @@ class GraphLowering:
                                opcount_threshold=self.cfg.realize_opcount_threshold)
 
     def _extern(self, node, target, args, kwargs, *, fallback: bool):
+        if target is GRAPHSAFE_RNG:   # its generator argument is a seed tensor here: ATen cannot run it
+            raise RuntimeError(f"{node.args[0]} under activation checkpointing must be lowered, not run in ATen")
         meta = node.meta.get("val")
         origin = (Origin(node.name, _op_name(target), _source_line(node)),)
         # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
@@ -378,6 +385,8 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
+        if node.target is GRAPHSAFE_RNG and graphsafe_rng_supported(node.args[0]):
+            continue   # a checkpointed random op with its own generator: lowered with its own seed
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"higher-order op {node.target.name()} (node %{node.name})"
         if free_unbacked_symbols(node.meta.get("val")):

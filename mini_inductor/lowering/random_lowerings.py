@@ -10,17 +10,27 @@ independent streams, and a body evaluated twice (inlined into two kernels, or th
 native_dropout returns next to its output) gives the same values both times. `torch.manual_seed(s)`
 fixes the seed draw, so a compiled model is reproducible run to run; values differ from eager's
 (eager's generator walks its own Philox/Mersenne sequence), as with Inductor.
+
+Activation checkpointing recomputes a random op in the backward and must get the forward's numbers.
+aot_autograd then hands the forward and the backward graph one generator each per such op (the two
+start equal and advance alike, and it restores the backward's when backwards run out of order) and
+wraps the op in `graphsafe_run_with_rng_state(op, *args, rng_state=generator)`. Such an op gets its
+own stream: its seed is that graph input, offsets counted from 0, so the forward and its recompute
+compute the same numbers from equal seeds. The runtime (runtime/__init__.py) replaces the generator
+argument by a seed drawn from it at each call, so under CUDA graphs the seed is an input copied in
+at every replay, never a value baked in at recording.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import sympy
 import torch
 
 from .ir import IRNode, Layout, Pointwise, current_graph
-from .lowerings import broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
+from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
 from .sizevars import Expr, contiguous_strides, product, static_int, strided_index, sympify_seq
 from .virtualized import ops
 
@@ -38,18 +48,33 @@ class RandomStreams:
 
     seeds: dict[str, str] = dataclasses.field(default_factory=dict)   # device → seed buffer name
     next_offset: int = 0
+    scope: list | None = None    # [seed buffer name, next offset] inside `scoped`
+
+    @contextlib.contextmanager
+    def scoped(self, seed_name: str) -> Iterator[None]:
+        """Random nodes lowered inside draw from `seed_name` (an int64 [1] buffer), offsets from 0."""
+        saved, self.scope = self.scope, [seed_name, 0]
+        try:
+            yield
+        finally:
+            self.scope = saved
 
     def stream(self, device: torch.device, size: Sequence[Expr]) -> Callable:
         """A function of an index of `size` → (seed, int64 offset) values: this node's stream."""
-        key = str(device)
-        if key not in self.seeds:
-            layout = Layout.contiguous(device, torch.int64, [1])
-            box = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]),
-                                              {"dtype": torch.int64, "device": device}, layout)
-            self.seeds[key] = box.realize().name
-        seed_name = self.seeds[key]
-        base = self.next_offset
-        self.next_offset += static_int(product(size)) if size else 1
+        count = static_int(product(size)) if size else 1
+        if self.scope is not None:
+            seed_name, base = self.scope
+            self.scope[1] += count
+        else:
+            key = str(device)
+            if key not in self.seeds:
+                layout = Layout.contiguous(device, torch.int64, [1])
+                box = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]),
+                                                  {"dtype": torch.int64, "device": device}, layout)
+                self.seeds[key] = box.realize().name
+            seed_name = self.seeds[key]
+            base = self.next_offset
+            self.next_offset += count
         strides = contiguous_strides(sympify_seq(size))
 
         def load(idx):
@@ -178,3 +203,28 @@ def _scaled(value, scale: float, dtype: torch.dtype):
         product_ = ops.mul(ops.to_dtype(value, torch.float32), ops.constant(scale, torch.float32))
         return ops.to_dtype(product_, dtype)
     return ops.mul(value, ops.constant(scale, dtype))
+
+
+# aot_autograd's wrapper of a random op recomputed by activation checkpointing (torch 2.5 and later)
+GRAPHSAFE_RNG = getattr(torch._prims.rng_prims, "graphsafe_run_with_rng_state", None)
+
+
+def graphsafe_rng_supported(op) -> bool:
+    """Whether `graphsafe_run_with_rng_state(op, ...)` is lowered here (random ops only: the others run
+    their graph eagerly)."""
+    return op in LOWERINGS and op in _SEEDED_OPS
+
+
+def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
+    """`op` with its random numbers from the seed input that stands for its generator (see the top)."""
+    if not graphsafe_rng_supported(op) or not isinstance(rng_state, IRNode):
+        raise RuntimeError(f"random op {op} under activation checkpointing has no lowering with its own seed")
+    seed = rng_state.realize()
+    with current_graph().random_streams.scoped(seed.name):
+        return LOWERINGS[op](*args, **kwargs)
+
+
+_SEEDED_OPS = {aten.rand.default, aten.randn.default, aten.rand_like.default, aten.randn_like.default,
+               aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli.Tensor, aten.native_dropout.default}
+if GRAPHSAFE_RNG is not None:
+    register_lowering(GRAPHSAFE_RNG)(_graphsafe_run_with_rng_state)

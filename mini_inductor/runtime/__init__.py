@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from ..config import interpreting
+from ..lowering.random_lowerings import SEED_HIGH
 from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
 from .launcher import accelerate
@@ -25,8 +26,13 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
-                 *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None):
+                 *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None,
+                 generator_idxs: tuple[int, ...] = ()):
         self.name = name
+        # arguments that are generators of checkpointed random ops: each call passes a seed drawn
+        # from the generator instead, so the graph (and a CUDA graph's replay) reads a fresh seed
+        self.generator_idxs = tuple(generator_idxs)
+        self._seeds: dict[int, torch.Tensor] = {}
         self.module = module
         self.source_path = source_path
         self.constants = dict(constants)
@@ -79,9 +85,19 @@ class CompiledGraph:
                             tuple(tuple(spec[0] or ()) for spec in self.module.INPUT_SPECS),
                             cfg.cudagraph_dynamic_shape_warn_limit)
 
+    def _seed(self, i: int, generator: torch.Generator) -> torch.Tensor:
+        """This call's seed for argument i, written into one tensor per argument: a CUDA graph reads it
+        in place at a fixed address (an address-stable input), rather than copying a new tensor in."""
+        seed = self._seeds.get(i)
+        if seed is None or seed.device != generator.device:
+            seed = self._seeds[i] = torch.empty(1, dtype=torch.int64, device=generator.device)
+        return draw_seed(generator, out=seed)
+
     def __call__(self, *args):
         # boxed (one list, consumed) or plain positional tensors
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
+        for i in self.generator_idxs:
+            args[i] = self._seed(i, args[i])
         self._held_grads = None   # last step's gradients: released before this replay overwrites them
         out = self._call(args, self.constants)
         if self.kind == "backward" and self.device is not None:
@@ -94,6 +110,14 @@ class CompiledGraph:
         return out
 
 
+def draw_seed(generator: torch.Generator, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The seed of a checkpointed random op for this call: an int64 [1] tensor on the generator's
+    device drawn from it, so the generator advances by one draw per call."""
+    if out is None:
+        out = torch.empty(1, dtype=torch.int64, device=generator.device)
+    return torch.randint(0, SEED_HIGH, (1,), generator=generator, out=out)
+
+
 class EagerGraph:
     """A graph that runs as the FX module itself (no GPU and no interpreter, or an error fallback)."""
 
@@ -103,6 +127,14 @@ class EagerGraph:
         self.name = name
         self.gm = gm
         self.reason = reason
+
+    def _seed(self, i: int, generator: torch.Generator) -> torch.Tensor:
+        """This call's seed for argument i, written into one tensor per argument: a CUDA graph reads it
+        in place at a fixed address (an address-stable input), rather than copying a new tensor in."""
+        seed = self._seeds.get(i)
+        if seed is None or seed.device != generator.device:
+            seed = self._seeds[i] = torch.empty(1, dtype=torch.int64, device=generator.device)
+        return draw_seed(generator, out=seed)
 
     def __call__(self, *args):
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)

@@ -1,0 +1,118 @@
+"""Activation checkpointing under CUDA graphs: the recompute of a checkpointed dropout in the backward
+replays the forward's random numbers (cudagraph-tests.md #34, TestSAC). The port checks mask
+consistency: the gradient is 0 exactly where the forward output was dropped, and elsewhere the
+derivative of the kept value. The CPU twin (lowering, seeds, generator restore) is
+tests/e2e/test_checkpoint_rng.py."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import mini_inductor
+from mini_inductor import metrics
+
+pytestmark = pytest.mark.gpu
+
+
+def stats():
+    return mini_inductor.cudagraphs.stats(0)
+
+
+def block(x):
+    return F.dropout(torch.sin(x), p=0.5, training=True) * 2
+
+
+def fn(x):
+    return checkpoint(block, x, use_reentrant=False)
+
+
+def compiled(**options):
+    return torch.compile(fn, backend="mini_inductor", dynamic=False, options=options or None)
+
+
+def expected_grad(x, out):
+    """d/dx of 2 * dropout(sin x, 0.5) = 2 * 2 * cos x where the element was kept, 0 where dropped."""
+    return torch.where(out != 0, 4 * torch.cos(x.detach()), torch.zeros_like(out))
+
+
+def leaf():
+    return torch.randn(512, device="cuda", requires_grad=True)
+
+
+def test_recompute_replays_the_forward_mask_across_warmup_record_and_replay():
+    f = compiled()
+    masks = []
+    for _ in range(4):
+        x = leaf()
+        out = f(x)
+        kept = (out != 0).clone()
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, expected_grad(x, out))
+        assert 0.35 < kept.float().mean().item() < 0.65
+        masks.append(kept)
+    assert all(not torch.equal(a, b) for a, b in zip(masks, masks[1:]))   # a fresh seed per iteration
+    s = stats()
+    assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0, s
+    assert not any(r.ran_eagerly for r in metrics.compiled_graphs), [r.ran_eagerly for r in metrics.compiled_graphs]
+
+
+def test_cudagraphs_on_and_off_give_the_same_outputs_and_grads():
+    runs = []
+    for options in ({}, {"cudagraphs": False}):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        f = compiled(**options)
+        xs = [torch.randn(256, device="cuda") for _ in range(3)]
+        got = []
+        for x0 in xs:
+            x = x0.clone().requires_grad_()
+            out = f(x)
+            out.sum().backward()
+            torch.testing.assert_close(x.grad, expected_grad(x, out))
+            got.append((out.detach().clone(), x.grad.clone()))
+        runs.append(got)
+    for (out_cg, grad_cg), (out_eager, grad_eager) in zip(*runs):
+        torch.testing.assert_close(out_cg, out_eager)
+        torch.testing.assert_close(grad_cg, grad_eager)
+    assert stats()["skips"] == 0
+
+
+def test_two_forwards_then_backwards_in_reverse_order():
+    f = compiled()
+    for _ in range(3):      # warmup, record, replay of whatever the tree can graph
+        x1, x2 = leaf(), leaf()
+        out1 = f(x1)
+        out1_kept = out1.detach().clone()
+        out2 = f(x2)
+        out2_kept = out2.detach().clone()
+        out2.sum().backward()
+        out1.sum().backward()
+        torch.testing.assert_close(x2.grad, expected_grad(x2, out2_kept))
+        torch.testing.assert_close(x1.grad, expected_grad(x1, out1_kept))
+        assert not torch.equal(out1_kept != 0, out2_kept != 0)
+        mini_inductor.mark_step()
+
+
+@torch._functorch.config.patch(donated_buffer=False)   # retain_graph needs it off (aot_autograd's own check)
+def test_retain_graph_recomputes_the_same_mask_twice():
+    f = compiled()
+    for _ in range(3):
+        x = leaf()
+        out = f(x)
+        kept = out.detach().clone()
+        out.sum().backward(retain_graph=True)
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, 2 * expected_grad(x, kept))
+        mini_inductor.mark_step()
+
+
+def test_a_seed_drawn_from_a_restored_generator_repeats():
+    # the primitive the design rests on (cf. test_cudagraph_uneven_forward_backward): aot_autograd
+    # restores a backward generator to a forward's state; the seed drawn after equals that forward's
+    from mini_inductor.runtime import draw_seed
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    saved = gen.get_state()
+    first = [draw_seed(gen).item() for _ in range(3)]
+    assert len(set(first)) == 3
+    gen.set_state(saved)
+    assert [draw_seed(gen).item() for _ in range(3)] == first
