@@ -206,7 +206,10 @@ def _scaled(value, scale: float, dtype: torch.dtype):
 
 
 # aot_autograd's wrapper of a random op recomputed by activation checkpointing (torch 2.5 and later)
-GRAPHSAFE_RNG = getattr(torch._prims.rng_prims, "graphsafe_run_with_rng_state", None)
+try:
+    from torch._prims.rng_prims import graphsafe_run_with_rng_state as GRAPHSAFE_RNG
+except ImportError:
+    GRAPHSAFE_RNG = None
 
 
 def graphsafe_rng_supported(op) -> bool:
