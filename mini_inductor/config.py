@@ -13,6 +13,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | realize_reads_threshold | MINI_INDUCTOR_REALIZE_READS_THRESHOLD | 4                      |
 | realize_opcount_threshold | MINI_INDUCTOR_REALIZE_OPCOUNT_THRESHOLD | 30                 |
 | persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 4096             |
+| online_softmax       | MINI_INDUCTOR_ONLINE_SOFTMAX     | True                             |
 | fusion_window        | MINI_INDUCTOR_FUSION_WINDOW      | 64                               |
 | cudagraphs           | MINI_INDUCTOR_CUDAGRAPHS         | True (on CUDA)                   |
 | cudagraph_skip_warmup / cudagraph_force_warmup | MINI_INDUCTOR_CUDAGRAPH_...  | False / False |
@@ -64,6 +65,9 @@ class Config:
     # reductions with at most this many elements per row keep the whole row in registers
     # (4096: on the H100 a norm-heavy fp16 graph with 4096-wide rows ran 3.5x faster than looped)
     persistent_reduction_limit: int = 4096
+    # a looped softmax computes its row max and sum(exp(x - max)) in one pass over the row
+    # (codegen/online_softmax.py) instead of two
+    online_softmax: bool = True
     # fusion candidates are looked for among this many neighbours of a node in the schedule order
     fusion_window: int = 64
     # CUDA-graph trees (runtime/cudagraph_trees.py): every cudagraph-safe partition runs from a recorded

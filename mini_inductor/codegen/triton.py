@@ -32,6 +32,8 @@ from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
 from .heuristics import TILE_XBLOCK_MAX, KernelConfig, pick_config, pick_tile_config
+from .online_softmax import OnlineSoftmax, OnlineSoftmaxOps, find_online_softmax
+from .recompute import recomputable_nodes, recompute_load
 from .tiling import Tiling, choose_tiling, is_outer_reduction
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
@@ -116,7 +118,8 @@ class TritonKernel:
     """Builds the source of one kernel from an ordered list of SchedulerNodes."""
 
     def __init__(self, nodes: list[SchedulerNode], numel: int, rnumel: int,
-                 kernel_local: set[str], buffer_dtypes: dict[str, torch.dtype], persistent_limit: int):
+                 kernel_local: set[str], buffer_dtypes: dict[str, torch.dtype], persistent_limit: int,
+                 online_softmax: bool = True):
         self.nodes = nodes
         self.name = "triton_kernel"  # the wrapper names it once the kind (poi/per/red) is known
         self.numel = numel
@@ -145,6 +148,15 @@ class TritonKernel:
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
         self.loaded_in: dict[str, set[int]] = {}       # buffer → sections that load it from memory
+        # pointwise members recomputed where they are read, never stored (codegen/recompute.py)
+        self.recomputed: dict[str, SchedulerNode] = {}
+        # looped max → sum(exp(v - max)) pairs computed in one loop (codegen/online_softmax.py)
+        self.online: dict[str, OnlineSoftmax] = {}
+        if self.looped:
+            self.recomputed = recomputable_nodes(nodes, self.kernel_local, self._inside_loop)
+        if self.looped and online_softmax:
+            ranges = {XINDEX: sympy.Integer(numel), RINDEX: sympy.Integer(rnumel)}
+            self.online = find_online_softmax(self, nodes, ranges)
 
     # ── sections ──────────────────────────────────────────────────────────────────────────────
     def _section(self, index: int) -> Section:
@@ -172,6 +184,10 @@ class TritonKernel:
         ready: dict[str, int] = {}
         names = {n.name for n in self.nodes}
         for node in self.nodes:
+            pair = self.online.get(node.name)
+            if pair is not None and pair.sum_node == node.name:   # computed with its max
+                positions[node.name], ready[node.name] = positions[pair.max_node], ready[pair.max_node]
+                continue
             inside = self._inside_loop(node)
             need = max([ready[d.name] for d in node.unmet_dependencies if d.name in names] + [0])
             if not self.is_reduction:
@@ -184,8 +200,10 @@ class TritonKernel:
                     pos = 1
             positions[node.name] = pos
             ready[node.name] = pos + 1 if (node.is_reduction() and self.looped) else pos
+            if node.name in self.recomputed:
+                continue
             self.section = self._section(pos)
-            self._codegen_node(node, inside)
+            self._codegen_node(node, inside, pair)
         return self._render()
 
     def _inside_loop(self, node: SchedulerNode) -> bool:
@@ -211,18 +229,22 @@ class TritonKernel:
         flat = XINDEX * self.rnumel + RINDEX if inside else XINDEX
         return _split(flat, sizes), []
 
-    def _codegen_node(self, node: SchedulerNode, inside: bool) -> None:
+    def _codegen_node(self, node: SchedulerNode, inside: bool, online: OnlineSoftmax | None = None) -> None:
         xvars, rvars = self._node_vars(node, inside)
         if self.tiling is not None:
             self.var_ranges = {YINDEX: sympy.Integer(self.tiling.ynumel), XINDEX: sympy.Integer(self.tiling.xnumel)}
         else:
             self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
-        handler = TritonOps(self, inside)
+        handler: Any = TritonOps(self, inside)
+        if online is not None:
+            handler = OnlineSoftmaxOps(handler, online)
         self.broadcast_reads = _broadcast_reads(node)
         index, rindex = node.body.reindex(xvars, rvars)
         try:
             with set_ops_handler(handler):
                 node.node.store_body(index, rindex)
+                if online is not None:
+                    handler.store_sum()
         except NotImplementedError as e:
             raise CodegenError(str(e), op=", ".join(sorted({o.op for o in node.node.origins})), node=node.name) from e
 
@@ -233,7 +255,8 @@ class TritonKernel:
         return [b for b in self.loads if b not in kept_stores] + kept_stores
 
     def removed_buffers(self) -> set[str]:
-        return {b for b in self.stores if b in self.kernel_local and b not in self.load_misses}
+        stored_here = {b for b in self.stores if b in self.kernel_local and b not in self.load_misses}
+        return stored_here | set(self.recomputed)
 
     def _render(self) -> str:
         args = self.signature()
@@ -363,6 +386,12 @@ class TritonOps:
             value, sec = hit
             if sec == k.section.index or (sec % 2 == 0 and sec < k.section.index):
                 return value
+        if name in k.recomputed:
+            value = recompute_load(k.recomputed[name], index, k.var_ranges, k.buffer_dtypes[name])
+            if value is None:
+                raise CodegenError(f"{name} is read at {index}, which names no single element of it",
+                                   node=name)
+            return value
         if name in k.stores:
             k.load_misses.add(name)
         elif name not in k.loads:
