@@ -96,7 +96,9 @@ class _TreeOps:
     def __getattr__(self, name):
         if name in POINTWISE_OPS:
             return lambda *args: (name,) + args
-        raise AttributeError(name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _NoMatch(f"ops.{name}")   # an op this matcher does not model: not a softmax
 
 
 def _reduction_tree(kernel, node: SchedulerNode, ranges: dict, pointwise: dict) -> _TreeOps | None:
