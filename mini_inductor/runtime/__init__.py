@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import types
+import warnings
 from typing import Callable
 
 import torch
 
 from ..config import interpreting
-from ..lowering.random_lowerings import SEED_HIGH
+from ..lowering.random_lowerings import GRAPHSAFE_RNG, SEED_HIGH, graphsafe_rng_supported
 from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
 from .launcher import accelerate
@@ -127,14 +128,13 @@ class EagerGraph:
         self.name = name
         self.gm = gm
         self.reason = reason
-
-    def _seed(self, i: int, generator: torch.Generator) -> torch.Tensor:
-        """This call's seed for argument i, written into one tensor per argument: a CUDA graph reads it
-        in place at a fixed address (an address-stable input), rather than copying a new tensor in."""
-        seed = self._seeds.get(i)
-        if seed is None or seed.device != generator.device:
-            seed = self._seeds[i] = torch.empty(1, dtype=torch.int64, device=generator.device)
-        return draw_seed(generator, out=seed)
+        seeded = [n.name for n in gm.graph.nodes if n.target is GRAPHSAFE_RNG and graphsafe_rng_supported(n.args[0])]
+        if seeded:
+            # its twin (forward or backward) may have been compiled, with the generated Philox code
+            warnings.warn(f"mini_inductor: graph {name} runs eagerly ({reason}) and holds random ops of "
+                          f"activation-checkpointed regions ({', '.join(seeded)}): they draw ATen's numbers, "
+                          "so if the matching forward or backward graph was compiled, the recompute in the "
+                          "backward does not repeat the forward's random numbers")
 
     def __call__(self, *args):
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)

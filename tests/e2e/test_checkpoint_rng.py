@@ -109,3 +109,10 @@ def test_checkpointed_dropout_grads_follow_the_forward_mask_in_uneven_order_and_
     out1.sum().backward()          # the retained graph recomputes the same mask again
     torch.testing.assert_close(x1.grad, 2 * torch.where(out1 != 0, 4 * torch.cos(x1.detach()), 0.0))
     assert not torch.equal(out1 != 0, out2 != 0)
+
+
+def test_a_graph_that_runs_eagerly_with_a_checkpointed_random_op_warns_that_its_numbers_are_atens():
+    from mini_inductor.runtime import EagerGraph
+    gm = make_fx(forward, tracing_mode="fake")(torch.randn(8), torch.Generator())
+    with pytest.warns(UserWarning, match="recompute in the backward does not repeat"):
+        EagerGraph("forward_9", gm, "a reason")
