@@ -39,6 +39,23 @@ def leaf():
     return torch.randn(512, device="cuda", requires_grad=True)
 
 
+def rand_mask(x):
+    return x * (torch.rand_like(x) > 0.5)       # the spec's form: d/dx is the mask itself
+
+
+def test_rand_like_mask_recompute_matches_the_forward_under_graphs():
+    f = torch.compile(lambda x: checkpoint(rand_mask, x, use_reentrant=False), backend="mini_inductor",
+                      dynamic=False)
+    for _ in range(4):
+        x = leaf()
+        out = f(x)
+        kept = (out != 0).float().clone()
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, kept)
+        assert 0.35 < kept.mean().item() < 0.65
+    assert stats()["replays"] >= 2 and stats()["skips"] == 0
+
+
 def test_recompute_replays_the_forward_mask_across_warmup_record_and_replay():
     f = compiled()
     masks = []

@@ -63,6 +63,21 @@ def test_recompute_with_an_equal_generator_gets_the_forwards_mask():
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])   # a fresh seed per call
 
 
+def test_rand_like_under_the_wrapper_draws_from_its_own_seed():
+    def fw(x, gen):
+        return (x * (graphsafe(aten.rand_like.default, x, rng_state=gen) > 0.5),)
+
+    def bw(x, gen):
+        return ((graphsafe(aten.rand_like.default, x, rng_state=gen) > 0.5).float(),)
+    x = torch.randn(256)
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    f, b = compiled(fw, x, g1), compiled(bw, x, g2)
+    for _ in range(2):
+        (out,) = f([x, g1])
+        (mask,) = b([x, g2])
+        torch.testing.assert_close(mask, (out != 0).float())
+
+
 def test_each_call_advances_the_generator_by_one_seed_draw():
     x = torch.randn(64)
     gen = torch.Generator().manual_seed(3)
