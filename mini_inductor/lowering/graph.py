@@ -129,11 +129,14 @@ class GraphLowering:
                 values = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
                 for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
+                    self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))
                     except Exception as e:
                         raise LoweringError(f"cannot realize output: {e}", graph=self.name,
                                             op="output", node=getattr(arg, "name", None)) from e
+                    if isinstance(arg, torch.fx.Node):   # a copy made for the output (eager's strides)
+                        self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
                             self.extern_ops, num_fx)
 
@@ -154,7 +157,7 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
-        origin = Origin(node.name, _op_name(target), _source_line(node))
+        origin = _origin(node)
         self._new_buffers = []
         if _writes_its_arguments(target):
             _realize_pending(env)
@@ -229,7 +232,7 @@ class GraphLowering:
         if target is GRAPHSAFE_RNG:   # its generator argument is a seed tensor here: ATen cannot run it
             raise RuntimeError(f"{node.args[0]} under activation checkpointing must be lowered, not run in ATen")
         meta = node.meta.get("val")
-        origin = (Origin(node.name, _op_name(target), _source_line(node)),)
+        origin = (_origin(node),)
         # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
         metas = tree_map(lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else None,
                          (list(node.args), dict(node.kwargs)))
@@ -392,6 +395,12 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
         if free_unbacked_symbols(node.meta.get("val")):
             return f"data-dependent output sizes (node %{node.name}, {_op_name(node.target)})"
     return None
+
+
+def _origin(node: torch.fx.Node) -> Origin:
+    """The FX node an IR node came from; a graph input copied to meet an output's strides names its
+    placeholder."""
+    return Origin(node.name, _op_name(node.target) if node.op == "call_function" else node.op, _source_line(node))
 
 
 def _op_name(target) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SchedulingError
 from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, Origin
 from ..lowering.sizevars import product, static_int
 from .dependencies import Dep, LoopBody, MemoryDep, StarDep, analyze_body
@@ -142,7 +143,13 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return self.snodes[0].group
 
 
-def create_node(buf: Buffer) -> BaseSchedulerNode:
+def create_node(buf: Buffer, graph: str | None = None) -> BaseSchedulerNode:
+    """The scheduler node of one lowered buffer. Every buffer must name the FX nodes it came from
+    (kernel names, source-line comments, reports and provenance all read them): none is a bug in
+    the lowering that made it, raised here rather than compiled into an anonymous kernel."""
+    if not buf.origins:
+        raise SchedulingError(f"buffer {buf.name} ({buf!r}) has no origin FX node; the lowering that "
+                              "created it must record the ATen node it came from", graph=graph)
     if isinstance(buf, ComputedBuffer):
         return SchedulerNode(buf)
     return ExternKernelSchedulerNode(buf)

@@ -90,7 +90,7 @@ class Scheduler:
 
     def run(self) -> Schedule:
         start = time.perf_counter()
-        nodes = [create_node(b) for b in self.graph.buffers]
+        nodes = [create_node(b, self.graph.name) for b in self.graph.buffers]
         output_names = self._output_names()
         nodes, removed = self._eliminate_dead(nodes, output_names)
         self._compute_dependencies(nodes)
