@@ -126,6 +126,7 @@ class WrapperCodegen:
         self.buffer_dtypes = {b.name: b.layout.dtype for b in self.graph.buffers if b.layout is not None}
         self.buffer_dtypes.update({b.name: b.layout.dtype for b in self.graph.inputs if isinstance(b, InputBuffer)})
         self.buffer_dtypes.update({n: t.dtype for n, t in self.graph.constants.items()})
+        self.graph_inputs = {b.name for b in self.graph.inputs if isinstance(b, InputBuffer)}
         self.nbytes = {b.name: storage_elements(b.layout.size, b.layout.stride) * b.layout.dtype.itemsize
                        for b in self.graph.buffers if b.layout is not None}
         # A view or an in-place result shares its base's storage: no bytes of its own, and neither it
@@ -142,6 +143,8 @@ class WrapperCodegen:
         users = self._users()
         outputs = set(self.sched.output_names)
         call = _Scope("call", outputs)
+        if self.sched.unused_inputs:   # no node reads them: the caller's references are the only ones left
+            call.lines.append(FreeLine(list(self.sched.unused_inputs)))
         functions: list[tuple[GraphPartition, _Scope, PartitionCallLine]] = []
         for part in self.sched.partitions:
             scope = call
@@ -149,13 +152,17 @@ class WrapperCodegen:
                 scope = _Scope(part.name, set(part.outputs) | outputs)
                 line = PartitionCallLine(part.name, list(part.inputs), list(part.outputs), [])
                 functions.append((part, scope, line))
+                at = len(call.lines)
                 call.lines.append(line)
+            not_passed: list[str] = []     # graph inputs dying here that the partition does not take
             for i in part.node_indices:
-                self._emit_node(i, scope, users, outputs)
+                not_passed += self._emit_node(i, scope, users, outputs, set(part.inputs) if scope is not call else None)
             if scope is not call:
                 produced = {n for i in part.node_indices for n in self.sched.nodes[i].get_names()}
                 line.freed_inside = [n for i in part.node_indices for n in self._frees(i)
                                      if n not in produced and n in part.inputs]
+                if not_passed:
+                    call.lines.insert(at, FreeLine(not_passed))
         call.lines.append(ReturnLine(self.graph.outputs))
 
         sub_peaks = {}
@@ -196,17 +203,22 @@ class WrapperCodegen:
         donated = {old for old, _ in self.inplace}
         return [n for n in self.sched.frees_after[i] if n not in self.removed and n not in donated]
 
-    def _emit_node(self, i: int, scope: _Scope, users, outputs) -> None:
+    def _emit_node(self, i: int, scope: _Scope, users, outputs, passed: set[str] | None = None) -> list[str]:
+        """Emit node i and the frees after it; return the graph inputs dying at it that are not among
+        `passed` (a partition's inputs), which the caller frees in `call` instead."""
         node = self.sched.nodes[i]
         if isinstance(node, ExternKernelSchedulerNode):
             self._extern(node.node, scope)
         else:
             self._kernel(node, i, users, outputs, scope)
         freed = self._frees(i)
+        elsewhere = [n for n in freed if passed is not None and n in self.graph_inputs and n not in passed]
+        freed = [n for n in freed if n not in elsewhere]
         if freed:
             scope.lines.append(FreeLine(freed))
             for name in freed:
                 scope.allocated.pop(name, None)
+        return elsewhere
 
     def _kernel(self, group, i, users, outputs, scope: _Scope) -> None:
         members = group.get_nodes()

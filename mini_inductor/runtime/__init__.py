@@ -29,6 +29,10 @@ class CompiledGraph:
     def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
                  *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None,
                  generator_idxs: tuple[int, ...] = ()):
+        # Also an instance attribute: Dynamo wraps the backward in disable(), whose functools.wraps copies
+        # the instance's __dict__ only; without it aot_autograd would unpack the list into *args, and the
+        # wrapper could never let go of an input before the call returns.
+        self._boxed_call = True
         self.name = name
         # arguments that are generators of checkpointed random ops: each call passes a seed drawn
         # from the generator instead, so the graph (and a CUDA graph's replay) reads a fresh seed
@@ -125,6 +129,7 @@ class EagerGraph:
     _boxed_call = True
 
     def __init__(self, name: str, gm: torch.fx.GraphModule, reason: str):
+        self._boxed_call = True   # see CompiledGraph
         self.name = name
         self.gm = gm
         self.reason = reason

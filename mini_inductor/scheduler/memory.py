@@ -2,35 +2,50 @@
 from __future__ import annotations
 
 from ..lowering.graph import LoweredGraph
-from ..lowering.ir import MultiOutput
+from ..lowering.ir import InputBuffer, MultiOutput
 from ..lowering.sizevars import product, static_int
 from .nodes import BaseSchedulerNode, SchedulerNode
 
 
 def compute_last_use(nodes: list[BaseSchedulerNode], output_names: list[str], graph: LoweredGraph,
-                     aliases: dict[str, str] | None = None) -> list[list[str]]:
-    """Per node (in order), the buffers produced in this graph whose last use it is.
+                     aliases: dict[str, str] | None = None,
+                     releasable_inputs: set[str] = frozenset()) -> list[list[str]]:
+    """Per node (in order), the buffers whose last use it is.
 
-    Graph outputs are never freed; neither are graph inputs (the caller owns them). `aliases` maps a
-    name sharing another's storage (a view, an in-place result) to its group's root: the root lives
-    until the last use of any name in its group, and is kept if any of them is a graph output.
+    Buffers produced in this graph, and the graph inputs in `releasable_inputs` (the caller hands
+    those over: the wrapper drops its reference after their last use, so a boxed input can die
+    before the call returns). Graph outputs are never freed. `aliases` maps a name sharing another's
+    storage (a view, an in-place result) to its group's root: the root lives until the last use of
+    any name in its group, and is kept if any of them is a graph output.
     """
     aliases = aliases or {}
-    produced = {n.name for node in nodes for n in node.get_nodes()}
+    owned = {n.name for node in nodes for n in node.get_nodes()} | set(releasable_inputs)
     keep = set(output_names) | {aliases[n] for n in output_names if n in aliases}
     last: dict[str, int] = {}
     for i, node in enumerate(nodes):
         for name in node.used_buffer_names() | node.get_names():
-            if name in produced:
+            if name in owned:
                 last[name] = i
     for name, root in aliases.items():
-        if name in last and root in produced:
+        if name in last and root in owned:
             last[root] = max(last.get(root, 0), last[name])
     frees: list[list[str]] = [[] for _ in nodes]
     for name, i in last.items():
         if name not in keep:
             frees[i].append(name)
     return [sorted(f, key=_buffer_order) for f in frees]
+
+
+def releasable_inputs(graph: LoweredGraph, output_names: list[str], aliases: dict[str, str],
+                      mutated_roots: set[str]) -> set[str]:
+    """Graph inputs the wrapper may let go of after their last use (scheduler.md §16.2).
+
+    Not: graph outputs, inputs that an output views or aliases (their storage lives on in the
+    output), inputs written in place (the caller reads the new values).
+    """
+    names = {b.name for b in graph.inputs if isinstance(b, InputBuffer)}
+    kept_groups = {aliases.get(n, n) for n in list(output_names) + list(mutated_roots)}
+    return {n for n in names if aliases.get(n, n) not in kept_groups}
 
 
 def _buffer_order(name: str):

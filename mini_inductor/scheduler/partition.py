@@ -114,7 +114,9 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
     for k, (safe, indices, reasons) in enumerate(runs):
         produced = {n for i in indices for n in nodes[i].get_names()}
         inputs = {n for i in indices for n in nodes[i].used_buffer_names() if n not in produced}
-        inputs |= {n for n, where in last_use_in.items() if where == k and n not in produced}
+        # a buffer from an earlier partition that dies here is passed in to be freed; a graph input
+        # is not (a CUDA graph would copy it in just to drop it): `call` lets go of it itself
+        inputs |= {n for n, where in last_use_in.items() if where == k and n not in produced and n not in input_order}
         outs = {n for n in produced if n in outputs or any(u > k for u in used_in.get(n, ()))}
         partitions.append(GraphPartition(
             name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),

@@ -3,7 +3,8 @@
     nodes from buffers → dead-node elimination → dependencies (data deps; alias groups; ordering
     deps around mutations, see mutation.py) → topological order
     → fusion rounds (legality with reasons, cycle check, score) → partition-aware reorder
-    → last-use freeing → bytes-moved estimate → partitions (cudagraph-safe runs, with their inputs and outputs)
+    → last-use freeing (graph inputs too, where the caller hands them over) → bytes-moved estimate
+    → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
 from ..lowering.sizevars import static_int
 from .dependencies import Dep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
-from .memory import compute_last_use, estimate_bytes_moved
+from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
 from .partition import GraphPartition, PartitionMove, partition_nodes, reorder_for_partitions
@@ -45,6 +46,7 @@ class Schedule:
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)    # name sharing a storage → its root
     mutations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # storage root → mutating nodes
     partition_moves: list[PartitionMove] = dataclasses.field(default_factory=list)  # the partition-aware reorder
+    unused_inputs: list[str] = dataclasses.field(default_factory=list)  # graph inputs no node reads: dropped first
 
     def mutated_inputs(self) -> list[int]:
         """Positions of the graph inputs that the graph writes in place."""
@@ -111,13 +113,16 @@ class Scheduler:
             nodes, moves = reorder_for_partitions(nodes, user_unsafe)
             for move in moves:
                 schedule_log.info("%s: %s", self.graph.name, move)
-        frees = compute_last_use(nodes, output_names, self.graph, aliases)
-        moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
+        released = releasable_inputs(self.graph, output_names, aliases, set(mutations))
+        frees = compute_last_use(nodes, output_names, self.graph, aliases, released)
+        dying = {name for names in frees for name in names}
+        unused_inputs = sorted((n for n in released if n not in dying), key=input_order.get)
+        moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         partitions = partition_nodes(nodes, frees, output_names, input_order, user_unsafe)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
-                          time.perf_counter() - start, partitions, moved, aliases, mutations, moves)
+                          time.perf_counter() - start, partitions, moved, aliases, mutations, moves, unused_inputs)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 

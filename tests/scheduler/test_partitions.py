@@ -121,6 +121,16 @@ def test_a_buffer_freed_inside_a_partition_is_its_input_even_if_never_read_there
     ]
 
 
+def test_a_graph_input_dying_in_a_partition_that_does_not_read_it_is_not_passed_in():
+    # x's storage dies with buf2 (an alias would do this); a CUDA graph would copy x in just to drop it,
+    # so `call` lets go of x itself and the partition does not take it
+    nodes = [StubNode("buf0", ["x"]), StubNode("buf1", ["buf0"], extern=True), StubNode("buf2", ["buf1"])]
+    frees = [["buf0"], [], ["buf1", "x"]]
+    parts = partition_nodes(nodes, frees, ["buf2"], {"x": 0})
+    assert [(p.name, p.inputs) for p in parts] == [("partition_0", ["x"]), ("unsafe_0", ["buf0"]),
+                                                    ("partition_1", ["buf1"])]
+
+
 def test_user_listed_ops_are_cut_out_in_either_name_form():
     for listed in ("aten.mm", "aten.mm.default"):
         reason = cudagraph_unsafe_reason_of(extern(aten.mm.default), frozenset({listed}))
