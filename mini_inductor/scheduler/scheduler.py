@@ -2,7 +2,8 @@
 
     nodes from buffers → dead-node elimination → dependencies (data deps; alias groups; ordering
     deps around mutations, see mutation.py) → topological order
-    → fusion rounds (legality with reasons, cycle check, score) → partition-aware reorder
+    → fusion rounds (legality with reasons, cycle check, score; ordering deps made redundant by a
+    round pruned before the next) → partition-aware reorder
     → last-use freeing (graph inputs too, where the caller hands them over) → bytes-moved estimate
     → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
@@ -16,7 +17,7 @@ from ..config import Config
 from ..lowering.graph import LoweredGraph
 from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
 from ..lowering.sizevars import static_int
-from .dependencies import Dep
+from .dependencies import Dep, WeakDep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
@@ -237,8 +238,11 @@ class Scheduler:
             fusion_log.debug("completed fusion round (%d/%d): fused %d nodes into %d nodes", rnd + 1,
                              MAX_FUSION_ROUNDS, len(nodes), len(unique))
             nodes = self._reorder(unique)
-            if not fused_any:
-                break
+            pruned = prune_redundant_deps(nodes, node_of)
+            if pruned:
+                fusion_log.debug("pruned %d redundant ordering deps", pruned)
+            if not fused_any and not pruned:
+                break   # a pruned dep may unblock a pair, so that alone earns another round
         fusion_log.debug("fusion complete (%d iterations): %d nodes → %d", rounds, start, len(nodes))
         return nodes
 
@@ -300,3 +304,30 @@ class Scheduler:
 
 def _all_unmet(n: BaseSchedulerNode) -> set[Dep]:
     return set().union(*(m.unmet_dependencies for m in n.get_nodes()))
+
+
+def prune_redundant_deps(nodes: list[BaseSchedulerNode], node_of: dict[str, BaseSchedulerNode]) -> int:
+    """Drop the ordering deps (WeakDeps) that fusion made redundant; return how many (scheduler.md §4.3).
+
+    A WeakDep is redundant when it points into the node's own container, at a container the node also
+    depends on through a real dep (that edge orders the two already), or at a buffer no longer
+    scheduled (removed as dead). A WeakDep is not a MemoryDep, so while it stays, vertical fusion
+    refuses the pair ("memory deps did not match"): pruning after each round lets a later round fuse.
+
+        B: WeakDep(A), reads P       round 1 fuses A with P     B: reads AP  →  round 2 fuses AP with B
+
+    Members are pruned too: a fused node collects its members' deps again whenever it fuses.
+    """
+    pruned = 0
+    for node in nodes:
+        real = {id(node_of[d.name]) for d in node.unmet_dependencies
+                if not isinstance(d, WeakDep) and d.name in node_of}
+
+        def redundant(dep: Dep) -> bool:
+            owner = node_of.get(dep.name)
+            return isinstance(dep, WeakDep) and (owner is None or owner is node or id(owner) in real)
+
+        pruned += sum(1 for d in node.unmet_dependencies if redundant(d))
+        for holder in {id(h): h for h in [node, *node.get_nodes()]}.values():
+            holder.unmet_dependencies = {d for d in holder.unmet_dependencies if not redundant(d)}
+    return pruned
