@@ -2,6 +2,7 @@
 
     python benchmarks/peak_memory.py            # from the repo root on the GPU machine
     PYTHONPATH=. python3 benchmarks/peak_memory.py
+    TRITON_INTERPRET=1 python benchmarks/peak_memory.py --cpu-check   # no GPU: compile and check the cases
 
 For each graph: compile with mini_inductor under no_grad (one inference graph), run it once to
 compile and warm up (cuBLAS workspaces, Triton caches), then run it again between
@@ -46,10 +47,10 @@ def residual_chain(x, y):
     return x
 
 
-def cases(device):
+def cases(device, small: bool = False):
     def r(*shape):
         return torch.randn(*shape, device=device)
-    d, f, n = 1024, 4096, 4096
+    d, f, n = (8, 32, 16) if small else (1024, 4096, 4096)
     return [
         ("mlp_block", mlp_block, (r(n, d), r(d, f), r(f), r(f, d), r(d), r(d), r(d)), {}),
         ("softmax_rows", softmax_rows, (r(n, f),), {}),
@@ -77,9 +78,28 @@ def measure(fn, args, options) -> tuple[int, int]:
     return planned, measured
 
 
-def main() -> int:
+def check_on_cpu() -> int:
+    """What runs without a GPU: each case compiles (tiny sizes, Triton's interpreter), matches eager
+    and plans a peak; nothing is measured."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    bad = 0
+    for name, fn, args, options in cases(torch.device("cpu"), small=True):
+        torch._dynamo.reset()
+        metrics.reset()
+        with torch.no_grad():
+            got = torch.compile(fn, backend="mini_inductor", options=options)(*args)
+            ok = torch.allclose(got, fn(*args), atol=1e-4, rtol=1e-4)
+        planned = sum(g.planned_peak_bytes for g in metrics.compiled_graphs if not g.ran_eagerly)
+        bad += not ok or planned <= 0
+        print(f"{name:<36} planned {planned} B{'' if ok else '  <-- differs from eager'}")
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if "--cpu-check" in (sys.argv[1:] if argv is None else argv):
+        return check_on_cpu()
     if not torch.cuda.is_available():
-        print("benchmarks/peak_memory.py needs a CUDA GPU")
+        print("benchmarks/peak_memory.py needs a CUDA GPU (--cpu-check: compile the cases on the CPU)")
         return 2
     device = torch.device("cuda")
     print(f"{'graph':<36} {'planned MB':>11} {'measured MB':>12} {'planned/measured':>17}")
