@@ -19,7 +19,7 @@ from typing import Any
 
 import sympy
 
-from ..lowering.ir import Layout
+from ..lowering.ir import Layout, Pointwise
 from ..lowering.sizevars import FloorDiv, ModularIndexing, static_int
 from ..lowering.virtualized import ops
 from ..scheduler.dependencies import simplify
@@ -57,6 +57,8 @@ def recomputable_nodes(nodes: list[SchedulerNode], kernel_local: set[str], insid
     for node in nodes:
         if node.is_reduction() or node.name not in kernel_local or not inside_loop(node):
             continue
+        if not isinstance(node.node.data, Pointwise) or node.node.get_mutation_names():
+            continue   # a scatter's store is not its value at one element
         layout = node.node.layout
         if element_index(sympy.Integer(0), layout, {}) is None:
             continue
