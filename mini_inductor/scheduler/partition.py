@@ -132,12 +132,14 @@ class PartitionMove:
     """One node the partition-aware reorder moved ahead of nodes of the other kind (safe vs unsafe)."""
 
     node: str                    # the node (group) that moved
-    overtook: tuple[str, ...]    # nodes that ran before it in the fused order and now run after it
+    overtook: tuple[str, ...]    # the first (at most 8) of the nodes that ran before it and now run after it
     safe: bool                   # the moved node is cudagraph-safe
     reason: str
+    count: int = 0               # how many nodes it overtook in all
 
     def __str__(self) -> str:
-        names = ", ".join(self.overtook[:8]) + (f" and {len(self.overtook) - 8} more" if len(self.overtook) > 8 else "")
+        more = self.count - len(self.overtook)
+        names = ", ".join(self.overtook) + (f" and {more} more" if more > 0 else "")
         return f"moved {self.node} before {names}: {self.reason}"
 
 
@@ -228,9 +230,9 @@ def _describe_moves(nodes, kinds, order, safe_before: int, safe_after: int) -> l
         others = earlier[not kinds[i]]
         first = bisect.bisect_right(others, (position[i], len(nodes)))
         if first < len(others):
-            overtook = tuple(nodes[j].name for _, j in sorted(others[first:], key=lambda pj: pj[1]))
+            overtook = tuple(nodes[j].name for _, j in others[first:first + 8])   # in their new order
             what = "cudagraph-safe" if kinds[i] else "unsafe"
             why = f"{what}, depends on none of them ({safe_before} → {safe_after} graphed partitions)"
-            moves.append(PartitionMove(node.name, overtook, kinds[i], why))
+            moves.append(PartitionMove(node.name, overtook, kinds[i], why, len(others) - first))
         bisect.insort(earlier[kinds[i]], (position[i], i))
     return moves

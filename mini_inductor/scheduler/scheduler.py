@@ -112,8 +112,11 @@ class Scheduler:
         moves: list[PartitionMove] = []
         if self.cfg.reorder_for_partitions:
             nodes, moves = reorder_for_partitions(nodes, user_unsafe)
+            if moves:
+                schedule_log.info("%s: reorder for partitions moved %d nodes (%s)", self.graph.name, len(moves),
+                                  moves[0].reason.rsplit("(", 1)[-1].rstrip(")"))
             for move in moves:
-                schedule_log.info("%s: %s", self.graph.name, move)
+                schedule_log.debug("%s: %s", self.graph.name, move)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
         released = releasable_inputs(self.graph, output_names, aliases, set(mutations))

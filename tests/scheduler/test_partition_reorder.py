@@ -39,17 +39,18 @@ def gpu_cpu_gpu_cpu(x, y, z, w):
 
 def test_independent_cpu_and_gpu_chains_form_one_graphed_partition(caplog):
     args = torch.randn(8, 16), torch.randn(4, 4), torch.randn(6, 5), torch.randn(4, 4)
-    with caplog.at_level(logging.INFO, logger="mini_inductor.schedule"):
+    with caplog.at_level(logging.DEBUG, logger="mini_inductor.schedule"):
         before, after, gen = both(gpu_cpu_gpu_cpu, *args)
     assert [p.safe for p in before.partitions] == [True, False, True, False] and before.partition_moves == []
     assert [p.safe for p in after.partitions] == [True, False] and gen.partition_functions == ["partition_0"]
     (move,) = after.partition_moves
     amax = next(n.name for n in after.nodes if any(o.op == "aten.amax.default" for o in n.origins))
     first_mm = before.partitions[1].nodes[0]
-    assert move.node == amax and move.overtook == (first_mm,) and move.safe
+    assert move.node == amax and move.overtook == (first_mm,) and move.count == 1 and move.safe
     assert "2 → 1 graphed partitions" in move.reason
     assert f"# reorder for partitions: moved {amax} before {first_mm}" in after.describe()
     assert f"moved {amax} before {first_mm}" in caplog.text
+    assert "reorder for partitions moved 1 nodes (2 → 1 graphed partitions)" in caplog.text
 
 
 def five_chains(a, b, c, d, e, w):
@@ -153,3 +154,18 @@ def test_unsafe_nodes_keep_their_relative_order_and_every_dependency_holds():
 def test_counting_runs():
     assert count_runs([True, False, True, True, False]) == (2, 2)
     assert count_runs([False]) == (0, 1) and count_runs([]) == (0, 0)
+
+
+def test_a_long_alternating_graph_is_reordered_quickly_and_its_moves_stay_short():
+    import time
+    nodes = []
+    for i in range(4000):   # a chain of safe nodes, each followed by an unsafe node that reads it
+        nodes.append(Stub(f"u{i}", [f"s{i - 1}"], True) if i % 2 else Stub(f"s{i}", [f"s{i - 2}"] if i >= 2 else []))
+    start = time.perf_counter()
+    order, moves = reorder_for_partitions(nodes)
+    assert time.perf_counter() - start < 2.0
+    kinds = [not n.name.startswith("u") for n in order]
+    assert count_runs(kinds) == (1, 1) and len(moves) == 1999
+    assert max(len(m.overtook) for m in moves) == 8 and moves[-1].count == 1999
+    assert str(moves[-1]).endswith("and 1991 more: cudagraph-safe, depends on none of them "
+                                   "(2000 → 1 graphed partitions)")
