@@ -6,7 +6,8 @@
 Each op is classified (see sweep.py). An op that fails must be listed in the expectation file
 (expected_failures.txt for CPU float32; expected_failures_cuda_<dtype>.txt on the GPU, when that
 file exists), and a listed op that passes fails the test too, so the list only ever shrinks.
-By default only `DEFAULT_OPS` run; MINI_OPINFO_ALL=1 runs the whole database (`make opinfo`).
+By default only `DEFAULT_OPS` run; MINI_OPINFO_ALL=1 runs the whole database (`make opinfo`,
+`make opinfo-gpu`); see conftest.py for MINI_OPINFO_OUT (results written to a folder).
 """
 import os
 
@@ -27,6 +28,9 @@ from torch.testing._internal.common_methods_invocations import op_db  # noqa: E4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_ALL = os.environ.get("MINI_OPINFO_ALL", "") not in ("", "0")
+# MINI_OPINFO_DTYPES=float16 (or bfloat16): the GPU sweep of one dtype only (default: both)
+GPU_DTYPES = [getattr(torch, d.strip()) for d in os.environ.get("MINI_OPINFO_DTYPES", "float16,bfloat16").split(",")
+              if d.strip()]
 
 # The CI subset: ops real models use, across pointwise, reductions, views, indexing and norms.
 DEFAULT_OPS = """
@@ -77,7 +81,7 @@ def test_opinfo_cpu_float32(op, record_property):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", GPU_DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("op", _ops(), ids=op_id)
 def test_opinfo_cuda(op, dtype, record_property):
     _check(op, "cuda", dtype, f"expected_failures_cuda_{str(dtype).replace('torch.', '')}.txt", record_property)
