@@ -99,6 +99,7 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
 def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
     parts = [f"format {FORMAT}", *versions(), f"default dtype {torch.get_default_dtype()}",  # lowering reads it
+             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
              repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                          if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
                          and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]

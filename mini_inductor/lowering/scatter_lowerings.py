@@ -110,7 +110,11 @@ def index_put(x: IRNode, indices, values: IRNode, accumulate=False):
     if acc not in ATOMIC_ADD_DTYPES:
         raise NotImplementedError(f"index_put with accumulate of {dtype} (no atomic add for it)")
     out_size, position = index_positions(x, indices)
-    if broadcast_sizes(values.get_size(), out_size) != list(out_size):
+    try:
+        fits = broadcast_sizes(values.get_size(), out_size) == list(out_size)
+    except ValueError:
+        fits = False
+    if not fits:
         raise NotImplementedError("index_put with values that do not broadcast to the indexed shape")
     device, size = x.get_device(), x.get_size()
     x_loader, values_loader = x.make_loader(), broadcast_loader(values, out_size)

@@ -119,6 +119,21 @@ def test_deterministic_mode_falls_back(device):
     assert_fallback("index_put")
 
 
+def test_deterministic_mode_is_part_of_the_graph_cache_key():
+    from mini_inductor.config import config
+    from mini_inductor.graph_cache import graph_key
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    saved = torch.are_deterministic_algorithms_enabled()
+    try:
+        keys = []
+        for on in (False, True):
+            torch.use_deterministic_algorithms(on)
+            keys.append(graph_key(gm, [torch.randn(2)], config))
+    finally:
+        torch.use_deterministic_algorithms(saved)
+    assert keys[0] != keys[1]
+
+
 # ─── GPU: real sizes, many duplicates, every float dtype ────────────────────────────────────────
 
 @pytest.mark.gpu
