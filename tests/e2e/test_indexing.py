@@ -77,7 +77,7 @@ def test_embedding_backward_through_fallback():
     check(lambda w, i: F.embedding(i, w), w, ids, grad=True)
 
 
-def test_scatter_add_and_index_put_through_fallback():
+def test_scatter_add_through_fallback_and_index_put_with_accumulate():
     x, src = torch.randn(4, 5), torch.randn(2, 5)
     idx = torch.tensor([[0, 1, 2, 3, 0], [3, 3, 0, 1, 2]])
     check(lambda x, i, s: x.scatter_add(0, i, s) + 1, x, idx, src)
