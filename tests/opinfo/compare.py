@@ -9,8 +9,9 @@ rounds every intermediate to 16 bits, a fused kernel computes in float32. Then `
 op run on the inputs upcast to float64) decides, as Inductor's own tests do: the output is accepted
 when its NaN/inf placement matches eager's or the reference's, and at every finite element its
 error against the reference is within the dtype's tolerance of the reference or no worse than
-`REFERENCE_FACTOR` times eager's largest error against it. A wrong answer is still rejected: it is
-far from the reference as well as from eager.
+`REFERENCE_FACTOR` times eager's largest error against it (where the float64 value overflows the
+dtype, a finite answer must be eager's). A wrong answer is still rejected: it is far from the
+reference as well as from eager.
 """
 from __future__ import annotations
 
@@ -107,13 +108,17 @@ def against_reference(a: torch.Tensor, e: torch.Tensor, r: torch.Tensor) -> str 
     if not (_same_nonfinite(a, e) or _same_nonfinite(a, r)):
         return "NaN/inf placement differs from eager's and from the reference's"
     a64, e64 = a.to(torch.float64), e.to(torch.float64)
+    atol, rtol = TOLERANCES[a.dtype]
+    # finite where the true value overflows (eager finite there too): the reference cannot judge it
+    beyond = torch.isfinite(a64) & ~torch.isfinite(r)
+    if beyond.any() and not torch.allclose(a64[beyond], e64[beyond], atol=atol, rtol=rtol):
+        return "differs from eager where the float64 value is beyond the dtype's range"
     finite = torch.isfinite(a64) & torch.isfinite(r)
     if not finite.any():
         return None
     err_a = (a64 - r).abs()[finite]
     eager_ok = finite & torch.isfinite(e64)
     worst_eager = float((e64 - r).abs()[eager_ok].max()) if eager_ok.any() else 0.0
-    atol, rtol = TOLERANCES[a.dtype]
     allowed = torch.clamp(atol + rtol * r.abs()[finite], min=REFERENCE_FACTOR * worst_eager)
     over = err_a > allowed
     if over.any():

@@ -67,6 +67,18 @@ def test_inf_where_eager_overflowed_but_the_truth_is_finite_is_not_required():
     assert compare(wrong_sign, eager, torch.float16, True, reference=lambda: truth) is not None
 
 
+def test_where_the_truth_overflows_a_finite_answer_must_match_eager():
+    truth, eager, exact = _fp16_case()
+    truth = truth.clone()
+    truth[2] = 1e6                                    # beyond float16: the reference rounds to inf
+    eager, exact = eager.clone(), exact.clone()
+    eager[2] = exact[2] = 65504.0                     # both saturate: eager's answer, accepted
+    assert compare(exact, eager, torch.float16, True, reference=lambda: truth) is None
+    exact[2] = 3.0
+    why = compare(exact, eager, torch.float16, True, reference=lambda: truth)
+    assert why is not None and "beyond the dtype's range" in why
+
+
 def test_dtype_shape_and_strides_are_checked_before_values():
     truth, eager, exact = _fp16_case()
     ref = lambda: truth  # noqa: E731
