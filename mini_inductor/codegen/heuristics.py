@@ -48,6 +48,17 @@ def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = Fa
     return KernelConfig(xblock, rblock, 8, False)
 
 
+def multipass_looped_config(rnumel: int) -> KernelConfig:
+    """A looped reduction that reads its rows in more than one loop (softmax, norms of long rows).
+
+    The second loop's reads hit L2 only if the rows in flight fit in it: between a program's two
+    reads of an element every resident program streams a row. One row per program and 16 warps keep
+    about two programs per SM: on the H100, 132 SMs x 2 rows x 128 KB (32768 fp32) = 34 MB of a
+    50 MB L2, where 4-row programs of 8 warps would keep every row of the tensor in flight.
+    """
+    return KernelConfig(1, min(4096, next_power_of_2(rnumel)), 16, False)
+
+
 # widest X side of a 2-D tile: 32 contiguous elements are a full 128-byte line in fp32
 TILE_XBLOCK_MAX = 32
 

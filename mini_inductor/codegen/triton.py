@@ -31,7 +31,7 @@ from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int
 from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
-from .heuristics import TILE_XBLOCK_MAX, KernelConfig, pick_config, pick_tile_config
+from .heuristics import TILE_XBLOCK_MAX, KernelConfig, multipass_looped_config, pick_config, pick_tile_config
 from .online_softmax import OnlineSoftmax, OnlineSoftmaxOps, find_online_softmax
 from .recompute import recomputable_nodes, recompute_load
 from .tiling import Tiling, choose_tiling, is_outer_reduction
@@ -126,6 +126,7 @@ class TritonKernel:
         self.rnumel = rnumel
         self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)
         outer = self.is_reduction and is_outer_reduction(nodes)
+        self.outer = outer
         self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit, outer)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
@@ -204,6 +205,8 @@ class TritonKernel:
                 continue
             self.section = self._section(pos)
             self._codegen_node(node, inside, pair)
+        if self.looped and not self.outer and sum(i % 2 for i in self.sections) > 1:
+            self.config = multipass_looped_config(self.rnumel)
         return self._render()
 
     def _inside_loop(self, node: SchedulerNode) -> bool:

@@ -151,3 +151,11 @@ def test_looped_softmax_on_the_gpu_matches_eager_on_inf_and_nan_rows(dtype):
         source = f.read()
     (kernel,) = kernel_sources(source)
     assert kernel.count("for roffset in range") == 2 and kernel.count("tl.store(") == 1, kernel
+
+
+def test_a_kernel_reading_its_rows_in_two_loops_takes_one_row_per_program():
+    # so that the rows in flight fit in L2 and the second loop's reads hit it (heuristics.py)
+    _, gen = generate_fn(softmax, torch.randn(2048, 256), **LOOPED)
+    assert re.search(r"triton_red_\w+\[\(2048,\)\]\(.*XBLOCK=1, RBLOCK=256, num_warps=16\)", gen.source), gen.source
+    _, gen = generate_fn(lambda x: x.sum(-1), torch.randn(2048, 256), **LOOPED)   # one loop: as before
+    assert re.search(r"XBLOCK=4, RBLOCK=512, num_warps=8\)", gen.source), gen.source
