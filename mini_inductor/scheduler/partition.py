@@ -5,7 +5,8 @@
      safe          unsafe    safe
 
 A node is cudagraph-unsafe when it runs on the CPU or copies between devices, when its output size
-depends on data (nonzero, .item()), or when its ATen op is tagged `cudagraph_unsafe`. Each partition
+depends on data (nonzero, .item()), when ATen syncs with the device to run it (boolean-mask indices,
+an error check read on the host), or when its ATen op is tagged `cudagraph_unsafe`. Each partition
 knows its inputs (buffers read but produced elsewhere, graph inputs, buffers whose last use it holds)
 and its outputs (buffers it produces that are used after it, or are graph outputs).
 
@@ -29,7 +30,14 @@ aten = torch.ops.aten
 # Tags of ATen ops whose output size (or host value) depends on the data: they sync with the device.
 _DATA_DEPENDENT_TAGS = {getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                         if hasattr(torch.Tag, t)}
-DATA_DEPENDENT_OPS = {aten.nonzero.default, aten._local_scalar_dense.default, aten.item.default}
+DATA_DEPENDENT_OPS = {aten.nonzero.default, aten._local_scalar_dense.default, aten.item.default,
+                      aten.is_nonzero.default}
+# Untagged ops that copy a device value to the host: a linalg op's error codes, checked on the CPU.
+SYNCING_OPS = {aten._linalg_check_errors.default}
+# Indexing ops that turn boolean (or uint8) mask indices into positions with nonzero, a device sync;
+# the output size of index_put does not show it (it is the input's), so the indices are looked at.
+MASK_INDEXED_OPS = {aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default, aten.index_put_.default,
+                    aten._unsafe_index_put.default, aten._index_put_impl_.default}
 _UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
 
 
@@ -70,6 +78,10 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
     tags = set(getattr(op, "tags", ()))
     if op in DATA_DEPENDENT_OPS or tags & _DATA_DEPENDENT_TAGS:
         return f"data-dependent output ({buf.op_name})"
+    if op in MASK_INDEXED_OPS and _has_mask_indices(buf):
+        return f"boolean-mask indices: ATen syncs to find their positions ({buf.op_name})"
+    if op in SYNCING_OPS or (op is aten.histc.default and _histc_reads_its_range(buf)):
+        return f"syncs with the device ({buf.op_name})"
     if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
         return f"{buf.op_name} is tagged cudagraph_unsafe"
     if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols for s in buf.layout.size):
@@ -79,6 +91,20 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
     if buf.cudagraph_unsafe:
         return f"device copy or CPU tensor ({buf.op_name})"
     return ""
+
+
+def _has_mask_indices(buf: ExternKernel) -> bool:
+    indices = buf.args[1] if len(buf.args) > 1 else buf.kwargs.get("indices", ())
+    return any(i is not None and hasattr(i, "get_dtype") and i.get_dtype() in (torch.bool, torch.uint8)
+               for i in indices or ())
+
+
+def _histc_reads_its_range(buf: ExternKernel) -> bool:
+    """histc with min == max (the default 0, 0) takes the range from the data's min and max, on the host."""
+    args = list(buf.args) + [None] * 4
+    low = args[2] if args[2] is not None else buf.kwargs.get("min", 0)
+    high = args[3] if args[3] is not None else buf.kwargs.get("max", 0)
+    return low == high
 
 
 def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]], output_names: list[str],

@@ -5,7 +5,7 @@ import sympy
 import torch
 
 from compile_ir import run_fn, schedule_fn
-from mini_inductor.lowering.ir import ExternKernel, Layout
+from mini_inductor.lowering.ir import Buffer, ExternKernel, Layout
 from mini_inductor.scheduler.partition import cudagraph_unsafe_reason_of, partition_nodes
 
 aten = torch.ops.aten
@@ -26,6 +26,57 @@ def test_cudagraph_unsafe_reasons():
     assert "device copy" in cudagraph_unsafe_reason_of(extern(aten._to_copy.default, cudagraph_unsafe=True))
     u0 = sympy.Symbol("u0", integer=True, positive=True)
     assert "sizes" in cudagraph_unsafe_reason_of(extern(aten.mm.default, size=(u0,)))
+
+
+def index_put_extern(index_dtype, op=aten.index_put.default):
+    x = Buffer("buf1", Layout.contiguous(CUDA, torch.float32, (4, 3)))
+    index = Buffer("buf2", Layout.contiguous(CUDA, index_dtype, (4,)))
+    values = Buffer("buf3", Layout.contiguous(CUDA, torch.float32, ()))
+    return ExternKernel("buf9", Layout.contiguous(CUDA, torch.float32, (4, 3)), op, (x, [index], values, True), {},
+                        fallback=True)
+
+
+def test_boolean_mask_indices_sync_so_their_fallback_is_unsafe():
+    """ATen finds a mask's positions with nonzero (a device sync) though the output size is fixed."""
+    for dtype in (torch.bool, torch.uint8):
+        for op in (aten.index_put.default, aten.index_put_.default, aten._unsafe_index_put.default):
+            assert "boolean-mask indices" in cudagraph_unsafe_reason_of(index_put_extern(dtype, op))
+    assert cudagraph_unsafe_reason_of(index_put_extern(torch.int64)) == ""      # int64 accumulate: graphed
+    no_index = index_put_extern(torch.int64)
+    no_index.args = (no_index.args[0], [None, no_index.args[1][0]], *no_index.args[2:])
+    assert cudagraph_unsafe_reason_of(no_index) == ""
+
+
+def test_host_checks_and_histc_without_a_range_sync():
+    assert "syncs" in cudagraph_unsafe_reason_of(extern(aten._linalg_check_errors.default))
+    x = Buffer("buf1", Layout.contiguous(CUDA, torch.float32, (8,)))
+
+    def histc(*args):
+        return ExternKernel("buf9", Layout.contiguous(CUDA, torch.float32, (4,)), aten.histc.default, (x, *args),
+                             {}, fallback=True)
+    assert "syncs" in cudagraph_unsafe_reason_of(histc(4))                 # min == max == 0: the data's range
+    assert "syncs" in cudagraph_unsafe_reason_of(histc(4, 1.0, 1.0))
+    assert cudagraph_unsafe_reason_of(histc(4, -1.0, 1.0)) == ""
+
+
+def mask_index_put_in_the_middle(x, mask, v):
+    y = torch.ops.aten.index_put(torch.relu(x) * 2, [mask], v, True)
+    return (y + 1).sum(-1)
+
+
+def test_boolean_mask_index_put_fallback_is_cut_out_of_the_graphs():
+    """The fallback syncs with the device: it runs between two CUDA graphs, never inside one."""
+    x, v = torch.randn(4, 3), torch.randn(3)
+    mask = torch.tensor([True, False, True, True])
+    sched, gen, _ = run_fn(mask_index_put_in_the_middle, x, mask, v)
+    assert [p.safe for p in sched.partitions] == [True, False, True]
+    unsafe = sched.partitions[1]
+    assert unsafe.reason == "boolean-mask indices: ATen syncs to find their positions (aten.index_put.default)"
+    assert gen.partition_functions == ["partition_0", "partition_1"]
+    for name in gen.partition_functions:
+        body = gen.source.split(f"def {name}(args):")[1].split("\ndef ")[0]
+        assert "index_put" not in body
+    assert "aten.index_put.default" in gen.source.split("def call")[1]
 
 
 def nonzero_in_the_middle(x):
