@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .cudagraph_utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, StorageRef, aligned, allocating_in_pool,
-                              capture_hygiene, check_pool, counters, empty_like_strided, expanded_dims,
+                              capture_hygiene, capturing, check_pool, counters, empty_like_strided, expanded_dims,
                               first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
                               tensor_metadata, tensor_on)
 
@@ -196,8 +196,7 @@ class GraphNode:
             check_pool(mgr.device, mgr.pool, live)
         before = liveness(self.path_refs[:-1])
         torch.cuda.synchronize(mgr.device)
-        with preserved_rng(mgr.device), capture_hygiene(), \
-                torch.cuda.graph(self.graph, pool=mgr.pool, stream=mgr.stream, capture_error_mode="thread_local"):
+        with preserved_rng(mgr.device), capture_hygiene(), capturing(self.graph, mgr.device, mgr.pool, mgr.stream):
             outs = info.fn(rec)
         assert not rec, "the compiled function must empty its input list"
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -186,6 +187,72 @@ def capture_hygiene() -> Iterator[None]:
         if saved is not None:
             torch._C._cudnn_set_conv_benchmark_empty_cache(saved)
         torch._C._cuda_clearCublasWorkspaces()
+
+
+@contextlib.contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, device: int, pool, stream: torch.cuda.Stream) -> Iterator[None]:
+    """Capture the body into `graph` on `stream`, allocating from `pool` (as torch.cuda.graph does),
+    and leave the process as it was when the capture fails.
+
+    An op a capture does not permit (a device sync, a host read) invalidates it, and capture_end then
+    raises before it stops routing the pool's allocations and takes the CUDA generator out of capture
+    mode; torch.cuda.graph also leaves `stream` current. Every later random op on the device would
+    fail ("Offset increment outside graph capture encountered unexpectedly"). Here the capture is
+    ended, that state undone, and the body's own error raised.
+    """
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            yield
+        except BaseException:
+            _abandon_capture(graph, device, pool, ended=False)
+            raise
+        try:
+            graph.capture_end()
+        except BaseException:
+            _abandon_capture(graph, device, pool, ended=True)
+            raise
+
+
+def _abandon_capture(graph: torch.cuda.CUDAGraph, device: int, pool, *, ended: bool) -> None:
+    """Clean up after a capture that failed; runs on the capture's device and stream."""
+    if not ended:
+        try:
+            graph.capture_end()   # a capture the body left valid (a Python error) ends cleanly
+            return
+        except Exception:
+            pass                  # invalidated: cudaStreamEndCapture failed, which ends the capture
+    log.warning("CUDA graph capture failed on device %d; ending it and restoring the allocator and RNG", device)
+    try:
+        # capture_end raised before it stopped routing allocations to the pool: a stale routing
+        # entry would take the place of the next allocating_in_pool's when that one ends
+        torch._C._cuda_endAllocateToPool(device, pool)
+    except Exception:
+        pass                      # capture_end got past that point: nothing to end
+    try:
+        graph.reset()             # newer torch drops the failed capture's generator state here
+    except Exception:
+        pass
+    _end_rng_capture_mode()
+
+
+def _end_rng_capture_mode() -> None:
+    """Take the current device's CUDA generator out of the capture mode a failed capture left it in.
+
+    A capture registers the default generator and puts it in capture mode at capture_begin; only a
+    capture_end that succeeds takes it out. An empty capture does, seed and offset unchanged.
+    """
+    empty = torch.cuda.CUDAGraph()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "The CUDA Graph is empty"
+            empty.capture_begin(capture_error_mode="thread_local")
+            empty.capture_end()
+    except Exception as e:
+        log.warning("could not take the CUDA generator out of capture mode after a failed capture "
+                    "(random ops on this device may fail from now on): %s", e)
 
 
 @contextlib.contextmanager
