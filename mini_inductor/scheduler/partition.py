@@ -80,7 +80,8 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
         return f"data-dependent output ({buf.op_name})"
     if op in MASK_INDEXED_OPS and _has_mask_indices(buf):
         return f"boolean-mask indices: ATen syncs to find their positions ({buf.op_name})"
-    if op in SYNCING_OPS or (op is aten.histc.default and _histc_reads_its_range(buf)):
+    if op in SYNCING_OPS or (op is aten.histc.default and _histc_reads_its_range(buf)) \
+            or (op is aten.multinomial.default and _multinomial_checks_on_the_host(buf)):
         return f"syncs with the device ({buf.op_name})"
     if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
         return f"{buf.op_name} is tagged cudagraph_unsafe"
@@ -105,6 +106,14 @@ def _histc_reads_its_range(buf: ExternKernel) -> bool:
     low = args[2] if args[2] is not None else buf.kwargs.get("min", 0)
     high = args[3] if args[3] is not None else buf.kwargs.get("max", 0)
     return low == high
+
+
+def _multinomial_checks_on_the_host(buf: ExternKernel) -> bool:
+    """multinomial without replacement, or of one sample, reads its input's validity on the host."""
+    args = list(buf.args) + [None] * 3
+    samples = args[1] if args[1] is not None else buf.kwargs.get("num_samples", 1)
+    replacement = args[2] if args[2] is not None else buf.kwargs.get("replacement", False)
+    return not replacement or samples == 1
 
 
 def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]], output_names: list[str],

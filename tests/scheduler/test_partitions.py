@@ -47,7 +47,7 @@ def test_boolean_mask_indices_sync_so_their_fallback_is_unsafe():
     assert cudagraph_unsafe_reason_of(no_index) == ""
 
 
-def test_host_checks_and_histc_without_a_range_sync():
+def test_host_checks_histc_without_a_range_and_multinomial_without_replacement_sync():
     assert "syncs" in cudagraph_unsafe_reason_of(extern(aten._linalg_check_errors.default))
     x = Buffer("buf1", Layout.contiguous(CUDA, torch.float32, (8,)))
 
@@ -57,6 +57,14 @@ def test_host_checks_and_histc_without_a_range_sync():
     assert "syncs" in cudagraph_unsafe_reason_of(histc(4))                 # min == max == 0: the data's range
     assert "syncs" in cudagraph_unsafe_reason_of(histc(4, 1.0, 1.0))
     assert cudagraph_unsafe_reason_of(histc(4, -1.0, 1.0)) == ""
+
+    def multinomial(*args, **kwargs):
+        return ExternKernel("buf9", Layout.contiguous(CUDA, torch.int64, (4,)), aten.multinomial.default,
+                            (x, *args), kwargs, fallback=True)
+    assert "syncs" in cudagraph_unsafe_reason_of(multinomial(4))               # without replacement
+    assert "syncs" in cudagraph_unsafe_reason_of(multinomial(1, True))         # one sample
+    assert cudagraph_unsafe_reason_of(multinomial(4, True)) == ""
+    assert cudagraph_unsafe_reason_of(multinomial(4, replacement=True)) == ""
 
 
 def mask_index_put_in_the_middle(x, mask, v):
