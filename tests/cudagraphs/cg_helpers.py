@@ -49,3 +49,18 @@ def pretend_cuda(monkeypatch):
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
     monkeypatch.setattr(runtime, "have_cuda_graph_apis", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def train_step_matches_eager(f, model, ref, x, tol=1e-4):
+    """One step of `f` (compiled `model`) and of `ref` (its eager copy) on `x`: outputs and grads must
+    agree; the grads are cleared afterwards."""
+    import torch
+
+    out = f(x)
+    out.square().mean().backward()
+    want = ref(x)
+    want.square().mean().backward()
+    torch.testing.assert_close(out, want, atol=tol, rtol=tol)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=tol, rtol=tol)
+        p.grad = q.grad = None

@@ -9,6 +9,7 @@ import importlib
 
 import pytest
 import torch
+from cg_helpers import train_step_matches_eager
 import torch.nn as nn
 
 import mini_inductor
@@ -220,13 +221,6 @@ def test_training_with_capture_sizes_records_listed_batch_and_matches_eager():
     f = torch.compile(model, backend="mini_inductor", options={"cudagraph_capture_sizes": [8]})
     for n in (8, 8, 8, 6, 8, 6):
         x = _dynamic(torch.randn(n, 16, device="cuda"), 0)
-        out = f(x)
-        out.square().mean().backward()
-        want = ref(x)
-        want.square().mean().backward()
-        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
-        for p, q in zip(model.parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
-            p.grad = q.grad = None
+        train_step_matches_eager(f, model, ref, x)
     assert _recordings() == 2                                   # forward and backward at batch 8
     assert len(_size_skips()) == 2                              # forward and backward at batch 6
