@@ -81,7 +81,12 @@ def measure(fn, args, options) -> tuple[int, int]:
 def check_on_cpu() -> int:
     """What runs without a GPU: each case compiles (tiny sizes, Triton's interpreter), matches eager
     and plans a peak; nothing is measured."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") != "1" and "triton" in sys.modules:
+        # Setting it now would switch Triton to its interpreter half-way, for this whole process.
+        print("peak_memory --cpu-check: Triton is already imported without its interpreter; "
+              "run it as TRITON_INTERPRET=1 python -m benchmarks.peak_memory --cpu-check")
+        return 2
+    os.environ["TRITON_INTERPRET"] = "1"
     bad = 0
     for name, fn, args, options in cases(torch.device("cpu"), small=True):
         torch._dynamo.reset()

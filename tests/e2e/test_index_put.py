@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import COUNTS_KERNELS, assert_fallback, assert_no_fallbacks, check
+from common import COUNTS_KERNELS, assert_fallback, assert_no_fallbacks, check, compile_fn, reset_metrics
 
 
 def _index_put(x, indices, values):
@@ -147,9 +147,20 @@ def test_gpu_index_put_accumulate_with_many_duplicates(dtype):
     x = torch.randn(50, 64, device="cuda", dtype=dtype)
     index = torch.randint(-50, 50, (4096,), device="cuda")
     values = torch.randn(4096, 64, device="cuda", dtype=dtype)
-    # ~80 adds per row: fp16/bf16 eager and compiled both sum in fp32 but in another order
-    tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1.5e-1}[dtype]
-    check(lambda x, i, v: _index_put(x, (i,), v), x, index, values, atol=tol, rtol=tol)
+    def fn(x, i, v):
+        return _index_put(x, (i,), v)
+    reset_metrics()
+    got = compile_fn(fn)(x, index, values)
+    # ~80 adds per element. fp16/bf16 accumulate in an fp32 copy and round once at the end, so each
+    # element is within half an ulp of the float64 sum (plus fp32 rounding, far smaller). Eager's
+    # CUDA kernel sums the duplicates in another order, so it is not the reference here.
+    ref = fn(x.double(), index, values.double())
+    eps = torch.finfo(dtype).eps
+    assert got.dtype == dtype and got.shape == ref.shape
+    err = (got.double() - ref).abs()
+    bound = eps * ref.abs() + 1e-4
+    assert bool((err <= bound).all()), (f"{int((err > bound).sum())} elements off the float64 sum by more "
+                                        f"than an ulp; worst {float(err.max()):.3g}")
     assert_no_fallbacks()
     assert "tl.atomic_add(" in _sources()
 
