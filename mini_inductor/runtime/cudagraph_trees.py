@@ -68,12 +68,7 @@ class TreeManager:
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
             self.stream.wait_stream(torch.cuda.current_stream(device))
-            self.pool = torch.cuda.graph_pool_handle()
-            self.keepalive = torch.cuda.CUDAGraph()   # an empty graph captured into the pool keeps it alive
-            with warnings.catch_warnings(record=True), \
-                    torch.cuda.graph(self.keepalive, pool=self.pool, stream=self.stream,
-                                     capture_error_mode="thread_local"):
-                pass
+        self._open_pool()
         torch._C._set_cached_tensors_enabled(True)
         self.roots: dict[int, list[GraphNode]] = collections.defaultdict(list)
         self.functions: dict[int, FunctionInfo] = {}
@@ -83,6 +78,7 @@ class TreeManager:
         self.mutation_hint: dict[tuple, bool] = {}
         self.rerecords: collections.Counter = collections.Counter()
         self.over_limit: set[tuple] = set()
+        self.capture_failed: set[int] = set()   # functions whose capture failed: they run without graphs
         self.current: GraphNode | WarmupNode | None = None
         self.state = "none"            # none | warmup | recording | execution
         self.current_gen = -1
@@ -98,9 +94,19 @@ class TreeManager:
         self.num_fallback_runs = 0
         self.num_checkpoints = 0
         self.num_unmatched = 0          # in execution, no recorded child matched: had to record
+        self.num_failed_captures = 0    # each one dropped the recordings and opened a new pool
         # "beyond Inductor": inputs that arrive at the same address call after call are used in place
         self._last_ptrs: dict[int, list] = {}
         self._moved: dict[int, set[int]] = collections.defaultdict(set)
+
+    def _open_pool(self) -> None:
+        with torch.cuda.device(self.device):
+            self.pool = torch.cuda.graph_pool_handle()
+            self.keepalive = torch.cuda.CUDAGraph()   # an empty graph captured into the pool keeps it alive
+            with warnings.catch_warnings(record=True), \
+                    torch.cuda.graph(self.keepalive, pool=self.pool, stream=self.stream,
+                                     capture_error_mode="thread_local"):
+                pass
 
     # --- functions -------------------------------------------------------------------------------
 
@@ -136,7 +142,7 @@ class TreeManager:
         key = (node_id, fid)
         if key not in self.mutation_hint:
             self.mutation_hint[key] = self._mutates_outside_pool(inputs, fid)
-        if self.mutation_hint[key] or key in self.over_limit:
+        if self.mutation_hint[key] or key in self.over_limit or fid in self.capture_failed:
             return self._run_without_graph(inputs, fid)
         info = self.functions[fid]
         cfg = info.cfg
@@ -202,7 +208,13 @@ class TreeManager:
         stable = self._stable_inputs(inputs, fid)
         torch.cuda.synchronize(self.device)
         parent = self.current
-        node = GraphNode(self, self.functions[fid], fid, gid, parent, inputs, stable)
+        originals = list(inputs)           # the recording empties `inputs`; kept for an eager run
+        try:
+            node = GraphNode(self, self.functions[fid], fid, gid, parent, inputs, stable)
+        except Exception as error:
+            self._capture_failed(fid, error)
+            return self._run_without_graph(originals, fid)
+        del originals
         if parent is None:
             self.roots[fid].append(node)
         else:
@@ -360,7 +372,26 @@ class TreeManager:
             for r in roots:
                 yield from r.all_nodes()
 
-    def shutdown(self) -> None:
+    def _capture_failed(self, fid: int, error: Exception) -> None:
+        """A recording failed (an op the capture does not permit, such as a host sync, or an error in
+        the function): the function runs without graphs from now on, and the tree starts over.
+
+        `capturing()` has ended the capture and taken the CUDA generator out of capture mode, but
+        torch 2.11 can leave the pool marked as being recorded into, and no capture into it could
+        begin again. So every recording is dropped (outputs the caller holds stay valid) and later
+        recordings go to a new pool; the other functions warm up and record again.
+        """
+        info = self.functions[fid]
+        self.capture_failed.add(fid)
+        self.num_failed_captures += 1
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        log.warning("CUDA graph capture of %s failed (%s: %s); recordings dropped, new pool opened",
+                    info.name, type(error).__name__, first_line)
+        self._drop_recordings()
+        self._open_pool()
+        log_skip(f"a failed CUDA graph capture of {info.name} ({type(error).__name__}: {first_line})", cfg=info.cfg)
+
+    def _drop_recordings(self) -> None:
         path = self._path_nodes() if self.current is not None else []
         for node in list(self.all_graph_nodes()) + path:
             if isinstance(node, GraphNode):
@@ -371,6 +402,9 @@ class TreeManager:
         self.roots = collections.defaultdict(list)
         self.current = None
         self.state = "none"
+
+    def shutdown(self) -> None:
+        self._drop_recordings()
         self.shut_down = True
 
 
@@ -479,6 +513,7 @@ def stats(device: int = 0) -> dict[str, Any]:
         return out
     out.update(warmups=m.num_warmups, recordings=m.num_recordings, replays=m.num_replays,
                fallback_runs=m.num_fallback_runs, checkpoints=m.num_checkpoints, unmatched=m.num_unmatched,
+               failed_captures=m.num_failed_captures,
                tree=m.tree_shape(), live_pool_blocks=m.live_pool_blocks(), pending_backward=m.pending_backward)
     return out
 
