@@ -367,7 +367,8 @@ class WrapperCodegen:
 
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
         """PARTITIONS: per partition function, its input names and one source line per output (the
-        CUDA-graph runtime classifies inputs by name and quotes the line in its errors)."""
+        CUDA-graph runtime classifies inputs by name and quotes the line in its errors).
+        UNSAFE_PARTITIONS: per run of cudagraph-unsafe nodes, the reason and a source line (logged)."""
         source: dict[str, str] = {}
         for group in self.sched.nodes:
             for member in group.get_nodes():
@@ -376,7 +377,12 @@ class WrapperCodegen:
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]
-        return "PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
+        # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one
+        unsafe = [f"    {part.name!r}: {{'reason': {part.reason!r}, "
+                  f"'source': {next((source[n] for n in part.nodes if n in source), None)!r}}},"
+                  for part in self.sched.partitions if not part.safe]
+        return ("PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
+                + "UNSAFE_PARTITIONS = {\n" + "\n".join(unsafe) + ("\n" if unsafe else "") + "}\n")
 
 
 def _kernel_definitions(kernels: dict[str, str]) -> list[str]:

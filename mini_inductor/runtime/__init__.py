@@ -10,7 +10,7 @@ import torch
 from ..config import interpreting
 from ..lowering.random_lowerings import GRAPHSAFE_RNG, SEED_HIGH, graphsafe_rng_supported
 from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
-from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip
+from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launcher import accelerate
 
 
@@ -83,12 +83,26 @@ class CompiledGraph:
                                 constants=cuda_constants)
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
+        self._log_partitions(partitions, getattr(self.module, "UNSAFE_PARTITIONS", {}))
         call = self.module.call
         self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
         compile_id = torch._guards.CompileContext.current_compile_id()
         note_compiled_shape(getattr(compile_id, "frame_id", None), self.kind,
                             tuple(tuple(spec[0] or ()) for spec in self.module.INPUT_SPECS),
                             cfg.cudagraph_dynamic_shape_warn_limit)
+
+    def _log_partitions(self, graphed: dict, unsafe: dict) -> None:
+        """Say why the graph was cut (once per compiled graph): each run kept out of CUDA graphs with
+        its reason and source line, then how many partitions there are. Not a skip: the rest is graphed."""
+        if not unsafe:
+            return
+        for meta in unsafe.values():
+            msg = f"cudagraph partition due to {meta['reason']}"
+            if meta.get("source"):
+                msg += f". Found from : \n {meta['source']}"
+            perf_log.warning(msg)
+        perf_log.warning("cudagraph partition into %d partitions (%s: %d graphed, %d run without graphs)",
+                         len(graphed) + len(unsafe), self.name, len(graphed), len(unsafe))
 
     def _seed(self, i: int, generator: torch.Generator) -> torch.Tensor:
         """This call's seed for argument i, written into one tensor per argument: a CUDA graph reads it

@@ -33,6 +33,22 @@ def test_generated_module_lists_partition_inputs_and_source_lines(device):
     assert len(part["traces"]) == 1 and "test_bookkeeping.py" in part["traces"][0] and "a * 2" in part["traces"][0]
 
 
+def test_generated_module_lists_the_unsafe_runs_with_their_reason_and_source_line(device):
+    def fn(x, w):
+        h = x.sin() * 2
+        o = torch.mm(h, w)
+        return o.cos() + 1
+    f = torch.compile(fn, backend="mini_inductor", options={"cudagraph_unsafe_ops": "aten.mm"})
+    x, w = torch.randn(4, 8, device=device), torch.randn(8, 4, device=device)
+    torch.testing.assert_close(f(x, w), fn(x, w))
+    module = _last_compiled().module
+    assert list(module.PARTITIONS) == ["partition_0", "partition_1"]
+    assert list(module.UNSAFE_PARTITIONS) == ["unsafe_0"]
+    meta = module.UNSAFE_PARTITIONS["unsafe_0"]
+    assert meta["reason"] == "aten.mm.default is listed in cudagraph_unsafe_ops"
+    assert "test_bookkeeping.py" in meta["source"] and "torch.mm(h, w)" in meta["source"]
+
+
 def test_parameters_are_static_inputs_of_the_forward_and_backward(device):
     lin = nn.Linear(4, 3).to(device)
     f = torch.compile(lin, backend="mini_inductor")

@@ -4,13 +4,14 @@ a logged skip, each GPU has its own tree, and a graph compiled on GPU 1 lives on
 The two-GPU tests skip when fewer than two GPUs are visible; the codegen test runs on the CPU.
 """
 import copy
+import logging
 import os
 import sys
 
 import pytest
 import torch
-from cg_helpers import train_step_matches_eager
 import torch.nn as nn
+from cg_helpers import train_step_matches_eager
 
 import mini_inductor
 from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
@@ -85,6 +86,25 @@ def test_cpu_input_is_partitioned_out_and_the_gpu_part_is_graphed():
     s = mini_inductor.cudagraphs.stats(0)
     assert counters["skips"] == 0 and not skip_reasons
     assert s["recordings"] == 1 and s["replays"] == 2
+
+
+@pytest.mark.gpu
+def test_partitioning_around_the_cpu_op_is_logged_once_with_its_source_line(caplog):
+    def fn(x, y):
+        return x + 1, y + 2
+    f = compiled(fn)
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for _ in range(3):
+            x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cpu")
+            a, b = f(x, y)
+            torch.testing.assert_close(a, x + 1)
+            torch.testing.assert_close(b, y + 2)
+    text = caplog.text
+    assert text.count("cudagraph partition due to") == 1, text
+    assert text.count("Found from") == 1 and text.count("return x + 1, y + 2") == 1, text
+    assert "cudagraph partition into 2 partitions" in text, text
+    assert text.index("cudagraph partition due to") < text.index("cudagraph partition into")
+    assert counters["skips"] == 0
 
 
 @pytest.mark.gpu
