@@ -41,7 +41,8 @@ def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = Fa
     if rnumel <= persistent_limit:
         rblock = next_power_of_2(rnumel)
         xblock = max(1, min(next_power_of_2(numel), 4096 // rblock, 64))
-        warps = max(1, min(8, xblock * rblock // 256))
+        # rows wider than 4096 (only with a raised limit) keep at most 32 values a thread in registers
+        warps = max(1, min(max(8, rblock // 1024), 32, xblock * rblock // 256))
         return KernelConfig(xblock, rblock, warps, True)
     xblock = 1 if numel < 1024 else 4
     rblock = 2048 // xblock

@@ -2,6 +2,7 @@
 reduction steps with blocks many rows wide, so each step reads whole sectors; inner ones keep theirs."""
 import re
 
+import pytest
 import torch
 
 from common import check
@@ -41,3 +42,12 @@ def test_outer_mean_var_and_argmax_match_eager():
     x = torch.randn(50, 24) * 2 + 1
     check(lambda x: (x.mean(0), x.var(0), x.argmax(0), x.amin(0, keepdim=True) + x), x, atol=1e-4)
     assert all(name.startswith("triton_red_") for name, _ in launches() if "argmax" in name or "var" in name)
+
+
+@pytest.mark.parametrize("rnumel", [8192, 16384, 32768])
+def test_wide_persistent_rows_keep_at_most_32_values_a_thread(rnumel):
+    # only with persistent_reduction_limit raised above the default 4096
+    cfg = pick_config(256 * rnumel, rnumel, 32768)
+    assert cfg.persistent and cfg.RBLOCK == rnumel and cfg.XBLOCK == 1
+    assert cfg.RBLOCK // (cfg.num_warps * 32) <= 32 and cfg.num_warps <= 32
+    assert pick_config(256 * 4096, 4096, 4096).num_warps == 8   # the default limit's rows: as before
