@@ -156,6 +156,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         hit = cached.compiled
         compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, **graph_args)
         compiled.trace = hit.trace
+        record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
         return compiled
     # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
     use_disk = cfg.graph_cache and not cfg.debug_dir and not debug_trace.capturing()
@@ -224,6 +225,8 @@ def _load_from_disk(gm, key: str, name: str, record: metrics.GraphRecord, graph_
     compiled = CompiledGraph(name, module, path, constants, **graph_args)
     compiled.trace = None
     compiled.cache_entry = entry
+    # cudagraphs is not in the cache key: whether the graph is graphed is decided again here
+    record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
     return compiled
 
 
@@ -286,6 +289,7 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
         debug_trace.record(trace)
     compiled = CompiledGraph(name, module, path, lowered.constants, **graph_args)
     compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
+    record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
     return compiled
 
 

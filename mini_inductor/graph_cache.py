@@ -40,7 +40,7 @@ _NO_CODE_EFFECT = frozenset({"debug_dir", "cache_dir", "fallback_on_error", "gra
                              "cudagraphs"})
 # GraphRecord fields an entry carries over to the record of a graph served from the cache.
 _RECORD_FIELDS = ("nodes_before_fusion", "nodes_after_fusion", "kernel_names", "extern_calls",
-                  "planned_peak_bytes", "estimated_bytes_moved")
+                  "planned_peak_bytes", "estimated_bytes_moved", "graphed_workspace_bytes")
 
 
 @dataclasses.dataclass

@@ -31,17 +31,28 @@ class GraphRecord:
     ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead
     planned_peak_bytes: int = 0                  # memory plan: most bytes of the graph's own buffers live at once
     estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
+    # the cuBLAS workspace a CUDA-graph warm-up or recording of the graph allocates in the pool, besides
+    # its planned buffers (0 without CUDA graphs or without cuBLAS calls): runtime/cublas_workspace.py
+    graphed_workspace_bytes: int = 0
 
     @property
     def num_kernels(self) -> int:
         return len(self.kernel_names)
+
+    @property
+    def recording_peak_bytes(self) -> int:
+        """Most bytes a CUDA-graph warm-up or recording call of the graph allocates: its planned
+        buffers and the cuBLAS workspace (replays allocate nothing)."""
+        return self.planned_peak_bytes + self.graphed_workspace_bytes
 
     def summary(self) -> str:
         fb = sum(self.fallback_ops.values())
         return (f"{self.name}: {self.num_fx_nodes} ATen nodes, {self.nodes_before_fusion} → "
                 f"{self.nodes_after_fusion} scheduler nodes, {self.num_kernels} Triton kernels, "
                 f"{len(self.extern_calls)} extern calls, {fb} fallback ops, "
-                f"{_mb(self.estimated_bytes_moved)} moved (est.), planned peak {_mb(self.planned_peak_bytes)}, "
+                f"{_mb(self.estimated_bytes_moved)} moved (est.), planned peak {_mb(self.planned_peak_bytes)}"
+                + (f" (+{_mb(self.graphed_workspace_bytes)} cuBLAS workspace while recording)"
+                   if self.graphed_workspace_bytes else "") + ", "
                 f"{self.compile_seconds:.2f} s"
                 + (f" (cache hit: {self.cache})" if self.cache_hit else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))

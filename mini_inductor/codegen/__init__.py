@@ -366,8 +366,9 @@ class WrapperCodegen:
         return "".join(parts)
 
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
-        """PARTITIONS: per partition function, its input names and one source line per output (the
-        CUDA-graph runtime classifies inputs by name and quotes the line in its errors).
+        """PARTITIONS: per partition function, its input names, one source line per output (the
+        CUDA-graph runtime classifies inputs by name and quotes the line in its errors) and its
+        cuBLAS calls (a recording of it allocates a cuBLAS workspace: runtime/cublas_workspace.py).
         UNSAFE_PARTITIONS: per run of cudagraph-unsafe nodes, the reason and a source line (logged)."""
         source: dict[str, str] = {}
         for group in self.sched.nodes:
@@ -376,7 +377,8 @@ class WrapperCodegen:
                 if lines:   # the op that produced the buffer comes first (the others were inlined into it)
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
-                f"'traces': {[source.get(n) for n in part.outputs]!r}}}," for part, _ in functions]
+                f"'traces': {[source.get(n) for n in part.outputs]!r}, "
+                f"'cublas': {list(part.cublas_calls)!r}}}," for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one
         unsafe = [f"    {part.name!r}: {{'reason': {part.reason!r}, "
                   f"'source': {next((source[n] for n in part.nodes if n in source), None)!r}}},"

@@ -60,9 +60,11 @@ def graph_section(report: dict[str, Any], dot_source: str, svg: str | None, kern
         ["buffer", "op", "source lines"], [[e["name"], e["op"], "\n".join(e["sources"])] for e in g["externs"]])
         + _table(["fallback op", "count", "why"], [[f["op"], f["count"], f["why"]] for f in g["fallbacks"]]))
     mem = g["memory"]
+    workspace = mem.get("graphed_workspace_bytes")
     parts.append("<h3>Memory and partitions</h3>"
-                 f'<p>planned peak: {_mib(mem.get("planned_peak_bytes"))}; estimated bytes moved: '
-                 f'{_mib(mem.get("estimated_bytes_moved"))}</p>'
+                 f'<p>planned peak: {_mib(mem.get("planned_peak_bytes"))}'
+                 + (f' (+{_mib(workspace)} cuBLAS workspace while recording a CUDA graph)' if workspace else "")
+                 + f'; estimated bytes moved: {_mib(mem.get("estimated_bytes_moved"))}</p>'
                  + _table(["partition", "cudagraph-safe", "reason", "inputs", "outputs"],
                           [[p.get("name"), p.get("safe"), p.get("reason") or "", ", ".join(p.get("inputs") or []),
                             ", ".join(p.get("outputs") or [])] for p in g["partitions"]]))

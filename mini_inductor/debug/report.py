@@ -6,7 +6,7 @@
     report["fused"]     [{node1, node2, round}, ...]
     report["fallbacks"] [{op, count, why}, ...]
     report["externs"]   [{name, op, sources}, ...]
-    report["memory"]    {planned_peak_bytes, estimated_bytes_moved} where the scheduler gives them
+    report["memory"]    {planned_peak_bytes, estimated_bytes_moved, graphed_workspace_bytes} where known
     report["partitions"][{name, safe, reason, nodes, inputs, outputs}, ...] where it gives them
 """
 from __future__ import annotations
@@ -108,6 +108,8 @@ def graph_report(trace) -> dict[str, Any]:
     fallbacks = [{"op": op, "count": n, "why": _fallback_reason(op)} for op, n in sorted(lowered.fallback_ops.items())]
     memory = {k: getattr(sched, k, None) or getattr(trace.record, k, None)
               for k in ("planned_peak_bytes", "estimated_bytes_moved")}
+    # the cuBLAS workspace a CUDA-graph recording allocates besides the planned buffers
+    memory["graphed_workspace_bytes"] = getattr(trace.record, "graphed_workspace_bytes", None)
     partitions = []
     for i, p in enumerate(getattr(sched, "partitions", None) or []):
         partitions.append({k: _plain(getattr(p, k, None)) for k in ("name", "safe", "reason", "nodes", "inputs", "outputs")}

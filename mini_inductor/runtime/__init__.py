@@ -10,6 +10,7 @@ import torch
 from ..config import interpreting
 from ..lowering.random_lowerings import GRAPHSAFE_RNG, SEED_HIGH, graphsafe_rng_supported
 from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
+from .cublas_workspace import graphed_workspace_bytes
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launcher import accelerate
 
@@ -19,7 +20,9 @@ class CompiledGraph:
 
     Key attributes: `name`, `source_path`, `module`, `kind` ("inference", "forward", "backward"),
     `tree_functions` (the partitions that run inside CUDA-graph trees; empty when they are off),
-    `sizes_key` (for a static specialization made under `cudagraph_capture_sizes`: its dynamic sizes).
+    `sizes_key` (for a static specialization made under `cudagraph_capture_sizes`: its dynamic sizes),
+    `graphed_workspace_bytes` (the cuBLAS workspace a warm-up or recording allocates in the pool;
+    0 without trees: runtime/cublas_workspace.py).
     On CUDA, every partition function of the module is routed through its device's CUDA-graph tree
     (runtime/cudagraph_trees.py) unless `cfg.cudagraphs` is False.
     """
@@ -50,6 +53,7 @@ class CompiledGraph:
         # (with a warning) and hold every saved activation until the whole backward returns.
         self._boxed_call = True
         self.sizes_key = sizes_key   # a static specialization of a graph with dynamic dims (capture sizes)
+        self.graphed_workspace_bytes = 0
         accelerate(module)
         self._call: Callable = module.call
         if cfg is not None and cfg.cudagraphs:
@@ -84,6 +88,7 @@ class CompiledGraph:
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
         self._log_partitions(partitions, getattr(self.module, "UNSAFE_PARTITIONS", {}))
+        self.graphed_workspace_bytes = graphed_workspace_bytes(partitions, self.device)
         call = self.module.call
         self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
         compile_id = torch._guards.CompileContext.current_compile_id()

@@ -39,6 +39,14 @@ SYNCING_OPS = {aten._linalg_check_errors.default}
 MASK_INDEXED_OPS = {aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default, aten.index_put_.default,
                     aten._unsafe_index_put.default, aten._index_put_impl_.default}
 _UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
+# ATen ops (overload packets) whose CUDA kernels run through a cuBLAS or cuBLASLt handle: a warm-up or
+# recording of a partition that calls one allocates a cuBLAS workspace (runtime/cublas_workspace.py).
+CUBLAS_OPS = frozenset({
+    "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.mv", "aten.addmv",
+    "aten.dot", "aten.vdot", "aten.matmul", "aten.linear", "aten._addmm_activation", "aten._int_mm",
+    "aten._scaled_mm", "aten._grouped_mm", "aten._scaled_grouped_mm", "aten.triangular_solve",
+    "aten.linalg_solve_triangular",
+})
 
 
 @dataclasses.dataclass
@@ -53,6 +61,12 @@ class GraphPartition:
     inputs: list[str] = dataclasses.field(default_factory=list)
     outputs: list[str] = dataclasses.field(default_factory=list)
     has_kernels: bool = False    # holds GPU work: a generated kernel or a library call (else not worth graphing)
+    cublas_calls: list[str] = dataclasses.field(default_factory=list)  # its extern calls that run cuBLAS
+
+
+def calls_cublas(op_name: str) -> bool:
+    """Whether the ATen op named "aten.mm.default" (or "aten.mm") runs through cuBLAS on CUDA."""
+    return op_name in CUBLAS_OPS or op_name.rsplit(".", 1)[0] in CUBLAS_OPS
 
 
 def cudagraph_unsafe_reason(node: BaseSchedulerNode, user_unsafe: frozenset[str] = frozenset()) -> str:
@@ -157,7 +171,9 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
             name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),
             nodes=[nodes[i].name for i in indices], node_indices=list(indices),
             inputs=sorted(inputs, key=order), outputs=sorted(outs, key=order),
-            has_kernels=any(not nodes[i].is_extern() or isinstance(nodes[i].node, ExternKernel) for i in indices)))
+            has_kernels=any(not nodes[i].is_extern() or isinstance(nodes[i].node, ExternKernel) for i in indices),
+            cublas_calls=[nodes[i].node.op_name for i in indices if nodes[i].is_extern()
+                          and isinstance(nodes[i].node, ExternKernel) and calls_cublas(nodes[i].node.op_name)]))
         counts[safe] += 1
     return partitions
 

@@ -1,0 +1,86 @@
+"""The cuBLAS workspace that a CUDA-graph warm-up or recording of a graph allocates in the tree's pool.
+
+torch keeps one cuBLAS workspace per (handle, stream) and creates it at the first cuBLAS call on
+that stream. `capture_hygiene` (cudagraph_utils.py) drops the cached ones before and after every
+warm-up and recording, so the first cuBLAS call of a graphed partition allocates a fresh workspace,
+from the pool, while the partition's own buffers are live:
+
+    warm-up / recording call:  [ partition buffers (memory plan) ][ cuBLAS workspace ]
+    replay:                    nothing allocated
+    cudagraphs=False:          the workspace is made once (first call) and kept, outside the plan
+
+The memory plan (`GraphRecord.planned_peak_bytes`) counts the graph's own buffers;
+`GraphRecord.graphed_workspace_bytes` is this workspace, and a warm-up or recording call peaks at
+most at their sum (`GraphRecord.recording_peak_bytes`). Which ops call cuBLAS: scheduler/partition.py
+CUBLAS_OPS; the codegen lists them per partition function in the module's PARTITIONS table.
+
+    workspace_bytes(env_value, capability, torch_reported)   # pure: the size torch allocates
+    cublas_workspace_bytes(device)                            # the same, asked of this process
+    graphed_workspace_bytes(partitions, device)               # a compiled graph's figure
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable
+
+import torch
+
+KIB = 1024
+# torch's defaults (aten/src/ATen/cuda/CublasHandlePool.cpp): ":4096:8" (32 MiB) on compute capability
+# 9.x, 10.x and 12.x (Hopper, Blackwell), ":4096:2:16:8" (8 MiB + 128 KiB) elsewhere. Builds that can
+# report their size (below) may differ from this table (later ones also give 11.x 32 MiB); theirs wins.
+LARGE_DEFAULT = 4096 * KIB * 8
+SMALL_DEFAULT = 4096 * KIB * 2 + 16 * KIB * 8
+_LARGE_DEFAULT_MAJORS = (9, 10, 12)
+_CONFIG_PAIR = re.compile(r":([0-9]+):([0-9]+)")
+
+
+def workspace_bytes(env_value: str | None, capability: tuple[int, int] | None, torch_reported: int | None) -> int:
+    """Bytes of one cuBLAS workspace, as torch sizes it.
+
+    torch_reported: what torch itself says (torch.backends.cuda.cublas_workspace_size(), in torch 2.13,
+    which also sees a size set from Python), used as is when given. Otherwise env_value, the
+    CUBLAS_WORKSPACE_CONFIG text: ":SIZE:COUNT" pairs, SIZE in KiB, summed over the pairs (torch warns
+    and takes the default when none parses). Otherwise the default for the GPU's compute capability
+    (major, minor); unknown capability: the smaller default.
+    """
+    if torch_reported is not None:
+        return int(torch_reported)
+    if env_value is not None:
+        pairs = _CONFIG_PAIR.findall(env_value)
+        if pairs:
+            return sum(int(size) * KIB * int(count) for size, count in pairs)
+    if capability is not None and capability[0] in _LARGE_DEFAULT_MAJORS:
+        return LARGE_DEFAULT
+    return SMALL_DEFAULT
+
+
+def cublas_workspace_bytes(device: int | None) -> int:
+    """The cuBLAS workspace torch allocates on CUDA device `device` (None: the current one).
+
+    Reads sizes and settings only (no tensor is made), so it may run while compiling under FakeTensor mode.
+    """
+    reported = None
+    ask = getattr(torch.backends.cuda, "cublas_workspace_size", None)
+    if ask is not None:
+        try:
+            reported = ask()
+        except (AttributeError, RuntimeError):   # a build without the query behind it
+            reported = None
+    capability = torch.cuda.get_device_capability(device) if reported is None else None
+    return workspace_bytes(os.environ.get("CUBLAS_WORKSPACE_CONFIG"), capability, reported)
+
+
+def graphed_workspace_bytes(partitions: dict, device: int | None,
+                            size_of: Callable[[int | None], int] = cublas_workspace_bytes) -> int:
+    """The workspace a warm-up or recording of a compiled graph allocates in the pool: one workspace
+    when a partition function that runs in a CUDA-graph tree calls cuBLAS, else 0.
+
+    partitions: the generated module's PARTITIONS table, restricted to the functions that run in
+    trees (empty when CUDA graphs are off for the graph). The workspaces are dropped after each
+    warm-up and recording, so partitions recorded one after another do not hold one each.
+    """
+    if not any(meta.get("cublas") for meta in partitions.values()):
+        return 0
+    return size_of(device)
