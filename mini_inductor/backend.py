@@ -32,7 +32,7 @@ from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
 from .lowering.graph import unsupported_graph_reason
-from .runtime import CompiledGraph, EagerGraph
+from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.capture_sizes import SizeSpecializedGraph
 from .runtime.cudagraph_trees import reset as reset_cudagraph_trees
 from .runtime.autotune import Autotuner
@@ -138,6 +138,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     if reason:
         _warn_once(reason, f"mini_inductor: {reason}; graph {name} runs eagerly.")
         record.ran_eagerly = reason
+        log_eager_graph_skip(gm, name, reason, reason == DYNAMIC_SHAPES, cfg)
         return EagerGraph(name, gm, reason)
     install_interpreter_shims()
     disk_key = graph_cache.graph_key(gm, example_inputs, cfg)

@@ -23,6 +23,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
 | cudagraph_capture_sizes | ..._CAPTURE_SIZES ("2,5,7" or "(2,3),(4,8)") | None (every size)  |
+| cudagraph_partition  | MINI_INDUCTOR_CUDAGRAPH_PARTITION | True (False: skip graphs with unsafe ops) |
 | reorder_for_partitions | MINI_INDUCTOR_REORDER_FOR_PARTITIONS | True                      |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
@@ -87,8 +88,12 @@ class Config:
     cudagraph_force_sync: bool = False
     # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs
     cudagraph_slow_asserts: bool = True
-    # ATen ops to keep out of CUDA graphs, comma-separated: "aten.mm" (every overload) or "aten.mm.default"
+    # ATen ops to keep out of CUDA graphs, comma-separated: "aten.mm" (every overload) or "aten.mm.default";
+    # custom ops also as "mylib::baz" or "mylib::baz.default"
     cudagraph_unsafe_ops: str = ""
+    # split a graph around its cudagraph-unsafe runs and graph the rest (True), or run the whole graph
+    # without CUDA graphs, with a logged skip naming the first unsafe op (False)
+    cudagraph_partition: bool = True
     # move independent cudagraph-safe work across unsafe nodes (CPU ops, syncs) so it forms fewer
     # partitions, hence fewer CUDA graphs; the moves are in the schedule and the `schedule` log
     reorder_for_partitions: bool = True

@@ -9,8 +9,8 @@ import torch
 
 from ..config import interpreting
 from ..lowering.random_lowerings import GRAPHSAFE_RNG, SEED_HIGH, graphsafe_rng_supported
-from .cudagraph_trees import TreeFunction, get_manager, note_compiled_shape
 from .cublas_workspace import graphed_workspace_bytes
+from .cudagraph_trees import TreeFunction, backward_ran, note_compiled_shape
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launcher import accelerate
 
@@ -73,6 +73,12 @@ class CompiledGraph:
         if len(cuda) > 1:
             log_skip(f"multiple devices: {', '.join(f'cuda:{i}' for i in cuda)}", self.name, cfg)
             return
+        unsafe = getattr(self.module, "UNSAFE_PARTITIONS", {})
+        if unsafe and not cfg.cudagraph_partition:
+            first = next(iter(unsafe.values()))
+            log_skip(f"incompatible op: {first['reason']} (cudagraph_partition is off)",
+                     first.get("source") or self.name, cfg)
+            return
         self.device = cuda[0] if cuda else torch.cuda.current_device()
         names = self.module.INPUT_NAMES
         static_names = {names[i] for i in self.static_input_idxs if i < len(names) and names[i]}
@@ -87,7 +93,7 @@ class CompiledGraph:
                                 constants=cuda_constants)
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
-        self._log_partitions(partitions, getattr(self.module, "UNSAFE_PARTITIONS", {}))
+        self._log_partitions(partitions, unsafe)
         self.graphed_workspace_bytes = graphed_workspace_bytes(partitions, self.device)
         call = self.module.call
         self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
@@ -124,14 +130,50 @@ class CompiledGraph:
             args[i] = self._seed(i, args[i])
         self._held_grads = None   # last step's gradients: released before this replay overwrites them
         out = self._call(args, self.constants)
+        if self.kind == "backward":
+            backward_ran(self.device)   # a backward clears the pending flag, graphed or not
         if self.kind == "backward" and self.device is not None:
-            manager = get_manager(self.device)
-            if manager is not None:
-                manager.set_to_running_backward()   # a backward clears the pending flag, graphed or not
             # Gradients may be views of pool memory; held twice here until the next backward, autograd
             # copies them into `.grad` rather than adopting memory a later replay overwrites.
             self._held_grads = [(t, t) for t in out if isinstance(t, torch.Tensor)]
         return out
+
+
+def eager_graph_skip(gm: torch.fx.GraphModule, reason: str, dynamic: bool) -> tuple[str, str | None] | None:
+    """Why a graph with CUDA inputs that runs eagerly (it gets no generated code) also runs without
+    CUDA graphs, and the user line to quote; None for a graph without CUDA inputs.
+
+    `dynamic`: the graph has symbolic sizes; the line is that of the first op reading such an input.
+    Otherwise a node with data-dependent output sizes names the op (as "incompatible op ..."), else
+    `reason` is quoted as it is.
+    """
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from ..lowering.graph import _op_name, _source_line
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("val") for n in placeholders]
+    if not any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals):
+        return None
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if dynamic:
+        symbolic = {p for p, v in zip(placeholders, vals) if isinstance(v, torch.SymInt) or (
+            isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape))}
+        culprit = next((n for n in calls if symbolic & set(n.all_input_nodes) and _source_line(n)), None)
+        text = "graph with symbolic shapes inputs"
+    else:
+        culprit = next((n for n in calls if free_unbacked_symbols(n.meta.get("val"))), None)
+        text = f"incompatible op {_op_name(culprit.target)} ({reason})" if culprit is not None else reason
+    culprit = culprit or next((n for n in calls if _source_line(n)), None)
+    return text, (_source_line(culprit) or None) if culprit is not None else None
+
+
+def log_eager_graph_skip(gm: torch.fx.GraphModule, name: str, reason: str, dynamic: bool, cfg) -> None:
+    """A graph that runs eagerly on a GPU with CUDA graphs on: a logged, counted skip (once per graph)."""
+    if not cfg.cudagraphs or interpreting() or not have_cuda_graph_apis():
+        return
+    skip = eager_graph_skip(gm, reason, dynamic)
+    if skip is not None:
+        log_skip(skip[0], skip[1] or name, cfg)
 
 
 def draw_seed(generator: torch.Generator, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -162,4 +204,6 @@ class EagerGraph:
 
     def __call__(self, *args):
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+        if self.name.startswith("backward"):
+            backward_ran(None)
         return self.gm(*args)

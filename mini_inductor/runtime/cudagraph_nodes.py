@@ -72,6 +72,7 @@ class WarmupNode:
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         outside_ptrs = {r.ptr for r in outside if r.alive()}   # an output aliasing these is not the pool's
         self.pinned: list[torch.Tensor] = []
+        outs = [detached_if_empty(o) for o in outs]
         for o in outs:
             tracked = isinstance(o, torch.Tensor) and o.is_cuda and storage_ptr(o) != 0 and \
                 storage_ptr(o) not in outside_ptrs
@@ -92,6 +93,14 @@ class WarmupNode:
     def is_pool_tensor(self, t: torch.Tensor) -> bool:
         ptr = storage_ptr(t)
         return any(r.ptr == ptr for r in self.path_live_refs())
+
+
+def detached_if_empty(o):
+    """A zero-element output sliced from a pool buffer, as a tensor of its own: it holds no pool
+    memory, so it is neither tracked as a live output nor keeps the buffer allocated."""
+    if isinstance(o, torch.Tensor) and o.is_cuda and o.numel() == 0 and storage_ptr(o) != 0:
+        return torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device)
+    return o
 
 
 def pin_gradient(node, t: torch.Tensor) -> None:
@@ -156,6 +165,9 @@ class GraphNode:
         static = set(self.info.static_idxs) & set(tensors)
         static = {i for i in static if aligned(inputs[i])}       # a misaligned parameter is copied instead
         self.nonmanaged_static_idxs = sorted(static - set(self.managed_idxs))
+        # which tensor each static input was: another tensor there (a different parameter passed in)
+        # is a dispatch on identity, a re-record expected; the same one moved (`p.data = ...`) is not
+        self.static_tensors = {i: weakref.ref(inputs[i]) for i in self.nonmanaged_static_idxs}
         self.stable_idxs = sorted(set(stable_idxs) & set(tensors) - static - set(self.managed_idxs))
         self.static_idxs = sorted(static | set(self.managed_idxs))
         self.copy_idxs = [i for i in tensors if i not in static and i not in self.managed_idxs
@@ -222,6 +234,7 @@ class GraphNode:
         self.static_outputs: dict[int, torch.Tensor] = {}
         self.cacheable: list[bool] = []
         seen: dict[int, int] = {}
+        outs[:] = [detached_if_empty(o) for o in outs]   # the first outputs too: `outs` is returned
         for i, o in enumerate(outs):
             self.cacheable.append(False)
             if not isinstance(o, torch.Tensor):
@@ -288,6 +301,13 @@ class GraphNode:
                 raise RuntimeError(DEALLOC_MISMATCH)
         return Check.SUCCESS
 
+    def other_static_tensor(self, status: Check, inputs: list) -> bool:
+        """A static input moved because it is another tensor than at recording (not the same one moved)."""
+        if status is not Check.STATIC_MOVED:
+            return False
+        return any(inputs[i] is not self.static_tensors[i]() for i in self.nonmanaged_static_idxs
+                   if isinstance(inputs[i], torch.Tensor) and inputs[i].data_ptr() != self.ptrs[i])
+
     def mismatch_text(self, status: Check, inputs: list) -> str:
         idxs = {Check.MANAGED_MOVED: self.managed_idxs, Check.STATIC_MOVED: self.nonmanaged_static_idxs,
                 Check.STABLE_MOVED: self.stable_idxs}.get(status, [])
@@ -332,7 +352,7 @@ class GraphNode:
             if cached[i] is not None:
                 # checked before any local name refers to it: the refcount test counts references
                 t = self._retire_cached(i) if self.outputs_refs[i].alive() else cached[i]
-                t._backward_hooks = None if t._backward_hooks is None else {}
+                _fresh_autograd_state(t)
                 outs.append(t)
                 continue
             meta = self.metas[i]
@@ -438,6 +458,20 @@ class GraphNode:
         for kids in self.children.values():
             for c in kids:
                 yield from c.all_nodes()
+
+
+def _fresh_autograd_state(t: torch.Tensor) -> None:
+    """A reused output object hands over no hooks, gradient or requires_grad the user gave the last
+    iteration's output (autograd sets its own on the new result)."""
+    if t._backward_hooks is not None:
+        t._backward_hooks = {}
+    if t.is_leaf:
+        if getattr(t, "_post_accumulate_grad_hooks", None) is not None:
+            t._post_accumulate_grad_hooks = None
+        if t.grad is not None:
+            t.grad = None
+        if t.requires_grad:
+            t.requires_grad_(False)
 
 
 def _only_tree_holds(node_ref, i: int) -> bool:

@@ -28,7 +28,8 @@ import torch
 
 from .cudagraph_nodes import Check, GraphNode, WarmupNode, unpin
 from .cudagraph_utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
-                              log, log_skip, overwritten_message, pool_blocks, pool_segments, skip_reasons)
+                              log, log_skip, overwritten_message, perf_log, pool_blocks, pool_segments,
+                              skip_reasons)
 
 _UNEXPECTED_RERECORD = (Check.STATIC_MOVED, Check.MANAGED_MOVED, Check.STABLE_MOVED)
 
@@ -78,6 +79,7 @@ class TreeManager:
         self.mutation_hint: dict[tuple, bool] = {}
         self.rerecords: collections.Counter = collections.Counter()
         self.over_limit: set[tuple] = set()
+        self.warned_rerecord: set[int] = set()
         self.capture_failed: set[int] = set()   # functions whose capture failed: they run without graphs
         self.current: GraphNode | WarmupNode | None = None
         self.state = "none"            # none | warmup | recording | execution
@@ -158,7 +160,7 @@ class TreeManager:
                 status = node.check(inputs)
                 if status is Check.SUCCESS:
                     return self._replay(node, inputs)
-                if status in _UNEXPECTED_RERECORD:
+                if status in _UNEXPECTED_RERECORD and not node.other_static_tensor(status, inputs):
                     unexpected = (node, status)
                     if status is Check.STABLE_MOVED:
                         self._moved[fid] |= {i for i in node.stable_idxs
@@ -174,9 +176,11 @@ class TreeManager:
             self.rerecords[key] += 1
             if self.rerecords[key] > cfg.cudagraph_rerecord_limit:
                 node, status = unexpected
-                log_skip(f"function {fid} ({info.name}) exceeding max re-recording limit "
-                         f"(={cfg.cudagraph_rerecord_limit}) on cudagraph node {node_id} due to "
-                         f"{node.mismatch_text(status, inputs)}", cfg=cfg)
+                if fid not in self.warned_rerecord:   # said and counted once per function
+                    self.warned_rerecord.add(fid)
+                    log_skip(f"function {fid} ({info.name}) exceeding max re-recording limit "
+                             f"(={cfg.cudagraph_rerecord_limit}) on cudagraph node {node_id} due to "
+                             f"{node.mismatch_text(status, inputs)}", cfg=cfg)
                 self.over_limit.add(key)
                 return self._run_without_graph(inputs, fid)
         if self.state == "execution":
@@ -474,19 +478,34 @@ _shapes_seen: dict[tuple, set] = collections.defaultdict(set)
 _shape_warned: set[tuple] = set()
 
 
+def backward_ran(device: int | None) -> None:
+    """A backward ran (graphed or not): no forward of that device (of every device, when the
+    backward's device is unknown) waits for its backward any more."""
+    with _lock:
+        boxes = [_containers.get(device)] if device is not None else list(_containers.values())
+    for box in boxes:
+        if box is not None and box.manager is not None:
+            box.manager.set_to_running_backward()
+
+
 def note_compiled_shape(frame, kind: str, shape_key: tuple, limit: int) -> None:
-    """Each input shape of a function gets its own graphs; warn once per frame when they pile up."""
+    """Each input shape of a function gets its own graphs; warn once per frame when they pile up
+    (on the perf-hints logger, as the other CUDA-graph messages)."""
     family = (frame, kind)
     seen = _shapes_seen[family]
     seen.add(shape_key)
     if limit and len(seen) > limit and family not in _shape_warned:
         _shape_warned.add(family)
-        warnings.warn(
-            "CUDAGraph supports dynamic shapes by recording a new graph for each distinct input size. "
-            f"Recording too many CUDAGraphs may lead to extra overhead. We have observed {len(seen)} distinct "
+        perf_log.warning(dynamic_shape_message(len(seen)))
+
+
+def dynamic_shape_message(sizes: int) -> str:
+    return ("CUDAGraph supports dynamic shapes by recording a new graph for each distinct input size. "
+            f"Recording too many CUDAGraphs may lead to extra overhead. We have observed {sizes} distinct "
             "sizes. Please consider the following options for better performance: a) padding inputs to a few "
-            "fixed number of shapes; or b) options={'cudagraphs': False} for this function. To silence this "
-            "warning, set options={'cudagraph_dynamic_shape_warn_limit': 0}.")
+            "fixed number of shapes; or b) options={'cudagraph_capture_sizes': [...]} to graph only the listed "
+            "sizes, or options={'cudagraphs': False} for this function. Set "
+            "options={'cudagraph_dynamic_shape_warn_limit': 0} to silence this warning.")
 
 
 def reset() -> None:

@@ -108,7 +108,8 @@ class Scheduler:
         self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
-        user_unsafe = frozenset(op.strip() for op in self.cfg.cudagraph_unsafe_ops.split(",") if op.strip())
+        user_unsafe = frozenset(op.strip().replace("::", ".") for op in self.cfg.cudagraph_unsafe_ops.split(",")
+                                if op.strip())   # "mylib::baz" names the op str() calls "mylib.baz"
         moves: list[PartitionMove] = []
         if self.cfg.reorder_for_partitions:
             nodes, moves = reorder_for_partitions(nodes, user_unsafe)

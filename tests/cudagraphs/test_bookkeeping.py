@@ -2,7 +2,7 @@
 counting, the shape warning, and trees staying off under Triton's interpreter. (The tree itself is
 tested on the GPU: test_tree_runtime.py, test_compiled_cudagraphs.py.)"""
 import importlib
-import warnings
+import logging
 
 import pytest
 import torch
@@ -84,21 +84,29 @@ def test_mark_step_starts_generations_and_reset_forgets_them():
     assert trees._MarkStep.counter == 0 and not trees._user_marked_steps()
 
 
-def test_shape_warning_fires_once_past_the_limit():
+def test_shape_warning_fires_once_past_the_limit(caplog):
     trees.reset()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for n in range(5):
             trees.note_compiled_shape("frame0", "inference", ((n,),), limit=2)
         trees.note_compiled_shape("frame1", "inference", ((1,),), limit=2)   # another function: no warning
-    msgs = [str(w.message) for w in caught if "distinct sizes" in str(w.message)]
+    msgs = [r.getMessage() for r in caplog.records if "distinct sizes" in r.getMessage()]
     assert len(msgs) == 1 and "observed 3 distinct sizes" in msgs[0]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for n in range(5):
             trees.note_compiled_shape("frame2", "inference", ((n,),), limit=0)   # 0: never
-    assert not caught
+    assert not [r for r in caplog.records if "distinct sizes" in r.getMessage()]
     trees.reset()
+
+
+def test_shape_warning_names_the_remedies_and_how_to_silence_it():
+    msg = trees.dynamic_shape_message(2)
+    assert msg.startswith("CUDAGraph supports dynamic shapes by recording a new graph for each distinct input size. "
+                          "Recording too many CUDAGraphs may lead to extra overhead. We have observed 2 distinct sizes.")
+    assert "a) padding inputs to a few fixed number of shapes" in msg
+    assert "b) options={'cudagraph_capture_sizes'" in msg and "options={'cudagraphs': False}" in msg
+    assert msg.endswith("Set options={'cudagraph_dynamic_shape_warn_limit': 0} to silence this warning.")
 
 
 def test_cudagraph_options_are_validated():

@@ -98,10 +98,11 @@ def test_rerecord_limit_falls_back_without_graphs_and_logs_once(caplog):
     f = tree_fn(lambda w, x: (w + x,), static=(0,), cudagraph_rerecord_limit=2)
     x = torch.randn(8, device="cuda")
     weights = [torch.full((8,), float(i), device="cuda") for i in range(8)]   # eight distinct addresses
+    w = torch.zeros(8, device="cuda")
     with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for i in range(8):
             step()
-            w = weights[i]
+            w.data = weights[i]        # the same static tensor moved: an unexpected re-record
             (y,) = f([w, x.clone()])
             torch.testing.assert_close(y, w + x)
     msgs = [r.getMessage() for r in caplog.records if "exceeding max re-recording limit" in r.getMessage()]

@@ -1,0 +1,140 @@
+"""CUDA-graph skip messages built without a GPU: a graph that runs eagerly (symbolic shapes,
+data-dependent ops) says why it runs without CUDA graphs and quotes the user's line; with
+cudagraph_partition off a graph holding an unsafe op is skipped whole, naming it; a user-listed
+custom op is accepted in its "namespace::name" form. (cudagraph-tests.md §5 #17, #29, #32, #40;
+their GPU counterparts are in test_ported_behaviours.py.)
+
+The graphs are captured through Dynamo and aot_autograd on the CPU; their inputs are then made
+fake CUDA tensors, which is all the message builder looks at.
+"""
+import importlib
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from mini_inductor import config, metrics
+from mini_inductor.runtime import CompiledGraph, eager_graph_skip
+from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+
+backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+
+
+def aten_graph(fn, *args, dynamic=False):
+    """The ATen graph aot_autograd hands a backend for `fn(*args)`, its inputs turned into fake CUDA tensors."""
+    graphs = []
+
+    def grab(gm, example_inputs):
+        def keep(g, _):
+            graphs.append(g)
+            return make_boxed_func(g)
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
+    torch.compile(fn, backend=grab, dynamic=dynamic)(*args)
+    gm = graphs[-1]
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            with val.fake_mode:
+                node.meta["val"] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="cuda")
+    return gm
+
+
+def add(x, y):
+    return x + y
+
+
+def test_graph_with_symbolic_shape_inputs_is_skipped_naming_the_line_that_reads_them():
+    gm = aten_graph(add, torch.randn(4), torch.randn(4), dynamic=True)
+    reason, line = eager_graph_skip(gm, backend.DYNAMIC_SHAPES, dynamic=True)
+    assert reason == "graph with symbolic shapes inputs"
+    assert "test_skip_messages.py" in line and "return x + y" in line
+
+
+def nonzero_rows(x):
+    idx = torch.nonzero(x > 0)
+    return idx.float().sum() + 1
+
+
+def test_data_dependent_op_skip_names_the_op_and_its_line():
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        gm = aten_graph(nonzero_rows, torch.randn(8))
+    reason, line = eager_graph_skip(gm, "data-dependent output sizes (node %nonzero, aten.nonzero.default)",
+                                    dynamic=False)
+    assert reason.startswith("incompatible op aten.nonzero.default (data-dependent output sizes"), reason
+    assert "idx = torch.nonzero(x > 0)" in line
+
+
+def test_graph_without_cuda_inputs_gets_no_cudagraph_skip():
+    graphs = []
+
+    def grab(gm, example_inputs):
+        def keep(g, _):
+            graphs.append(g)
+            return make_boxed_func(g)
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
+    torch.compile(add, backend=grab, dynamic=True)(torch.randn(4), torch.randn(4))
+    assert eager_graph_skip(graphs[-1], backend.DYNAMIC_SHAPES, dynamic=True) is None
+
+
+def test_eager_graph_on_the_cpu_logs_no_skip():
+    f = torch.compile(add, backend="mini_inductor", dynamic=True)
+    x, y = torch.randn(5), torch.randn(5)
+    torch.testing.assert_close(f(x, y), x + y)   # Dynamo's first call is static: the second is dynamic
+    x, y = torch.randn(6), torch.randn(6)
+    torch.testing.assert_close(f(x, y), x + y)
+    assert any(r.ran_eagerly for r in metrics.compiled_graphs)
+    assert counters["skips"] == 0 and not skip_reasons
+
+
+def test_partitioning_off_skips_the_whole_graph_naming_the_unsafe_op(monkeypatch):
+    from cg_helpers import fake_cuda_module, pretend_cuda
+    pretend_cuda(monkeypatch)
+    counters.clear()
+    skip_reasons.clear()
+    module = fake_cuda_module(["cuda:0"])
+    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "mylib.mysin.default is tagged cudagraph_unsafe",
+                                             "source": 'File "net.py", line 3, in forward: y = mysin(x)'}}
+    graph = CompiledGraph("inference_4", module, "", {}, cfg=config.current().replace(cudagraph_partition=False))
+    assert graph.tree_functions == [] and graph.device is None
+    assert counters["skips"] == 1
+    assert skip_reasons == ["skipping cudagraphs due to incompatible op: mylib.mysin.default is tagged "
+                            "cudagraph_unsafe (cudagraph_partition is off). Found from : \n "
+                            'File "net.py", line 3, in forward: y = mysin(x)']
+
+
+def test_with_partitioning_on_the_same_graph_has_its_safe_run_graphed(monkeypatch):
+    from cg_helpers import fake_cuda_module, pretend_cuda
+    pretend_cuda(monkeypatch)
+    counters.clear()
+    module = fake_cuda_module(["cuda:0"])
+    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "extern kernel on the CPU (aten.add.Tensor)", "source": None}}
+    module.partition_0 = lambda args: []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._guards.CompileContext, "current_compile_id", staticmethod(lambda: None))
+    graph = CompiledGraph("inference_5", module, "", {}, cfg=config.current())
+    assert len(graph.tree_functions) == 1 and counters["skips"] == 0
+
+
+@torch.library.custom_op("mini_cg::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def uses_scale(x):
+    return torch.ops.mini_cg.scale(x.sin()) + 1
+
+
+@pytest.mark.parametrize("listed", ["mini_cg::scale", "mini_cg::scale.default", "mini_cg.scale"])
+def test_user_listed_custom_op_is_accepted_in_each_name_form(listed):
+    f = torch.compile(uses_scale, backend="mini_inductor", options={"cudagraph_unsafe_ops": listed})
+    x = torch.randn(8)
+    torch.testing.assert_close(f(x), uses_scale(x))
+    module = list(backend._compiled.values())[-1].compiled.module
+    reasons = [meta["reason"] for meta in module.UNSAFE_PARTITIONS.values()]
+    assert "mini_cg.scale.default is listed in cudagraph_unsafe_ops" in reasons
