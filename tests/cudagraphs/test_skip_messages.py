@@ -138,3 +138,34 @@ def test_user_listed_custom_op_is_accepted_in_each_name_form(listed):
     module = list(backend._compiled.values())[-1].compiled.module
     reasons = [meta["reason"] for meta in module.UNSAFE_PARTITIONS.values()]
     assert "mini_cg.scale.default is listed in cudagraph_unsafe_ops" in reasons
+
+
+def _unsafe_reasons():
+    module = list(backend._compiled.values())[-1].compiled.module
+    return [meta["reason"] for meta in module.UNSAFE_PARTITIONS.values()]
+
+
+def test_changing_the_listed_ops_does_not_recompile_and_a_fresh_compile_follows_it():
+    f = torch.compile(uses_scale, backend="mini_inductor")
+    x = torch.randn(8)
+    with config.patch(cudagraph_unsafe_ops="mini_cg::scale"):
+        torch.testing.assert_close(f(x), uses_scale(x))
+    assert "mini_cg.scale.default is listed in cudagraph_unsafe_ops" in _unsafe_reasons()
+    with torch.compiler.set_stance("fail_on_recompile"):   # the option is not part of Dynamo's guards
+        torch.testing.assert_close(f(x), uses_scale(x))
+    torch._dynamo.reset()
+    torch.testing.assert_close(f(x), uses_scale(x))
+    assert not any("listed in cudagraph_unsafe_ops" in r for r in _unsafe_reasons())
+
+
+def test_or_error_raises_where_partitioning_off_would_skip(monkeypatch):
+    from cg_helpers import fake_cuda_module, pretend_cuda
+    from mini_inductor.runtime.cudagraph_utils import CudaGraphSkipped
+    pretend_cuda(monkeypatch)
+    counters.clear()
+    module = fake_cuda_module(["cuda:0"])
+    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "extern kernel on the CPU (aten.add.Tensor)", "source": None}}
+    cfg = config.current().replace(cudagraph_partition=False, cudagraph_or_error=True)
+    with pytest.raises(CudaGraphSkipped, match="skipping cudagraphs due to incompatible op: extern kernel on the CPU"):
+        CompiledGraph("inference_6", module, "", {}, cfg=cfg)
+    assert counters["skips"] == 0
