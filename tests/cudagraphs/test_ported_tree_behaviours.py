@@ -269,6 +269,31 @@ def test_each_new_warmup_or_recording_reclaims_the_older_outputs_pool_memory():
     assert manager().live_pool_blocks() == 0
 
 
+# --- #10 module state mutated in forward ----------------------------------------------------------
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(4, device="cuda"))
+        self.plain = torch.zeros(4, device="cuda")      # neither buffer nor parameter
+
+    def forward(self, x):
+        self.steps.add_(1)
+        self.plain.add_(2)
+        return self.steps + self.plain + x
+
+
+def test_buffer_and_plain_tensor_attribute_mutated_in_forward_stay_correct():
+    m, twin = Counter(), Counter()
+    f = compiled(m)
+    for _ in range(4):
+        x = torch.randn(4, device="cuda")
+        torch.testing.assert_close(f(x), twin(x))
+        torch.testing.assert_close(m.steps, twin.steps)
+        torch.testing.assert_close(m.plain, twin.plain)
+    assert stats()["skips"] == 0 and stats()["recordings"] >= 1
+
+
 # --- #11 #12 static-input pointer churn and the re-record limit ------------------------------------
 
 @pytest.mark.parametrize("limit", [128, 0])
@@ -295,6 +320,50 @@ def test_parameters_passed_as_arguments_record_per_parameter_and_reuse_without_r
             train_step(p)
     # forward and backward per parameter; p1's come back; another parameter is no unexpected re-record
     assert stats()["recordings"] == 4 and stats()["skips"] == 0
+
+
+def test_linear_weight_replaced_and_restored_records_four_graphs_without_recompiling():
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 8).cuda()
+    f = compiled(lin, cudagraph_stable_inputs=False)
+    w1, w2 = lin.weight, nn.Parameter(torch.randn(8, 8, device="cuda"))
+
+    def train_step():
+        x = torch.randn(4, 8, device="cuda")
+        out = f(x)
+        torch.testing.assert_close(out, x @ lin.weight.t() + lin.bias, atol=1e-4, rtol=1e-4)
+        out.sum().backward()
+        torch.testing.assert_close(lin.weight.grad, x.sum(0).expand(8, 8), atol=1e-4, rtol=1e-4)
+        lin.zero_grad()
+    for _ in range(3):
+        train_step()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for w in (w2, w1):
+            lin.weight = w
+            for _ in range(3):
+                train_step()
+    assert stats()["recordings"] == 4 and stats()["skips"] == 0
+
+
+def test_managed_input_moved_past_the_limit_runs_without_graphs_and_says_so_once(caplog):
+    a = tree_fn(lambda x: (x * 2,), "a", cudagraph_rerecord_limit=0)
+    b = tree_fn(lambda y: (y + 1,), "b", cudagraph_rerecord_limit=0)
+    x = torch.ones(8, device="cuda")
+    for _ in range(3):
+        step()
+        (y,) = a([x])
+        b([y])
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for _ in range(5):
+            step()
+            (y,) = a([x])
+            (z,) = b([y.clone()])                       # not a's output any more: a moved managed input
+            assert z.tolist() == [3.0] * 8
+    msgs = [r.getMessage() for r in caplog.records if "exceeding max re-recording limit" in r.getMessage()]
+    assert len(msgs) == 1
+    assert msgs[0].startswith("skipping cudagraphs due to function 1 (b) exceeding max re-recording limit (=0) "
+                              "on cudagraph node 0 due to cudagraph managed tensor data pointer changed.")
+    assert stats()["skips"] == 1
 
 
 def test_parameter_data_swapped_past_the_rerecord_limit_runs_without_graphs_and_says_so_once(caplog):
