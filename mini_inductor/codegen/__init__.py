@@ -378,6 +378,7 @@ class WrapperCodegen:
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}, "
+                f"'input_traces': {self._input_traces(part, source)!r}, "
                 f"'cublas': {list(part.cublas_calls)!r}}}," for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one
         unsafe = [f"    {part.name!r}: {{'reason': {part.reason!r}, "
@@ -385,6 +386,15 @@ class WrapperCodegen:
                   for part in self.sched.partitions if not part.safe]
         return ("PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
                 + "UNSAFE_PARTITIONS = {\n" + "\n".join(unsafe) + ("\n" if unsafe else "") + "}\n")
+
+
+    def _input_traces(self, part: GraphPartition, source: dict[str, str]) -> list[str | None]:
+        """Per input of a partition, the user line of the first op in it that reads the input (quoted
+        when a static input's address changes)."""
+        members = [m for i in part.node_indices for m in self.sched.nodes[i].get_nodes()]
+        return [next((source[m.node.name] for m in members
+                      if m.node.name in source and any(d.name == name for d in m.reads)), None)
+                for name in part.inputs]
 
 
 def _kernel_definitions(kernels: dict[str, str]) -> list[str]:

@@ -90,6 +90,7 @@ class CompiledGraph:
             info = FunctionInfo(fn=getattr(self.module, pname), name=f"{self.name}.{pname}", device=self.device,
                                 mode=self.kind, static_idxs=tuple(j for j, n in enumerate(inputs) if n in static_names),
                                 input_names=list(inputs), output_traces=list(meta["traces"]),
+                                input_traces=meta.get("input_traces"),
                                 constants=cuda_constants)
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])

@@ -316,7 +316,7 @@ class GraphNode:
             x = inputs[i]
             if isinstance(x, torch.Tensor) and x.data_ptr() != self.ptrs[i]:
                 lines.append(f"input name: {self.info.input_name(i)}. data pointer changed from "
-                             f"{self.ptrs[i]} to {x.data_ptr()}. input stack trace: None")
+                             f"{self.ptrs[i]} to {x.data_ptr()}. input stack trace: {self.info.input_trace(i)}")
         return "\n".join(lines)
 
     def run(self, inputs: list) -> list:

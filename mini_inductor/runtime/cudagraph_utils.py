@@ -321,11 +321,15 @@ class FunctionInfo:
     mutated_idxs: tuple[int, ...] = ()
     input_names: list[str] = dataclasses.field(default_factory=list)
     output_traces: list[str | None] | None = None
+    input_traces: list[str | None] | None = None   # the user line of each input's first reader
     constants: list[torch.Tensor] = dataclasses.field(default_factory=list)
     cfg: Any = None                              # the compile's Config (its cudagraph_* options)
 
     def trace_of(self, i: int) -> str | None:
         return self.output_traces[i] if self.output_traces and i < len(self.output_traces) else None
+
+    def input_trace(self, i: int) -> str | None:
+        return self.input_traces[i] if self.input_traces and i < len(self.input_traces) else None
 
     def input_name(self, i: int) -> str:
         return self.input_names[i] if i < len(self.input_names) else f"input {i}"

@@ -31,6 +31,8 @@ def test_generated_module_lists_partition_inputs_and_source_lines(device):
     part = module.PARTITIONS["partition_0"]
     assert part["inputs"] == module.INPUT_NAMES == ["arg0_1", "arg1_1"]
     assert len(part["traces"]) == 1 and "test_bookkeeping.py" in part["traces"][0] and "a * 2" in part["traces"][0]
+    # each input's first reader, quoted when a static input moves
+    assert len(part["input_traces"]) == 2 and all("test_bookkeeping.py" in t for t in part["input_traces"])
 
 
 def test_generated_module_lists_the_unsafe_runs_with_their_reason_and_source_line(device):

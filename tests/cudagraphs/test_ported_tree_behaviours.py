@@ -421,6 +421,7 @@ def test_moved_parameter_with_rerecording_off_raises_instead_of_reading_stale_me
         with pytest.raises(RuntimeError, match="static input data pointer changed") as e:
             f(x)
     assert "data pointer changed from" in str(e.value)
+    assert "input stack trace: " in str(e.value) and "in forward" in str(e.value)   # the weight's reader
 
 
 # --- #15 dynamic shapes --------------------------------------------------------------------------
