@@ -86,6 +86,7 @@ class GraphLowering:
         self.random_streams = RandomStreams()  # the seed and Philox offsets of the graph's random ops
         self._buffer_count = 0
         self._new_buffers: list[Buffer] = []
+        self._gpu_scalars: dict[int, tuple[IRNode, IRNode]] = {}   # id(CPU 0-d value) → (it, its GPU copy)
 
     # called by ir.StorageBox.realize and friends
     def new_buffer_name(self) -> str:
@@ -164,6 +165,8 @@ class GraphLowering:
         result = None
         lowering = LOWERINGS.get(target)
         meta = node.meta.get("val")
+        if lowering is not None and isinstance(meta, torch.Tensor) and meta.device.type == "cuda":
+            args, kwargs = self._cpu_scalars_to(meta.device, args, kwargs, origin)
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
                 _device_key(a.get_device()) != _device_key(meta.device)
                 for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
@@ -198,6 +201,24 @@ class GraphLowering:
         uses = sum(_count_uses(user, node) for user in node.users)
         self._mark_reuse(result, uses)
         return result
+
+    def _cpu_scalars_to(self, device: torch.device, args, kwargs, origin: Origin):
+        """CPU 0-d tensors read by a GPU op, replaced by one copy each on the GPU (made once per value).
+
+        The copy is an unsafe run with no GPU inputs, so the partition reorder puts it first and the
+        GPU work stays one graph; without it the op would mix devices and run in ATen, cutting the
+        graph in two (as a CUDA graph cannot read a CPU tensor's new value at replay)."""
+        def to_gpu(a):
+            if not (isinstance(a, IRNode) and not isinstance(a, ConstantBuffer) and a.get_device().type == "cpu"
+                    and len(a.get_size()) == 0):
+                return a
+            kept = self._gpu_scalars.get(id(a))
+            if kept is None:
+                layout = Layout.contiguous(device, a.get_dtype(), [])
+                copy = self.make_extern(aten._to_copy.default, (a,), {"device": device}, layout, origins=(origin,))
+                kept = self._gpu_scalars[id(a)] = (a, copy)
+            return kept[1]
+        return tree_map(to_gpu, (args, kwargs))
 
     @staticmethod
     def _generates_for(device: torch.device) -> bool:

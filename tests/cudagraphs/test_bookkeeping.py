@@ -131,3 +131,19 @@ def test_generated_call_runs_under_a_guard_for_its_device():
     torch.testing.assert_close(f(x), x.cos() + 1)
     with open(_last_compiled().source_path) as src:
         assert "with torch.cuda._DeviceGuard(0):" in src.read()
+
+
+def test_cpu_scalar_read_by_gpu_ops_is_copied_to_the_gpu_once_and_the_gpu_work_stays_one_partition():
+    import os
+    import sys
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from compile_ir import generate_fn
+    with FakeTensorMode():
+        x, s = torch.empty(8, device="cuda"), torch.empty((), device="cpu")
+    _, gen = generate_fn(lambda x, s: (x * s + 1, (x + s).sum()), x, s)
+    call = gen.source[gen.source.index("def call("):gen.source.index("INPUT_SPECS")]
+    copies = [ln.strip() for ln in call.splitlines() if "aten._to_copy.default(" in ln]
+    assert copies == ["buf0 = torch.ops.aten._to_copy.default(s_1, device=torch.device('cuda:0'))"], call
+    assert call.count("partition_0(") == 1 and "partition_1" not in call
+    assert call.index("_to_copy") < call.index("partition_0(")       # the copy runs before the graph

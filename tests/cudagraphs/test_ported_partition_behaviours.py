@@ -204,9 +204,9 @@ def test_buffers_live_across_two_cpu_round_trips_are_not_reused_too_early():
         torch.testing.assert_close(f(x), two_round_trips(x))
 
 
-# --- #31 CPU scalars (correctness; the graph count is in TOP40.md) -----------------------------------
+# --- #31 CPU scalars: copied to the GPU once, the graph is not split ---------------------------------
 
-def test_cpu_scalar_used_twice_and_one_incremented_on_the_cpu_give_eager_results():
+def test_cpu_scalar_used_twice_and_one_incremented_on_the_cpu_give_eager_results_in_one_graph():
     def fn(s, x):
         return x + s, (x * s).sum(), x + (s + 1)
     f = compiled(fn)
@@ -214,6 +214,18 @@ def test_cpu_scalar_used_twice_and_one_incremented_on_the_cpu_give_eager_results
         s, x = torch.tensor(float(i)), torch.randn(16, device="cuda")
         for got, want in zip(f(s, x), fn(s, x)):
             torch.testing.assert_close(got, want)
+    assert graphed_partitions() == 1 and stats()["recordings"] == 1 and stats()["replays"] == 2
+
+
+def test_two_cpu_scalars_after_a_gpu_op_give_one_graph():
+    def fn(x, s, t):
+        y = x.sin() * 2
+        return y + s - t
+    f = compiled(fn)
+    for i in range(4):
+        x, s, t = torch.randn(16, device="cuda"), torch.tensor(float(i)), torch.tensor(0.5 * i)
+        torch.testing.assert_close(f(x, s, t), fn(x, s, t))
+    assert graphed_partitions() == 1 and stats()["recordings"] == 1
 
 
 def test_cpu_scalar_round_trip_through_the_gpu_leaves_the_input_unchanged():
@@ -226,7 +238,7 @@ def test_cpu_scalar_round_trip_through_the_gpu_leaves_the_input_unchanged():
         assert out.device.type == "cpu" and out.item() == 3.0 and s.item() == 2.0
 
 
-def test_copy_of_a_gpu_value_into_a_cpu_scalar_input_is_written_back():
+def test_copy_of_a_gpu_value_into_a_cpu_scalar_input_is_written_back_with_one_graph():
     def fn(s, y):
         s.copy_(y)
         return y * 2
@@ -235,6 +247,7 @@ def test_copy_of_a_gpu_value_into_a_cpu_scalar_input_is_written_back():
         s, y = torch.tensor(1.0), torch.tensor(float(i + 5), device="cuda")
         out = f(s, y)
         assert s.item() == i + 5 and y.item() == i + 5 and out.item() == 2 * (i + 5)
+    assert stats()["recordings"] == 1
 
 
 # --- #32 data-dependent ops ------------------------------------------------------------------------
