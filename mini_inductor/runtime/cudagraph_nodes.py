@@ -466,8 +466,9 @@ def _fresh_autograd_state(t: torch.Tensor) -> None:
     if t._backward_hooks is not None:
         t._backward_hooks = {}
     if t.is_leaf:
-        if getattr(t, "_post_accumulate_grad_hooks", None) is not None:
-            t._post_accumulate_grad_hooks = None
+        hooks = getattr(t, "_post_accumulate_grad_hooks", None)
+        if hooks:
+            hooks.clear()   # in place: autograd's C++ hook reads this very dict
         if t.grad is not None:
             t.grad = None
         if t.requires_grad:
