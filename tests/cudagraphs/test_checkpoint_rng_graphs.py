@@ -147,3 +147,20 @@ def test_a_seed_drawn_from_a_restored_generator_repeats():
     assert len(set(first)) == 3
     gen.set_state(saved)
     assert [draw_seed(gen).item() for _ in range(3)] == first
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_checkpointed_random_regions_on_two_gpus_each_recompute_their_own_mask():
+    # cudagraph-tests.md #34 (TestSAC.test_multi_device): one region per device in one function
+    def two_devices(a, b):
+        return checkpoint(rand_mask, a, use_reentrant=False), checkpoint(rand_mask, b, use_reentrant=False)
+    f = torch.compile(two_devices, backend="mini_inductor", dynamic=False)
+    for _ in range(3):
+        a = torch.randn(512, device="cuda:0", requires_grad=True)
+        b = torch.randn(512, device="cuda:1", requires_grad=True)
+        out_a, out_b = f(a, b)
+        kept_a, kept_b = (out_a != 0).float().clone(), (out_b != 0).float().clone()
+        (out_a.sum() + out_b.sum().to("cuda:0")).backward()
+        torch.testing.assert_close(a.grad, kept_a)
+        torch.testing.assert_close(b.grad, kept_b)
+        assert 0.35 < kept_a.mean().item() < 0.65 and 0.35 < kept_b.mean().item() < 0.65

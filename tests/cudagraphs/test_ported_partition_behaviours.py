@@ -282,6 +282,21 @@ def test_item_runs_ungraphed_with_a_skip_naming_the_op():
     assert counters["skips"] == 1
 
 
+def two_nonzeros(x):
+    y = x.nonzero().float()
+    torch._dynamo.graph_break()
+    return y.nonzero()
+
+
+def test_nonzero_on_both_sides_of_a_graph_break_counts_one_skip_per_compiled_graph():
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f = torch.compile(two_nonzeros, backend="mini_inductor")
+        for values in ([1, 0, 2, 0], [5, 6, 7, 0]):   # the second graph sees 2, then 3 rows: a recompile
+            x = torch.tensor(values, device="cuda")
+            torch.testing.assert_close(f(x), two_nonzeros(x))
+    assert counters["skips"] == 3, skip_reasons
+
+
 # --- #33 RNG ---------------------------------------------------------------------------------------
 
 def test_seeded_zero_argument_random_function_repeats_its_sequence():

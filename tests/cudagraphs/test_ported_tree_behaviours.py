@@ -345,6 +345,71 @@ def test_linear_weight_replaced_and_restored_records_four_graphs_without_recompi
     assert stats()["recordings"] == 4 and stats()["skips"] == 0
 
 
+def test_batchnorm_running_mean_replaced_and_restored_records_four_graphs_without_recompiling():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(8).cuda()
+    ref = copy.deepcopy(bn)
+    f = compiled(bn, cudagraph_stable_inputs=False)
+    m1, m2 = bn.running_mean, torch.zeros(8, device="cuda")
+
+    def train_step():
+        x = torch.randn(4, 8, device="cuda")
+        out, want = f(x), ref(x)
+        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        torch.testing.assert_close(bn.weight.grad, ref.weight.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(bn.running_mean, ref.running_mean, atol=1e-5, rtol=1e-5)
+        bn.zero_grad(), ref.zero_grad()
+    for _ in range(3):
+        train_step()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for mean in (m2, m1):
+            bn.running_mean = mean
+            ref.running_mean = mean.clone()
+            for _ in range(3):
+                train_step()
+    assert stats()["recordings"] == 4 and stats()["skips"] == 0
+
+
+def test_child_graph_is_recorded_once_per_parameter_under_one_parent():
+    def fn(x, p):
+        y = x * x
+        torch._dynamo.graph_break()
+        return y * p
+    f = compiled(fn, cudagraph_stable_inputs=False)
+    p1 = nn.Parameter(torch.rand(8, device="cuda"))
+    p2 = nn.Parameter(torch.rand(8, device="cuda"))
+    for p in [p1] * 3 + [p2] * 3 + [p1] * 3:
+        x = torch.rand(8, device="cuda")
+        out = f(x, p)
+        out.sum().backward()
+        torch.testing.assert_close(p.grad, x * x)
+        p.grad = None
+    # the parent (inference: x needs no grad), a forward and a backward of the child per parameter
+    assert stats()["recordings"] == 5 and tree_roots() == [[4]]
+
+
+def test_parent_graph_per_parameter_makes_its_child_record_again_under_each():
+    def fn(x, p):
+        y = x * p
+        torch._dynamo.graph_break()
+        return y + x
+    f = compiled(fn, cudagraph_stable_inputs=False)
+    p1 = nn.Parameter(torch.rand(8, device="cuda"))
+    p2 = nn.Parameter(torch.rand(8, device="cuda"))
+    for p in [p1] * 3 + [p2] * 3 + [p1] * 3:
+        x = torch.rand(8, device="cuda")
+        out = f(x, p)
+        torch.testing.assert_close(out, x * p.detach() + x)
+        out.sum().backward()
+        torch.testing.assert_close(p.grad, x)
+        p.grad = None
+    # x * p forward and backward per parameter, and y + x under each of the two parents (its
+    # backward only passes the gradient on: no kernel, nothing to record)
+    assert stats()["recordings"] == 6
+
+
 def test_managed_input_moved_past_the_limit_runs_without_graphs_and_says_so_once(caplog):
     a = tree_fn(lambda x: (x * 2,), "a", cudagraph_rerecord_limit=0)
     b = tree_fn(lambda y: (y + 1,), "b", cudagraph_rerecord_limit=0)
