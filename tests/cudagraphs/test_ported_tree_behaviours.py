@@ -618,6 +618,53 @@ def test_output_that_died_before_a_new_recording_is_freed_by_the_checkpoint():
     assert manager().live_pool_blocks() == 0
 
 
+def test_dead_output_and_its_alias_are_both_freed_by_the_checkpoint():
+    def two_and_a_view(x):
+        y3 = x * 3
+        return x * 2, y3, y3[1:]
+    a = tree_fn(two_and_a_view, "a", cudagraph_skip_warmup=True)
+    b = tree_fn(lambda y: (y + 1,), "b", cudagraph_skip_warmup=True)
+    x = torch.ones(256, device="cuda")
+    step()
+    a([x])
+    step()
+    y1, y2, view = a([x])
+    del y2, view                                 # an output and its alias die before b is recorded
+    args = [y1]
+    del y1
+    (z,) = b(args)
+    assert manager().num_checkpoints == 1 and z.tolist() == [3.0] * 256
+    assert manager().live_pool_blocks() == 1
+    del z
+    gc.collect()
+    assert manager().live_pool_blocks() == 0
+
+
+def test_two_row_views_of_one_buffer_keep_it_until_both_die():
+    a = tree_fn(lambda x: (x[0], x[1]), "a", cudagraph_skip_warmup=True)
+    b = tree_fn(lambda y: (y * 2,), "b", cudagraph_skip_warmup=True)
+    x = torch.randn(2, 64, device="cuda")
+    step()
+    a([x])
+    step()
+    r0, r1 = a([x])                              # views of the graph's copy of x
+    assert r0.untyped_storage().data_ptr() == r1.untyped_storage().data_ptr()
+    assert r1.data_ptr() == r0.data_ptr() + 64 * 4
+    (z,) = b([r0])                               # after a replay: one checkpoint
+    assert manager().num_checkpoints == 1
+    torch.testing.assert_close(z, x[0] * 2)
+    torch.testing.assert_close(r1, x[1])
+    del z
+    gc.collect()
+    assert manager().live_pool_blocks() == 1     # the one storage under both views
+    del r0
+    gc.collect()
+    assert manager().live_pool_blocks() == 1
+    del r1
+    gc.collect()
+    assert manager().live_pool_blocks() == 0
+
+
 def test_input_moved_out_of_the_pool_records_a_new_child_after_a_checkpoint():
     a = tree_fn(lambda x: (x * 2,), "a", cudagraph_skip_warmup=True)
     b = tree_fn(lambda y: (y + 1,), "b", cudagraph_skip_warmup=True)
