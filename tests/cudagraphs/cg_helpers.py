@@ -64,3 +64,18 @@ def train_step_matches_eager(f, model, ref, x, tol=1e-4):
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=tol, rtol=tol)
         p.grad = q.grad = None
+
+
+def run_gpu_and_cpu_inputs(f, caplog, calls: int = 3) -> None:
+    """Call f(x, y) = (x + 1, y + 2) with x on the GPU and y on the CPU, checking each result, while
+    caplog records the mini_inductor.perf_hints warnings."""
+    import logging
+
+    import torch
+
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for _ in range(calls):
+            x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cpu")
+            a, b = f(x, y)
+            torch.testing.assert_close(a, x + 1)
+            torch.testing.assert_close(b, y + 2)

@@ -4,14 +4,13 @@ a logged skip, each GPU has its own tree, and a graph compiled on GPU 1 lives on
 The two-GPU tests skip when fewer than two GPUs are visible; the codegen test runs on the CPU.
 """
 import copy
-import logging
 import os
 import sys
 
 import pytest
 import torch
 import torch.nn as nn
-from cg_helpers import train_step_matches_eager
+from cg_helpers import run_gpu_and_cpu_inputs, train_step_matches_eager
 
 import mini_inductor
 from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
@@ -93,12 +92,7 @@ def test_partitioning_around_the_cpu_op_is_logged_once_with_its_source_line(capl
     def fn(x, y):
         return x + 1, y + 2
     f = compiled(fn)
-    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
-        for _ in range(3):
-            x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cpu")
-            a, b = f(x, y)
-            torch.testing.assert_close(a, x + 1)
-            torch.testing.assert_close(b, y + 2)
+    run_gpu_and_cpu_inputs(f, caplog)
     text = caplog.text
     assert text.count("cudagraph partition due to") == 1, text
     assert text.count("Found from") == 1 and text.count("return x + 1, y + 2") == 1, text

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+from cg_helpers import run_gpu_and_cpu_inputs
 
 import mini_inductor
 from mini_inductor.runtime import CompiledGraph
@@ -67,12 +68,7 @@ def test_cpu_input_with_partitioning_off_skips_the_graph_with_a_message_and_the_
     def fn(x, y):
         return x + 1, y + 2
     f = compiled(fn, cudagraph_partition=False)
-    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
-        for _ in range(3):
-            x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cpu")
-            a, b = f(x, y)
-            torch.testing.assert_close(a, x + 1)
-            torch.testing.assert_close(b, y + 2)
+    run_gpu_and_cpu_inputs(f, caplog)
     msgs = skip_messages(caplog, "skipping cudagraphs due to incompatible op")
     assert len(msgs) == 1 and "cudagraph_partition is off" in msgs[0] and "return x + 1, y + 2" in msgs[0]
     assert counters["skips"] == 1 and mini_inductor.cudagraphs.get_manager(0) is None

@@ -21,8 +21,8 @@ from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
 backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
 
 
-def aten_graph(fn, *args, dynamic=False):
-    """The ATen graph aot_autograd hands a backend for `fn(*args)`, its inputs turned into fake CUDA tensors."""
+def traced_aten_graph(fn, *args, dynamic=False):
+    """The ATen graph aot_autograd hands a backend for `fn(*args)`."""
     graphs = []
 
     def grab(gm, example_inputs):
@@ -31,7 +31,12 @@ def aten_graph(fn, *args, dynamic=False):
             return make_boxed_func(g)
         return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
     torch.compile(fn, backend=grab, dynamic=dynamic)(*args)
-    gm = graphs[-1]
+    return graphs[-1]
+
+
+def aten_graph(fn, *args, dynamic=False):
+    """traced_aten_graph, its inputs turned into fake CUDA tensors."""
+    gm = traced_aten_graph(fn, *args, dynamic=dynamic)
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if node.op == "placeholder" and isinstance(val, torch.Tensor):
@@ -66,15 +71,8 @@ def test_data_dependent_op_skip_names_the_op_and_its_line():
 
 
 def test_graph_without_cuda_inputs_gets_no_cudagraph_skip():
-    graphs = []
-
-    def grab(gm, example_inputs):
-        def keep(g, _):
-            graphs.append(g)
-            return make_boxed_func(g)
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep)
-    torch.compile(add, backend=grab, dynamic=True)(torch.randn(4), torch.randn(4))
-    assert eager_graph_skip(graphs[-1], backend.DYNAMIC_SHAPES, dynamic=True) is None
+    gm = traced_aten_graph(add, torch.randn(4), torch.randn(4), dynamic=True)
+    assert eager_graph_skip(gm, backend.DYNAMIC_SHAPES, dynamic=True) is None
 
 
 def test_eager_graph_on_the_cpu_logs_no_skip():
