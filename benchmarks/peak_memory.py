@@ -46,6 +46,10 @@ def two_reductions_then_output(x):
     return x * a.sum(0)[None, :] + a.sum(1)[:, None]
 
 
+def linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))      # addmm with a 1-d bias: through cuBLASLt
+
+
 def residual_chain(x, y):
     for _ in range(4):
         x = torch.relu(x @ y) + x
@@ -62,6 +66,7 @@ def cases(device, small: bool = False):
         ("softmax_unfused (in-place)", softmax_rows, (r(n, f),), {"max_fusion_size": 1}),
         ("two_reductions_then_output (reuse)", two_reductions_then_output, (r(n, f),), {}),
         ("residual_chain (matmuls)", residual_chain, (r(n, d), r(d, d)), {}),
+        ("linear_gelu (cuBLASLt addmm)", linear_gelu, (r(n, d), r(f, d), r(f)), {}),
     ]
 
 

@@ -94,6 +94,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
     changes.update(options or {})
     cfg = config_module.current().replace(**changes)
+    _reset_by_dynamo()
     if mode == "max-autotune-no-cudagraphs":
         cfg = cfg.replace(cudagraphs=False)
     compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
@@ -116,6 +117,16 @@ def reset() -> None:
 
 
 mini_inductor.reset = reset  # type: ignore[attr-defined]
+
+
+def _reset_by_dynamo() -> None:
+    """torch._dynamo.reset() resets the backends it holds in `cached_backends`, a table filled when
+    torch.compile wraps a function and emptied by every reset: a function compiled before a reset
+    and run after it would leave our caches and trees alone at the next one. Each compile puts the
+    backend back in the table."""
+    table = getattr(torch._dynamo.eval_frame, "cached_backends", None)
+    if isinstance(table, dict):
+        table.setdefault(id(mini_inductor), mini_inductor)
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config,

@@ -80,6 +80,17 @@ def test_dynamo_reset_reaches_our_reset(device, monkeypatch):
     assert calls
 
 
+def test_a_function_compiled_before_a_reset_is_reset_again_by_the_next_one(device, monkeypatch):
+    f = torch.compile(_f, backend="mini_inductor")
+    f(torch.randn(4, 8, device=device))
+    torch._dynamo.reset()                       # empties torch's table of backends to reset
+    calls = []
+    monkeypatch.setattr(mini_inductor.backend, "reset", lambda: calls.append(1))
+    f(torch.randn(4, 8, device=device))         # compiles again through the same wrapper
+    torch._dynamo.reset()
+    assert calls
+
+
 def test_debug_dir_holds_graph_ir_schedule_and_runnable_output_code(device, tmp_path):
     x = torch.randn(4, 8, device=device)
     torch.compile(_f, backend="mini_inductor", options={"debug_dir": str(tmp_path)})(x)

@@ -368,7 +368,8 @@ class WrapperCodegen:
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
         """PARTITIONS: per partition function, its input names, one source line per output (the
         CUDA-graph runtime classifies inputs by name and quotes the line in its errors) and its
-        cuBLAS calls (a recording of it allocates a cuBLAS workspace: runtime/cublas_workspace.py).
+        cuBLAS calls and which of them run through cuBLASLt (a recording of it allocates the
+        workspaces of both: runtime/cublas_workspace.py).
         UNSAFE_PARTITIONS: per run of cudagraph-unsafe nodes, the reason and a source line (logged)."""
         source: dict[str, str] = {}
         for group in self.sched.nodes:
@@ -379,7 +380,8 @@ class WrapperCodegen:
         rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
                 f"'traces': {[source.get(n) for n in part.outputs]!r}, "
                 f"'input_traces': {self._input_traces(part, source)!r}, "
-                f"'cublas': {list(part.cublas_calls)!r}}}," for part, _ in functions]
+                f"'cublas': {list(part.cublas_calls)!r}, "
+                f"'cublaslt': {list(part.cublaslt_calls)!r}}}," for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one
         unsafe = [f"    {part.name!r}: {{'reason': {part.reason!r}, "
                   f"'source': {next((source[n] for n in part.nodes if n in source), None)!r}}},"

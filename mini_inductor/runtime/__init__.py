@@ -61,7 +61,11 @@ class CompiledGraph:
 
     def _use_trees(self, cfg) -> None:
         partitions = getattr(self.module, "PARTITIONS", {})
-        if interpreting() or not partitions or not have_cuda_graph_apis() or not torch.cuda.is_available():
+        unsafe = getattr(self.module, "UNSAFE_PARTITIONS", {})
+        # a graph that is all unsafe ops has no partition to graph; it is a skip when partitioning is off
+        whole_graph_skip = bool(unsafe) and not cfg.cudagraph_partition
+        if interpreting() or not (partitions or whole_graph_skip) or not have_cuda_graph_apis() \
+                or not torch.cuda.is_available():
             return
         if cfg.cudagraph_capture_sizes is not None and self.sizes_key is None:
             # as in Inductor: a graph without dynamic dims has no sizes to match the listed ones
@@ -73,11 +77,11 @@ class CompiledGraph:
         if len(cuda) > 1:
             log_skip(f"multiple devices: {', '.join(f'cuda:{i}' for i in cuda)}", self.name, cfg)
             return
-        unsafe = getattr(self.module, "UNSAFE_PARTITIONS", {})
-        if unsafe and not cfg.cudagraph_partition:
-            first = next(iter(unsafe.values()))
-            log_skip(f"incompatible op: {first['reason']} (cudagraph_partition is off)",
-                     first.get("source") or self.name, cfg)
+        if whole_graph_skip:
+            if cuda or partitions:   # a CPU graph was never going to be graphed: nothing skipped
+                first = next(iter(unsafe.values()))
+                log_skip(f"incompatible op: {first['reason']} (cudagraph_partition is off)",
+                         first.get("source") or self.name, cfg)
             return
         self.device = cuda[0] if cuda else torch.cuda.current_device()
         names = self.module.INPUT_NAMES

@@ -16,6 +16,7 @@ CUBLAS_OPS; the codegen lists them per partition function in the module's PARTIT
 
     workspace_bytes(env_value, capability, torch_reported)   # pure: the size torch allocates
     cublas_workspace_bytes(device)                            # the same, asked of this process
+    lt_workspace_bytes(...), cublaslt_workspace_bytes(device)  # cuBLASLt's own, where it has one
     graphed_workspace_bytes(partitions, device)               # a compiled graph's figure
 """
 from __future__ import annotations
@@ -72,10 +73,68 @@ def cublas_workspace_bytes(device: int | None) -> int:
     return workspace_bytes(os.environ.get("CUBLAS_WORKSPACE_CONFIG"), capability, reported)
 
 
+LT_DEFAULT = 1024 * KIB     # CUBLASLT_WORKSPACE_SIZE's default (KiB)
+_TRUE = ("1", "y", "yes", "true", "on")
+_FALSE = ("0", "n", "no", "false", "off")
+
+
+def _env_flag(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    v = value.strip().lower()
+    return True if v in _TRUE else False if v in _FALSE else None
+
+
+def lt_workspace_bytes(unified_env: str | None, size_env: str | None, cublas_bytes: int,
+                       torch_reported: int | None, unified_by_default: bool) -> int:
+    """Bytes of the separate cuBLASLt workspace a cuBLASLt call allocates (0 when it shares cuBLAS's).
+
+    cuBLASLt calls (addmm with a 1-d bias, _addmm_activation, _scaled_mm) take the cuBLAS handle, so
+    they allocate the cuBLAS workspace too, and a cuBLASLt workspace of their own unless
+    TORCH_CUBLASLT_UNIFIED_WORKSPACE says to share (unified_env; unset: unified_by_default, which
+    the torch version decides). Its size: what torch reports, else CUBLASLT_WORKSPACE_SIZE (KiB),
+    else 1 MiB; capped at the cuBLAS workspace unless the flag is set false.
+    """
+    flag = _env_flag(unified_env)
+    if flag is True or (flag is None and unified_by_default):
+        return 0
+    if torch_reported is not None:
+        return int(torch_reported)
+    size = LT_DEFAULT
+    if size_env is not None:
+        try:
+            size = int(size_env) * KIB
+        except ValueError:          # torch warns and keeps the default
+            size = LT_DEFAULT
+    return size if flag is False else min(size, cublas_bytes)
+
+
+def _unified_by_default() -> bool:
+    # measured on the H100 with torch 2.11: a separate 1 MiB workspace (the C++ side unifies only when
+    # the variable is set); torch 2.13's open-source builds share the cuBLAS workspace by default
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
+def cublaslt_workspace_bytes(device: int | None) -> int:
+    """The separate cuBLASLt workspace torch allocates on `device` at a cuBLASLt call (0: shared)."""
+    cublas = cublas_workspace_bytes(device)
+    reported = None
+    ask = getattr(torch.backends.cuda, "cublaslt_workspace_size", None)
+    if ask is not None:
+        try:
+            reported = ask()
+        except (AttributeError, RuntimeError):
+            reported = None
+    return lt_workspace_bytes(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"),
+                              os.environ.get("CUBLASLT_WORKSPACE_SIZE"), cublas, reported, _unified_by_default())
+
+
 def graphed_workspace_bytes(partitions: dict, device: int | None,
-                            size_of: Callable[[int | None], int] = cublas_workspace_bytes) -> int:
-    """The workspace a warm-up or recording of a compiled graph allocates in the pool: one workspace
-    when a partition function that runs in a CUDA-graph tree calls cuBLAS, else 0.
+                            size_of: Callable[[int | None], int] = cublas_workspace_bytes,
+                            lt_size_of: Callable[[int | None], int] = cublaslt_workspace_bytes) -> int:
+    """The workspaces a warm-up or recording of a compiled graph allocates in the pool: the cuBLAS
+    workspace when a partition function that runs in a CUDA-graph tree calls cuBLAS, plus the
+    cuBLASLt one when one calls cuBLASLt; else 0.
 
     partitions: the generated module's PARTITIONS table, restricted to the functions that run in
     trees (empty when CUDA graphs are off for the graph). The workspaces are dropped after each
@@ -83,4 +142,5 @@ def graphed_workspace_bytes(partitions: dict, device: int | None,
     """
     if not any(meta.get("cublas") for meta in partitions.values()):
         return 0
-    return size_of(device)
+    lt = lt_size_of(device) if any(meta.get("cublaslt") for meta in partitions.values()) else 0
+    return size_of(device) + lt

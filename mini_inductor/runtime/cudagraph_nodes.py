@@ -158,7 +158,8 @@ class GraphNode:
             for i, r in enumerate(level):
                 if r is not None:
                     recorded[r.ptr] = (d, i)
-        tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+        # a meta tensor holds no memory: it is passed through as it is, neither copied nor checked
+        tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.device.type != "meta"]
         self.managed_idxs = [i for i in tensors if storage_ptr(inputs[i]) in recorded]
         self.managed_sources = {i: recorded[storage_ptr(inputs[i])] for i in self.managed_idxs}
         self.preserved: set[int] = set()   # managed inputs an output aliases: the caller's reference is kept

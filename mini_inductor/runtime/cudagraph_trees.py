@@ -212,12 +212,23 @@ class TreeManager:
         stable = self._stable_inputs(inputs, fid)
         torch.cuda.synchronize(self.device)
         parent = self.current
-        originals = list(inputs)           # the recording empties `inputs`; kept for an eager run
+        # The recording empties `inputs`; they are kept for an eager run should the capture fail. Pool
+        # tensors (earlier outputs) only weakly: the recording must see them die where the function
+        # lets go of them, as its replays will, or it would neither reuse their memory nor know it.
+        originals = [weakref.ref(x) if isinstance(x, torch.Tensor) and parent is not None
+                     and parent.is_pool_tensor(x) else x for x in inputs]
         try:
             node = GraphNode(self, self.functions[fid], fid, gid, parent, inputs, stable)
         except Exception as error:
             self._capture_failed(fid, error)
-            return self._run_without_graph(originals, fid)
+            args = [x() if isinstance(x, weakref.ref) else x for x in originals]
+            gone = [self.functions[fid].input_name(i) for i, (x, o) in enumerate(zip(args, originals))
+                    if x is None and isinstance(o, weakref.ref)]
+            if gone:   # freed inside the failed capture: this call cannot be run again
+                raise RuntimeError(f"CUDA graph capture of {self.functions[fid].name} failed ({error}) after "
+                                   f"it had freed its inputs {', '.join(gone)}, held by nothing else; the "
+                                   "function runs without CUDA graphs from the next call on") from error
+            return self._run_without_graph(args, fid)
         del originals
         if parent is None:
             self.roots[fid].append(node)

@@ -48,6 +48,10 @@ CUBLAS_OPS = frozenset({
     "aten.linalg_solve_triangular",
 })
 
+# Ops whose CUDA kernels always run through cuBLASLt; aten.addmm does when its bias is 1-d (the bias
+# goes in the matmul's epilogue, beta == 1). cuBLASLt takes a workspace of its own besides cuBLAS's.
+CUBLASLT_OPS = frozenset({"aten._addmm_activation", "aten._scaled_mm", "aten._scaled_grouped_mm"})
+
 
 @dataclasses.dataclass
 class GraphPartition:
@@ -62,11 +66,24 @@ class GraphPartition:
     outputs: list[str] = dataclasses.field(default_factory=list)
     has_kernels: bool = False    # holds GPU work: a generated kernel or a library call (else not worth graphing)
     cublas_calls: list[str] = dataclasses.field(default_factory=list)  # its extern calls that run cuBLAS
+    cublaslt_calls: list[str] = dataclasses.field(default_factory=list)  # ... of them, those through cuBLASLt
 
 
 def calls_cublas(op_name: str) -> bool:
     """Whether the ATen op named "aten.mm.default" (or "aten.mm") runs through cuBLAS on CUDA."""
     return op_name in CUBLAS_OPS or op_name.rsplit(".", 1)[0] in CUBLAS_OPS
+
+
+def calls_cublaslt(node: ExternKernel) -> bool:
+    """Whether this extern call runs through cuBLASLt on CUDA (see CUBLASLT_OPS)."""
+    packet = node.op_name.rsplit(".", 1)[0] if node.op_name.count(".") > 1 else node.op_name
+    if packet in CUBLASLT_OPS:
+        return True
+    if packet != "aten.addmm" or not node.args:
+        return False
+    bias = node.args[0]
+    beta = node.kwargs.get("beta", 1)
+    return hasattr(bias, "get_size") and len(bias.get_size()) == 1 and beta == 1
 
 
 def cudagraph_unsafe_reason(node: BaseSchedulerNode, user_unsafe: frozenset[str] = frozenset()) -> str:
@@ -167,13 +184,14 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
         # is not (a CUDA graph would copy it in just to drop it): `call` lets go of it itself
         inputs |= {n for n, where in last_use_in.items() if where == k and n not in produced and n not in input_order}
         outs = {n for n in produced if n in outputs or any(u > k for u in used_in.get(n, ()))}
+        externs = [nodes[i].node for i in indices if nodes[i].is_extern() and isinstance(nodes[i].node, ExternKernel)]
         partitions.append(GraphPartition(
             name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),
             nodes=[nodes[i].name for i in indices], node_indices=list(indices),
             inputs=sorted(inputs, key=order), outputs=sorted(outs, key=order),
             has_kernels=any(not nodes[i].is_extern() or isinstance(nodes[i].node, ExternKernel) for i in indices),
-            cublas_calls=[nodes[i].node.op_name for i in indices if nodes[i].is_extern()
-                          and isinstance(nodes[i].node, ExternKernel) and calls_cublas(nodes[i].node.op_name)]))
+            cublas_calls=[e.op_name for e in externs if calls_cublas(e.op_name)],
+            cublaslt_calls=[e.op_name for e in externs if calls_cublas(e.op_name) and calls_cublaslt(e)]))
         counts[safe] += 1
     return partitions
 

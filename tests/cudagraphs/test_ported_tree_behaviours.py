@@ -199,7 +199,9 @@ def test_pending_flag_is_set_by_chained_forwards_and_cleared_by_backward():
         x.grad = None
         g(f(x)).sum().backward()
         torch.testing.assert_close(x.grad, -torch.sin(torch.sin(x.detach()) * 2) * 2 * torch.cos(x.detach()))
-    torch.testing.assert_close(g(f(x.detach())), torch.cos(torch.sin(x.detach()) * 2) + 1)
+    # without grad nothing is pending, so g's top-level call starts a new iteration and f's output
+    # from the previous one is dead by then: the caller copies it, as Inductor requires too
+    torch.testing.assert_close(g(f(x.detach()).clone()), torch.cos(torch.sin(x.detach()) * 2) + 1)
     assert not stats()["pending_backward"] and stats()["recordings"] > 0
 
 
@@ -486,7 +488,7 @@ def test_moved_parameter_with_rerecording_off_raises_instead_of_reading_stale_me
         with pytest.raises(RuntimeError, match="static input data pointer changed") as e:
             f(x)
     assert "data pointer changed from" in str(e.value)
-    assert "input stack trace: " in str(e.value) and "in forward" in str(e.value)   # the weight's reader
+    assert "input stack trace: in forward of Linear" in str(e.value)   # the weight's reader
 
 
 # --- #15 dynamic shapes --------------------------------------------------------------------------

@@ -71,15 +71,15 @@ def test_data_dependent_op_skip_names_the_op_and_its_line():
 
 
 def test_graph_without_cuda_inputs_gets_no_cudagraph_skip():
-    gm = traced_aten_graph(add, torch.randn(4), torch.randn(4), dynamic=True)
+    gm = traced_aten_graph(add, torch.randn(4, device="cpu"), torch.randn(4, device="cpu"), dynamic=True)
     assert eager_graph_skip(gm, backend.DYNAMIC_SHAPES, dynamic=True) is None
 
 
 def test_eager_graph_on_the_cpu_logs_no_skip():
     f = torch.compile(add, backend="mini_inductor", dynamic=True)
-    x, y = torch.randn(5), torch.randn(5)
+    x, y = torch.randn(5, device="cpu"), torch.randn(5, device="cpu")
     torch.testing.assert_close(f(x, y), x + y)   # Dynamo's first call is static: the second is dynamic
-    x, y = torch.randn(6), torch.randn(6)
+    x, y = torch.randn(6, device="cpu"), torch.randn(6, device="cpu")
     torch.testing.assert_close(f(x, y), x + y)
     assert any(r.ran_eagerly for r in metrics.compiled_graphs)
     assert counters["skips"] == 0 and not skip_reasons

@@ -67,3 +67,26 @@ def test_a_copy_made_for_an_outputs_strides_names_the_op_that_produced_the_outpu
     assert copy.layout.stride == (4, 1)
     sched = schedule(lowered, cfg)
     assert len(sched.nodes) == 1
+
+
+def _node_with(stack_trace, module_stack=None):
+    graph = torch.fx.Graph()
+    node = graph.call_function(torch.ops.aten.relu.default, (graph.placeholder("x"),))
+    node.meta["stack_trace"] = stack_trace
+    if module_stack is not None:
+        node.meta["nn_module_stack"] = module_stack
+    return node
+
+
+def test_source_line_is_the_users_frame_not_a_device_contexts_dispatch():
+    from mini_inductor.lowering.graph import _TORCH_DIR, _source_line
+    device_frame = f'  File "{_TORCH_DIR}utils/_device.py", line 122, in __torch_function__\n    return func(*args)\n'
+    user_frame = '  File "/home/me/net.py", line 9, in forward\n    y = self.proj(x).relu()\n'
+    assert _source_line(_node_with(user_frame + device_frame)) == \
+        'File "/home/me/net.py", line 9, in forward: y = self.proj(x).relu()'
+    # an op of a torch module under `with torch.device(...)`: Dynamo kept only the dispatch frame
+    linear = {"1": ("L['fn']", torch.nn.Sequential), "2": ("L['fn'].0", torch.nn.Linear)}
+    assert _source_line(_node_with(device_frame, linear)) == "in forward of Linear (L['fn'].0)"
+    assert _source_line(_node_with("", linear)) == "in forward of Linear (L['fn'].0)"
+    assert "_device.py" in _source_line(_node_with(device_frame))   # nothing better known: kept as it is
+    assert _source_line(_node_with("")) == ""
