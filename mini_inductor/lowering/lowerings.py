@@ -370,7 +370,8 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, pin
 def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
     """(x - mean) * rsqrt(var + eps) * weight + bias with the running statistics of channel dim 1.
 
-    Returns eager's (output, empty, empty); computed in fp32 for fp16/bf16 inputs.
+    Returns what eager returns: on the CPU (output, empty, empty), on CUDA (output, running mean,
+    1/sqrt(running var + eps)); computed in fp32 for fp16/bf16 inputs.
     """
     size, dtype = x.get_size(), x.get_dtype()
     load_x = x.make_loader()
@@ -392,10 +393,28 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
             out = ops.add(out, b(idx))
         return out if dtype == torch.float32 else ops.to_dtype(out, dtype)
     out = Pointwise.create(x.get_device(), dtype, inner_fn, size)
-    stat_dtype = running_mean.get_dtype() if running_mean is not None else dtype
-    empty = [Pointwise.create(x.get_device(), stat_dtype, lambda idx: ops.constant(0, stat_dtype), [0])
-             for _ in range(2)]
-    return (out, *empty)
+    if x.get_device().type == "cpu" or running_mean is None or running_var is None:
+        # the CPU kernel returns empty statistics in the input's dtype
+        stat_dtype = running_mean.get_dtype() if running_mean is not None else dtype
+        empty = [Pointwise.create(x.get_device(), stat_dtype, lambda idx: ops.constant(0, stat_dtype), [0])
+                 for _ in range(2)]
+        return (out, *empty)
+    # the CUDA kernel returns the running mean and 1/sqrt(running var + eps), per channel, in the
+    # computation dtype (float32, float64 for float64)
+    stat_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    load_mean, load_var = running_mean.make_loader(), running_var.make_loader()
+
+    def as_stat(value, src):
+        return value if src == stat_dtype else ops.to_dtype(value, stat_dtype)
+
+    def save_mean(idx):
+        return as_stat(load_mean(idx), running_mean.get_dtype())
+
+    def save_invstd(idx):
+        return ops.rsqrt(ops.add(as_stat(load_var(idx), running_var.get_dtype()), ops.constant(float(eps), stat_dtype)))
+    channels = [size[1]]
+    return (out, Pointwise.create(x.get_device(), stat_dtype, save_mean, channels),
+            Pointwise.create(x.get_device(), stat_dtype, save_invstd, channels))
 
 
 def _as_fp32(value, dtype: torch.dtype):
