@@ -12,7 +12,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | max_fusion_size      | MINI_INDUCTOR_MAX_FUSION_SIZE    | 64                               |
 | realize_reads_threshold | MINI_INDUCTOR_REALIZE_READS_THRESHOLD | 4                      |
 | realize_opcount_threshold | MINI_INDUCTOR_REALIZE_OPCOUNT_THRESHOLD | 30                 |
-| persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 4096             |
+| persistent_reduction_limit | MINI_INDUCTOR_PERSISTENT_REDUCTION_LIMIT | 32768            |
 | online_softmax       | MINI_INDUCTOR_ONLINE_SOFTMAX     | True                             |
 | fusion_window        | MINI_INDUCTOR_FUSION_WINDOW      | 64                               |
 | cudagraphs           | MINI_INDUCTOR_CUDAGRAPHS         | True (on CUDA)                   |
@@ -63,9 +63,11 @@ class Config:
     realize_reads_threshold: int = 4
     # a pointwise body with more ops than this is realized rather than inlined into several users
     realize_opcount_threshold: int = 30
-    # reductions with at most this many elements per row keep the whole row in registers
-    # (4096: on the H100 a norm-heavy fp16 graph with 4096-wide rows ran 3.5x faster than looped)
-    persistent_reduction_limit: int = 4096
+    # reductions with at most this many elements per row keep the whole row in registers (up to 32
+    # warps, at most 32 values a thread). On the H100 (benchmarks/roofline.py, fp32): a 32768-wide
+    # softmax ran at 96% of copy bandwidth persistent against 70% looped; 4096-wide norm-heavy rows
+    # ran 3.5x faster persistent than looped
+    persistent_reduction_limit: int = 32768
     # a looped softmax computes its row max and sum(exp(x - max)) in one pass over the row
     # (codegen/online_softmax.py) instead of two
     online_softmax: bool = True
