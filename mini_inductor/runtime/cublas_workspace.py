@@ -57,18 +57,23 @@ def workspace_bytes(env_value: str | None, capability: tuple[int, int] | None, t
     return SMALL_DEFAULT
 
 
+def _reported(query: str) -> int | None:
+    """torch.backends.cuda.<query>() where this torch has it (2.13 does, 2.11 does not), else None."""
+    ask = getattr(torch.backends.cuda, query, None)
+    if ask is None:
+        return None
+    try:
+        return ask()
+    except (AttributeError, RuntimeError):   # a build without the query behind it
+        return None
+
+
 def cublas_workspace_bytes(device: int | None) -> int:
     """The cuBLAS workspace torch allocates on CUDA device `device` (None: the current one).
 
     Reads sizes and settings only (no tensor is made), so it may run while compiling under FakeTensor mode.
     """
-    reported = None
-    ask = getattr(torch.backends.cuda, "cublas_workspace_size", None)
-    if ask is not None:
-        try:
-            reported = ask()
-        except (AttributeError, RuntimeError):   # a build without the query behind it
-            reported = None
+    reported = _reported("cublas_workspace_size")
     capability = torch.cuda.get_device_capability(device) if reported is None else None
     return workspace_bytes(os.environ.get("CUBLAS_WORKSPACE_CONFIG"), capability, reported)
 
@@ -112,21 +117,13 @@ def lt_workspace_bytes(unified_env: str | None, size_env: str | None, cublas_byt
 def _unified_by_default() -> bool:
     # measured on the H100 with torch 2.11: a separate 1 MiB workspace (the C++ side unifies only when
     # the variable is set); torch 2.13's open-source builds share the cuBLAS workspace by default
-    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    return torch.__version__ >= (2, 13)
 
 
 def cublaslt_workspace_bytes(device: int | None) -> int:
     """The separate cuBLASLt workspace torch allocates on `device` at a cuBLASLt call (0: shared)."""
-    cublas = cublas_workspace_bytes(device)
-    reported = None
-    ask = getattr(torch.backends.cuda, "cublaslt_workspace_size", None)
-    if ask is not None:
-        try:
-            reported = ask()
-        except (AttributeError, RuntimeError):
-            reported = None
-    return lt_workspace_bytes(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"),
-                              os.environ.get("CUBLASLT_WORKSPACE_SIZE"), cublas, reported, _unified_by_default())
+    return lt_workspace_bytes(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"), os.environ.get("CUBLASLT_WORKSPACE_SIZE"),
+                              cublas_workspace_bytes(device), _reported("cublaslt_workspace_size"), _unified_by_default())
 
 
 def graphed_workspace_bytes(partitions: dict, device: int | None,

@@ -69,17 +69,21 @@ class GraphPartition:
     cublaslt_calls: list[str] = dataclasses.field(default_factory=list)  # ... of them, those through cuBLASLt
 
 
+def _in(ops: frozenset[str], op_name: str) -> bool:
+    """Whether the op named "aten.mm.default" (or the packet "aten.mm") is one of `ops` (packets)."""
+    return op_name in ops or op_name.rsplit(".", 1)[0] in ops
+
+
 def calls_cublas(op_name: str) -> bool:
     """Whether the ATen op named "aten.mm.default" (or "aten.mm") runs through cuBLAS on CUDA."""
-    return op_name in CUBLAS_OPS or op_name.rsplit(".", 1)[0] in CUBLAS_OPS
+    return _in(CUBLAS_OPS, op_name)
 
 
 def calls_cublaslt(node: ExternKernel) -> bool:
     """Whether this extern call runs through cuBLASLt on CUDA (see CUBLASLT_OPS)."""
-    packet = node.op_name.rsplit(".", 1)[0] if node.op_name.count(".") > 1 else node.op_name
-    if packet in CUBLASLT_OPS:
+    if _in(CUBLASLT_OPS, node.op_name):
         return True
-    if packet != "aten.addmm" or not node.args:
+    if not _in(frozenset({"aten.addmm"}), node.op_name) or not node.args:
         return False
     bias = node.args[0]
     beta = node.kwargs.get("beta", 1)
