@@ -49,6 +49,11 @@ def main() -> None:
         print(compile_times(repr="str"))
     except Exception as e:  # the helper moved between torch versions; the profile below still holds
         print(f"(no Dynamo stage times: {e})")
+    if a.backend.startswith("mini_inductor"):
+        from mini_inductor import metrics
+        for g in metrics.compiled_graphs:
+            stages = ", ".join(f"{k} {v:.3f}" for k, v in g.stage_seconds.items())
+            print(f"{g.name}: backend {g.compile_seconds:.3f} s, cache {g.cache or 'none'}; {stages}")
     for key in ("cumulative", "tottime"):
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)

@@ -1,7 +1,7 @@
 """The torch.compile entry: modes, options, aot_autograd, decompositions, partitioner.
 
     torch.compile(m, backend="mini_inductor", mode=..., options={...})
-      → aot_autograd(decompositions, min-cut partitioner)
+      → AOT autograd (decompositions, min-cut partitioner): _through_aot_autograd
       → compile_graph(ATen graph) for the inference, forward and backward graphs
       → lower → schedule → generate → load → CompiledGraph
 """
@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
-from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo import disable
+from torch._dynamo.utils import counters, flatten_graph_inputs
+from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
@@ -99,13 +101,43 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
         cfg = cfg.replace(cudagraphs=False)
     compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
                  for kind in ("forward", "backward", "inference")}
-    return aot_autograd(
-        fw_compiler=compilers["forward"],
-        bw_compiler=compilers["backward"],
-        inference_compiler=compilers["inference"],
-        decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
-    )(gm, example_inputs)
+    return _through_aot_autograd(gm, example_inputs, compilers)
+
+
+def _through_aot_autograd(gm, example_inputs, compilers: dict):
+    """AOT autograd (functionalization, decompositions, the min-cut partitioner) with our compilers.
+
+    This is what torch's `torch._dynamo.backends.common.aot_autograd` helper does, less its
+    debug-logging context: that context's module imports most of Inductor, which cost 0.5-0.8 s of
+    every first call on the H100 machine (cold or warm) for a backend that uses none of it. (A
+    training graph still pays it: the min-cut partitioner's CSE pass imports Inductor's pattern matcher.)
+    """
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return flatten_graph_inputs(gm, example_inputs,
+                                    functools.partial(_through_aot_autograd, compilers=compilers))
+    counters["aot_autograd"]["total"] += 1
+    backward = compilers["backward"]
+
+    def backward_compiler(*args, **kwargs):
+        # Dynamo must neither trace the backward compile nor the backward it returns (both run inside
+        # autograd's backward, where Dynamo's frame hook is still installed)
+        compiled = disable(backward, reason="mini_inductor compiles the backward graph")(*args, **kwargs)
+        return disable(compiled, reason="mini_inductor's generated backward")
+
+    try:
+        compiled = aot_module_simplified(
+            gm, example_inputs,
+            fw_compiler=compilers["forward"],
+            bw_compiler=backward_compiler,
+            inference_compiler=compilers["inference"],
+            decompositions=decomposition_table(),
+            partition_fn=min_cut_rematerialization_partition,
+        )
+    except Exception:
+        counters["aot_autograd"]["not_ok"] += 1
+        raise
+    counters["aot_autograd"]["ok"] += 1
+    return disable(compiled, reason="mini_inductor's generated graph")
 
 
 def reset() -> None:

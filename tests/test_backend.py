@@ -142,3 +142,21 @@ def test_backward_is_called_boxed_without_the_aot_autograd_warning(device):
     assert backward, "no backward graph was compiled"
     # the generated call consumes the list it is given (what a boxed caller relies on)
     assert "args.clear()" in pathlib.Path(backward[-1].source_path).read_text()
+
+
+def test_compiling_inference_does_not_import_inductor():
+    """The backend goes through AOT autograd without torch's `aot_autograd` helper, whose debug-logging
+    import brings in most of Inductor (half a second or more of every first call). (A training graph
+    still imports it: torch's min-cut partitioner runs Inductor's CSE helpers.)"""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, mini_inductor\n"
+            "f = torch.compile(lambda x: (x * 2).sin(), backend='mini_inductor')\n"
+            "x = torch.randn(8)\n"
+            "assert torch.allclose(f(x), (x * 2).sin())\n"
+            "print(sorted(m for m in sys.modules if m in ('torch._inductor.debug', 'torch._inductor.scheduler')))\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
