@@ -3,7 +3,9 @@
 `fn[grid](*args, XBLOCK=..., num_warps=...)` in Triton binds arguments, computes a specialization key
 and looks the kernel up on every call (tens of µs of Python). Our kernels have static sizes, so a
 call site always launches the same compiled kernel: `FastKernel` keeps it after the first launch and
-from then on calls its launcher with the stream and the arguments only. The one specialization
+from then on calls its launcher with the stream and the arguments only. Where the kernel needs no
+scratch memory (ours never do), that is the launcher's C function itself, with every argument that
+does not change between calls bound once: no Python frame of Triton's runs per launch. The one specialization
 that can change between calls is pointer alignment (16 bytes): a call with an unaligned tensor, or
 a site first compiled for unaligned ones, goes through Triton's own path.
 
@@ -21,7 +23,7 @@ from . import kernel_store
 
 
 class _Site:
-    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config", "constexprs")
+    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config", "constexprs", "launch", "fixed")
 
     def __init__(self, fn, grid, tuner=None):
         self.fn = fn
@@ -31,6 +33,8 @@ class _Site:
         self.tuner = tuner       # an Autotuner under mode="max-autotune": the first launch picks the config
         self.config = None       # (num_warps, meta) launched here, fixed at the first launch
         self.constexprs = ()     # the meta values, as the compiled kernel's launcher takes them
+        self.launch = None       # the launcher's C entry, when the kernel needs no scratch memory
+        self.fixed = ()          # its arguments between the stream and the kernel's own
 
     def __call__(self, *args, num_warps=4, **meta):
         kernel = self.kernel
@@ -40,8 +44,12 @@ class _Site:
                     break
             else:
                 g0, g1, g2 = self.grid
-                kernel.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device), kernel.function,
-                           kernel.packed_metadata, None, None, None, *args, *self.constexprs)
+                stream = torch._C._cuda_getCurrentRawStream(self.device)
+                if self.launch is not None:
+                    self.launch(g0, g1, g2, stream, *self.fixed, *args, *self.constexprs)
+                else:
+                    kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                               *args, *self.constexprs)
                 return kernel
         if self.config is None and self.tuner is None and self._reloaded(args, num_warps, meta):
             return self(*args)
@@ -54,9 +62,22 @@ class _Site:
         if self.kernel is None and not interpreting():
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             if tensors and all(t.is_cuda and t.data_ptr() % 16 == 0 for t in tensors):
-                self.kernel = launched.result() if hasattr(launched, "result") else launched
-                self.device = tensors[0].device.index
+                self._keep(launched.result() if hasattr(launched, "result") else launched, tensors[0].device.index)
         return launched
+
+    def _keep(self, kernel, device: int) -> None:
+        """Launch `kernel` directly from now on; through its C launcher alone where that is safe."""
+        self.kernel, self.device = kernel, device
+        launcher = kernel.run   # loads the binary and builds the launcher if that has not happened yet
+        scratch = (getattr(launcher, "global_scratch_size", None), getattr(launcher, "profile_scratch_size", None))
+        launch = getattr(launcher, "launch", None)
+        if scratch == (0, 0) and callable(launch) and hasattr(launcher, "launch_cooperative_grid"):
+            # CudaLauncher.__call__ does no more than this when there is no scratch to allocate:
+            # launch(grid, stream, function, cooperative, pdl, global and profile scratch, then the
+            # packed metadata, launch metadata, enter and exit hooks, then the kernel's arguments)
+            self.launch = launch
+            self.fixed = (kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                          kernel.packed_metadata, None, None, None)
 
     def _reloaded(self, args, num_warps, meta) -> bool:
         """Take the kernel that runtime/kernel_store.py rebuilt for this launch spec, if there is one and
@@ -69,7 +90,7 @@ class _Site:
         kernel = kernel_store.attached(self.fn, kernel_store.spec_key(args, num_warps, meta))
         if kernel is None:
             return False
-        self.kernel, self.device = kernel, tensors[0].device.index
+        self._keep(kernel, tensors[0].device.index)
         self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
         return True
 

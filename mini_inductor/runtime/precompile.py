@@ -32,12 +32,15 @@ log = logging.getLogger("mini_inductor.schedule")
 
 
 def start_triton_key() -> None:
-    """Compute Triton's own cache key in a background thread, once per process, on CUDA machines.
+    """Set Triton up in a background thread, once per process, on CUDA machines.
 
-    The first Triton compile of a process hashes Triton's package and its shared library (half a
-    second on the H100 machine) before looking anything up. Started at import, that hashing overlaps
-    Dynamo's tracing instead of delaying the first kernel compile. Hashing and file reads release
-    the GIL, so the tracing thread barely notices.
+    Two one-time costs sit in front of the first Triton compile of a process, and both can overlap
+    Dynamo's tracing instead of delaying it:
+    - Triton's CUDA driver builds its C helper module with the host compiler when Triton's cache
+      does not have it yet (0.67 s of a cold first call on the H100 machine);
+    - the first compile hashes Triton's package and its shared library (`triton_key`, half a second).
+    Compiler runs, hashing and file reads release the GIL, so the tracing thread barely notices.
+    `wait_for_triton_setup()` joins the thread before our own first use of Triton.
     """
     if interpreting() or _key_thread:
         return
@@ -46,14 +49,23 @@ def start_triton_key() -> None:
         try:
             if not torch.cuda.is_available():
                 return
+            from triton.runtime import driver
+            _ = driver.active.utils   # creates the driver, which builds its helper module
             from triton.runtime.cache import triton_key
             triton_key()
-        except Exception as e:  # noqa: BLE001  (the real compile computes it again and reports problems)
-            log.debug("computing triton_key ahead failed: %s: %s", type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001  (the real compile does it again and reports problems)
+            log.debug("setting Triton up ahead failed: %s: %s", type(e).__name__, e)
 
-    thread = threading.Thread(target=work, name="mini_inductor_triton_key", daemon=True)
+    thread = threading.Thread(target=work, name="mini_inductor_triton_setup", daemon=True)
     _key_thread.append(thread)
     thread.start()
+
+
+def wait_for_triton_setup(timeout: float = 60.0) -> None:
+    """Let the background setup finish (two threads creating Triton's driver would both build it)."""
+    for thread in _key_thread:
+        if thread.is_alive():
+            thread.join(timeout)
 
 
 _key_thread: list = []
@@ -70,6 +82,7 @@ def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int,
     launches = getattr(module, "KERNEL_LAUNCHES", None)
     if interpreting() or not launches or getattr(module, "_mini_inductor_precompiled", False):
         return 0, 0
+    wait_for_triton_setup()
     jobs: dict[tuple, CompileJob] = {}
     for name, dtypes, sizes, meta, num_warps in launches:
         fn = getattr(module, name, None)

@@ -1,0 +1,57 @@
+"""The launch path without CUDA graphs (runtime/launcher.py): after a call site's first launch, later
+launches go straight to the kernel's C launcher; unaligned tensors still take Triton's own path."""
+import sys
+
+import pytest
+import torch
+
+from mini_inductor import metrics
+from mini_inductor.runtime.launcher import FastKernel
+
+pytestmark = pytest.mark.gpu
+
+
+def _module_of_last_graph():
+    path = metrics.compiled_graphs[-1].source_path
+    (module,) = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path]
+    return module
+
+
+def _sites(module):
+    return [site for value in vars(module).values() if isinstance(value, FastKernel) for site in value._sites.values()]
+
+
+def test_second_call_launches_through_the_c_launcher_and_matches_eager():
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x, y):
+        return torch.softmax(x * 2, dim=-1) + y.sin()
+
+    x, y = torch.randn(64, 300, device="cuda"), torch.randn(64, 300, device="cuda")
+    compiled = torch.compile(f, backend="mini_inductor", options={"cudagraphs": False})
+    first = compiled(x, y)
+    sites = _sites(_module_of_last_graph())
+    assert sites and all(s.kernel is not None for s in sites)
+    assert all(s.launch is not None for s in sites), "a site kept Triton's Python launcher"
+    for _ in range(3):
+        x, y = torch.randn_like(x), torch.randn_like(y)
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    torch.testing.assert_close(first.shape, f(x, y).shape)
+
+
+def test_unaligned_input_takes_tritons_path_and_stays_correct():
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x):
+        return x.cos() * 3
+
+    base = torch.randn(4097, device="cuda")
+    compiled = torch.compile(f, backend="mini_inductor", options={"cudagraphs": False})
+    aligned = base[:4096]
+    torch.testing.assert_close(compiled(aligned), f(aligned))
+    # the same sizes and strides one element in: a 4-byte offset, not 16-byte aligned
+    unaligned = base[1:]
+    torch.testing.assert_close(compiled(unaligned), f(unaligned))
+    torch.testing.assert_close(compiled(aligned), f(aligned))
