@@ -77,10 +77,30 @@ _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
 
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
-    table = dict(core_aten_decompositions())
+    table = _core_aten_table()
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in _KEEP_WHOLE:
         table.pop(op, None)
+    return table
+
+
+def _core_aten_table() -> dict:
+    """torch's core-ATen decompositions without the CompositeImplicitAutograd entries.
+
+    `core_aten_decompositions()` (export's default table) adds some 500 CompositeImplicitAutograd ops,
+    each mapped to its own C++ decomposition, which is what tracing runs for them anyway; listing them
+    takes 0.2 s of every compile's first call (it walks the dispatcher's registrations). The
+    post-autograd table plus the six nearest-neighbour upsamplings (the other entries export's table
+    adds) is the same table in effect, in a few milliseconds.
+    """
+    from torch import _decomp
+    post_autograd = getattr(_decomp, "_core_aten_decompositions_post_autograd", None)
+    if post_autograd is None:   # an older torch: take the whole table
+        return dict(core_aten_decompositions())
+    table = dict(post_autograd())
+    table.update(get_decompositions([aten.upsample_nearest1d.default, aten._upsample_nearest_exact1d.default,
+                                     aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.default,
+                                     aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default]))
     return table
 
 
