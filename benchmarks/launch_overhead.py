@@ -7,6 +7,10 @@
 2. Memory-bound: a norm + pointwise chain over a (4096, 4096) fp32 tensor, called with the same
    input tensor every time; mini_inductor reads an input that stays at one address in place, so
    the variant with `cudagraph_stable_inputs=False` shows the cost of the copy it saves.
+3. Kernel chain: 16 × (x - row mean), transposed between steps, on a (128, 128) fp32 tensor: no
+   library calls, about one Triton kernel per step in both compilers, so the rows without CUDA
+   graphs show the per-kernel launch cost of each compiler's launch path (printed per kernel for
+   mini_inductor, whose kernel count the compile record gives).
 """
 from __future__ import annotations
 
@@ -33,6 +37,14 @@ def memory_bound():
         y = torch.nn.functional.layer_norm(x, x.shape[-1:])
         return torch.sigmoid(y) * y + 1.0
     return fn, torch.randn(4096, 4096, device="cuda")
+
+
+def kernel_chain():
+    def fn(x):
+        for _ in range(16):
+            x = (x - x.mean(-1, keepdim=True)).t()
+        return x
+    return fn, torch.randn(128, 128, device="cuda")
 
 
 def wall_us(fn, x, repeats=200) -> float:
@@ -75,6 +87,11 @@ def run(model, x, label: str) -> dict[str, float]:
             except Exception as e:  # noqa: BLE001 — a backend that fails is reported, not fatal
                 print(f"{label}: {name} failed: {type(e).__name__}: {e}")
                 continue
+            if name == "mini_inductor, no CUDA graphs":
+                kernels = sum(g.num_kernels for g in mini_inductor.metrics.compiled_graphs[-1:])
+                if kernels:
+                    print(f"  {name}: {kernels} Triton kernels per call, "
+                          f"{results[name] / kernels:.1f} µs per call per kernel")
             if name.startswith("mini_inductor") and "no CUDA" not in name:
                 s = mini_inductor.cudagraphs.stats()
                 print(f"  {name}: {s.get('recordings')} recordings, {s.get('replays')} replays, "
@@ -92,7 +109,8 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     out = {"launch_bound": run(*launch_bound(), "launch-bound: 12 x (Linear 256 + SiLU), batch 8, fp32"),
            "memory_bound": run(*memory_bound(), "memory-bound: layer_norm + sigmoid chain, 4096 x 4096 fp32, "
-                                                "same input tensor every call")}
+                                                "same input tensor every call"),
+           "kernel_chain": run(*kernel_chain(), "kernel chain: 16 x (x - row mean, transposed), 128 x 128 fp32")}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
