@@ -24,7 +24,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
-from . import graph_cache, metrics
+from . import front_cache, graph_cache, metrics
 from .codegen import generate
 from .codegen.cache import clear as clear_module_cache
 from .codegen.cache import load_module
@@ -119,9 +119,15 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     _reset_by_dynamo()
     if mode == "max-autotune-no-cudagraphs":
         cfg = cfg.replace(cudagraphs=False)
-    compilers = {kind: functools.partial(compile_graph, kind=kind, cfg=cfg)
+    front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
+    hit = front.load(functools.partial(_rebuild_inference_graph, cfg=cfg))
+    if hit is not None:
+        return hit
+    compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
-    return _through_aot_autograd(gm, example_inputs, compilers)
+    compiled = _through_aot_autograd(gm, example_inputs, compilers)
+    front.store()
+    return compiled
 
 
 def _through_aot_autograd(gm, example_inputs, compilers: dict):
@@ -225,7 +231,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
     use_disk = cfg.graph_cache and not cfg.debug_dir and not debug_trace.capturing()
     if use_disk:
-        compiled = _load_from_disk(gm, disk_key, name, record, graph_args)
+        compiled = _load_from_disk(graph_cache.graph_constants(gm), disk_key, name, record, graph_args)
         if compiled is not None:
             record.compile_seconds = time.perf_counter() - start
             _compiled[key] = _InProcessEntry(compiled, compiled.cache_entry, None)
@@ -258,12 +264,32 @@ class _InProcessEntry(NamedTuple):
     trace: Any                   # debug_trace.GraphTrace; None for a graph first served from disk
 
 
-def _load_from_disk(gm, key: str, name: str, record: metrics.GraphRecord, graph_args: dict) -> CompiledGraph | None:
-    """The compiled graph rebuilt from its cache entry (no lowering, scheduling or codegen), or None on a miss."""
+def _rebuild_inference_graph(key: str, *, num_fx_nodes: int, static_input_idxs: tuple[int, ...], began: float,
+                             cfg: Config) -> CompiledGraph | None:
+    """A front cache hit (front_cache.py): the inference graph of ATen-graph entry `key`, rebuilt as a
+    disk hit is, without the ATen graph (such entries have no constants); None when it cannot be loaded."""
+    name = f"inference_{next(_graph_counter)}"
+    record = metrics.GraphRecord(name, num_fx_nodes=num_fx_nodes)
+    install_interpreter_shims()
+    graph_args = dict(kind="inference", static_input_idxs=tuple(static_input_idxs), cfg=cfg, sizes_key=None,
+                      generator_idxs=())
+    compiled = _load_from_disk({}, key, name, record, graph_args)
+    if compiled is None:
+        return None
+    record.cache = front_cache.LABEL
+    record.compile_seconds = time.perf_counter() - began
+    metrics.compiled_graphs.append(record)
+    log.info("%s", record.summary())
+    return compiled
+
+
+def _load_from_disk(constants: dict, key: str, name: str, record: metrics.GraphRecord,
+                    graph_args: dict) -> CompiledGraph | None:
+    """The compiled graph rebuilt from its cache entry (no lowering, scheduling or codegen), or None on a
+    miss. `constants`: the graph's get_attr tensors by node name (graph_cache.graph_constants)."""
     cfg = graph_args["cfg"]
     began = time.perf_counter()
     entry = graph_cache.load(cfg.cache_dir, key)
-    constants = graph_cache.graph_constants(gm)
     if entry is not None and sorted(entry.constants) != sorted(constants):
         log.warning("mini_inductor: compiled-graph cache entry for %s expects constants %s, the graph has %s; "
                     "compiling again", name, entry.constants, sorted(constants))

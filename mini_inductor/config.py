@@ -28,6 +28,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
 | graph_cache          | MINI_INDUCTOR_GRAPH_CACHE        | True                             |
+| front_cache          | MINI_INDUCTOR_FRONT_CACHE        | True (read only when graph_cache is on) |
 | compile_threads      | MINI_INDUCTOR_COMPILE_THREADS    | CPUs, at most 32 (0: off)        |
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 """
@@ -117,6 +118,9 @@ class Config:
     # compiled graphs are kept under cache_dir/graphs and reused by later processes (no lowering,
     # scheduling or codegen on a warm start)
     graph_cache: bool = True
+    # with graph_cache: inference graphs are also kept under cache_dir/front, keyed by the Dynamo graph,
+    # so that a warm start skips AOT autograd too (front_cache.py); False keeps only the ATen-graph level
+    front_cache: bool = True
     # threads compiling a graph's Triton kernels ahead of its first call (GPU only); 0: each kernel
     # compiles at its first launch
     compile_threads: int = dataclasses.field(default_factory=_default_compile_threads)

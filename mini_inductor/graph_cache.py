@@ -36,8 +36,8 @@ log = logging.getLogger("mini_inductor")
 FORMAT = 1
 # Options that do not change the generated module (where it is written, how it is compiled, run or
 # debugged): cudagraph_* options are read by the runtime when the CompiledGraph is built again.
-_NO_CODE_EFFECT = frozenset({"debug_dir", "cache_dir", "fallback_on_error", "graph_cache", "compile_threads",
-                             "cudagraphs"})
+_NO_CODE_EFFECT = frozenset({"debug_dir", "cache_dir", "fallback_on_error", "graph_cache", "front_cache",
+                             "compile_threads", "cudagraphs"})
 # GraphRecord fields an entry carries over to the record of a graph served from the cache.
 _RECORD_FIELDS = ("nodes_before_fusion", "nodes_after_fusion", "kernel_names", "extern_calls",
                   "planned_peak_bytes", "estimated_bytes_moved", "graphed_workspace_bytes")
@@ -98,11 +98,7 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
 # ── the key ──────────────────────────────────────────────────────────────────────────────────
 def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
-    parts = [f"format {FORMAT}", *versions(), f"default dtype {torch.get_default_dtype()}",  # lowering reads it
-             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
-             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
-                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
-                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]
+    parts = [f"format {FORMAT}", *compiler_key_parts(cfg)]
     for node in gm.graph.nodes:
         parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":
@@ -115,6 +111,16 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     for name, buf in gm.named_buffers():
         parts.append(f"{name}:{_tensor_meta(buf)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def compiler_key_parts(cfg: Config) -> list[str]:
+    """What every key hashes besides the graph: the versions, the global state lowering reads and the
+    options that change generated code (front_cache.py's key too)."""
+    return [*versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
+            f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
+            repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
+                        if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
+                        and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]
 
 
 def _tensor_meta(t) -> str:
@@ -174,16 +180,21 @@ def load(cache_dir: str, key: str) -> CacheEntry | None:
 
 
 def store(cache_dir: str, key: str, entry: CacheEntry) -> str | None:
-    """Write `entry` atomically (a temporary file renamed into place); its path, or None on an OS error."""
-    path = entry_path(cache_dir, key)
+    """Write `entry` atomically; its path, or None on an OS error."""
+    return write_atomically(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")
+
+
+def write_atomically(path: str, text: str, what: str) -> str | None:
+    """`text` into `path` through a temporary file renamed into place (readers never see half of it);
+    the path, or None on an OS error (logged, naming `what`)."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(entry.to_json())
+            f.write(text)
         os.replace(tmp, path)
     except OSError as e:
-        log.warning("mini_inductor: cannot write the compiled-graph cache entry %s (%s)", path, e)
+        log.warning("mini_inductor: cannot write the %s %s (%s)", what, path, e)
         try:
             os.remove(tmp)
         except OSError:

@@ -1,0 +1,367 @@
+"""The second level of the on-disk cache: a Dynamo graph → its compiled inference graph, no AOT autograd.
+
+graph_cache.py keys a compiled graph on the ATen graph, which only AOT autograd (fake-tensor tracing,
+functionalization, decompositions) can produce: a warm start still pays for AOT autograd. This level
+keys on the graph the backend receives from Dynamo, so that a hit calls no AOT autograd at all:
+
+    front = Front(gm, example_inputs, cfg)     # the key, or `front.reason` why this graph gets none
+    forward = front.load(rebuild)              # a hit: the callable Dynamo gets; None: a miss
+    compilers = {kind: front.watch(kind, compiler) ...}   # sees what AOT autograd compiles
+    front.store()                              # after AOT autograd: an entry, when one is safe
+
+An entry is written only when AOT autograd made exactly one inference graph, compiled by us into a
+CompiledGraph without constants, and its metadata leaves the runtime wrapper nothing to do (no input
+mutation, only plain non-aliased outputs, no intermediate bases, effect tokens, subclasses or
+functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
+does in that case (`_aot_runtime`). Anything else keeps going through AOT autograd as before.
+
+The key hashes the Dynamo graph's code, its placeholders' static-input marks (AOT autograd derives
+the static input indices from them), every input's sizes, strides, offset, dtype, device,
+requires_grad and class (Parameter or not), the graph module's own parameters and buffers, grad,
+inference and autocast modes, torch._functorch's config and what graph_cache.compiler_key_parts
+hashes (versions, options). The entry names the ATen-graph entry (graph_cache.py), which holds the
+generated module:
+
+    cache_dir/front/ab/ab12….json  →  {"graph_key": …, "static_input_idxs": […], "num_outputs": …}
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import torch
+from torch._dynamo import disable
+
+from . import graph_cache
+from .config import Config
+from .debug import trace as debug_trace
+from .runtime import CompiledGraph
+
+log = logging.getLogger("mini_inductor")
+schedule_log = logging.getLogger("mini_inductor.schedule")
+
+FORMAT = 1
+LABEL = "disk (before AOT)"       # GraphRecord.cache of a graph served by this level
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_ATEN_NAMESPACES = ("aten", "prims")
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEntry:
+    """What rebuilds the CompiledGraph that AOT autograd's inference compile produced, and its record."""
+
+    graph_key: str                     # the ATen-graph entry (graph_cache.load) holding the module
+    graph: str                         # the name it was compiled under, e.g. "inference_0"
+    num_fx_nodes: int                  # call_function nodes of the ATen graph (for the record)
+    num_inputs: int                    # the graph module's parameters and buffers, then Dynamo's inputs
+    num_outputs: int
+    static_input_idxs: tuple[int, ...]  # what AOT autograd reported (CUDA graphs read them in place)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "FrontEntry":
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r}, expected {FORMAT}")
+        entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
+                    int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]))
+        if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
+            raise ValueError(f"graph_key {entry.graph_key!r} is not a graph_cache key")
+        if any(not 0 <= i < entry.num_inputs for i in entry.static_input_idxs):
+            raise ValueError(f"static input indices {entry.static_input_idxs} out of {entry.num_inputs} inputs")
+        return entry
+
+
+@dataclasses.dataclass
+class _Compiled:
+    """One graph AOT autograd handed to our compilers under a Front."""
+
+    kind: str
+    reason: str | None = None          # why it cannot have a front entry; None: it can
+    entry: FrontEntry | None = None
+
+
+class Front:
+    """One backend call's side of the front cache: `key` (None when the graph gets no entry, and
+    `reason` says why), what AOT autograd compiled under it (`watch`), the entry (`load`, `store`)."""
+
+    def __init__(self, gm, example_inputs, cfg: Config):
+        self.cfg = cfg
+        self.began = time.perf_counter()
+        self.key: str | None = None
+        self.reason: str | None = None
+        self.params: list[torch.Tensor] = []    # the gm's own parameters and buffers, before the inputs
+        self.num_inputs = self.num_outputs = 0   # as AOT autograd counts them: parameters and buffers first
+        self.compiled: list[_Compiled] = []
+        if not (cfg.graph_cache and cfg.front_cache):
+            self.reason = "off"
+            return
+        if cfg.debug_dir or debug_trace.capturing():
+            self.reason = "the debug dir and explain compile for real"
+        else:
+            try:
+                self.reason = self._key(gm, list(example_inputs))
+            except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
+                log.warning("mini_inductor: cannot compute the front cache key (%s: %s); going through AOT "
+                            "autograd", type(e).__name__, e)
+                self.key, self.reason = None, f"{type(e).__name__}: {e}"
+        if self.key is None:
+            schedule_log.info("no front cache key for this Dynamo graph (%s): through AOT autograd", self.reason)
+
+    # ── the key ──────────────────────────────────────────────────────────────────────────────
+    def _key(self, gm, example_inputs: list) -> str | None:
+        """Set self.key (and self.params, self.num_outputs); the reason there is none, or None."""
+        if not isinstance(gm, torch.fx.GraphModule):
+            return f"a {type(gm).__name__}, not a GraphModule"
+        if torch._C._is_any_autocast_enabled():
+            return "autocast is on"
+        ctx = torch._guards.TracingContext.try_get()
+        if ctx is not None and getattr(ctx, "fakify_first_call", False):
+            return "the first call returns fake outputs (fakify_first_call)"
+        params = dict(gm.named_parameters(remove_duplicate=False))
+        buffers = dict(gm.named_buffers(remove_duplicate=False))
+        parts = [f"front format {FORMAT}", *graph_cache.compiler_key_parts(self.cfg),
+                 repr(sorted(torch._functorch.config.get_config_copy().items())),
+                 f"grad {torch.is_grad_enabled()} inference {torch.is_inference_mode_enabled()} autocast off",
+                 gm.code]
+        placeholders = []
+        for node in gm.graph.nodes:
+            if node.op == "call_module":
+                return f"it calls submodule {node.target}"
+            if node.op == "get_attr" and node.target not in params and node.target not in buffers:
+                return f"it reads attribute {node.target} (a constant or a subgraph), whose value the key cannot hold"
+            if node.op == "placeholder":
+                placeholders.append(node)
+                value = node.meta.get("example_value")
+                if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.shape):
+                    return f"input {node.name} is not a tensor of static shape"
+                static = (node.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type")
+                parts.append(f"{node.name} static={static!r}")
+            if node.op == "output":
+                outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
+                for out in outs:
+                    value = out.meta.get("example_value") if isinstance(out, torch.fx.Node) else out
+                    if not isinstance(value, torch.Tensor) or type(value).__name__ != "FakeTensor":
+                        return f"output {out} is not a plain tensor"
+                self.num_outputs = len(outs)
+        if len(placeholders) != len(example_inputs):
+            return f"{len(placeholders)} placeholders for {len(example_inputs)} inputs"
+        named = [*params.items(), *buffers.items(), *((f"input {i}", x) for i, x in enumerate(example_inputs))]
+        seen: set[int] = set()
+        for name, x in named:
+            if type(x) not in _PLAIN_TENSORS:
+                return f"{name} is a {type(x).__name__}, not a plain tensor"
+            if x.layout != torch.strided:
+                return f"{name} has layout {x.layout}"
+            if id(x) in seen:
+                return f"{name} is passed twice"
+            seen.add(id(x))
+            parts.append(f"{name}: {type(x).__name__} {graph_cache._tensor_meta(x)} requires_grad={x.requires_grad} "
+                         f"conj={x.is_conj()} neg={x.is_neg()} inference={x.is_inference()}")
+        if torch.is_grad_enabled() and any(x.requires_grad for _, x in named):
+            return "autograd is needed (an input requires grad and grad mode is on)"
+        self.params = [*params.values(), *buffers.values()]
+        self.num_inputs = len(named)
+        self.key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return None
+
+    # ── a hit ────────────────────────────────────────────────────────────────────────────────
+    def load(self, rebuild: Callable[..., CompiledGraph | None]) -> Callable | None:
+        """The callable Dynamo gets, from the entry and the ATen-graph entry it names; None on a miss.
+
+        `rebuild(graph_key, num_fx_nodes=, static_input_idxs=, began=)` (backend.py) loads the
+        generated module as a disk hit does and returns the CompiledGraph, or None."""
+        if self.key is None:
+            return None
+        entry = load_entry(self.cfg.cache_dir, self.key)
+        if entry is not None and entry.num_inputs != self.num_inputs:
+            log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
+                        entry_path(self.cfg.cache_dir, self.key), entry.num_inputs, self.num_inputs)
+            entry = None
+        if entry is None:
+            schedule_log.info("front cache miss (key %s…): through AOT autograd", self.key[:12])
+            return None
+        compiled = rebuild(entry.graph_key, num_fx_nodes=entry.num_fx_nodes,
+                           static_input_idxs=entry.static_input_idxs, began=self.began)
+        if compiled is None:
+            schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
+                              "AOT autograd", self.key[:12], entry.graph_key[:12])
+            return None
+        schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
+                          compiled.name, self.key[:12], entry.graph)
+        return disable(_aot_runtime(compiled, self.params, entry.num_outputs),
+                       reason="mini_inductor's generated graph")
+
+    # ── a miss: watch AOT autograd, then write ────────────────────────────────────────────────
+    def watch(self, kind: str, compiler: Callable) -> Callable:
+        """`compiler` (compile_graph for `kind`), noting what it compiled for `store`."""
+        if self.key is None:
+            return compiler
+
+        def watched(gm, example_inputs, *args, **kwargs):
+            compiled = compiler(gm, example_inputs, *args, **kwargs)
+            self.compiled.append(self._observe(kind, gm, example_inputs, compiled))
+            return compiled
+        return watched
+
+    def _observe(self, kind: str, gm, example_inputs, compiled) -> _Compiled:
+        if kind != "inference":
+            return _Compiled(kind, f"AOT autograd made a {kind} graph")
+        if type(compiled) is not CompiledGraph:
+            return _Compiled(kind, f"the inference graph became a {type(compiled).__name__}")
+        if compiled.constants or compiled.generator_idxs or compiled.sizes_key is not None:
+            return _Compiled(kind, "the inference graph has constants, generator inputs or capture sizes")
+        reason = _aten_graph_reason(gm)
+        ctx = torch._guards.TracingContext.try_get()
+        meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+        reason = reason or runtime_wrapping(meta)
+        if reason is None and getattr(ctx, "fakify_first_call", False):
+            reason = "the first call returns fake outputs (fakify_first_call)"
+        if reason is None and torch._C._is_any_autocast_enabled():
+            reason = "autocast is on"
+        if reason is None and len(meta.output_info) != self.num_outputs:
+            reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
+        if reason is not None:
+            return _Compiled(kind, reason)
+        entry = FrontEntry(graph_cache.graph_key(gm, example_inputs, self.cfg), compiled.name,
+                           sum(1 for n in gm.graph.nodes if n.op == "call_function"),
+                           self.num_inputs, self.num_outputs,
+                           tuple(compiled.static_input_idxs))
+        return _Compiled(kind, None, entry)
+
+    def store(self) -> str | None:
+        """After AOT autograd returned: write the entry when the call qualifies; its path, or None."""
+        if self.key is None:
+            return None
+        kinds = [c.kind for c in self.compiled]
+        if kinds != ["inference"]:
+            reason = f"AOT autograd compiled {kinds or 'nothing'}, not one inference graph"
+        else:
+            reason = self.compiled[0].reason
+        entry = self.compiled[0].entry if reason is None else None
+        if entry is not None and not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, entry.graph_key)):
+            reason = "its ATen-graph entry was not written"
+        if reason is not None:
+            schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
+            return None
+        path = graph_cache.write_atomically(entry_path(self.cfg.cache_dir, self.key), entry.to_json(),
+                                            "front cache entry")
+        if path:
+            schedule_log.info("%s: front cache entry written at %s (a warm start skips AOT autograd)",
+                              entry.graph, path)
+        return path
+
+
+def runtime_wrapping(meta) -> str | None:
+    """What AOT autograd's inference runtime wrapper has to do for a graph with this metadata (torch's
+    ViewAndMutationMeta), or None when it only calls the compiled graph.
+
+    A field these checks read that the installed torch lacks means "not trivial"; fields of newer
+    features (async collective inputs, graph-safe RNG states) count as the feature being absent."""
+    if meta is None:
+        return "no AOT autograd metadata"
+    try:
+        for i, info in enumerate(meta.input_info):
+            for flag in ("mutates_data", "mutates_metadata", "mutates_storage_metadata",
+                         "mutation_inductor_storage_resize"):
+                if getattr(info, flag):
+                    return f"input {i} {flag.replace('_', ' ')}"
+        if meta.mutated_inp_runtime_indices or meta.mutated_graph_handled_indices:
+            return "inputs are mutated"
+        for i, out in enumerate(meta.output_info):
+            kind = out.output_type.name
+            if kind != "non_alias":
+                return f"output {i} is {kind.replace('_', ' ')}"
+            if out.dynamic_dims:
+                return f"output {i} has dynamic dims"
+        if meta.num_intermediate_bases:
+            return "outputs alias intermediates"
+        if len(meta.tokens):
+            return "effect tokens"
+        if meta.is_rng_op_functionalized or meta.num_outputs_rng_offset:
+            return "functionalized RNG"
+        if meta.grad_enabled_mutation is not None:
+            return "the graph changes grad mode"
+        if meta.dynamic_outputs:
+            return "dynamic outputs"
+        for m in [*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta]:
+            if not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta":
+                return f"a tensor subclass ({type(m).__name__})"
+        if getattr(meta, "act_input_indices", None) or getattr(meta, "num_graphsafe_rng_states", 0):
+            return "async collective inputs or graph-safe RNG states"
+    except AttributeError as e:
+        return f"AOT autograd metadata without a field this check reads ({e})"
+    return None
+
+
+def _aten_graph_reason(gm: torch.fx.GraphModule) -> str | None:
+    """Why the ATen graph itself rules out an entry: constants (their values are not in the key), higher
+    order ops, custom ops (the runtime wrapper checks their aliasing at the first call)."""
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            return f"the ATen graph reads constant {node.target}"
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            return f"higher-order op {node.target}"
+        namespace = getattr(node.target, "namespace", None)
+        if isinstance(node.target, torch._ops.OpOverload) and namespace not in _ATEN_NAMESPACES:
+            return f"custom op {node.target}"
+    return None
+
+
+def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_outputs: int) -> Callable:
+    """What aot_module_simplified's forward and AOT's inference RuntimeWrapper do when the metadata is
+    trivial: the graph module's parameters and buffers before the inputs, one boxed call (the list is
+    consumed) with grad mode off, the outputs as a list of the expected length. No autocast change:
+    entries are only written and read with autocast off."""
+    def forward(*args: Any) -> list:
+        full = [*params, *args]
+        grad = torch.is_grad_enabled()
+        try:
+            if grad:
+                torch._C._set_grad_enabled(False)
+            outs = compiled(full)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+        if isinstance(outs, tuple):
+            outs = list(outs)
+        elif not isinstance(outs, list):
+            outs = [outs]
+        if len(outs) != num_outputs:
+            raise AssertionError(f"mini_inductor: {compiled.name} returned {len(outs)} outputs, "
+                                 f"its front cache entry expects {num_outputs}")
+        return outs
+    return forward
+
+
+# ── the files ────────────────────────────────────────────────────────────────────────────────
+def entry_path(cache_dir: str, key: str) -> str:
+    return os.path.join(cache_dir, "front", key[:2], f"{key}.json")
+
+
+def load_entry(cache_dir: str, key: str) -> FrontEntry | None:
+    """The entry for `key`, or None: missing, or unreadable, corrupt or of an old format (logged)."""
+    path = entry_path(cache_dir, key)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("mini_inductor: cannot read the front cache entry %s (%s); going through AOT autograd", path, e)
+        return None
+    try:
+        return FrontEntry.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("mini_inductor: ignoring a corrupt front cache entry %s (%s: %s); going through AOT autograd",
+                    path, type(e).__name__, e)
+        return None
