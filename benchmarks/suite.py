@@ -6,8 +6,9 @@ Per (model, backend): cold compile (a fresh process, empty Inductor/Triton/mini_
 warm compile (another fresh process, the caches the cold one filled), wall ms per call, GPU ms, peak
 memory, correctness against eager (cold and warm), and ratios against Inductor. A compile is the
 first call's seconds less one steady-state call. For mini_inductor, warm_mi_cache counts the graphs
-by cache state (a warm start should show only "disk"). Targets (issue 7): cold_compile_vs_inductor
-<= 0.5, warm_vs_cold <= 0.2. Writes a table to stdout, results.json and speedup.png to --out.
+by cache state (a warm start should show only "disk", or "disk (before AOT)" for inference graphs
+served without AOT autograd). Targets (issue 7): cold_compile_vs_inductor <= 0.5, warm_vs_cold <= 0.2.
+Writes a table to stdout, results.json and speedup.png to --out.
 """
 from __future__ import annotations
 

@@ -90,8 +90,9 @@ def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -
 
 
 def _mini_inductor_compiles() -> dict:
-    """What mini_inductor's records say about this process's compiles: graphs by cache state
-    (a warm start should show only "disk" hits), seconds inside the backend, seconds compiling kernels."""
+    """What mini_inductor's records say about this process's compiles: graphs by cache state (a warm
+    start should show only "disk" and "disk (before AOT)" hits, the latter without AOT autograd),
+    seconds inside the backend, seconds compiling kernels."""
     from mini_inductor import metrics
     graphs = [g for g in metrics.compiled_graphs if not g.ran_eagerly]
     cache: dict[str, int] = {}

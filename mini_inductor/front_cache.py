@@ -207,7 +207,10 @@ class Front:
 
         def watched(gm, example_inputs, *args, **kwargs):
             compiled = compiler(gm, example_inputs, *args, **kwargs)
-            self.compiled.append(self._observe(kind, gm, example_inputs, compiled))
+            try:
+                self.compiled.append(self._observe(kind, gm, example_inputs, compiled))
+            except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
+                self.compiled.append(_Compiled(kind, f"cannot inspect it ({type(e).__name__}: {e})"))
             return compiled
         return watched
 

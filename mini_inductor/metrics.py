@@ -25,7 +25,9 @@ class GraphRecord:
     fallback_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     source_path: str | None = None               # the generated output_code.py
     cache_hit: bool = False                      # served from a cache (in-process or on disk), not compiled
-    cache: str = ""                              # "memory" / "disk" (hits), "miss", "off" (graph_cache=False)
+    # "memory" / "disk" / "disk (before AOT)" (hits; the last without AOT autograd: front_cache.py),
+    # "miss", "off" (graph_cache=False)
+    cache: str = ""
     compile_seconds: float = 0.0
     stage_seconds: dict = dataclasses.field(default_factory=dict)  # lowering / scheduling / codegen / loading
     ran_eagerly: str | None = None               # reason when the graph runs in eager mode instead

@@ -67,7 +67,9 @@ def _f(x):
 
 
 def _compile_fresh(fn, *args, **options):
-    """Compile in this process with the in-process caches emptied, so only the disk can serve it."""
+    """Compile in this process with the in-process caches emptied, so only the disk can serve it: the
+    ATen-graph level, as the level before AOT autograd is off unless asked for (tests/test_front_cache.py)."""
+    options.setdefault("front_cache", False)
     torch._dynamo.reset()
     out = torch.compile(fn, backend="mini_inductor", options=options)(*args)
     return out, metrics.compiled_graphs[-1]

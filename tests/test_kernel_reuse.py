@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mini_inductor import metrics
+from mini_inductor import front_cache, metrics
 from mini_inductor.codegen import cache as module_cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -89,6 +89,10 @@ CHILD = textwrap.dedent('''
 ''')
 
 
+# either level of the graph cache (this model under no_grad is served before AOT autograd)
+DISK_HITS = ("disk", front_cache.LABEL)
+
+
 def _run_child(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), MINI_INDUCTOR_CACHE_DIR=str(tmp_path / "mini"),
                TRITON_CACHE_DIR=str(tmp_path / "triton"), MINI_INDUCTOR_LOGS="schedule")
@@ -106,7 +110,7 @@ def test_a_warm_process_reloads_compiled_kernels_without_triton_jit(tmp_path):
     assert cold["jit_compiled"] == cold["kernels"] >= 2      # each distinct kernel compiled once (6 layers: 2)
     assert len(list((tmp_path / "mini" / "kernels").glob("*.json"))) == cold["kernels"]
     warm, log = _run_child(tmp_path)
-    assert warm["cache"] == "disk" and "kernel load" in warm["stages"] and "kernel compile" not in warm["stages"]
+    assert warm["cache"] in DISK_HITS and "kernel load" in warm["stages"] and "kernel compile" not in warm["stages"]
     assert warm["jit_compiled"] == 0, "a warm launch went through Triton's JIT"
     assert "reloaded from the cache" in log
     assert warm["error"] < 1e-4 and cold["error"] < 1e-4
@@ -117,4 +121,4 @@ def test_a_missing_triton_cache_file_falls_back_to_compiling(tmp_path):
     _run_child(tmp_path)
     shutil.rmtree(tmp_path / "triton")   # our records now point at files that are gone
     warm, _ = _run_child(tmp_path)
-    assert warm["cache"] == "disk" and warm["jit_compiled"] == warm["kernels"] and warm["error"] < 1e-4
+    assert warm["cache"] in DISK_HITS and warm["jit_compiled"] == warm["kernels"] and warm["error"] < 1e-4
