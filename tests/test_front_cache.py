@@ -150,7 +150,7 @@ def test_training_goes_through_aot_autograd_and_its_backward_matches_eager():
         return torch.tanh(x @ w).pow(2).mean()
     x = torch.randn(4, 8)
     for _ in range(2):
-        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), device="cpu").to(x.device).requires_grad_()
         out, _, aot = _compile_fresh(f, x, w, grad=True)
         out.backward()
         w_eager = w.detach().clone().requires_grad_()
