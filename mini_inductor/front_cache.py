@@ -353,18 +353,5 @@ def entry_path(cache_dir: str, key: str) -> str:
 
 def load_entry(cache_dir: str, key: str) -> FrontEntry | None:
     """The entry for `key`, or None: missing, or unreadable, corrupt or of an old format (logged)."""
-    path = entry_path(cache_dir, key)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        log.warning("mini_inductor: cannot read the front cache entry %s (%s); going through AOT autograd", path, e)
-        return None
-    try:
-        return FrontEntry.from_json(text)
-    except (ValueError, KeyError, TypeError) as e:
-        log.warning("mini_inductor: ignoring a corrupt front cache entry %s (%s: %s); going through AOT autograd",
-                    path, type(e).__name__, e)
-        return None
+    return graph_cache.read_entry(entry_path(cache_dir, key), FrontEntry.from_json, "front cache entry",
+                                  "going through AOT autograd")

@@ -162,20 +162,24 @@ def entry_path(cache_dir: str, key: str) -> str:
 
 def load(cache_dir: str, key: str) -> CacheEntry | None:
     """The entry for `key`, or None. A corrupt or unreadable entry is ignored with a warning."""
-    path = entry_path(cache_dir, key)
+    return read_entry(entry_path(cache_dir, key), CacheEntry.from_json, "compiled-graph cache entry", "compiling again")
+
+
+def read_entry(path: str, parse, what: str, instead: str):
+    """`parse(text)` of the file at `path`, or None: missing, or unreadable, corrupt or of an old
+    format (a warning naming `what` and what happens `instead`)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
         return None
     except OSError as e:
-        log.warning("mini_inductor: cannot read the compiled-graph cache entry %s (%s); compiling again", path, e)
+        log.warning("mini_inductor: cannot read the %s %s (%s); %s", what, path, e, instead)
         return None
     try:
-        return CacheEntry.from_json(text)
+        return parse(text)
     except (ValueError, KeyError, TypeError) as e:
-        log.warning("mini_inductor: ignoring a corrupt compiled-graph cache entry %s (%s: %s); compiling again",
-                    path, type(e).__name__, e)
+        log.warning("mini_inductor: ignoring a corrupt %s %s (%s: %s); %s", what, path, type(e).__name__, e, instead)
         return None
 
 
