@@ -64,6 +64,9 @@ def test_after_a_reset_the_same_graph_is_a_front_hit_without_aot_autograd():
     assert len(_front_entries()) == 1
     assert warm.kernel_names == cold.kernel_names and warm.num_fx_nodes == cold.num_fx_nodes
     assert warm.source_path == cold.source_path and f"cache hit: {HIT}" in warm.summary()
+    # AOT autograd's own time is the cold record's first stage; the front hit has none
+    assert list(cold.stage_seconds)[0] == "AOT autograd" and cold.stage_seconds["AOT autograd"] > 0
+    assert "AOT autograd" not in warm.stage_seconds
     _assert_like_eager(cold_out, _f(x, y))
     _assert_like_eager(out, _f(x, y))
 
