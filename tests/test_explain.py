@@ -134,4 +134,4 @@ def test_schedule_log_shows_compile_progress_stage_by_stage():
     assert proc.returncode == 0, proc.stderr
     for stage in ("lowering", "scheduling", "codegen", "loading"):
         assert f"{stage} done in" in proc.stderr
-    assert "['codegen', 'loading', 'lowering', 'scheduling']" in proc.stdout
+    assert "['AOT autograd', 'codegen', 'loading', 'lowering', 'scheduling']" in proc.stdout
