@@ -4,10 +4,11 @@
 and looks the kernel up on every call (tens of µs of Python). Our kernels have static sizes, so a
 call site always launches the same compiled kernel: `FastKernel` keeps it after the first launch and
 from then on calls its launcher with the stream and the arguments only. Where the kernel needs no
-scratch memory (ours never do), that is the launcher's C function itself, with every argument that
-does not change between calls bound once: no Python frame of Triton's runs per launch. The one specialization
-that can change between calls is pointer alignment (16 bytes): a call with an unaligned tensor, or
-a site first compiled for unaligned ones, goes through Triton's own path.
+global or profiling scratch memory (none of our kernels has needed any), that is the launcher's C
+function itself, with the arguments that never change bound once: no Python frame of Triton's runs
+per launch. The one specialization that can change between calls is pointer alignment (16 bytes):
+a call with an unaligned tensor, or a site first compiled for unaligned ones, goes through Triton's
+own path.
 
 Under mode="max-autotune" a site's first launch asks the Autotuner (runtime/autotune.py) for the
 grid, block sizes and warps; every later launch reuses them.
