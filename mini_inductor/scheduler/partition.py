@@ -51,6 +51,7 @@ CUBLAS_OPS = frozenset({
 # Ops whose CUDA kernels always run through cuBLASLt; aten.addmm does when its bias is 1-d (the bias
 # goes in the matmul's epilogue, beta == 1). cuBLASLt takes a workspace of its own besides cuBLAS's.
 CUBLASLT_OPS = frozenset({"aten._addmm_activation", "aten._scaled_mm", "aten._scaled_grouped_mm"})
+_ADDMM = frozenset({"aten.addmm"})
 
 
 @dataclasses.dataclass
@@ -83,7 +84,7 @@ def calls_cublaslt(node: ExternKernel) -> bool:
     """Whether this extern call runs through cuBLASLt on CUDA (see CUBLASLT_OPS)."""
     if _in(CUBLASLT_OPS, node.op_name):
         return True
-    if not _in(frozenset({"aten.addmm"}), node.op_name) or not node.args:
+    if not _in(_ADDMM, node.op_name) or not node.args:
         return False
     bias = node.args[0]
     beta = node.kwargs.get("beta", 1)
