@@ -5,7 +5,11 @@ check that they run the same numbers as eager, and that winners are written and 
 """
 import json
 import logging
+import os
 import pathlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -158,6 +162,46 @@ def test_precompile_off_still_runs(device):
         out = torch.compile(_softmax_mul, backend="mini_inductor")(x, y)
     torch.testing.assert_close(out, _softmax_mul(x, y))
     assert "kernel compile" not in metrics.compiled_graphs[-1].stage_seconds
+
+
+LAUNCHER_CHILD = textwrap.dedent('''
+    import glob, json, os
+    import torch, mini_inductor
+    from mini_inductor import config, metrics
+    from mini_inductor.runtime import precompile as pc
+    built = []
+    real_build = pc._build_launcher
+    def counting_build(src):
+        built.append(src.fn.__name__)
+        return real_build(src)
+    pc._build_launcher = counting_build
+    def f(x, y):
+        return torch.softmax(x, -1) * y + 1, (x + y).to(torch.float16), (x.t() * 2).sum(0), torch.relu(y) * 3
+    x, y = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
+    with config.patch(compile_threads=4, cudagraphs=False):
+        outs = torch.compile(f, backend="mini_inductor")(x, y)
+    error = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs, f(x, y)))
+    launchers = glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "__triton_launcher*"))
+    print("RESULT " + json.dumps({"kernels": metrics.compiled_graphs[-1].num_kernels, "built": built,
+                                  "launchers": len(launchers), "error": error}))
+''')
+
+
+@pytest.mark.gpu
+def test_launchers_build_alongside_their_kernels_and_are_the_ones_triton_loads(tmp_path):
+    """A cold Triton cache: every C launcher the kernels load is one `precompile` built ahead, once per
+    signature (a launcher source that differed from Triton's would leave a second library behind)."""
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]),
+               MINI_INDUCTOR_CACHE_DIR=str(tmp_path / "mini"), TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER_CHILD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    got = json.loads(line[len("RESULT "):])
+    assert got["error"] < 1e-2
+    assert got["kernels"] >= 2 and 1 <= len(got["built"]) <= got["kernels"]
+    assert got["launchers"] == len(got["built"]), got
 
 
 def _tuned_model(x, w, acc):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import types
 from typing import Any, Sequence
 
 import torch
@@ -116,18 +117,62 @@ def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int,
 
 
 class CompileJob:
-    """One specialization of a kernel: `fn.warmup(*args, **kwargs)` (args: tensors or torch dtypes)."""
+    """One specialization of a kernel: `fn.warmup(*args, **kwargs)` (args: tensors or torch dtypes).
 
-    __slots__ = ("fn", "args", "kwargs", "key")
+    `launcher`: a Future of the job that builds this kernel's C launcher ahead (`launcher_source`),
+    which the job waits for before it loads its binary, so that the launcher is not built twice.
+    """
+
+    __slots__ = ("fn", "args", "kwargs", "key", "launcher")
 
     def __init__(self, fn, args: Sequence[Any], kwargs: dict[str, Any], key: tuple = ()):
         self.fn, self.args, self.kwargs, self.key = fn, tuple(args), kwargs, key
+        self.launcher = None
 
     def __call__(self):
         kernel = self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
         if kernel is not None and not hasattr(kernel, "result"):
+            if self.launcher is not None:
+                concurrent.futures.wait([self.launcher])
             _ = kernel.run   # loads the binary and builds its C launcher (a compiler run, GIL released) here
         return kernel
+
+
+def launcher_source(job: CompileJob, device: int):
+    """(a key, the ASTSource Triton will compile) for `job`; None where this Triton's internals differ.
+
+    Triton builds a kernel's C launcher with the host compiler (0.3 s on the H100 machine, on a cold
+    cache) only after the kernel itself has compiled, from nothing but the kernel's signature and
+    constants. Those come from Triton's own argument binding, done here the way `warmup` does it, so
+    the launcher can build at the same time as the kernel, and kernels with one signature share a build.
+    """
+    try:
+        from triton.runtime.jit import MockTensor
+        from triton import knobs
+        fn = job.fn
+        _, _, _, backend, binder = fn.device_caches[device]
+        kwargs = dict(job.kwargs, debug=job.kwargs.get("debug", fn.debug) or knobs.runtime.debug,
+                      instrumentation_mode=knobs.compilation.instrumentation_mode)
+        bound, specialization, options = binder(*map(MockTensor.wrap_dtype, job.args), **kwargs)
+        _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        src = fn.ASTSource(fn, signature, constexprs, attrs)
+        key = (tuple(src.signature.values()), tuple(sorted((k, repr(v)) for k, v in src.constants.items())))
+        return key, src
+    except Exception as e:  # noqa: BLE001  (the launcher then builds after the kernel, as Triton does)
+        log.debug("no launcher ahead for %s: %s: %s", getattr(job.fn, "__name__", job.fn), type(e).__name__, e)
+        return None
+
+
+def _build_launcher(src) -> None:
+    """Build (into Triton's cache) the launcher `CompiledKernel` will ask for; the object is dropped."""
+    from triton.runtime import driver
+    meta = types.SimpleNamespace(num_ctas=1, tensordesc_meta=None, global_scratch_size=0, global_scratch_align=1,
+                                 profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                                 launch_pdl=False)
+    try:
+        driver.active.launcher_cls(src, meta)
+    except Exception as e:  # noqa: BLE001
+        log.debug("building a launcher ahead failed: %s: %s", type(e).__name__, e)
 
 
 def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
@@ -146,6 +191,17 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
             caches = getattr(job.fn, "device_caches", None)
             if caches is not None:
                 _ = caches[device]
+
+        # Launcher builds go first in the queue: a compile job waits for its launcher only after its
+        # own compile, by when the build it waits for has long been taken by a thread.
+        builds: dict[tuple, concurrent.futures.Future] = {}
+        for job in jobs:
+            found = launcher_source(job, device)
+            if found is not None:
+                key, src = found
+                if key not in builds:
+                    builds[key] = pool.submit(_build_launcher, src)
+                job.launcher = builds[key]
 
         def run(job):
             with torch.cuda.device(device):
