@@ -175,8 +175,9 @@ LAUNCHER_CHILD = textwrap.dedent('''
         built.append(src.fn.__name__)
         return real_build(src)
     pc._build_launcher = counting_build
-    def f(x, y):
-        return torch.softmax(x, -1) * y + 1, (x + y).to(torch.float16), (x.t() * 2).sum(0), torch.relu(y) * 3
+    def f(x, y):   # two kernels with different signatures (fp32 in and out; fp32 in, fp16 out), a matmul between
+        a = torch.softmax(x, -1) * y + 1
+        return a, torch.relu(a @ y.t()).to(torch.float16)
     x, y = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
     with config.patch(compile_threads=4, cudagraphs=False):
         outs = torch.compile(f, backend="mini_inductor")(x, y)
@@ -200,7 +201,7 @@ def test_launchers_build_alongside_their_kernels_and_are_the_ones_triton_loads(t
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     got = json.loads(line[len("RESULT "):])
     assert got["error"] < 1e-2
-    assert got["kernels"] >= 2 and 1 <= len(got["built"]) <= got["kernels"]
+    assert got["kernels"] >= 2 and 2 <= len(got["built"]) <= got["kernels"], got
     assert got["launchers"] == len(got["built"]), got
 
 
