@@ -17,6 +17,7 @@ import functools
 import importlib
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -58,19 +59,20 @@ def _wrap_processes() -> None:
 
 
 def _wrap_triton() -> None:
+    import triton.compiler as compiler
     import triton.runtime.cache as cache
-    import triton.runtime.jit as jit
     from triton.backends.nvidia import driver
     cache.triton_key = _timed("triton_key (hash Triton)", cache.triton_key)
     driver.CudaUtils.__init__ = _timed("Triton driver helper", driver.CudaUtils.__init__)
-    jit.compile = _timed(lambda src, *a, **k: f"compile {getattr(src, 'name', '?')}", jit.compile)
+    # JITFunction takes `compile` from triton.compiler when it builds its binder, after this
+    compiler.compile = _timed(lambda src, *a, **k: f"compile {getattr(src, 'name', '?')}", compiler.compile)
     driver.CudaLauncher.__init__ = _timed(lambda self, src, meta: f"launcher {getattr(src, 'name', '?')}",
                                           driver.CudaLauncher.__init__)
 
 
 def _wrap_ours() -> None:
-    from mini_inductor import backend
     from mini_inductor.runtime import precompile
+    backend = sys.modules["mini_inductor.backend"]      # the package's `backend` attribute is the function
     precompile.wait_for_triton_setup = _timed("wait for Triton setup", precompile.wait_for_triton_setup)
     backend.precompile = _timed("precompile (all kernels)", backend.precompile)
 
