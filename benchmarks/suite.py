@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from .models import MODELS
 from .worker import BACKENDS, DEFAULT_BACKENDS
@@ -31,13 +32,15 @@ def _worker(model, backend, dtype, cache, compile_only, timeout, extra_env=None)
     cmd = [sys.executable, "-m", "benchmarks.worker", "--model", model, "--backend", backend, "--dtype", dtype]
     if compile_only:
         cmd.append("--compile-only")
+    began = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"model": model, "backend": backend, "error": f"timed out after {timeout} s"}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            # the whole process, start to exit: what one row costs to measure, not a figure of the backend
+            return dict(json.loads(line[len("RESULT "):]), worker_s=time.perf_counter() - began)
     return {"model": model, "backend": backend, "error": (proc.stderr or proc.stdout)[-300:]}
 
 

@@ -184,24 +184,24 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
         return []
     # Plain threads. (Triton's AsyncCompileMode returned futures that resolved to nothing on the H100:
     # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(jobs))),
+    device = torch.cuda.current_device()
+    for job in jobs:  # create each kernel's per-device cache (a defaultdict) here, not racing in the threads
+        caches = getattr(job.fn, "device_caches", None)
+        if caches is not None:
+            _ = caches[device]
+    sources: dict[tuple, Any] = {}       # one launcher build per distinct launcher source
+    for job in jobs:
+        found = launcher_source(job, device)
+        if found is not None:
+            sources.setdefault(found[0], found[1])
+            job.launcher = found[0]
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(jobs) + len(sources))),
                                                thread_name_prefix="mini_inductor_compile") as pool:
-        device = torch.cuda.current_device()
-        for job in jobs:  # create each kernel's per-device cache (a defaultdict) here, not racing in the threads
-            caches = getattr(job.fn, "device_caches", None)
-            if caches is not None:
-                _ = caches[device]
-
         # Launcher builds go first in the queue: a compile job waits for its launcher only after its
-        # own compile, by when the build it waits for has long been taken by a thread.
-        builds: dict[tuple, concurrent.futures.Future] = {}
+        # own compile, by when the build it waits for has been taken by a thread.
+        builds = {key: pool.submit(_build_launcher, src) for key, src in sources.items()}
         for job in jobs:
-            found = launcher_source(job, device)
-            if found is not None:
-                key, src = found
-                if key not in builds:
-                    builds[key] = pool.submit(_build_launcher, src)
-                job.launcher = builds[key]
+            job.launcher = builds.get(job.launcher)
 
         def run(job):
             with torch.cuda.device(device):
