@@ -9,7 +9,7 @@ Logs: MINI_INDUCTOR_LOGS=fusion,schedule,output_code,cudagraphs,perf_hints,autot
 """
 from __future__ import annotations
 
-from . import config, metrics
+from . import config, dynamo_cache, metrics
 from .backend import mini_inductor as backend
 from .backend import reset
 from .runtime import cudagraph_trees as cudagraphs
@@ -29,4 +29,5 @@ def _register() -> None:
 
 _register()
 _configure_logs()
+dynamo_cache.enable(config.current())
 _start_triton_key()

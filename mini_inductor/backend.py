@@ -24,7 +24,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import config as config_module
-from . import front_cache, graph_cache, metrics
+from . import dynamo_cache, front_cache, graph_cache, metrics
 from .codegen import generate
 from .codegen.cache import clear as clear_module_cache
 from .codegen.cache import load_module
@@ -111,25 +111,31 @@ _warned: set[str] = set()
 
 def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
     """The backend: `torch.compile(model, backend="mini_inductor", mode=None, options=None)`."""
-    if mode not in MODES:
-        raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
-    changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
-    changes.update(options or {})
-    cfg = config_module.current().replace(**changes)
+    cfg = config_for(mode, options)
     _reset_by_dynamo()
-    if mode == "max-autotune-no-cudagraphs":
-        cfg = cfg.replace(cudagraphs=False)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load(functools.partial(_rebuild_inference_graph, cfg=cfg))
     if hit is not None:
-        return hit
+        return dynamo_cache.keep(gm, hit, cfg, front.key, mode, options)
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
     began, first = time.perf_counter(), len(metrics.compiled_graphs)
     compiled = _through_aot_autograd(gm, example_inputs, compilers)
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
-    front.store()
-    return compiled
+    stored = front.store()
+    return dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode, options)
+
+
+def config_for(mode: str | None, options: dict | None) -> Config:
+    """The options of one torch.compile: the global config, then what `mode` implies, then `options`."""
+    if mode not in MODES:
+        raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
+    changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+    changes.update(options or {})
+    cfg = config_module.current().replace(**changes)
+    if mode == "max-autotune-no-cudagraphs":
+        cfg = cfg.replace(cudagraphs=False)
+    return cfg
 
 
 def _note_aot_seconds(total: float, records: list) -> None:
@@ -275,9 +281,10 @@ class _InProcessEntry(NamedTuple):
 
 
 def _rebuild_inference_graph(key: str, *, num_fx_nodes: int, static_input_idxs: tuple[int, ...], began: float,
-                             cfg: Config) -> CompiledGraph | None:
-    """A front cache hit (front_cache.py): the inference graph of ATen-graph entry `key`, rebuilt as a
-    disk hit is, without the ATen graph (such entries have no constants); None when it cannot be loaded."""
+                             cfg: Config, label: str = front_cache.LABEL) -> CompiledGraph | None:
+    """A front cache hit (front_cache.py; dynamo_cache.py's rebuilds too, recorded under `label`): the
+    inference graph of ATen-graph entry `key`, rebuilt as a disk hit is, without the ATen graph (such
+    entries have no constants); None when it cannot be loaded."""
     name = f"inference_{next(_graph_counter)}"
     record = metrics.GraphRecord(name, num_fx_nodes=num_fx_nodes)
     install_interpreter_shims()
@@ -286,7 +293,7 @@ def _rebuild_inference_graph(key: str, *, num_fx_nodes: int, static_input_idxs: 
     compiled = _load_from_disk({}, key, name, record, graph_args)
     if compiled is None:
         return None
-    record.cache = front_cache.LABEL
+    record.cache = label
     record.compile_seconds = time.perf_counter() - began
     metrics.compiled_graphs.append(record)
     log.info("%s", record.summary())

@@ -31,6 +31,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | front_cache          | MINI_INDUCTOR_FRONT_CACHE        | True (read only when graph_cache is on) |
 | compile_threads      | MINI_INDUCTOR_COMPILE_THREADS    | CPUs, at most 32 (0: off)        |
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
+| dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
 """
 from __future__ import annotations
 
@@ -127,6 +128,11 @@ class Config:
     # benchmark a few block sizes / num_warps per kernel at its first call and keep the fastest
     # (on disk, under cache_dir/autotune); mode="max-autotune" turns it on; GPU only
     max_autotune: bool = False
+    # keep inference graphs in Dynamo's own cache too, so that a warm start skips Dynamo's tracing
+    # (dynamo_cache.py). The env var, read when mini_inductor is imported, turns on torch's process-wide
+    # torch._dynamo.config.caching_precompile, whose entries are keyed on the function only (not the
+    # backend or its options); options={"dynamo_cache": False} keeps one compile's graphs out of it
+    dynamo_cache: bool = False
 
     def __post_init__(self) -> None:
         self.cudagraph_capture_sizes = normalize_capture_sizes(self.cudagraph_capture_sizes)

@@ -180,24 +180,7 @@ class Front:
         generated module as a disk hit does and returns the CompiledGraph, or None."""
         if self.key is None:
             return None
-        entry = load_entry(self.cfg.cache_dir, self.key)
-        if entry is not None and entry.num_inputs != self.num_inputs:
-            log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
-                        entry_path(self.cfg.cache_dir, self.key), entry.num_inputs, self.num_inputs)
-            entry = None
-        if entry is None:
-            schedule_log.info("front cache miss (key %s…): through AOT autograd", self.key[:12])
-            return None
-        compiled = rebuild(entry.graph_key, num_fx_nodes=entry.num_fx_nodes,
-                           static_input_idxs=entry.static_input_idxs, began=self.began)
-        if compiled is None:
-            schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
-                              "AOT autograd", self.key[:12], entry.graph_key[:12])
-            return None
-        schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
-                          compiled.name, self.key[:12], entry.graph)
-        return disable(_aot_runtime(compiled, self.params, entry.num_outputs),
-                       reason="mini_inductor's generated graph")
+        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began, rebuild)
 
     # ── a miss: watch AOT autograd, then write ────────────────────────────────────────────────
     def watch(self, kind: str, compiler: Callable) -> Callable:
@@ -260,6 +243,30 @@ class Front:
             schedule_log.info("%s: front cache entry written at %s (a warm start skips AOT autograd)",
                               entry.graph, path)
         return path
+
+
+def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], began: float,
+          rebuild: Callable[..., CompiledGraph | None]) -> Callable | None:
+    """The callable for front cache entry `key` (a graph of `num_inputs` inputs, `params` the graph
+    module's own parameters and buffers among them), or None when the entry or the compiled graph it
+    names cannot be loaded (logged). Front.load, and dynamo_cache.py for a graph from Dynamo's cache."""
+    entry = load_entry(cfg.cache_dir, key)
+    if entry is not None and entry.num_inputs != num_inputs:
+        log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
+                    entry_path(cfg.cache_dir, key), entry.num_inputs, num_inputs)
+        entry = None
+    if entry is None:
+        schedule_log.info("front cache miss (key %s…): through AOT autograd", key[:12])
+        return None
+    compiled = rebuild(entry.graph_key, num_fx_nodes=entry.num_fx_nodes,
+                       static_input_idxs=entry.static_input_idxs, began=began)
+    if compiled is None:
+        schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
+                          "AOT autograd", key[:12], entry.graph_key[:12])
+        return None
+    schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
+                      compiled.name, key[:12], entry.graph)
+    return disable(_aot_runtime(compiled, params, entry.num_outputs), reason="mini_inductor's generated graph")
 
 
 def runtime_wrapping(meta) -> str | None:
