@@ -91,7 +91,7 @@ def enable(cfg: Config) -> bool:
     return True
 
 
-# ── the cold process: an artifact per graph, the entries written at a first call ─────────────────────
+# ── the cold process: an artifact per graph, the entries written at a first call ──────────────────
 class GraphArtifact(_ArtifactBase):  # type: ignore[misc,valid-type]
     """What Dynamo's cache keeps for one graph mini_inductor compiled (`content`, a dict: format, the
     front cache key, a hash of what graph keys hash, the Dynamo graph pickled, mode and options)."""
@@ -109,13 +109,12 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
     if backend_id is None or not cfg.dynamo_cache:
         return compiled
     reason = _why_not(gm, front_key)
-    content = None
     if reason is None:
         try:
             content = {"format": FORMAT, "front_key": front_key, "compiler": compiler_hash(cfg),
                        "mode": mode, "options": dict(options) if options else None,
                        "num_inputs": sum(1 for n in gm.graph.nodes if n.op == "placeholder"),
-                       "graph": pickle.dumps(torch.fx.GraphModule(gm, gm.graph))}
+                       "graph": pickle.dumps(_detached(gm))}
             from torch._dynamo.precompile_context import PrecompileContext
             PrecompileContext.record_artifact(GraphArtifact(key=backend_id, content=content))
         except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
@@ -126,6 +125,14 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
         return compiled
     schedule_log.info("%s: kept in Dynamo's cache (front cache key %s…)", backend_id, front_key[:12])
     return _saving_at_first_call(compiled)
+
+
+def _detached(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of the Dynamo graph module for pickling (its code and what get_attr reads): a new Graph, so
+    that Dynamo's graph keeps its owning module."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _why_not(gm, front_key: str | None) -> str | None:
@@ -178,7 +185,8 @@ def save() -> list[str]:
         try:
             DynamoCache.write(PrecompileCacheEntry.from_cache_entry(entry, artifacts), key)
         except Exception as e:  # noqa: BLE001  (a cache never fails a run)
-            log.warning("mini_inductor: cannot write Dynamo's cache entry %s… (%s: %s)", key[:12], type(e).__name__, e)
+            log.warning("mini_inductor: cannot write Dynamo's cache entry %s… (%s: %s)", key[:12],
+                        type(e).__name__, e)
             continue
         written.append(key)
     if written:
