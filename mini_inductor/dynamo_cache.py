@@ -105,8 +105,13 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
          options: dict | None) -> Callable:
     """`compiled` (what the backend returns for `gm`), recorded for Dynamo's cache when torch's switch is on
     and the graph qualifies; then wrapped so that its first call writes the entries."""
+    if not cfg.dynamo_cache:
+        return compiled
     backend_id = getattr(gm, "_backend_id", None)   # set by Dynamo only while it keeps a package
-    if backend_id is None or not cfg.dynamo_cache:
+    if backend_id is None:
+        if getattr(torch._dynamo.config, "caching_precompile", False):
+            schedule_log.info("not kept in Dynamo's cache: Dynamo keeps no package for this graph (no backend id; "
+                              "a graph module holding parameters is one such case)")
         return compiled
     reason = _why_not(gm, front_key)
     if reason is None:
