@@ -31,6 +31,11 @@ Caveats (torch's, written here so nobody has to rediscover them):
 - an artifact that raises while it is loaded makes torch.compile itself fail (torch 2.13: the retry
   in eval_frame re-initializes the package: "CompilePackage is already initialized"), so nothing
   here raises before the first call: every failure falls back to compiling the kept graph.
+- a recompile of a function loaded from the cache fails in torch 2.13 ("Name '__builtins_dict___0'
+  already exists in scope": the new process numbers Dynamo's globals from 0 again); entries carry the
+  cold process's count and a load draws numbers past it (_skip_unique_ids_below).
+- a warm process does not remember that a size varied (automatic dynamic shapes): the first other
+  size recompiles statically, as a first process would.
 """
 from __future__ import annotations
 
