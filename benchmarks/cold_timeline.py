@@ -73,7 +73,9 @@ def _wrap_triton() -> None:
 def _wrap_ours() -> None:
     from mini_inductor.runtime import precompile
     backend = sys.modules["mini_inductor.backend"]      # the package's `backend` attribute is the function
-    precompile.wait_for_triton_setup = _timed("wait for Triton setup", precompile.wait_for_triton_setup)
+    precompile.wait_for_triton_setup = _timed(
+        lambda *a, driver_only=False, **k: f"wait for Triton's {'driver' if driver_only else 'hash'}",
+        precompile.wait_for_triton_setup)
     backend.precompile = _timed("precompile (all kernels)", backend.precompile)
 
 

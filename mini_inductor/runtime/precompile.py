@@ -38,10 +38,12 @@ def start_triton_key() -> None:
     Two one-time costs sit in front of the first Triton compile of a process, and both can overlap
     Dynamo's tracing instead of delaying it:
     - Triton's CUDA driver builds its C helper module with the host compiler when Triton's cache
-      does not have it yet (0.67 s of a cold first call on the H100 machine);
-    - the first compile hashes Triton's package and its shared library (`triton_key`, half a second).
+      does not have it yet (0.3 s on the H100 machine);
+    - the first compile hashes Triton's package and its shared library (`triton_key`: 2.5 to 3.9 s
+      on the H100 machine, in this thread).
     Compiler runs, hashing and file reads release the GIL, so the tracing thread barely notices.
-    `wait_for_triton_setup()` joins the thread before our own first use of Triton.
+    Only compiling needs the hash: `wait_for_triton_setup(driver_only=True)` waits for the driver
+    alone (enough to reload kernels and build launchers), `wait_for_triton_setup()` for both.
     """
     if interpreting() or _key_thread:
         return
@@ -52,24 +54,31 @@ def start_triton_key() -> None:
                 return
             from triton.runtime import driver
             _ = driver.active.utils   # creates the driver, which builds its helper module
+            _driver_ready.set()
             from triton.runtime.cache import triton_key
             triton_key()
         except Exception as e:  # noqa: BLE001  (the real compile does it again and reports problems)
             log.debug("setting Triton up ahead failed: %s: %s", type(e).__name__, e)
+        finally:
+            _driver_ready.set()
 
     thread = threading.Thread(target=work, name="mini_inductor_triton_setup", daemon=True)
     _key_thread.append(thread)
     thread.start()
 
 
-def wait_for_triton_setup(timeout: float = 60.0) -> None:
-    """Let the background setup finish (two threads creating Triton's driver would both build it)."""
+def wait_for_triton_setup(timeout: float = 60.0, driver_only: bool = False) -> None:
+    """Let the background setup finish, or with `driver_only` its first part (two threads creating
+    Triton's driver would both build its helper; two hashing Triton would both read 500 MB)."""
     for thread in _key_thread:
-        if thread.is_alive():
+        if driver_only:
+            _driver_ready.wait(timeout)
+        elif thread.is_alive():
             thread.join(timeout)
 
 
 _key_thread: list = []
+_driver_ready = threading.Event()
 
 
 def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int, int]:
@@ -83,7 +92,7 @@ def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int,
     launches = getattr(module, "KERNEL_LAUNCHES", None)
     if interpreting() or not launches or getattr(module, "_mini_inductor_precompiled", False):
         return 0, 0
-    wait_for_triton_setup()
+    wait_for_triton_setup(driver_only=True)     # compile_all waits for the rest before compiling
     jobs: dict[tuple, CompileJob] = {}
     for name, dtypes, sizes, meta, num_warps in launches:
         fn = getattr(module, name, None)
@@ -104,6 +113,8 @@ def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int,
         else:
             pending.append(job)
     compiled = 0
+    if pending and threads <= 0:
+        wait_for_triton_setup()   # they compile at their first launch, which needs Triton's hash
     if pending and threads > 0:
         with torch.cuda.device(device):
             done = compile_all(pending, threads)
@@ -182,6 +193,7 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
     """
     if not jobs:
         return []
+    wait_for_triton_setup(driver_only=True)
     # Plain threads. (Triton's AsyncCompileMode returned futures that resolved to nothing on the H100:
     # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
     device = torch.cuda.current_device()
@@ -202,6 +214,7 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
         builds = {key: pool.submit(_build_launcher, src) for key, src in sources.items()}
         for job in jobs:
             job.launcher = builds.get(job.launcher)
+        wait_for_triton_setup()   # the compiles need Triton's hash; the launcher builds above do not
 
         def run(job):
             with torch.cuda.device(device):
