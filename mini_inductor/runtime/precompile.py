@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 import types
 from typing import Any, Sequence
 
@@ -54,13 +55,17 @@ def start_triton_key() -> None:
                 return
             from triton.runtime import driver
             _ = driver.active.utils   # creates the driver, which builds its helper module
+            setup_times["driver"] = time.perf_counter()
             _driver_ready.set()
             from triton.runtime.cache import triton_key
             triton_key()
+            setup_times["hash"] = time.perf_counter()
         except Exception as e:  # noqa: BLE001  (the real compile does it again and reports problems)
             log.debug("setting Triton up ahead failed: %s: %s", type(e).__name__, e)
         finally:
             _driver_ready.set()
+
+    setup_times["started"] = time.perf_counter()
 
     thread = threading.Thread(target=work, name="mini_inductor_triton_setup", daemon=True)
     _key_thread.append(thread)
@@ -79,6 +84,9 @@ def wait_for_triton_setup(timeout: float = 60.0, driver_only: bool = False) -> N
 
 _key_thread: list = []
 _driver_ready = threading.Event()
+# time.perf_counter() when the setup thread started, had the driver, had Triton's hash (benchmarks
+# report how much of the setup ran before a first call, where it cost that call nothing)
+setup_times: dict[str, float] = {}
 
 
 def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int, int]:
