@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,15 +36,31 @@ def _worker(model, backend, dtype, cache, compile_only, timeout, extra_env=None)
     if compile_only:
         cmd.append("--compile-only")
     began = time.perf_counter()
+    # its own process group: whatever the worker started (Inductor's compile workers) goes with it,
+    # also after a timeout, instead of running on beside the next row's measurement
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
         return {"model": model, "backend": backend, "error": f"timed out after {timeout} s"}
-    for line in proc.stdout.splitlines():
+    finally:
+        _kill_group(proc)
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             # the whole process, start to exit: what one row costs to measure, not a figure of the backend
             return dict(json.loads(line[len("RESULT "):]), worker_s=time.perf_counter() - began)
-    return {"model": model, "backend": backend, "error": (proc.stderr or proc.stdout)[-300:]}
+    return {"model": model, "backend": backend, "error": (stderr or stdout)[-300:]}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End every process left in the worker's group (a no-op when the worker took its children along)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main() -> None:

@@ -63,3 +63,37 @@ def test_cold_timeline_wrappers_find_what_they_wrap():
         print(all(hasattr(f, "__wrapped__") for f in wrapped), [e[0] for e in c.EVENTS])
     """)
     assert out.startswith("True") and "'process true'" in out, out
+
+
+def test_a_workers_leftover_processes_are_ended_with_it():
+    """suite._kill_group: a process the worker left behind (as Inductor's compile workers can be) must
+    not keep running beside the next row's measurement."""
+    import signal
+    import time
+
+    from benchmarks import suite
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out, _ = proc.communicate(timeout=30)
+    leftover = int(out.strip())
+    os.kill(leftover, 0)                     # still running after the worker itself exited
+    suite._kill_group(proc)
+    for _ in range(100):
+        try:
+            os.kill(leftover, 0)
+        except ProcessLookupError:
+            break
+        # reaped by init once killed; until then it may show as a zombie, which signal 0 still finds
+        if pathlib.Path(f"/proc/{leftover}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(leftover, signal.SIGKILL)
+        raise AssertionError("the leftover process outlived _kill_group")
+    suite._kill_group(proc)                  # nothing left: a no-op, no error
+
+
+def test_a_worker_that_fails_gives_an_error_row():
+    from benchmarks import suite
+    row = suite._worker("launch_bound", "no_such_backend", "float16", "/tmp", False, 60)
+    assert row["backend"] == "no_such_backend" and "invalid choice" in row["error"]
