@@ -49,10 +49,20 @@ def _meta_like(x):
     return x
 
 
+# (dtype and rank of each tensor, type of each scalar, kind) -> promote's answer: torch's promotion
+# reads nothing else, and building its meta tensors (under the compile's fake mode) costs more than
+# the rest of a pointwise lowering. A handful of entries per model.
+_PROMOTIONS: dict[tuple, tuple[torch.dtype, torch.dtype]] = {}
+
+
 def promote(args, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> tuple[torch.dtype, torch.dtype]:
     """(compute dtype, result dtype) for a pointwise op on `args`, as eager computes them."""
-    metas = [_meta_like(a) for a in args if isinstance(a, (IRNode, bool, int, float))]
-    return elementwise_dtypes(*metas, type_promotion_kind=kind)
+    operands = [a for a in args if isinstance(a, (IRNode, bool, int, float))]
+    key = (kind, *[(a.get_dtype(), len(a.get_size())) if isinstance(a, IRNode) else type(a) for a in operands])
+    found = _PROMOTIONS.get(key)
+    if found is None:
+        found = _PROMOTIONS[key] = elementwise_dtypes(*map(_meta_like, operands), type_promotion_kind=kind)
+    return found
 
 
 def broadcast_sizes(*sizes: Sequence[Expr]) -> list[Expr]:

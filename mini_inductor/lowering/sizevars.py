@@ -131,8 +131,20 @@ def static_int(x: Expr) -> int:
     raise NotImplementedError(f"symbolic size {x} (dynamic shapes are not supported yet)")
 
 
+# The index helpers below are pure functions of sympy values (immutable, compared structurally), and
+# every stage asks them about the same few index expressions over and over: their results are kept,
+# keyed by value, so no result can belong to another graph. Bounded, so a long process stays small.
+INDEX_CACHE_SIZE = 8192
+
+
 def simplify_index(expr: Expr, ranges: dict[sympy.Symbol, Expr] | None = None) -> Expr:
     """Expand and drop div/mod that the ranges make redundant."""
+    return _simplify_index(expr, tuple(ranges.items()) if ranges else ())
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _simplify_index(expr: Expr, range_items: tuple) -> Expr:
+    ranges = dict(range_items)
     expr = sympy.expand(expr)
     if ranges:
         repl = {}
@@ -143,6 +155,12 @@ def simplify_index(expr: Expr, ranges: dict[sympy.Symbol, Expr] | None = None) -
         if repl:
             expr = sympy.expand(expr.xreplace(repl))
     return expr
+
+
+def clear_caches() -> None:
+    """Forget the kept index results (they stay correct; this only frees memory)."""
+    _simplify_index.cache_clear()
+    _merge_divmod.cache_clear()
 
 
 def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
@@ -192,6 +210,11 @@ def merge_divmod(expr: Expr) -> Expr:
     merging them gives back the plain linear index, which is what makes a producer's store and its
     consumer's load compare equal.
     """
+    return _merge_divmod(expr)
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _merge_divmod(expr: Expr) -> Expr:
     changed = True
     while changed:
         changed = False

@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 import sympy
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizevars import Expr, FloorDiv, ModularIndexing, merge_divmod, product, simplify_index
+from ..lowering.sizevars import (INDEX_CACHE_SIZE, Expr, FloorDiv, ModularIndexing, merge_divmod, product,
+                                simplify_index)
 from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
 
 
@@ -33,13 +34,6 @@ class MemoryDep:
     def normalized(self) -> "MemoryDep":
         """Merge all mergeable loops, ignoring the pointwise/reduction split (cached: fusion asks often)."""
         return _normalized(self)
-
-    def _normalize(self) -> "MemoryDep":
-        vars_ = canonical_vars(len(self.sizes))
-        sizes, reindex = merge_loops(list(self.sizes), [self.index], vars_)
-        new_vars = canonical_vars(len(sizes))
-        index = simplify(self.index.xreplace(dict(zip(vars_, reindex(new_vars)))), dict(zip(new_vars, sizes)))
-        return MemoryDep(self.name, index, tuple(sizes))
 
     def is_indirect(self) -> bool:
         """The index holds a loaded value (a `tmp` symbol): gather/scatter-like access."""
@@ -60,9 +54,19 @@ class MemoryDep:
         return f"MemoryDep({self.name}, {self.index}, {[str(s) for s in self.sizes]})"
 
 
-@functools.lru_cache(maxsize=None)
 def _normalized(dep: MemoryDep) -> MemoryDep:
-    return dep._normalize()
+    index, sizes = _normalized_access(dep.index, dep.sizes)
+    return MemoryDep(dep.name, index, sizes)
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _normalized_access(index: Expr, sizes: tuple[Expr, ...]) -> tuple[Expr, tuple[Expr, ...]]:
+    """Keyed by the access alone (not the buffer's name): buffers read alike share the work."""
+    vars_ = canonical_vars(len(sizes))
+    new_sizes, reindex = merge_loops(list(sizes), [index], vars_)
+    new_vars = canonical_vars(len(new_sizes))
+    new_index = simplify(index.xreplace(dict(zip(vars_, reindex(new_vars)))), dict(zip(new_vars, new_sizes)))
+    return new_index, tuple(new_sizes)
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,7 +99,13 @@ def canonical_vars(n: int, prefix: str = "c") -> list[sympy.Symbol]:
 
 
 def simplify(expr: Expr, ranges: dict) -> Expr:
-    return merge_divmod(simplify_index(merge_divmod(sympy.expand(expr)), ranges))
+    """The canonical form of an index over `ranges` (var -> size); kept by value (sizevars.py says why)."""
+    return _simplify(expr, tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _simplify(expr: Expr, range_items: tuple) -> Expr:
+    return merge_divmod(simplify_index(merge_divmod(sympy.expand(expr)), dict(range_items)))
 
 
 def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.Symbol]):
@@ -103,6 +113,24 @@ def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.
 
     Returns the new sizes and `reindex(new_vars) -> old var values` (expressions in the new vars).
     """
+    groups = _loop_groups(tuple(sizes), tuple(exprs), tuple(vars_))
+    new_sizes = [product(sizes[i] for i in g) for g in groups]
+
+    def reindex(new_vars):
+        out: list[Expr] = [sympy.Integer(0)] * len(sizes)
+        for v, g in zip(new_vars, groups):
+            inner = sympy.Integer(1)
+            for k in reversed(g):
+                out[k] = FloorDiv(v, inner) if k == g[0] else ModularIndexing(v, inner, sizes[k])
+                inner = inner * sizes[k]
+        return out
+    return new_sizes, reindex
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _loop_groups(sizes: tuple[Expr, ...], exprs: tuple[Expr, ...],
+                 vars_: tuple[sympy.Symbol, ...]) -> tuple[tuple[int, ...], ...]:
+    """Loop positions in merged groups, outermost first (kept by value: sizevars.py says why)."""
     groups = [[i] for i in range(len(sizes)) if sizes[i] != 1]
     exprs = [sympy.expand(e) for e in exprs]
     merged = True
@@ -115,17 +143,7 @@ def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.
                 del groups[g + 1]
                 merged = True
                 break
-    new_sizes = [product(sizes[i] for i in g) for g in groups]
-
-    def reindex(new_vars):
-        out: list[Expr] = [sympy.Integer(0)] * len(sizes)
-        for v, g in zip(new_vars, groups):
-            inner = sympy.Integer(1)
-            for k in reversed(g):
-                out[k] = FloorDiv(v, inner) if k == g[0] else ModularIndexing(v, inner, sizes[k])
-                inner = inner * sizes[k]
-        return out
-    return new_sizes, reindex
+    return tuple(tuple(g) for g in groups)
 
 
 def _contiguous(expr: Expr, outer: sympy.Symbol, inner: sympy.Symbol, sizes, inner_group) -> bool:
