@@ -20,7 +20,8 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.fx.immutable_collections import immutable_dict, immutable_list
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
@@ -127,7 +128,7 @@ class GraphLowering:
                 (result,) = node.args
                 metas = [getattr(a, "meta", {}).get("val") if isinstance(a, torch.fx.Node) else None
                          for a in (result if isinstance(result, (list, tuple)) else [result])]
-                values = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
+                values = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
                 for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
                     self._new_buffers = []
@@ -157,7 +158,7 @@ class GraphLowering:
 
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
-        args, kwargs = tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
         origin = _origin(node)
         self._new_buffers = []
         if _writes_its_arguments(target):
@@ -169,7 +170,7 @@ class GraphLowering:
             args, kwargs = self._cpu_scalars_to(meta.device, args, kwargs, origin)
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
                 _device_key(a.get_device()) != _device_key(meta.device)
-                for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode))):
+                for a in _leaves((args, kwargs)) if isinstance(a, IRNode))):
             lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
         if lowering is not None and _needs_aten(meta, args, kwargs):
             lowering = None
@@ -218,7 +219,7 @@ class GraphLowering:
                 copy = self.make_extern(aten._to_copy.default, (a,), {"device": device}, layout, origins=(origin,))
                 kept = self._gpu_scalars[id(a)] = (a, copy)
             return kept[1]
-        return tree_map(to_gpu, (args, kwargs))
+        return _map_leaves(to_gpu, (args, kwargs))
 
     @staticmethod
     def _generates_for(device: torch.device) -> bool:
@@ -227,7 +228,7 @@ class GraphLowering:
 
     def _attach_origins(self, result, origin: Origin, args) -> None:
         inherited: tuple[Origin, ...] = ()
-        for a in tree_flatten(args)[0]:
+        for a in _leaves(args):
             if isinstance(a, IRNode) and _unrealized_pointwise(a) is not None:
                 inherited += _unrealized_pointwise(a).origins
         for buf in self._new_buffers:
@@ -235,13 +236,13 @@ class GraphLowering:
                 buf.origins = (origin,) + inherited
             if isinstance(buf, ComputedBuffer) and not buf.data.origins:
                 buf.data.origins = buf.origins
-        for value in tree_flatten(result)[0]:
+        for value in _leaves(result):
             pw = _unrealized_pointwise(value) if isinstance(value, IRNode) else None
             if pw is not None and origin not in pw.origins:
                 pw.origins = tuple(dict.fromkeys((origin,) + inherited + tuple(pw.origins)))
 
     def _mark_reuse(self, result, uses: int) -> None:
-        for value in tree_flatten(result)[0]:
+        for value in _leaves(result):
             box = value
             while isinstance(box, View):
                 box = box.data
@@ -255,9 +256,9 @@ class GraphLowering:
         meta = node.meta.get("val")
         origin = (_origin(node),)
         # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
-        metas = tree_map(lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else None,
+        metas = _map_leaves(lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else None,
                          (list(node.args), dict(node.kwargs)))
-        flat_metas = tree_flatten(metas)[0]
+        flat_metas = _leaves(metas)
         flat, spec = tree_flatten((list(args), dict(kwargs)))
         if len(flat_metas) == len(flat):
             flat = [_as_extern_input(a, m) if isinstance(a, IRNode) else a for a, m in zip(flat, flat_metas)]
@@ -274,8 +275,8 @@ class GraphLowering:
     def make_extern(self, target, args, kwargs, layout: Layout | None, *, fallback: bool = False,
                     origins=()) -> StorageBox:
         """A call of `target` on realized tensors; `layout` None means several outputs (see _multi_outputs)."""
-        args, kwargs = tree_map(lambda a: ir.realize_as_tensor(a) if isinstance(a, IRNode) else a, (args, kwargs))
-        devices = [a.get_device() for a in tree_flatten((args, kwargs))[0] if isinstance(a, (Buffer, ReinterpretView))]
+        args, kwargs = _map_leaves(lambda a: ir.realize_as_tensor(a) if isinstance(a, IRNode) else a, (args, kwargs))
+        devices = [a.get_device() for a in _leaves((args, kwargs)) if isinstance(a, (Buffer, ReinterpretView))]
         if fallback:
             self.fallback_ops[_op_name(target)] += 1
         else:
@@ -351,11 +352,52 @@ def _writes_its_arguments(target) -> bool:
     return bool(schema) and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+# FX arguments and lowering results are nests of a few plain containers; walking those directly
+# saves pytree's per-call overhead (a tree_flatten costs ~50 µs, and lowering makes several per
+# node). Any other container (namedtuple, torch.Size, OrderedDict, ...) goes to pytree, which
+# keeps its leaves, their order and the rebuilt types exactly pytree's.
+_SEQUENCES = (list, tuple, immutable_list)
+_MAPPINGS = (dict, immutable_dict)
+
+
+def _leaves(tree) -> list:
+    """tree_flatten(tree)[0]."""
+    out: list = []
+    _collect_leaves(tree, out)
+    return out
+
+
+def _collect_leaves(x, out: list) -> None:
+    kind = type(x)
+    if kind in _SEQUENCES:
+        for item in x:
+            _collect_leaves(item, out)
+    elif kind in _MAPPINGS:
+        for item in x.values():
+            _collect_leaves(item, out)
+    elif kind in SUPPORTED_NODES or isinstance(x, (list, tuple, dict)):
+        out.extend(tree_flatten(x)[0])
+    else:
+        out.append(x)
+
+
+def _map_leaves(fn, tree):
+    """tree_map(fn, tree)."""
+    kind = type(tree)
+    if kind in _SEQUENCES:
+        return kind(_map_leaves(fn, item) for item in tree)
+    if kind in _MAPPINGS:
+        return kind((key, _map_leaves(fn, item)) for key, item in tree.items())
+    if kind in SUPPORTED_NODES or isinstance(tree, (list, tuple, dict)):
+        return tree_map(fn, tree)
+    return fn(tree)
+
+
 def _realize_pending(env) -> None:
     """Before an op writes into a buffer in place, compute every value still held as an unrealized
     pointwise body: such a body reads its inputs when its consumer runs, which would be too late."""
     for value in env.values():
-        for x in tree_flatten(value)[0]:
+        for x in _leaves(value):
             while isinstance(x, View):
                 x = x.data
             if isinstance(x, StorageBox) and isinstance(x.data, Pointwise):
@@ -363,7 +405,7 @@ def _realize_pending(env) -> None:
 
 
 def _count_uses(user: torch.fx.Node, node: torch.fx.Node) -> int:
-    return sum(1 for a in tree_flatten((user.args, user.kwargs))[0] if a is node)
+    return sum(1 for a in _leaves((user.args, user.kwargs)) if a is node)
 
 
 def _moves_device(target, kwargs, devices) -> bool:
@@ -387,8 +429,8 @@ def _needs_aten(meta, args, kwargs) -> bool:
     Only the first output counts for emptiness: later ones may be empty by design (the saved
     statistics batch norm returns in eval mode).
     """
-    outputs = [m for m in tree_flatten(meta)[0] if isinstance(m, torch.Tensor)]
-    values = outputs + [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, IRNode)]
+    outputs = [m for m in _leaves(meta) if isinstance(m, torch.Tensor)]
+    values = outputs + [a for a in _leaves((args, kwargs)) if isinstance(a, IRNode)]
     for i, v in enumerate(values):
         if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
             return True
