@@ -37,7 +37,7 @@ class MemoryDep:
 
     def is_indirect(self) -> bool:
         """The index holds a loaded value (a `tmp` symbol): gather/scatter-like access."""
-        return _is_indirect(self)
+        return _is_indirect(self.index)
 
     def numbytes(self, itemsize: int, buffer_numel: int) -> int:
         """Bytes this access touches: the product of the ranges of the variables it uses."""
@@ -69,9 +69,10 @@ def _normalized_access(index: Expr, sizes: tuple[Expr, ...]) -> tuple[Expr, tupl
     return new_index, tuple(new_sizes)
 
 
-@functools.lru_cache(maxsize=None)
-def _is_indirect(dep: MemoryDep) -> bool:
-    return any(getattr(s, "name", "").startswith("tmp") for s in dep.index.free_symbols)
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _is_indirect(index: Expr) -> bool:
+    """Keyed by the index alone: hashing a whole MemoryDep costs more than the answer saves."""
+    return any(getattr(s, "name", "").startswith("tmp") for s in index.free_symbols)
 
 
 @dataclasses.dataclass(frozen=True)
