@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import operator
 import os
@@ -347,6 +348,7 @@ def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)   # one entry per op the graphs call
 def _writes_its_arguments(target) -> bool:
     schema = getattr(target, "_schema", None)
     return bool(schema) and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)

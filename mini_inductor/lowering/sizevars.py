@@ -115,7 +115,12 @@ def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
 
 
 def index_vars(prefix: str, n: int) -> list[sympy.Symbol]:
-    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+    return list(_index_vars(prefix, n))
+
+
+@functools.lru_cache(maxsize=256)   # every body evaluation asks for a few of these
+def _index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
 
 
 def strided_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = sympy.Integer(0)) -> Expr:

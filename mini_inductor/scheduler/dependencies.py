@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 import sympy
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizevars import (INDEX_CACHE_SIZE, Expr, FloorDiv, ModularIndexing, merge_divmod, product,
-                                simplify_index)
+from ..lowering.sizevars import (INDEX_CACHE_SIZE, Expr, FloorDiv, ModularIndexing, index_vars, merge_divmod,
+                                product, simplify_index)
 from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
 
 
@@ -96,7 +96,7 @@ Dep = MemoryDep | StarDep | WeakDep
 
 
 def canonical_vars(n: int, prefix: str = "c") -> list[sympy.Symbol]:
-    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+    return index_vars(prefix, n)
 
 
 def simplify(expr: Expr, ranges: dict) -> Expr:
