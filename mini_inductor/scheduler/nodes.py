@@ -59,6 +59,7 @@ class SchedulerNode(BaseSchedulerNode):
         self.node = node
         self.name = node.name
         self.body: LoopBody = analyze_body(node)
+        self._group: tuple | None = None
         self.reads = set(self.body.reads)
         self.writes = set(self.body.writes)
         # a scatter adds into another buffer: it reads that buffer's old contents, all of them
@@ -76,9 +77,12 @@ class SchedulerNode(BaseSchedulerNode):
 
     @property
     def group(self) -> tuple:
-        numel = static_int(product(self.body.sizes))
-        rnumel = static_int(product(self.body.reduction_sizes)) if self.is_reduction() else 1
-        return (self.get_device(), numel, rnumel)
+        """(device, numel, rnumel); computed once, as fusion asks for it per candidate pair."""
+        if self._group is None:
+            numel = static_int(product(self.body.sizes))
+            rnumel = static_int(product(self.body.reduction_sizes)) if self.is_reduction() else 1
+            self._group = (self.get_device(), numel, rnumel)
+        return self._group
 
 
 class ExternKernelSchedulerNode(BaseSchedulerNode):
