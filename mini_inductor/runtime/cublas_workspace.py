@@ -122,8 +122,9 @@ def _unified_by_default() -> bool:
 
 def cublaslt_workspace_bytes(device: int | None) -> int:
     """The separate cuBLASLt workspace torch allocates on `device` at a cuBLASLt call (0: shared)."""
-    return lt_workspace_bytes(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"), os.environ.get("CUBLASLT_WORKSPACE_SIZE"),
-                              cublas_workspace_bytes(device), _reported("cublaslt_workspace_size"), _unified_by_default())
+    return lt_workspace_bytes(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"),
+                              os.environ.get("CUBLASLT_WORKSPACE_SIZE"), cublas_workspace_bytes(device),
+                              _reported("cublaslt_workspace_size"), _unified_by_default())
 
 
 def graphed_workspace_bytes(partitions: dict, device: int | None,

@@ -205,12 +205,11 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
     # Plain threads. (Triton's AsyncCompileMode returned futures that resolved to nothing on the H100:
     # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
     device = torch.cuda.current_device()
-    for job in jobs:  # create each kernel's per-device cache (a defaultdict) here, not racing in the threads
-        caches = getattr(job.fn, "device_caches", None)
-        if caches is not None:
-            _ = caches[device]
     sources: dict[tuple, Any] = {}       # one launcher build per distinct launcher source
     for job in jobs:
+        caches = getattr(job.fn, "device_caches", None)
+        if caches is not None:   # each kernel's per-device cache (a defaultdict): made here, not racing in the threads
+            _ = caches[device]
         found = launcher_source(job, device)
         if found is not None:
             sources.setdefault(found[0], found[1])
