@@ -342,7 +342,8 @@ def _prepare_kernels(module, name: str, cfg: Config, record: metrics.GraphRecord
     if interpreting():
         return
     began = time.perf_counter()
-    reloaded, compiled = precompile(module, cfg.compile_threads, os.path.join(cfg.cache_dir, "kernels"))
+    reloaded, compiled = precompile(module, cfg.compile_threads, os.path.join(cfg.cache_dir, "kernels"),
+                                    static=cfg.static_launch)
     took = time.perf_counter() - began
     if compiled:
         record.stage_seconds["kernel compile"] = took
@@ -352,7 +353,7 @@ def _prepare_kernels(module, name: str, cfg: Config, record: metrics.GraphRecord
         record.stage_seconds["kernel load"] = took
         schedule_log.info("%s: %d compiled Triton kernels reloaded from the cache in %.2f s", name, reloaded, took)
     if cfg.max_autotune:
-        accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads))
+        accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads), static=cfg.static_launch)
 
 
 def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict) -> CompiledGraph:

@@ -32,6 +32,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | compile_threads      | MINI_INDUCTOR_COMPILE_THREADS    | CPUs, at most 32 (0: off)        |
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 | dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
+| static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
 """
 from __future__ import annotations
 
@@ -133,6 +134,10 @@ class Config:
     # torch._dynamo.config.caching_precompile, whose entries are keyed on the function only (not the
     # backend or its options); options={"dynamo_cache": False} keeps one compile's graphs out of it
     dynamo_cache: bool = False
+    # launch Triton kernels through torch's prebuilt launcher (torch._C._StaticCudaLauncher) where it can
+    # take them (runtime/static_launch.py), so that Triton builds no C launcher with gcc for them (a
+    # cold start paid 0.23-0.40 s a signature); False: Triton's own launchers, as before. GPU only
+    static_launch: bool = True
 
     def __post_init__(self) -> None:
         self.cudagraph_capture_sizes = normalize_capture_sizes(self.cudagraph_capture_sizes)

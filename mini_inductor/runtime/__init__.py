@@ -54,7 +54,7 @@ class CompiledGraph:
         self._boxed_call = True
         self.sizes_key = sizes_key   # a static specialization of a graph with dynamic dims (capture sizes)
         self.graphed_workspace_bytes = 0
-        accelerate(module)
+        accelerate(module, static=None if cfg is None else cfg.static_launch)
         self._call: Callable = module.call
         if cfg is not None and cfg.cudagraphs:
             self._use_trees(cfg)

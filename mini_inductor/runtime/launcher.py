@@ -10,6 +10,12 @@ per launch. The one specialization that can change between calls is pointer alig
 a call with an unaligned tensor, or a site first compiled for unaligned ones, goes through Triton's
 own path.
 
+With the static_launch option (on by default), a kernel torch's prebuilt launcher can take
+(runtime/static_launch.py) goes through that instead, from its first launch on: Triton then never
+builds the kernel's C launcher with the host compiler (a cold Triton cache paid 0.23-0.40 s a
+signature for those on the H100 machine). The first launch asks Triton for the compiled kernel
+without launching it (`JITFunction.run(..., warmup=True)`), which compiles it if nothing did before.
+
 Under mode="max-autotune" a site's first launch asks the Autotuner (runtime/autotune.py) for the
 grid, block sizes and warps; every later launch reuses them.
 
@@ -20,13 +26,14 @@ from __future__ import annotations
 import torch
 
 from ..config import interpreting
-from . import kernel_store
+from . import kernel_store, static_launch
 
 
 class _Site:
-    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config", "constexprs", "launch", "fixed")
+    __slots__ = ("fn", "grid", "kernel", "device", "tuner", "config", "constexprs", "launch", "fixed",
+                 "static", "kept", "use_static")
 
-    def __init__(self, fn, grid, tuner=None):
+    def __init__(self, fn, grid, tuner=None, use_static=True):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.kernel = None
@@ -36,6 +43,11 @@ class _Site:
         self.constexprs = ()     # the meta values, as the compiled kernel's launcher takes them
         self.launch = None       # the launcher's C entry, when the kernel needs no scratch memory
         self.fixed = ()          # its arguments between the stream and the kernel's own
+        self.use_static = use_static   # the static_launch option
+        # torch's static launcher, with what it takes besides the grid, arguments and stream (the two
+        # Nones after the arguments are Triton's scratch pointers: runtime/static_launch.py)
+        self.static = None
+        self.kept = 0            # the site's arguments the binary takes: the first `kept`, or these positions
 
     def __call__(self, *args, num_warps=4, **meta):
         kernel = self.kernel
@@ -46,7 +58,14 @@ class _Site:
             else:
                 g0, g1, g2 = self.grid
                 stream = torch._C._cuda_getCurrentRawStream(self.device)
-                if self.launch is not None:
+                static = self.static
+                if static is not None:
+                    c_launch, function, warps, shared, types = static
+                    kept = self.kept
+                    c_launch(function, g0, g1, g2, warps, shared, types,
+                             (*args[:kept], None, None) if kept.__class__ is int else
+                             (*[args[i] for i in kept], None, None), stream)
+                elif self.launch is not None:
                     self.launch(g0, g1, g2, stream, *self.fixed, *args, *self.constexprs)
                 else:
                     kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
@@ -59,16 +78,39 @@ class _Site:
                 self.grid, num_warps, meta = self.tuner.tune(self.fn, self.grid, args, num_warps, meta)
             self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
         num_warps, meta = self.config
-        launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
+        tensors = None
         if self.kernel is None and not interpreting():
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            if tensors and all(t.is_cuda and t.data_ptr() % 16 == 0 for t in tensors):
-                self._keep(launched.result() if hasattr(launched, "result") else launched, tensors[0].device.index)
+            if not (tensors and all(t.is_cuda and t.data_ptr() % 16 == 0 for t in tensors)):
+                tensors = None
+        if tensors is not None and self.use_static and static_launch.c_api() is not None:
+            # compile (or find) the kernel without launching it: Triton's launch would build its C launcher
+            kernel = self.fn.run(*args, grid=self.grid, warmup=True, num_warps=num_warps, **meta)
+            kernel = kernel.result() if hasattr(kernel, "result") else kernel
+            if kernel is not None:
+                self._keep(kernel, tensors[0].device.index, len(args))
+                if self.static is not None:
+                    return self(*args)
+        launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
+        if tensors is not None and self.kernel is None:
+            self._keep(launched.result() if hasattr(launched, "result") else launched, tensors[0].device.index,
+                       len(args))
         return launched
 
-    def _keep(self, kernel, device: int) -> None:
-        """Launch `kernel` directly from now on; through its C launcher alone where that is safe."""
+    def _keep(self, kernel, device: int, n_args: int) -> None:
+        """Launch `kernel` directly from now on: through torch's static launcher where it can take the
+        kernel, else through the kernel's C launcher alone where that is safe."""
         self.kernel, self.device = kernel, device
+        if self.use_static:
+            static = static_launch.for_kernel(kernel, device)
+            if static is not None:
+                try:
+                    self.kept = static.kept(n_args)
+                    self.static = (static_launch.c_api()._launch_kernel, static.function, static.num_warps,
+                                   static.shared, static.arg_types)
+                    return
+                except static_launch.Unsupported as e:
+                    static_launch.log.debug("%s", e)
         launcher = kernel.run   # loads the binary and builds the launcher if that has not happened yet
         scratch = (getattr(launcher, "global_scratch_size", None), getattr(launcher, "profile_scratch_size", None))
         launch = getattr(launcher, "launch", None)
@@ -91,7 +133,7 @@ class _Site:
         kernel = kernel_store.attached(self.fn, kernel_store.spec_key(args, num_warps, meta))
         if kernel is None:
             return False
-        self._keep(kernel, tensors[0].device.index)
+        self._keep(kernel, tensors[0].device.index, len(args))
         self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
         return True
 
@@ -99,38 +141,46 @@ class _Site:
 class FastKernel:
     """Stands in for a @triton.jit kernel in a generated module: `kernel[grid](...)` as before."""
 
-    def __init__(self, fn, tuner=None):
+    def __init__(self, fn, tuner=None, static: bool = True):
         self.fn = fn
         self.tuner = tuner
+        self.static = static      # the static_launch option, for sites created from now on
         self._sites: dict[tuple, _Site] = {}
 
     def __getitem__(self, grid) -> _Site:
         site = self._sites.get(grid)
         if site is None:
-            site = self._sites[grid] = _Site(self.fn, grid, self.tuner)
+            site = self._sites[grid] = _Site(self.fn, grid, self.tuner, self.static)
         return site
 
 
-def accelerate(module, tuner=None) -> None:
+def accelerate(module, tuner=None, static: bool | None = None) -> None:
     """Wrap every generated kernel of `module` (once); a no-op under the interpreter.
 
-    `tuner` (mode="max-autotune"): each call site picks its config at its first launch. Given for a
-    module already wrapped, it applies to the call sites that have not launched yet.
+    `tuner` (mode="max-autotune"): each call site picks its config at its first launch. `static`: the
+    static_launch option (None: the global config's). Given for a module already wrapped, they apply
+    to the call sites that have not launched yet.
     """
     if interpreting():
         return
+    if static is None:
+        from .. import config as config_module
+        static = config_module.current().static_launch
     if getattr(module, "_mini_inductor_fast", False):
-        if tuner is not None:
-            for value in vars(module).values():
-                if isinstance(value, FastKernel):
+        for value in vars(module).values():
+            if isinstance(value, FastKernel):
+                value.static = static
+                if tuner is not None:
                     value.tuner = tuner
-                    for site in value._sites.values():
-                        if site.config is None:
+                for site in value._sites.values():
+                    if site.config is None:
+                        site.use_static = static
+                        if tuner is not None:
                             site.tuner = tuner
         return
     from triton.runtime.jit import JITFunction
 
     for name, value in list(vars(module).items()):
         if name.startswith("triton_") and isinstance(value, JITFunction):
-            setattr(module, name, FastKernel(value, tuner))
+            setattr(module, name, FastKernel(value, tuner, static))
     module._mini_inductor_fast = True

@@ -14,6 +14,12 @@ overlap. Each binary lands in the kernel's in-memory cache (and Triton's on-disk
 first launch finds it: warmup's stand-in tensors have 16-byte aligned addresses, as fresh CUDA
 allocations do, so the specialization matches.
 
+With the static_launch option, a kernel that torch's prebuilt launcher can take
+(runtime/static_launch.py) is loaded for it in its compile thread, and Triton is never asked for the
+kernel's C launcher (`CompiledKernel.run` would build it with gcc): no launcher build is queued for a
+signature the static launcher takes, and the launch sites get the compiled kernels directly
+(through kernel_store.attach, as reloaded ones), not through Triton's launch.
+
 A no-op under Triton's interpreter and when compile_threads is 0.
 """
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ..config import interpreting
-from . import kernel_store
+from . import kernel_store, static_launch
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -89,18 +95,23 @@ _driver_ready = threading.Event()
 setup_times: dict[str, float] = {}
 
 
-def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int, int]:
+def precompile(module, threads: int, store_dir: str | None = None, static: bool | None = None) -> tuple[int, int]:
     """Make every kernel `module.KERNEL_LAUNCHES` names ready before the first call: (reloaded, compiled).
 
     A specialization `store_dir` remembers (runtime/kernel_store.py) is rebuilt from Triton's cache
     files directly; the rest compile on `threads` threads (none when threads is 0: they compile at
     their first launch) and are remembered for the next process. Kernels with the same code (a second
-    name in the module) and repeated launch specs are one job.
+    name in the module) and repeated launch specs are one job. `static`: the static_launch option (None:
+    the global config's).
     """
     launches = getattr(module, "KERNEL_LAUNCHES", None)
     if interpreting() or not launches or getattr(module, "_mini_inductor_precompiled", False):
         return 0, 0
     wait_for_triton_setup(driver_only=True)     # compile_all waits for the rest before compiling
+    if static is None:
+        from .. import config as config_module
+        static = config_module.current().static_launch
+    static = static and static_launch.c_api() is not None
     jobs: dict[tuple, CompileJob] = {}
     for name, dtypes, sizes, meta, num_warps in launches:
         fn = getattr(module, name, None)
@@ -125,10 +136,12 @@ def precompile(module, threads: int, store_dir: str | None = None) -> tuple[int,
         wait_for_triton_setup()   # they compile at their first launch, which needs Triton's hash
     if pending and threads > 0:
         with torch.cuda.device(device):
-            done = compile_all(pending, threads)
+            done = compile_all(pending, threads, static)
         for job, kernel in zip(pending, done):
             if kernel is not None:
                 compiled += 1
+                if static and static_launch.for_kernel(kernel, device) is not None:
+                    kernel_store.attach(job.fn, job.key, kernel)   # its first launch skips Triton's launch
                 if store_dir:
                     kernel_store.save(store_dir, job.fn, job.key, kernel, device)
     module._mini_inductor_precompiled = True
@@ -140,17 +153,22 @@ class CompileJob:
 
     `launcher`: a Future of the job that builds this kernel's C launcher ahead (`launcher_source`),
     which the job waits for before it loads its binary, so that the launcher is not built twice.
+    `static`: load the kernel for torch's static launcher where it can take it, and then leave Triton's
+    launcher unbuilt.
     """
 
-    __slots__ = ("fn", "args", "kwargs", "key", "launcher")
+    __slots__ = ("fn", "args", "kwargs", "key", "launcher", "static")
 
     def __init__(self, fn, args: Sequence[Any], kwargs: dict[str, Any], key: tuple = ()):
         self.fn, self.args, self.kwargs, self.key = fn, tuple(args), kwargs, key
         self.launcher = None
+        self.static = False
 
     def __call__(self):
         kernel = self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
         if kernel is not None and not hasattr(kernel, "result"):
+            if self.static and static_launch.for_kernel(kernel, torch.cuda.current_device()) is not None:
+                return kernel   # loaded (module load, no compiler run); `kernel.run` would build Triton's launcher
             if self.launcher is not None:
                 concurrent.futures.wait([self.launcher])
             _ = kernel.run   # loads the binary and builds its C launcher (a compiler run, GIL released) here
@@ -194,9 +212,12 @@ def _build_launcher(src) -> None:
         log.debug("building a launcher ahead failed: %s: %s", type(e).__name__, e)
 
 
-def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
+def compile_all(jobs: list[CompileJob], threads: int, static: bool = False) -> list[Any]:
     """Compile `jobs` concurrently on the current CUDA device; the compiled kernels, None where one failed.
 
+    `static`: jobs load their kernels for torch's static launcher where it takes them, and no C launcher
+    is built ahead for a signature it takes (should a kernel's metadata rule it out after all, e.g.
+    scratch memory, its job builds Triton's launcher after compiling, as without the option).
     A failure is only logged: the kernel's real launch compiles it again and raises a proper error.
     """
     if not jobs:
@@ -210,7 +231,10 @@ def compile_all(jobs: list[CompileJob], threads: int) -> list[Any]:
         caches = getattr(job.fn, "device_caches", None)
         if caches is not None:   # each kernel's per-device cache (a defaultdict): made here, not racing in the threads
             _ = caches[device]
+        job.static = static
         found = launcher_source(job, device)
+        if found is not None and static and static_launch.signature_supported(found[1].signature):
+            continue            # torch's launcher will launch it: no gcc build for Triton's
         if found is not None:
             sources.setdefault(found[0], found[1])
             job.launcher = found[0]
