@@ -135,7 +135,7 @@ def _fake_kernel(**changes):
 
 @pytest.mark.parametrize("changes", [dict(num_ctas=2), dict(global_scratch_size=128), dict(profile_scratch_size=64),
                                      dict(launch_cooperative_grid=True), dict(launch_pdl=True),
-                                     dict(tensordesc_meta=[{"swizzle": 128}]),
+                                     dict(tensordesc_meta=[{"swizzle": 128}]), dict(shared=65536),
                                      dict(target=types.SimpleNamespace(backend="hip", arch="gfx942", warp_size=64))])
 def test_metadata_that_needs_tritons_launcher_is_refused(changes):
     assert static_launch.check(_fake_kernel())[0] == "OOifOO"
@@ -312,7 +312,7 @@ def _cold_child(tmp_path, threads: int, static: bool):
 def test_a_cold_triton_cache_builds_no_launcher_for_static_kernels(tmp_path, threads):
     got = _cold_child(tmp_path, threads, static=True)
     assert got["error"] < 1e-2 and got["kernels"] >= 3, got
-    assert got["static"] == got["sites"] == got["kernels"], got
+    assert got["static"] == got["sites"] >= 3, got
     assert got["launchers"] == 0, got
     if threads:
         assert "kernel compile" in got["stages"], got

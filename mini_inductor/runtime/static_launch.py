@@ -21,7 +21,8 @@ signature type is not "constexpr", in order, then two pointers Triton always app
 scratch and the profiling scratch buffers. Triton passes null for a buffer whose size in the
 metadata is 0 and allocates one otherwise; we take only kernels that need neither, and pass two
 nulls. Also left to Triton's own launcher: tensor descriptors, num_ctas > 1 (clusters), cooperative
-grids and programmatic dependent launch (attributes the static launcher does not set), fp16/bf16
+grids and programmatic dependent launch (attributes the static launcher does not set), more than
+48 KiB of shared memory (not every version of the static loader raises the limit), fp16/bf16
 scalars (Triton passes their 16 bits; the static launcher would write a 32-bit float), tuple
 arguments, launch or load hooks (profilers), and any binary the loader refuses.
 
@@ -51,6 +52,7 @@ _SCALAR_LETTERS = {
 _SCRATCH_LETTERS = "OO"
 _SCRATCH_NULLS = (None, None)
 _MAX_THREAD_REGISTERS = 65536   # registers of one thread block on sm_70 to sm_90
+_SHARED_STATIC_MAX = 49152      # shared memory a kernel gets without raising its limit
 
 
 class Unsupported(Exception):
@@ -140,6 +142,10 @@ def check(kernel) -> tuple[str, tuple[bool, ...]]:
         raise Unsupported("metadata without scratch sizes")
     if (md.global_scratch_size or 0) > 0 or (md.profile_scratch_size or 0) > 0:
         raise Unsupported(f"scratch memory ({md.global_scratch_size}, {md.profile_scratch_size} bytes)")
+    if (md.shared or 0) > _SHARED_STATIC_MAX:
+        # above 48 KiB a kernel needs its dynamic shared memory limit raised; the C source we read does
+        # that, an early version refused such kernels, and we could not read torch 2.11's
+        raise Unsupported(f"{md.shared} bytes of shared memory")
     if _hooks_set():
         raise Unsupported("Triton launch or load hooks are set")
     letters, passed = arg_letters(kernel.src.signature)
@@ -180,7 +186,7 @@ def load(kernel, device: int) -> StaticKernel:
     path, temporary = _cubin_path(kernel)
     try:
         with torch.cuda.device(device):
-            loaded = api._load_kernel(path, kernel.name, md.shared, device)
+            loaded = api._load_kernel(path, kernel.name, md.shared or 0, device)
     except Exception as e:  # noqa: BLE001  (too much shared memory, a driver error: Triton's path reports it)
         raise Unsupported(f"the static loader refused it: {type(e).__name__}: {e}") from None
     finally:
@@ -197,7 +203,7 @@ def load(kernel, device: int) -> StaticKernel:
     if n_regs * 32 * md.num_warps > _MAX_THREAD_REGISTERS:
         # Triton raises OutOfResources for this; its path will
         raise Unsupported(f"{n_regs} registers x {md.num_warps} warps")
-    return StaticKernel(kernel.name, function, module, md.num_warps, md.shared, arg_types, passed, n_regs)
+    return StaticKernel(kernel.name, function, module, md.num_warps, md.shared or 0, arg_types, passed, n_regs)
 
 
 def for_kernel(kernel, device: int):
