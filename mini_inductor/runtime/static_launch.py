@@ -60,12 +60,25 @@ class Unsupported(Exception):
 
 
 def c_api():
-    """torch's static CUDA launcher, or None when this torch build has none (CPU builds, older torch)."""
+    """torch's static CUDA launcher, or None when this torch build has none (CPU builds, older torch)
+    or when its loader turned out to take or return something else than we expect."""
     launcher = getattr(torch._C, "_StaticCudaLauncher", None)
-    if launcher is None or not callable(getattr(launcher, "_load_kernel", None)) \
+    if launcher is None or _unusable or not callable(getattr(launcher, "_load_kernel", None)) \
             or not callable(getattr(launcher, "_launch_kernel", None)):
         return None
     return launcher
+
+
+# set, with the reason, the first time _load_kernel's arguments or result do not fit: from then on the
+# process does as without the option (precompile builds Triton's launchers ahead again)
+_unusable: list[str] = []
+
+
+def _give_up(reason: str) -> None:
+    if not _unusable:
+        _unusable.append(reason)
+        log.warning("mini_inductor: torch's static launcher is not used in this process (%s); kernels "
+                    "launch through Triton's launchers", reason)
 
 
 def arg_letters(signature: dict) -> tuple[str, tuple[bool, ...]]:
@@ -187,17 +200,21 @@ def load(kernel, device: int) -> StaticKernel:
     try:
         with torch.cuda.device(device):
             loaded = api._load_kernel(path, kernel.name, md.shared or 0, device)
+    except TypeError as e:   # another signature than (path, name, shared bytes, device)
+        _give_up(f"_load_kernel: {e}")
+        raise Unsupported(f"_load_kernel: {e}") from None
     except Exception as e:  # noqa: BLE001  (too much shared memory, a driver error: Triton's path reports it)
         raise Unsupported(f"the static loader refused it: {type(e).__name__}: {e}") from None
     finally:
         if temporary:
             os.unlink(path)
-    if len(loaded) == 4 and callable(getattr(api, "_unload_kernel", None)):
+    if isinstance(loaded, tuple) and len(loaded) == 4 and callable(getattr(api, "_unload_kernel", None)):
         module, function, n_regs = loaded[0], loaded[1], loaded[2]   # (module, function, n_regs, n_spills)
-    elif len(loaded) == 3:
+    elif isinstance(loaded, tuple) and len(loaded) == 3:
         module, function, n_regs = None, loaded[0], loaded[1]        # (function, n_regs, n_spills)
     else:   # a layout we have not seen: guessing which int is the function could crash the launch
-        raise Unsupported(f"_load_kernel returned {len(loaded)} values")
+        _give_up(f"_load_kernel returned {loaded!r}")
+        raise Unsupported(f"_load_kernel returned {loaded!r}")
     if not function:
         raise Unsupported("_load_kernel returned a null function")
     if n_regs * 32 * md.num_warps > _MAX_THREAD_REGISTERS:
