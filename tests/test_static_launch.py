@@ -179,6 +179,20 @@ def test_the_c_api_is_in_this_cuda_build():
 
 
 @pytest.mark.gpu
+def test_a_compiled_kernel_loads_and_launches_through_torch_alone():
+    fn = triton.jit(half_scalar_kernel)
+    kernel = fn.warmup(torch.float32, torch.float32, 300, 0.5, grid=(1,), XBLOCK=128, num_warps=4)
+    static = static_launch.for_kernel(kernel, torch.cuda.current_device())
+    assert static is not None and static.arg_types == "OOifOO" and static.function
+    assert static_launch.for_kernel(kernel, torch.cuda.current_device()) is static   # loaded once
+    x = torch.randn(300, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    static.launch((3,), torch.cuda.current_stream().cuda_stream, (x, out, 300, 0.5))
+    torch.testing.assert_close(out, x * 0.5)
+    assert kernel._run is None            # Triton's launcher was never created
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("threads", [4, 0])
 def test_pointwise_and_reductions_launch_statically_and_match_eager(dtype, threads):
