@@ -1,7 +1,9 @@
 """The launch path without CUDA graphs (runtime/launcher.py): after a call site's first launch, later
 launches go straight to a C launcher (torch's static one or the kernel's own); unaligned tensors still
 take Triton's own path."""
+import concurrent.futures
 import sys
+import time
 
 import pytest
 import torch
@@ -57,3 +59,35 @@ def test_unaligned_input_takes_tritons_path_and_stays_correct():
     unaligned = base[1:]
     torch.testing.assert_close(compiled(unaligned), f(unaligned))
     torch.testing.assert_close(compiled(aligned), f(aligned))
+
+
+class _SlowLoadingKernel:
+    """Stands in for a CompiledKernel whose `run` (loading its C launcher) takes a while."""
+
+    inside = 0
+    most_inside = 0
+
+    def __init__(self, tag):
+        self.tag, self._run = tag, None
+
+    @property
+    def run(self):
+        cls = type(self)
+        cls.inside += 1
+        cls.most_inside = max(cls.most_inside, cls.inside)
+        time.sleep(0.01)
+        cls.inside -= 1
+        self._run = ("launcher of", self.tag)
+        return self._run
+
+
+def test_triton_launchers_are_loaded_by_one_thread_at_a_time():
+    # Python shares one module object among loads of `__triton_launcher`: two threads loading launchers
+    # at once could swap them, so runtime/precompile.py loads them under a lock
+    from mini_inductor.runtime.precompile import triton_launcher
+    kernels = [_SlowLoadingKernel(i) for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(triton_launcher, kernels))
+    assert got == [("launcher of", i) for i in range(8)]
+    assert _SlowLoadingKernel.most_inside == 1
+    assert triton_launcher(kernels[3]) == ("launcher of", 3)     # loaded once: served from the kernel

@@ -27,6 +27,7 @@ import torch
 
 from ..config import interpreting
 from . import kernel_store, static_launch
+from .precompile import triton_launcher
 
 
 class _Site:
@@ -111,7 +112,7 @@ class _Site:
                     return
                 except static_launch.Unsupported as e:
                     static_launch.log.debug("%s", e)
-        launcher = kernel.run   # loads the binary and builds the launcher if that has not happened yet
+        launcher = triton_launcher(kernel)   # loads the binary and the launcher (built if need be)
         scratch = (getattr(launcher, "global_scratch_size", None), getattr(launcher, "profile_scratch_size", None))
         launch = getattr(launcher, "launch", None)
         if scratch == (0, 0) and callable(launch) and hasattr(launcher, "launch_cooperative_grid"):

@@ -28,7 +28,6 @@ import concurrent.futures
 import logging
 import threading
 import time
-import types
 from typing import Any, Sequence
 
 import torch
@@ -171,8 +170,26 @@ class CompileJob:
                 return kernel   # loaded (module load, no compiler run); `kernel.run` would build Triton's launcher
             if self.launcher is not None:
                 concurrent.futures.wait([self.launcher])
-            _ = kernel.run   # loads the binary and builds its C launcher (a compiler run, GIL released) here
+            triton_launcher(kernel)   # loads the binary and its C launcher (built here if not ahead)
         return kernel
+
+
+# Triton loads every C launcher as an extension module named `__triton_launcher`. Python keeps one
+# module object per name for such modules: loading an already-loaded launcher file again refills
+# that shared object's `launch` from its own copy. Two threads doing it at once could each read the
+# other's `launch`, and a kernel then got a launcher for another signature ("function takes exactly
+# 28 arguments (19 given)", seen once on the H100 in a full GPU test run). Only one thread loads.
+_launcher_lock = threading.Lock()
+
+
+def triton_launcher(kernel):
+    """`kernel.run`, Triton's launcher of a CompiledKernel, loaded (and built if needed) by one thread
+    at a time."""
+    launcher = getattr(kernel, "_run", None)
+    if launcher is not None:
+        return launcher
+    with _launcher_lock:
+        return kernel.run
 
 
 def launcher_source(job: CompileJob, device: int):
@@ -201,13 +218,34 @@ def launcher_source(job: CompileJob, device: int):
 
 
 def _build_launcher(src) -> None:
-    """Build (into Triton's cache) the launcher `CompiledKernel` will ask for; the object is dropped."""
-    from triton.runtime import driver
-    meta = types.SimpleNamespace(num_ctas=1, tensordesc_meta=None, global_scratch_size=0, global_scratch_align=1,
-                                 profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
-                                 launch_pdl=False)
+    """Build into Triton's cache, without loading it, the launcher `CompiledKernel` will ask for.
+
+    The C source, its cache key and the build are Triton's own (`make_launcher`, the key of
+    `compile_module_from_src`, `_build`); only the load is left out, for the compile job to do under
+    `_launcher_lock`. Should this Triton differ, nothing is built here and the kernel's first
+    `kernel.run` builds its launcher itself, as without this."""
     try:
-        driver.active.launcher_cls(src, meta)
+        import hashlib
+        import os
+        import sysconfig
+        import tempfile
+        from triton.backends.nvidia import driver as nvidia
+        from triton.runtime import build
+        from triton.runtime.cache import get_cache_manager
+        names = src.fn.arg_names
+        constants = {(names.index(k),) if isinstance(k, str) else k: v for k, v in src.constants.items()}
+        code = nvidia.make_launcher(constants, dict(src.signature), None)
+        cache = get_cache_manager(hashlib.sha256((code + build.platform_key()).encode("utf-8")).hexdigest())
+        name, suffix = "__triton_launcher", sysconfig.get_config_var("EXT_SUFFIX")
+        if cache.get_file(f"{name}{suffix}") is not None:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{name}.c")
+            with open(path, "w") as f:
+                f.write(code)
+            built = build._build(name, path, tmp, nvidia.library_dirs(), nvidia.include_dirs, nvidia.libraries, [])
+            with open(built, "rb") as f:
+                cache.put(f.read(), f"{name}{suffix}", binary=True)
     except Exception as e:  # noqa: BLE001
         log.debug("building a launcher ahead failed: %s: %s", type(e).__name__, e)
 
