@@ -182,7 +182,8 @@ LAUNCHER_CHILD = textwrap.dedent('''
     # static_launch off: Triton's own launchers (with it on, none is built: tests/test_static_launch.py)
     with config.patch(compile_threads=4, cudagraphs=False, static_launch=False):
         outs = torch.compile(f, backend="mini_inductor")(x, y)
-    error = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs, f(x, y)))
+    # relative to the size: the fp16 output of a matmul is off by an ulp where the rounding differs
+    error = max(((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() for a, b in zip(outs, f(x, y)))
     launchers = glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "__triton_launcher*"))
     print("RESULT " + json.dumps({"kernels": metrics.compiled_graphs[-1].num_kernels, "built": built,
                                   "launchers": len(launchers), "error": error}))

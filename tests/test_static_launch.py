@@ -27,6 +27,14 @@ from mini_inductor.runtime.launcher import FastKernel
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _static_launch_on():
+    """These tests are about the option itself: on, whatever MINI_INDUCTOR_STATIC_LAUNCH says (a GPU
+    run of the whole suite with the variable at 0 tests the other path)."""
+    with config.patch(static_launch=True):
+        yield
+
+
 def scalars_kernel(x_ptr, out_ptr, n, big, scale, dscale, flag, one, XBLOCK: tl.constexpr):
     """out = x * scale * dscale + big // 2**33 + 10 * flag + one (an i32, i64, fp32, fp64, bool and a 1)."""
     offs = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
