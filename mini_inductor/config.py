@@ -33,6 +33,7 @@ Each field has a one-line comment and can be overridden by an environment variab
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 | dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
 | static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
+| conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (channels-last CUDA fp16/bf16 convolutions; "channels_last", "off") |
 """
 from __future__ import annotations
 
@@ -138,9 +139,16 @@ class Config:
     # take them (runtime/static_launch.py), so that Triton builds no C launcher with gcc for them (a
     # cold start paid 0.23-0.40 s a signature); False: Triton's own launchers, as before. GPU only
     static_launch: bool = True
+    # inference graphs with 2-D convolutions: give them channels-last inputs, so that cuDNN skips its
+    # NCHW<->NHWC conversions (lowering/layout_opt.py). "auto": CUDA fp16/bf16 convolutions;
+    # "channels_last": every one (any device or dtype); "off": none. Outputs keep eager's strides
+    conv_layout: str = "auto"
 
     def __post_init__(self) -> None:
         self.cudagraph_capture_sizes = normalize_capture_sizes(self.cudagraph_capture_sizes)
+        if self.conv_layout not in ("auto", "channels_last", "off"):
+            raise ValueError(f"mini_inductor option conv_layout must be 'auto', 'channels_last' or 'off', "
+                             f"not {self.conv_layout!r}")
 
     def replace(self, **changes: Any) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})

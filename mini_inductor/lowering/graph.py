@@ -26,7 +26,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
-from . import ir
+from . import ir, layout_opt
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
@@ -200,6 +200,8 @@ class GraphLowering:
         except Exception as e:
             raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
         self._attach_origins(result, origin, args)
+        if self.gm.meta.get(layout_opt.MARK):
+            _prefer_channels_last(result, node.meta.get("val"))
         uses = sum(_count_uses(user, node) for user in node.users)
         self._mark_reuse(result, uses)
         return result
@@ -308,6 +310,13 @@ class GraphLowering:
             return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                         tensor.get_size(), value.origins)).realize(stride=want)
         return tensor
+
+
+def _prefer_channels_last(result, meta) -> None:
+    """A node the channels-last pass (layout_opt.py) made NHWC is realized NHWC, as its FakeTensor is,
+    should it be realized at all: the kernels between convolutions then read and write one layout."""
+    if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
+        result.preferred_stride = tuple(meta.stride())
 
 
 def _as_extern_input(x: IRNode, meta) -> IRNode:

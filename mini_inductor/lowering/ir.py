@@ -338,6 +338,7 @@ class StorageBox(IRNode):
 
     def __init__(self, data: IRNode):
         self.data = data
+        self.preferred_stride: tuple | None = None   # the stride `realize()` gives it (None: contiguous)
 
     @property
     def origins(self):  # type: ignore[override]
@@ -363,6 +364,7 @@ class StorageBox(IRNode):
             return self.data
         assert isinstance(self.data, Pointwise), self.data
         size = sympify_seq(self.data.ranges)
+        stride = stride if stride is not None else self.preferred_stride
         layout = Layout(self.data.device, self.data.dtype, tuple(size),
                         tuple(sympify_seq(stride)) if stride is not None else tuple(contiguous_strides(size)))
         graph = current_graph()

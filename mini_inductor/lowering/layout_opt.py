@@ -1,0 +1,147 @@
+"""Channels-last convolutions in inference graphs: cuDNN gets NHWC activations, not NCHW ones.
+
+Given NCHW (contiguous) fp16 or bf16 activations, cuDNN on the H100 converts each convolution's input
+to NHWC and its output back (`nchwToNhwcKernel` / `nhwcToNchwKernel`): in a ResNet-18 at batch 32
+those two kernels took 38% of the GPU time of our compiled graph. A channels-last input skips them,
+and its output is channels-last too.
+
+So before lowering, an inference graph with 2-D convolutions gets a channels-last copy of each
+convolution's input (`aten.clone(memory_format=torch.channels_last)`); FakeTensor propagation then
+gives every node downstream its new layout (batch norm, ReLU and adds follow their input's layout in
+ATen). A copy whose input is channels-last already after that is dropped, so only the first one stays
+(the image), and the pointwise kernels between convolutions read and write NHWC (lowering/graph.py
+realizes such a node with the layout its FakeTensor has). The weights stay as they are: the
+convolution converts them itself, as it does in eager for a channels-last input.
+
+Outputs keep eager's strides: an output whose layout changed is copied back to it (a permute, a
+contiguous copy, the inverse permute), so nothing the caller sees changes. A graph with an output
+that is not dense (a strided view of an intermediate), or whose propagation fails, is left as it was.
+Forward graphs of training are left alone too: their saved tensors' layouts are what the backward
+graph was traced with.
+
+Option `conv_layout`: "auto" (CUDA fp16/bf16 convolutions), "channels_last" (every 2-D convolution,
+any device and dtype: the CPU tests use it), "off".
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+log = logging.getLogger("mini_inductor.perf_hints")
+
+MODES = ("auto", "channels_last", "off")
+MARK = "mini_inductor_channels_last"     # gm.meta key: how many convolutions the pass changed
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _conv2d_inputs(gm: torch.fx.GraphModule, mode: str) -> list[torch.fx.Node]:
+    convs = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.convolution.default:
+            continue
+        x = _val(node.args[0])
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or node.args[6]:   # 2-D, not transposed
+            continue
+        if mode == "auto" and not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
+            continue
+        convs.append(node)
+    return convs
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def _dense(t: torch.Tensor) -> bool:
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
+    expected = 1
+    for st, s in dims:
+        if st != expected:
+            return False
+        expected *= s
+    return True
+
+
+def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return all(s == 1 or x == y for s, x, y in zip(a.shape, a.stride(), b.stride()))
+
+
+def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = "") -> torch.fx.GraphModule:
+    """`gm` with channels-last convolutions (a new GraphModule; `gm` itself is not changed), or `gm`
+    where there is nothing to do or the pass cannot keep every output's strides."""
+    if mode not in MODES:
+        raise ValueError(f"conv_layout must be one of {MODES}, not {mode!r}")
+    if mode == "off" or not _conv2d_inputs(gm, mode):
+        return gm
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    if any(isinstance(_val(r), torch.Tensor) and not _dense(_val(r)) for r in results):
+        log.info("%s: convolutions keep NCHW: an output is a strided view", name)
+        return gm
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_mode = torch._guards.detect_fake_mode([_val(p) for p in placeholders])
+    if fake_mode is None:
+        return gm
+    graph = torch.fx.Graph()
+    copies = {}
+    out = graph.graph_copy(gm.graph, copies)
+    graph.output(out)
+    new = torch.fx.GraphModule(gm, graph)
+    try:
+        changed = _rewrite(new, mode, fake_mode, [_val(p) for p in placeholders])
+    except Exception as e:  # noqa: BLE001  (the graph as it was is still right, only slower)
+        log.info("%s: convolutions keep NCHW: %s: %s", name, type(e).__name__, e)
+        return gm
+    new.meta[MARK] = changed
+    log.info("%s: %d convolutions get channels-last inputs", name, changed)
+    return new
+
+
+def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    graph = gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    before = {r: _val(r) for r in results if isinstance(_val(r), torch.Tensor)}
+    convs = _conv2d_inputs(gm, mode)
+    copies = []
+    for conv in convs:
+        x = conv.args[0]
+        with graph.inserting_before(conv):
+            copy = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
+        copy.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "source_fn_stack", "nn_module_stack")})
+        conv.update_arg(0, copy)
+        copies.append(copy)
+    FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*inputs)
+    for copy in copies:
+        x = copy.args[0]
+        if is_channels_last(_val(x)):
+            copy.replace_all_uses_with(x)
+            graph.erase_node(copy)
+    for r, old in before.items():
+        new = _val(r)
+        if _same_strides(old, new):
+            continue
+        # back to eager's layout: permute so that it is the contiguous order, copy, permute back
+        order = sorted(range(old.dim()), key=lambda d: (-old.stride()[d], d))
+        inverse = sorted(range(old.dim()), key=lambda d: order[d])
+        with graph.inserting_before(output):
+            p = graph.call_function(aten.permute.default, (r, order))
+            c = graph.call_function(aten.clone.default, (p,), {"memory_format": torch.contiguous_format})
+            back = graph.call_function(aten.permute.default, (c, inverse))
+        with fake_mode:
+            p.meta["val"] = aten.permute.default(new, order)
+            c.meta["val"] = aten.clone.default(p.meta["val"], memory_format=torch.contiguous_format)
+            back.meta["val"] = aten.permute.default(c.meta["val"], inverse)
+        if not _same_strides(old, back.meta["val"]):
+            raise RuntimeError(f"cannot give output {r.name} its strides {old.stride()} back")
+        output.replace_input_with(r, back)
+    graph.lint()
+    gm.recompile()
+    return len(convs)
