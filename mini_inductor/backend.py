@@ -245,6 +245,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         hit = cached.compiled
         compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, **graph_args)
         compiled.trace = hit.trace
+        compiled.graph_key = disk_key
         record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
         return compiled
     # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
@@ -252,6 +253,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     if use_disk:
         compiled = _load_from_disk(graph_cache.graph_constants(gm), disk_key, name, record, graph_args)
         if compiled is not None:
+            compiled.graph_key = disk_key
             record.compile_seconds = time.perf_counter() - start
             _compiled[key] = _InProcessEntry(compiled, compiled.cache_entry, None)
             log.info("%s", record.summary())
@@ -266,6 +268,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         record.ran_eagerly = str(e)
         return EagerGraph(name, gm, str(e))
     record.compile_seconds = time.perf_counter() - start
+    compiled.graph_key = disk_key
     trace = compiled.trace
     entry = graph_cache.make_entry(record, trace.generated.source, trace.lowered.constants, trace.schedule.decisions)
     if cfg.graph_cache:

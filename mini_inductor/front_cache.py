@@ -216,7 +216,9 @@ class Front:
             reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
         if reason is not None:
             return _Compiled(kind, reason)
-        entry = FrontEntry(graph_cache.graph_key(gm, example_inputs, self.cfg), compiled.name,
+        # the key the graph was compiled under: a pass before it (layout_opt.py) may have changed the graph
+        graph_key = getattr(compiled, "graph_key", None) or graph_cache.graph_key(gm, example_inputs, self.cfg)
+        entry = FrontEntry(graph_key, compiled.name,
                            sum(1 for n in gm.graph.nodes if n.op == "call_function"),
                            self.num_inputs, self.num_outputs,
                            tuple(compiled.static_input_idxs))

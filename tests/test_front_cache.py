@@ -371,3 +371,15 @@ def test_a_warm_process_on_cuda_skips_aot_autograd_and_replays_cuda_graphs_as_th
     assert cold["stats"]["recordings"] >= 1 and cold["stats"]["replays"] >= 1
     assert warm["stats"] == cold["stats"] and warm["tree"] == cold["tree"]
     assert max(cold["errors"] + warm["errors"]) < 1e-3
+
+
+def test_a_graph_the_channels_last_pass_changed_is_still_a_front_hit():
+    # the entry points at the key the changed graph was compiled under (layout_opt.py runs before it)
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    x = torch.randn(1, 3, 6, 6)
+    _, cold, _ = _compile_fresh(conv, x, conv_layout="channels_last")
+    out, warm, aot = _compile_fresh(conv, x, conv_layout="channels_last")
+    assert (cold.cache, warm.cache, aot) == ("miss", HIT, 0)
+    assert any("clone" in k for k in cold.kernel_names)       # the pass did change the graph
+    with torch.no_grad():
+        _assert_like_eager(out, conv(x))

@@ -19,8 +19,12 @@ that is not dense (a strided view of an intermediate), or whose propagation fail
 Forward graphs of training are left alone too: their saved tensors' layouts are what the backward
 graph was traced with.
 
-Option `conv_layout`: "auto" (CUDA fp16/bf16 convolutions), "channels_last" (every 2-D convolution,
-any device and dtype: the CPU tests use it), "off".
+Option `conv_layout`: "off" (the default), "auto" (CUDA fp16/bf16 convolutions), "channels_last"
+(every 2-D convolution, any device and dtype: the CPU tests use it). It is opt-in because its one H100
+run made things worse: ResNet-18 at batch 32, fp16, with CUDA graphs, took 2.44 ms a call against
+1.09 ms without it (the run was not profiled). Suspects, unchecked: the max-pool kernel, whose output
+is still realized NCHW while it reads NHWC (a reduction ignores the preferred layout), and the
+weights, which stay NCHW, so that each convolution converts its weight itself.
 """
 from __future__ import annotations
 
