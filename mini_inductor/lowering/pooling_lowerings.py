@@ -5,6 +5,11 @@
     max_pool2d_with_indices  = max(window), argmax(window) turned into the flat h*W + w of x
 
 The window is an unrealized Pointwise inlined into the reduction: no copy of the input is made.
+The values of a max pool with a small window (at most UNROLLED_WINDOW elements, ResNet's 3x3) are
+a pointwise kernel instead, one load per window element: as a persistent reduction over the 9
+elements, the 3x3 pool of ResNet-18's stem took 154 us on the H100 for 64 MB moved, 7 times its
+memory-bound time (torch.profiler, benchmarks/call_profile.py --gpu). The indices (argmax, by ATen's
+rule) are a second pointwise node over the same outputs, which the scheduler fuses with the values.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ aten = torch.ops.aten
 
 # Windows with more elements than this run in ATen.
 MAX_WINDOW = 64
+# Max-pool windows up to this size get their values from a pointwise kernel (see above).
+UNROLLED_WINDOW = 16
 
 
 def _pair(v, default=None):
@@ -126,8 +133,41 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     flat = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: window_loader(
         list(idx[:-1]) + [FloorDiv(idx[-1], k[1]), ModularIndexing(idx[-1], 1, k[1])]),
         size[:-2] + out + [k[0] * k[1]])
-    values = make_reduction(flat, [nd], "max", out_dtype=x.get_dtype())
-    arg = make_reduction(flat, [nd], "argmax", out_dtype=torch.int64)
+    if k[0] * k[1] <= UNROLLED_WINDOW:
+        h, w = size[-2:]
+        inside = p == [0, 0] and (out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h and \
+            (out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w
+
+        def in_x(oh, ow, kh, kw):
+            conds = []
+            for v, n in ((oh * s[0] - p[0] + kh * d[0], h), (ow * s[1] - p[1] + kw * d[1], w)):
+                e = ops.index_expr(v, torch.int64)
+                conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(n, torch.int64))]
+            return ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
+
+        def unrolled(idx):
+            """(max, its position in the window) with ATen's rule: the first element inside x, then a
+            later one wins if it is greater or NaN (so a NaN max, at the last NaN); padding never wins."""
+            best = pos = found = None
+            for kh in range(k[0]):
+                for kw in range(k[1]):
+                    v, r = window_loader(list(idx) + [kh, kw]), ops.constant(kh * k[1] + kw, torch.int64)
+                    valid = None if inside else in_x(idx[-2], idx[-1], kh, kw)
+                    if best is None:
+                        best, pos, found = v, r, valid
+                        continue
+                    take = ops.logical_or(ops.gt(v, best), ops.isnan(v))
+                    if valid is not None:
+                        take = ops.logical_and(valid, ops.logical_or(ops.logical_not(found), take))
+                        found = ops.logical_or(found, valid)
+                    best, pos = ops.where(take, v, best), ops.where(take, r, pos)
+            return best, pos
+        # two Pointwise nodes over one iteration space: the scheduler fuses them into one kernel
+        values = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: unrolled(idx)[0], size[:-2] + out)
+        arg = Pointwise.create(x.get_device(), torch.int64, lambda idx: unrolled(idx)[1], size[:-2] + out)
+    else:
+        values = make_reduction(flat, [nd], "max", out_dtype=x.get_dtype())
+        arg = make_reduction(flat, [nd], "argmax", out_dtype=torch.int64)
     arg_loader = arg.make_loader()
     w = size[-1]
 

@@ -33,6 +33,19 @@ def test_max_pool2d_values_and_indices():
     assert_no_fallbacks()
 
 
+def test_small_max_pool_windows_are_one_pointwise_kernel_with_atens_nan_and_tie_rule():
+    # a 3x3 window is unrolled (pooling_lowerings.UNROLLED_WINDOW): values and indices in one kernel
+    x = torch.randn(2, 3, 9, 8)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = float("nan")      # two NaNs in one window: the index is the last
+    x[1, 1, 4, 4] = x[1, 1, 4, 5] = 9.0                # a tie: the index is the first
+    x[1, 2, :3, :3] = float("-inf")                    # a window of -inf only, next to the padding
+    values, indices = check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x, kernels=1)
+    want_values, want_indices = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    assert torch.equal(indices, want_indices)
+    assert torch.equal(values.isnan(), want_values.isnan()) and values.isnan().any()
+    check(lambda x: F.max_pool2d(torch.relu(x) * 2, 3, 2, 1), x, kernels=1)   # the producer fuses in
+
+
 def test_max_pool2d_backward():
     check(lambda x: F.max_pool2d(x, 3, 2, 1), torch.randn(1, 2, 7, 7), grad=True)
 
