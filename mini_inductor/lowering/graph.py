@@ -27,6 +27,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 from ..config import Config, interpreting
 from ..errors import LoweringError
 from . import ir, layout_opt
+from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
@@ -328,17 +329,6 @@ def _as_extern_input(x: IRNode, meta) -> IRNode:
         return tensor
     return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                 tensor.get_size(), x.origins)).realize(stride=want)
-
-
-def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
-    """Every storage element in [0, numel) is used exactly once (a permutation of a contiguous layout)."""
-    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
-    expected = 1
-    for st, s in dims:
-        if st != expected:
-            return False
-        expected *= s
-    return True
 
 
 def _strides_match(size, have, want) -> bool:

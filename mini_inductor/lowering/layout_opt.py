@@ -62,7 +62,8 @@ def is_channels_last(t: torch.Tensor) -> bool:
     return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
-def _dense(t: torch.Tensor) -> bool:
+def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """Every storage element in [0, numel) is used exactly once (a permutation of a contiguous layout)."""
     dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
     expected = 1
     for st, s in dims:
@@ -85,7 +86,7 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = 
         return gm
     output = next(n for n in gm.graph.nodes if n.op == "output")
     results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    if any(isinstance(_val(r), torch.Tensor) and not _dense(_val(r)) for r in results):
+    if any(isinstance(_val(r), torch.Tensor) and not is_non_overlapping_and_dense(_val(r)) for r in results):
         log.info("%s: convolutions keep NCHW: an output is a strided view", name)
         return gm
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
