@@ -50,6 +50,8 @@ def test_a_resnet_block_in_channels_last_matches_eager_with_eager_strides():
     # the input is copied to NHWC once; the block's buffers are NHWC (2, 8, 8, 8): strides (512, 1, 64, 8)
     assert "(512, 1, 64, 8)" in code
     assert code.count("aten.convolution.default(") == 3
+    # the kernel between the convolutions runs in memory order: it reads and writes NHWC coalesced
+    assert "tl.load(in_ptr1 + xindex, xmask)" in code and "tl.store(out_ptr0 + xindex, " in code
 
 
 def test_conv_layout_off_and_auto_on_the_cpu_leave_the_graph_as_it_is():

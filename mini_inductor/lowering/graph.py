@@ -315,8 +315,12 @@ class GraphLowering:
 
 def _prefer_channels_last(result, meta) -> None:
     """A node the channels-last pass (layout_opt.py) made NHWC is realized NHWC, as its FakeTensor is,
-    should it be realized at all: the kernels between convolutions then read and write one layout."""
-    if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
+    should it be realized at all: the kernels between convolutions then read and write one layout.
+    A multi-output op (max_pool2d_with_indices) gets it per output, before its own realization."""
+    if isinstance(result, (tuple, list)) and isinstance(meta, (tuple, list)) and len(result) == len(meta):
+        for r, m in zip(result, meta):
+            _prefer_channels_last(r, m)
+    elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
         result.preferred_stride = tuple(meta.stride())
 
 

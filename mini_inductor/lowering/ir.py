@@ -26,6 +26,7 @@ import torch
 from .sizevars import (Expr, FloorDiv, ModularIndexing, contiguous_strides, index_vars, merge_divmod,
                        product, static_int, strided_index, sympify_seq)
 from .virtualized import CountingHandler, ops, set_ops_handler
+from . import layout_opt
 
 Loader = Callable[[Sequence[Expr]], Any]
 
@@ -213,9 +214,12 @@ class ConstantBuffer(Buffer):
 class ComputedBuffer(Buffer):
     """A realized Pointwise or Reduction: the unit the scheduler works with."""
 
-    def __init__(self, name, layout, data: Loops):
+    def __init__(self, name, layout, data: Loops, order: Sequence[int] | None = None):
         super().__init__(name, layout, data.origins)
         self.data = data
+        # a Pointwise's dims in the order its loops run, outermost first (None: their own order);
+        # a permuted layout written in memory order writes (and reads alike layouts) coalesced
+        self.order = tuple(order) if order is not None else None
 
     @property
     def is_reduction(self) -> bool:
@@ -223,7 +227,16 @@ class ComputedBuffer(Buffer):
 
     def get_ranges(self) -> tuple[list[Expr], list[Expr]]:
         rr = self.data.reduction_ranges if isinstance(self.data, Reduction) else []
-        return list(self.data.ranges), list(rr)
+        ranges = list(self.data.ranges)
+        return ([ranges[d] for d in self.order] if self.order is not None else ranges), list(rr)
+
+    def _logical(self, index: Sequence[Expr]) -> list[Expr]:
+        if self.order is None:
+            return list(index)
+        logical: list[Any] = [None] * len(index)
+        for position, dim in enumerate(self.order):
+            logical[dim] = index[position]
+        return logical
 
     def get_mutation_names(self) -> list[str]:
         """Buffers this kernel writes besides its own (none, except for a ScatterBuffer)."""
@@ -234,6 +247,7 @@ class ComputedBuffer(Buffer):
         if isinstance(self.data, Reduction):
             ops.store_reduction(self.name, self.layout.index(index), self.data.reduced_value(index, rindex))
         else:
+            index = self._logical(index)
             ops.store(self.name, self.layout.index(index), self.data.inner_fn(index))
 
     def __repr__(self):
@@ -368,7 +382,12 @@ class StorageBox(IRNode):
         layout = Layout(self.data.device, self.data.dtype, tuple(size),
                         tuple(sympify_seq(stride)) if stride is not None else tuple(contiguous_strides(size)))
         graph = current_graph()
-        buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data)
+        order = None
+        if stride is not None and getattr(getattr(graph, "gm", None), "meta", {}).get(layout_opt.MARK):
+            # NHWC buffers of the channels-last pass (layout_opt.py) are written in memory order
+            order = sorted(range(len(size)), key=lambda d: (-int(stride[d]), d))
+            order = None if order == list(range(len(size))) else order
+        buf = ComputedBuffer(graph.new_buffer_name(), layout, self.data, order)
         graph.register_buffer(buf)
         self.data = buf
         return buf
