@@ -142,7 +142,8 @@ class Config:
     # inference graphs with 2-D convolutions: give them channels-last inputs, so that cuDNN skips its
     # NCHW<->NHWC conversions (lowering/layout_opt.py). "auto": CUDA fp16/bf16 convolutions;
     # "channels_last": every one (any device or dtype); "off": none. Outputs keep eager's strides.
-    # Off by default: its one H100 run made ResNet-18 slower (2.44 ms a call against 1.09 ms), not faster
+    # Off by default: its one H100 run made ResNet-18 slower (2.44 ms a call against 1.09 ms); that
+    # code walked NHWC buffers in NCHW order, fixed since (ComputedBuffer.order), not yet measured
     conv_layout: str = "off"
 
     def __post_init__(self) -> None:

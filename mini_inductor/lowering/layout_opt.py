@@ -22,9 +22,11 @@ graph was traced with.
 Option `conv_layout`: "off" (the default), "auto" (CUDA fp16/bf16 convolutions), "channels_last"
 (every 2-D convolution, any device and dtype: the CPU tests use it). It is opt-in because its one H100
 run made things worse: ResNet-18 at batch 32, fp16, with CUDA graphs, took 2.44 ms a call against
-1.09 ms without it (the run was not profiled). Suspects, unchecked: the max-pool kernel, whose output
-is still realized NCHW while it reads NHWC (a reduction ignores the preferred layout), and the
-weights, which stay NCHW, so that each convolution converts its weight itself.
+1.09 ms without it (the run was not profiled). Its generated code, read afterwards on the CPU, ran
+the pointwise kernels over NHWC buffers in NCHW order (consecutive threads C elements apart) and
+realized the max pool's values NCHW, then copied them. Both are fixed since (NHWC buffers of this
+pass run their loops in memory order: ir.ComputedBuffer.order), not yet measured on the GPU. The
+weights stay NCHW: each convolution converts its weight itself, as in eager.
 """
 from __future__ import annotations
 
