@@ -15,6 +15,7 @@ from .backend import reset
 from .runtime import cudagraph_trees as cudagraphs
 from .runtime.cudagraph_trees import mark_step
 from .debug.logs import configure as _configure_logs
+from .runtime.precompile import start_torch_imports as _start_torch_imports
 from .runtime.precompile import start_triton_key as _start_triton_key
 
 __all__ = ["backend", "config", "cudagraphs", "mark_step", "metrics", "reset"]
@@ -31,3 +32,4 @@ _register()
 _configure_logs()
 dynamo_cache.enable(config.current())
 _start_triton_key()
+_start_torch_imports()

@@ -25,7 +25,9 @@ A no-op under Triton's interpreter and when compile_threads is 0.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import logging
+import os
 import threading
 import time
 from typing import Any, Sequence
@@ -85,6 +87,46 @@ def wait_for_triton_setup(timeout: float = 60.0, driver_only: bool = False) -> N
             _driver_ready.wait(timeout)
         elif thread.is_alive():
             thread.join(timeout)
+
+
+# Modules torch imports inside the first compiled call of a process, warm or cold. The first: torch
+# 2.11-2.13 check each traced call for DTensor's local_map (higher_order_ops.should_wrap_in_hop),
+# which imports torch.distributed.tensor.experimental and registers its custom ops; a cProfile of a
+# warm launch_bound first call on the H100 machine had 0.14 s in that import and 0.22 s in the
+# registration. The rest: what else a first call imported on the CPU machine (torch 2.13, sys.modules
+# before and after), by the modules that pull the others in. A name this torch lacks is skipped.
+LAZY_TORCH_IMPORTS = (
+    "torch.distributed.tensor.experimental._func_map",
+    "torch._dynamo.backends.common", "torch._dynamo.backends.debugging", "torch._dynamo.testing",
+    "torch.fx.experimental.validator", "torch._inductor.sizevars", "torch.export._trace",
+    "torch._dynamo.dce_extra_outputs", "torch._higher_order_ops.passes.inline_invoke_subgraph",
+    # Dynamo's backend registry imports every backend module at the first lookup by name
+    "torch._dynamo.backends.cudagraphs", "torch._dynamo.backends.distributed", "torch._dynamo.backends.inductor",
+    "torch._dynamo.backends.onnxrt", "torch._dynamo.backends.tensorrt", "torch._dynamo.backends.torchxla",
+    "torch._dynamo.backends.tvm",
+)
+_import_thread: list = []
+
+
+def start_torch_imports() -> None:
+    """Import LAZY_TORCH_IMPORTS in a background thread, once per process, so that the first traced
+    call finds them done (the same idea as start_triton_key; here the GIL is mostly held, so it overlaps
+    whatever the main thread waits for: the GPU, files, sleep). MINI_INDUCTOR_WARM_IMPORTS=0: don't."""
+    if _import_thread or os.environ.get("MINI_INDUCTOR_WARM_IMPORTS", "1") == "0":
+        return
+
+    def work():
+        for name in LAZY_TORCH_IMPORTS:
+            try:
+                if name.startswith("torch.distributed") and not torch.distributed.is_available():
+                    continue
+                importlib.import_module(name)
+            except Exception as e:  # noqa: BLE001  (Dynamo imports it itself when it needs it)
+                log.debug("importing %s ahead failed: %s: %s", name, type(e).__name__, e)
+
+    thread = threading.Thread(target=work, name="mini_inductor_torch_imports", daemon=True)
+    _import_thread.append(thread)
+    thread.start()
 
 
 _key_thread: list = []

@@ -1,0 +1,51 @@
+"""Torch modules Dynamo imports at its first traced call are imported at `import mini_inductor`, in a
+background thread (runtime/precompile.start_torch_imports), unless MINI_INDUCTOR_WARM_IMPORTS=0."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHILD = """
+import json, sys
+import mini_inductor
+from mini_inductor.runtime import precompile
+for t in precompile._import_thread:
+    t.join(60)
+print("RESULT " + json.dumps({name: name in sys.modules for name in precompile.LAZY_TORCH_IMPORTS}))
+"""
+
+
+def _child(**env):
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ, PYTHONPATH=str(ROOT), **env),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_dynamos_lazy_imports_are_done_ahead_and_can_be_turned_off():
+    import torch
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed: nothing to import ahead")
+    assert all(_child().values())
+    assert not any(_child(MINI_INDUCTOR_WARM_IMPORTS="0").values())
+
+
+def test_the_modules_named_are_the_ones_dynamo_imports_at_its_first_traced_call():
+    # a fresh process without the warm-up: after one compiled call, every named module is loaded
+    code = ("import json, sys, torch, mini_inductor\n"
+            "from mini_inductor.runtime import precompile\n"
+            "names = precompile.LAZY_TORCH_IMPORTS\n"
+            "before = [n in sys.modules for n in names]\n"
+            "torch.compile(lambda x: torch.relu(x) + 1, backend='mini_inductor')(torch.randn(4))\n"
+            "print('RESULT ' + json.dumps([before, [n in sys.modules for n in names]]))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MINI_INDUCTOR_WARM_IMPORTS="0", TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    before, after = json.loads(line[len("RESULT "):])
+    assert not any(before) and all(after)
