@@ -6,11 +6,12 @@ H100 machine, on a cold Triton cache). torch ships one launcher, compiled into t
 takes the argument types as a string instead: `torch._C._StaticCudaLauncher` (in CUDA builds), with
 
     _load_kernel(cubin_path, kernel_name, shared_bytes, device)
-        -> (function, n_regs, n_spills)          # the C source we could read (torch 2.11 not confirmed)
+        -> (function, n_regs, n_spills)          # the C source we could read
         -> (module, function, n_regs, n_spills)  # torch 2.13, which also has _unload_kernel(module)
     _launch_kernel(function, grid_x, grid_y, grid_z, num_warps, shared_bytes, arg_types, args, stream)
 
-Both layouts are taken; any other makes every kernel go through Triton's launcher.
+Both layouts are taken; any other makes every kernel go through Triton's launcher. Torch 2.11 gives
+one of the two: the GPU tests on the H100 machine (torch 2.11) launch through it.
 
 `arg_types` has one letter per argument the kernel binary takes: "O" a pointer (an int address, None
 for null, or an object with data_ptr()), "b" "h" "i" "l" signed 8/16/32/64-bit ints, "B" "H" "I" "K"
