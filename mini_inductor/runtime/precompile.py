@@ -94,7 +94,8 @@ def wait_for_triton_setup(timeout: float = 60.0, driver_only: bool = False) -> N
 # which imports torch.distributed.tensor.experimental and registers its custom ops; a cProfile of a
 # warm launch_bound first call on the H100 machine had 0.14 s in that import and 0.22 s in the
 # registration. The rest: what else a first call imported on the CPU machine (torch 2.13, sys.modules
-# before and after), by the modules that pull the others in. A name this torch lacks is skipped.
+# before and after, warm and cold), by the modules that pull the others in. A name this torch lacks
+# is skipped.
 LAZY_TORCH_IMPORTS = (
     "torch.distributed.tensor.experimental._func_map",
     "torch._dynamo.backends.common", "torch._dynamo.backends.debugging", "torch._dynamo.testing",
@@ -104,6 +105,11 @@ LAZY_TORCH_IMPORTS = (
     "torch._dynamo.backends.cudagraphs", "torch._dynamo.backends.distributed", "torch._dynamo.backends.inductor",
     "torch._dynamo.backends.onnxrt", "torch._dynamo.backends.tensorrt", "torch._dynamo.backends.torchxla",
     "torch._dynamo.backends.tvm",
+    # a cold first call (AOT autograd, then our lowering) also imports these
+    "torch._inductor.compiler_bisector", "torch._dynamo.repro.after_dynamo", "torch._subclasses.schema_check_mode",
+    "torch._export.passes._node_metadata_hook", "torch._inductor.fx_passes.dedupe_symint_uses",
+    "torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass",
+    "torch._functorch._aot_autograd.subclass_codegen", "sympy.tensor.tensor",
 )
 _import_thread: list = []
 
