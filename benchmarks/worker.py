@@ -103,15 +103,18 @@ def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -
 
 def _triton_setup(first_call_began: float) -> dict:
     """How long mini_inductor's Triton setup thread (started at its import: Triton's driver helper, then
-    Triton's package hash) ran, and how much of it was left when the timed first call began. Inductor
+    Triton's package hash) ran, and how much of it was left when the timed first call began; the same
+    for its thread importing torch's lazily imported modules (mi_torch_imports_*). Inductor
     does the same work inside its first call; ours overlaps whatever ran between the import and the
     first call (here: building the model, the eager reference run), so only the part left shows in
     first_call_s."""
     from mini_inductor.runtime.precompile import setup_times
-    began, ended = setup_times.get("started"), setup_times.get("hash")
-    if began is None or ended is None:
-        return {}
-    return {"mi_triton_setup_s": ended - began, "mi_triton_setup_left_s": max(0.0, ended - first_call_began)}
+    out = {}
+    for what, start, end in (("triton_setup", "started", "hash"), ("torch_imports", "imports_started", "imports")):
+        began, ended = setup_times.get(start), setup_times.get(end)
+        if began is not None and ended is not None:
+            out.update({f"mi_{what}_s": ended - began, f"mi_{what}_left_s": max(0.0, ended - first_call_began)})
+    return out
 
 
 def _mini_inductor_compiles() -> dict:

@@ -45,6 +45,11 @@ def test_triton_setup_figures_say_how_much_was_left_at_the_first_call(monkeypatc
     assert worker._triton_setup(14.0)["mi_triton_setup_left_s"] == 0.0
 
 
+def test_the_import_thread_has_its_own_figures(monkeypatch):
+    monkeypatch.setattr(precompile, "setup_times", {"imports_started": 10.0, "imports": 10.25})
+    assert worker._triton_setup(10.0) == {"mi_torch_imports_s": 0.25, "mi_torch_imports_left_s": 0.25}
+
+
 def test_cold_timeline_wrappers_find_what_they_wrap():
     out = _python("""
         import importlib, subprocess, sys

@@ -129,7 +129,9 @@ def start_torch_imports() -> None:
                 importlib.import_module(name)
             except Exception as e:  # noqa: BLE001  (Dynamo imports it itself when it needs it)
                 log.debug("importing %s ahead failed: %s: %s", name, type(e).__name__, e)
+        setup_times["imports"] = time.perf_counter()
 
+    setup_times["imports_started"] = time.perf_counter()
     thread = threading.Thread(target=work, name="mini_inductor_torch_imports", daemon=True)
     _import_thread.append(thread)
     thread.start()
@@ -137,8 +139,9 @@ def start_torch_imports() -> None:
 
 _key_thread: list = []
 _driver_ready = threading.Event()
-# time.perf_counter() when the setup thread started, had the driver, had Triton's hash (benchmarks
-# report how much of the setup ran before a first call, where it cost that call nothing)
+# time.perf_counter() when the setup thread started, had the driver, had Triton's hash, and when the
+# import thread started and ended (benchmarks report how much of each ran before a first call, where
+# it cost that call nothing)
 setup_times: dict[str, float] = {}
 
 
