@@ -31,6 +31,18 @@ def _compile(model, **options):
     return torch.compile(model, backend="mini_inductor", options=dict(graph_cache=False, **options))
 
 
+def _matches_eager(fn, x, tol=1e-5, **options):
+    """Compile `fn`, run it on `x` under no_grad, and check every output's values and strides against eager."""
+    with torch.no_grad():
+        want = fn(x)
+        compiled = _compile(fn, **options)
+        got = compiled(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+        assert g.stride() == w.stride()          # outputs keep eager's strides, NHWC inside or not
+    return compiled
+
+
 def _code():
     with open(metrics.compiled_graphs[-1].source_path) as f:
         return f.read()
@@ -39,13 +51,7 @@ def _code():
 def test_a_resnet_block_in_channels_last_matches_eager_with_eager_strides():
     torch.manual_seed(0)
     model = _Block(8).eval()
-    x = torch.randn(2, 8, 8, 8)
-    with torch.no_grad():
-        want = model(x)
-        got = _compile(model, conv_layout="channels_last")(x)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
-        assert g.stride() == w.stride()          # y is an output: eager's NCHW strides, not NHWC
+    _matches_eager(model, torch.randn(2, 8, 8, 8), conv_layout="channels_last")   # y is an output: NCHW
     code = _code()
     # the input is copied to NHWC once; the block's buffers are NHWC (2, 8, 8, 8): strides (512, 1, 64, 8)
     assert "(512, 1, 64, 8)" in code
@@ -73,13 +79,7 @@ def test_an_output_that_is_a_strided_view_of_a_convolution_keeps_the_graph_in_nc
     def f(x):
         y = conv(x)
         return y[:, :, ::2], torch.relu(y)
-    x = torch.randn(2, 3, 6, 6)
-    with torch.no_grad():
-        want = f(x)
-        got = _compile(f, conv_layout="channels_last")(x)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
-        assert g.stride() == w.stride()
+    _matches_eager(f, torch.randn(2, 3, 6, 6), conv_layout="channels_last")
     assert "clone" not in " ".join(metrics.compiled_graphs[-1].kernel_names)
 
 
@@ -108,12 +108,8 @@ def test_fp16_convolutions_run_without_cudnn_layout_conversions_and_match_eager(
     torch.manual_seed(0)
     model = _Block(32).cuda().half().eval()
     x = torch.randn(8, 32, 28, 28, device="cuda", dtype=torch.half)
+    compiled = _matches_eager(model, x, tol=2e-2, cudagraphs=False, conv_layout="auto")
     with torch.no_grad():
-        want = model(x)
-        compiled = _compile(model, cudagraphs=False, conv_layout="auto")
-        for g, w in zip(compiled(x), want):
-            torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
-            assert g.stride() == w.stride()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             compiled(x)
             torch.cuda.synchronize()

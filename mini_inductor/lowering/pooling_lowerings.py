@@ -145,13 +145,14 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                 conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(n, torch.int64))]
             return ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
 
-        def unrolled(idx):
-            """(max, its position in the window) with ATen's rule: the first element inside x, then a
-            later one wins if it is greater or NaN (so a NaN max, at the last NaN); padding never wins."""
+        def unrolled(idx, position: bool):
+            """The max, or its position in the window, with ATen's rule: the first element inside x, then
+            a later one wins if it is greater or NaN (so a NaN max, at the last NaN); padding never wins."""
             best = pos = found = None
             for kh in range(k[0]):
                 for kw in range(k[1]):
-                    v, r = window_loader(list(idx) + [kh, kw]), ops.constant(kh * k[1] + kw, torch.int64)
+                    v = window_loader(list(idx) + [kh, kw])
+                    r = ops.constant(kh * k[1] + kw, torch.int64) if position else None
                     valid = None if inside else in_x(idx[-2], idx[-1], kh, kw)
                     if best is None:
                         best, pos, found = v, r, valid
@@ -160,11 +161,12 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                     if valid is not None:
                         take = ops.logical_and(valid, ops.logical_or(ops.logical_not(found), take))
                         found = ops.logical_or(found, valid)
-                    best, pos = ops.where(take, v, best), ops.where(take, r, pos)
-            return best, pos
+                    best = ops.where(take, v, best)
+                    pos = ops.where(take, r, pos) if position else None
+            return pos if position else best
         # two Pointwise nodes over one iteration space: the scheduler fuses them into one kernel
-        values = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: unrolled(idx)[0], size[:-2] + out)
-        arg = Pointwise.create(x.get_device(), torch.int64, lambda idx: unrolled(idx)[1], size[:-2] + out)
+        values = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: unrolled(idx, False), size[:-2] + out)
+        arg = Pointwise.create(x.get_device(), torch.int64, lambda idx: unrolled(idx, True), size[:-2] + out)
     else:
         values = make_reduction(flat, [nd], "max", out_dtype=x.get_dtype())
         arg = make_reduction(flat, [nd], "argmax", out_dtype=torch.int64)

@@ -25,9 +25,12 @@ A no-op under Triton's interpreter and when compile_threads is 0.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import importlib
 import logging
 import os
+import sysconfig
+import tempfile
 import threading
 import time
 from typing import Any, Sequence
@@ -276,10 +279,6 @@ def _build_launcher(src) -> None:
     `_launcher_lock`. Should this Triton differ, nothing is built here and the kernel's first
     `kernel.run` builds its launcher itself, as without this."""
     try:
-        import hashlib
-        import os
-        import sysconfig
-        import tempfile
         from triton.backends.nvidia import driver as nvidia
         from triton.runtime import build
         from triton.runtime.cache import get_cache_manager
