@@ -1,7 +1,7 @@
 """Where the first call's seconds go, for one model and backend: a cProfile of the first call in this
 process, with whatever caches the environment points at. Not a test.
 
-    PYTHONPATH=. python3 -m benchmarks.compile_profile --model launch_bound [--backend mini_inductor]
+    PYTHONPATH=. python3 -m benchmarks.compile_profile --model launch_bound [--backend mini_inductor] [--no-profile]
 
 Prints the first call's wall seconds, Dynamo's own stage times, and the functions with the most
 cumulative and own time. Run it twice with the same TRITON_CACHE_DIR / MINI_INDUCTOR_CACHE_DIR /
@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--backend", default="mini_inductor")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--top", type=int, default=35)
+    p.add_argument("--no-profile", action="store_true", help="time the first call and its stages only")
     a = p.parse_args()
     t0 = time.perf_counter()
     if a.backend.startswith("mini_inductor"):
@@ -39,7 +40,8 @@ def main() -> None:
     fn = torch.compile(work.model, **BACKENDS[a.backend])
     prof = cProfile.Profile()
     start = time.perf_counter()
-    prof.enable()
+    if not a.no_profile:
+        prof.enable()
     work.step(fn)
     torch.cuda.synchronize()
     prof.disable()
@@ -54,7 +56,7 @@ def main() -> None:
         for g in metrics.compiled_graphs:
             stages = ", ".join(f"{k} {v:.3f}" for k, v in g.stage_seconds.items())
             print(f"{g.name}: backend {g.compile_seconds:.3f} s, cache {g.cache or 'none'}; {stages}")
-    for key in ("cumulative", "tottime"):
+    for key in () if a.no_profile else ("cumulative", "tottime"):
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
         print(s.getvalue())

@@ -58,10 +58,25 @@ def test_a_resnet_block_in_channels_last_matches_eager_with_eager_strides():
     assert code.count("aten.convolution.default(") == 3
     # the kernel between the convolutions runs in memory order: it reads and writes NHWC coalesced
     assert "tl.load(in_ptr1 + xindex, xmask)" in code and "tl.store(out_ptr0 + xindex, " in code
+    # the image and each of the three weights get a copy of ours, so no convolution copies its weight
+    clones = [k for k in metrics.compiled_graphs[-1].kernel_names if "fused_clone_" in k]
+    assert len(clones) == 4, clones     # (and the output y's copy back to NCHW: fused_permute_clone)
+
+
+def test_a_weight_two_convolutions_share_is_copied_to_channels_last_once():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 4, 3, padding=1).eval()
+
+    def f(x):
+        return conv(torch.relu(conv(x)))
+    _matches_eager(f, torch.randn(2, 4, 6, 6), conv_layout="channels_last")
+    weights = [call.split(",")[1].strip() for call in _code().split("aten.convolution.default(")[1:]]
+    assert len(weights) == 2 and weights[0] == weights[1], weights
+    assert len([k for k in metrics.compiled_graphs[-1].kernel_names if "fused_clone_" in k]) == 2   # image, weight
 
 
 def test_conv_layout_off_and_auto_on_the_cpu_leave_the_graph_as_it_is():
-    assert config.Config().conv_layout == "off"    # opt-in: its first H100 run made ResNet-18 slower
+    assert config.Config().conv_layout == "auto"
     torch.manual_seed(0)
     model = _Block(4).eval()
     x = torch.randn(1, 4, 8, 8)
@@ -115,3 +130,4 @@ def test_fp16_convolutions_run_without_cudnn_layout_conversions_and_match_eager(
             torch.cuda.synchronize()
     kernels = [e.key for e in prof.key_averages()]
     assert not [k for k in kernels if "nchwToNhwc" in k or "nhwcToNchw" in k], kernels
+    assert not [k for k in kernels if "copy_kernel" in k], kernels     # no weight copied by ATen

@@ -15,7 +15,13 @@ import mini_inductor
 from mini_inductor.runtime import precompile
 for t in precompile._import_thread:
     t.join(60)
-print("RESULT " + json.dumps({name: name in sys.modules for name in precompile.LAZY_TORCH_IMPORTS}))
+import os, torch
+from torch._dynamo import funcname_cache
+result = {name: name in sys.modules for name in precompile.LAZY_TORCH_IMPORTS}
+for source in precompile.TOKENIZED_TORCH_SOURCES:
+    path = os.path.join(os.path.dirname(torch.__file__), source)
+    result[source] = bool(funcname_cache.cache.get(path))     # tokenized: line -> function name
+print("RESULT " + json.dumps(result))
 """
 
 
@@ -27,7 +33,7 @@ def _child(**env):
     return json.loads(line[len("RESULT "):])
 
 
-def test_dynamos_lazy_imports_are_done_ahead_and_can_be_turned_off():
+def test_dynamos_lazy_imports_and_tokenizing_are_done_ahead_and_can_be_turned_off():
     import torch
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed: nothing to import ahead")
@@ -41,13 +47,22 @@ def test_the_modules_named_are_the_ones_dynamo_imports_at_its_first_traced_call(
             "from mini_inductor.runtime import precompile\n"
             "names = precompile.LAZY_TORCH_IMPORTS\n"
             "before = [n in sys.modules for n in names]\n"
-            "f = lambda x, w: torch.relu(x @ w).sum(-1) + 1\n"
-            "torch.compile(f, backend='mini_inductor')(torch.randn(4, 8), torch.randn(8, 8))\n"
-            "print('RESULT ' + json.dumps([before, [n in sys.modules for n in names]]))\n")
+            "f = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.LayerNorm(8))\n"
+            "with torch.no_grad():\n"
+            "    torch.compile(f, backend='mini_inductor')(torch.randn(4, 8))\n"
+            "from torch._dynamo import funcname_cache\n"
+            "print('RESULT ' + json.dumps([before, [n in sys.modules for n in names], list(funcname_cache.cache)]))\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), MINI_INDUCTOR_WARM_IMPORTS="0", TRITON_INTERPRET="1",
                MINI_INDUCTOR_GRAPH_CACHE="0")     # a cold first call: the list has a cold call's imports too
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    before, after = json.loads(line[len("RESULT "):])
+    before, after, tokenized = json.loads(line[len("RESULT "):])
     assert not any(before) and all(after)
+    # the torch sources Dynamo tokenized for this module's call nodes are among those done ahead
+    import torch
+    from mini_inductor.runtime import precompile
+    torch_dir = os.path.dirname(torch.__file__)
+    from_torch = {os.path.relpath(p, torch_dir) for p in tokenized if p.startswith(torch_dir)}
+    assert {"nn/modules/linear.py", "nn/modules/activation.py"} <= from_torch
+    assert from_torch <= set(precompile.TOKENIZED_TORCH_SOURCES), from_torch
