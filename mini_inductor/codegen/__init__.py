@@ -127,6 +127,13 @@ class WrapperCodegen:
         self.buffer_dtypes.update({b.name: b.layout.dtype for b in self.graph.inputs if isinstance(b, InputBuffer)})
         self.buffer_dtypes.update({n: t.dtype for n, t in self.graph.constants.items()})
         self.graph_inputs = {b.name for b in self.graph.inputs if isinstance(b, InputBuffer)}
+        # how many elements each buffer's storage holds from its pointer, where its layout is static and
+        # its own: a load proven inside it needs no masks but the row's (TritonOps._in_bounds)
+        self.buffer_spans = {b.name: storage_elements(b.layout.size, b.layout.stride)
+                             for b in [*self.graph.buffers, *self.graph.inputs]
+                             if isinstance(b, Buffer) and b.layout is not None and b.name not in sched.aliases
+                             and all(getattr(x, "is_Integer", False) or isinstance(x, int)
+                                     for x in (*b.layout.size, *b.layout.stride))}
         self.nbytes = {b.name: storage_elements(b.layout.size, b.layout.stride) * b.layout.dtype.itemsize
                        for b in self.graph.buffers if b.layout is not None}
         # A view or an in-place result shares its base's storage: no bytes of its own, and neither it
@@ -226,6 +233,7 @@ class WrapperCodegen:
         local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
         kernel = TritonKernel(members, numel, rnumel, local, self.buffer_dtypes, self.cfg.persistent_reduction_limit,
                               online_softmax=self.cfg.online_softmax)
+        kernel.buffer_spans = self.buffer_spans
         kind = ("per" if kernel.config.persistent else "red") if kernel.is_reduction else "poi"
         name = kernel.name = self._kernel_name(group, kind)
         try:

@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int
+from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int, upper_bound
 from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
@@ -136,6 +136,8 @@ class TritonKernel:
         self.looped = self.is_reduction and not self.config.persistent
         self.kernel_local = set(kernel_local)
         self.buffer_dtypes = buffer_dtypes
+        # elements of storage each buffer a load may read spans from its pointer (static layouts only)
+        self.buffer_spans: dict[str, int] = {}
         self.sections: dict[int, Section] = {}
         self.section: Section = self._section(0 if not self.is_reduction or self.looped else 1)
         self.counter = 0
@@ -373,13 +375,27 @@ class TritonOps:
     def _index(self, index: sympy.Expr) -> sympy.Expr:
         return simplify(index, self.k.var_ranges)
 
-    def _mask(self, index: sympy.Expr) -> str:
+    def _mask(self, index: sympy.Expr, name: str | None = None) -> str:
         mask = self.k.row_mask
         # an indirect index (a tmp symbol) may come from a load along the reduction: mask it like one
         indirect = any(s.name.startswith("tmp") for s in index.free_symbols)
         if self.k.is_reduction and (RINDEX in index.free_symbols or (indirect and self.inside)):
             mask = "xmask & rmask"
+        if name is not None and self.masks and self._in_bounds(name, index):
+            # the body's masks only keep addresses in range, and these are: the value a false mask
+            # discards is read but never used, and the loads of one index CSE across the bodies
+            return mask
         return " & ".join([mask] + self.masks)
+
+    def _in_bounds(self, name: str, index: sympy.Expr) -> bool:
+        """Every element of the kernel reads `name` inside its storage at `index` (a linear index of
+        the kernel's own variables, no negative terms, an upper bound within the buffer's span)."""
+        span = self.k.buffer_spans.get(name)
+        ranges = self.k.var_ranges
+        if span is None or not all(s in ranges for s in index.free_symbols):
+            return False
+        bound = upper_bound(index, ranges)
+        return bound is not None and bound <= span
 
     def load(self, name: str, index):
         k = self.k
@@ -404,7 +420,7 @@ class TritonOps:
         dtype = k.buffer_dtypes[name]
         kind = "bcast" if name in k.broadcast_reads else ("loop" if k.looped and self.inside else "")
         k.loaded_in.setdefault(name, set()).add(k.section.index)
-        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index)}@evict:{name}:{kind}@)", dtype)
+        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index, name)}@evict:{name}:{kind}@)", dtype)
 
     def _pointer(self, name: str, index) -> str:
         # an index without xindex (or yindex) still needs a block of pointers to match the mask

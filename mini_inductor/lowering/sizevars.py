@@ -168,7 +168,7 @@ def clear_caches() -> None:
     _merge_divmod.cache_clear()
 
 
-def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
+def upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
     """An exclusive upper bound of a non-negative linear expression over the ranges."""
     total = 0
     for term in sympy.Add.make_args(sympy.expand(expr)):
@@ -180,7 +180,7 @@ def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
         elif isinstance(rest, sympy.Symbol) and rest in ranges and ranges[rest].is_Integer:
             total += int(coeff) * (int(ranges[rest]) - 1)
         elif isinstance(rest, (FloorDiv, ModularIndexing)) and rest.args[1].is_Integer:
-            inner = _upper_bound(rest.args[0], ranges)
+            inner = upper_bound(rest.args[0], ranges)
             if inner is None:
                 return None
             bound = (inner - 1) // int(rest.args[1]) + 1
@@ -197,12 +197,12 @@ def _upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
 def _simplify_divmod(node: Expr, ranges: dict[sympy.Symbol, Expr]) -> Expr | None:
     if isinstance(node, FloorDiv):
         base, div = node.args
-        ub = _upper_bound(base, ranges)
+        ub = upper_bound(base, ranges)
         if ub is not None and div.is_Integer and ub <= int(div):
             return sympy.Integer(0)
     if isinstance(node, ModularIndexing):
         base, div, mod = node.args
-        ub = _upper_bound(base, ranges)
+        ub = upper_bound(base, ranges)
         if ub is not None and div.is_Integer and mod.is_Integer and ub <= int(div) * int(mod):
             return FloorDiv(base, div)
     return None

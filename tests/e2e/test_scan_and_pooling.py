@@ -63,3 +63,24 @@ def test_clamp_with_tensor_bounds_and_float_arange():
     # device given: Dynamo does not apply a default-device context to factories inside the graph
     check(lambda x: x + torch.arange(0.5, 3.0, 0.5, device=x.device), torch.randn(5))
     assert_no_fallbacks()
+
+
+def _kernel_loads():
+    from mini_inductor import metrics
+    with open(metrics.compiled_graphs[-1].source_path) as f:
+        return [ln.strip() for ln in f if "tl.load(" in ln]
+
+
+def test_a_pooled_producers_per_channel_load_is_read_once_and_padded_loads_keep_their_masks():
+    # the window's padding masks guard the image's loads; the per-channel scale is in range for every
+    # element whatever the mask, so its nine loads are one (TritonOps._in_bounds)
+    x, w = torch.randn(2, 3, 9, 8), torch.randn(3)
+    x[0, 1, 0, :3] = float("nan")
+    check(lambda x, w: F.max_pool2d(torch.relu(x * w[:, None, None]), 3, 2, 1), x, w, kernels=1)
+    loads = _kernel_loads()
+    assert len(loads) == 10, loads
+    assert sum("xmask & tmp" in ln for ln in loads) >= 4, loads   # the loads a padding mask guards
+    # a right pad reads past the last row's end where its mask is false: that mask stays
+    check(lambda x: F.pad(x, (0, 2), value=1.5) * 2, torch.randn(3, 4), kernels=1)
+    (load,) = _kernel_loads()
+    assert "xmask & tmp" in load, load
