@@ -89,9 +89,8 @@ def main() -> None:
                     warm = _worker(model, backend, a.dtype, cache, True, a.timeout)
                     res["warm_first_call_s"] = warm.get("first_call_s")
                     res["warm_correct"] = warm.get("correct", warm.get("error"))
-                    for k in ("mi_cache", "mi_backend_s", "mi_kernel_compile_s", "mi_aot_autograd_s",
-                              "torch_compile_s", "worker_s"):
-                        if k in warm:
+                    for k in warm:
+                        if k.startswith("mi_") or k in ("torch_compile_s", "worker_s"):
                             res[f"warm_{k}"] = warm[k]
             res.setdefault("model_key", model)
             rows.append(res)
