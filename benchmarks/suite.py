@@ -4,7 +4,8 @@
 
 Per (model, backend): cold compile (a fresh process, empty Inductor/Triton/mini_inductor caches),
 warm compile (another fresh process, the caches the cold one filled), wall ms per call, GPU ms, peak
-memory, correctness against eager (cold and warm), and ratios against Inductor. A compile is the
+memory (allocated, and reserved: a CUDA graph's outputs live in its pool and never count as allocated,
+so only reserved memory compares graphed and ungraphed backends), correctness against eager (cold and warm), and ratios against Inductor. A compile is the
 first call's seconds less one steady-state call. For mini_inductor, warm_mi_cache counts the graphs
 by cache state (a warm start should show only "disk", or "disk (before AOT)" for inference graphs
 served without AOT autograd, or "disk (Dynamo cache)" under the opt-in backend
@@ -138,7 +139,7 @@ def _ratios(rows):
 
 
 def _table(rows):
-    cols = ["model_key", "backend", "wall_ms", "gpu_ms", "peak_mib", "cold_compile_s", "warm_compile_s",
+    cols = ["model_key", "backend", "wall_ms", "gpu_ms", "peak_mib", "peak_reserved_mib", "cold_compile_s", "warm_compile_s",
             "warm_vs_cold", "correct", "warm_correct", "speedup_vs_eager", "wall_vs_inductor",
             "cold_compile_vs_inductor", "warm_compile_vs_inductor", "warm_mi_cache"]
     print("\n" + " | ".join(cols))
