@@ -102,3 +102,13 @@ def test_a_worker_that_fails_gives_an_error_row():
     from benchmarks import suite
     row = suite._worker("launch_bound", "no_such_backend", "float16", "/tmp", False, 60)
     assert row["backend"] == "no_such_backend" and "invalid choice" in row["error"]
+
+
+def test_repeated_timing_reports_the_median_of_the_processes_and_keeps_each():
+    from benchmarks import suite
+    row = {"backend": "mini_inductor", "wall_ms": 0.9, "gpu_ms": 0.8, "peak_mib": 10.0}
+    more = [{"wall_ms": 0.5, "gpu_ms": 0.45, "peak_mib": 10.0}, {"error": "timed out after 60 s"},
+            {"wall_ms": 0.6, "gpu_ms": 0.5, "peak_mib": 12.0}]
+    suite._repeat_timing(row, more)
+    assert row["wall_ms"] == 0.6 and row["gpu_ms"] == 0.5 and row["peak_mib"] == 10.0
+    assert row["wall_ms_runs"] == [0.9, 0.5, 0.6] and row["repeat_errors"] == ["timed out after 60 s"]
