@@ -33,7 +33,7 @@ from .debug import dump_graph
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph
-from .lowering.layout_opt import channels_last_convolutions
+from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.capture_sizes import SizeSpecializedGraph
@@ -229,6 +229,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     install_interpreter_shims()
     if kind == "inference":
         gm = channels_last_convolutions(gm, cfg.conv_layout, name)
+        record.layout = gm.meta.get(LAYOUT_SUMMARY, "")
     disk_key = graph_cache.graph_key(gm, example_inputs, cfg)
     key = _in_process_key(disk_key, gm, cfg)
     cached = _compiled.get(key)

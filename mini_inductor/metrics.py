@@ -36,6 +36,7 @@ class GraphRecord:
     # the cuBLAS workspace a CUDA-graph warm-up or recording of the graph allocates in the pool, besides
     # its planned buffers (0 without CUDA graphs or without cuBLAS calls): runtime/cublas_workspace.py
     graphed_workspace_bytes: int = 0
+    layout: str = ""                             # what the channels-last pass did (lowering/layout_opt.py)
 
     @property
     def num_kernels(self) -> int:
@@ -57,6 +58,7 @@ class GraphRecord:
                    if self.graphed_workspace_bytes else "") + ", "
                 f"{self.compile_seconds:.2f} s"
                 + (f" (cache hit: {self.cache})" if self.cache_hit else "")
+                + (f"; {self.layout}" if self.layout else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
 
 

@@ -61,6 +61,9 @@ def test_a_resnet_block_in_channels_last_matches_eager_with_eager_strides():
     # the image and each of the three weights get a copy of ours, so no convolution copies its weight
     clones = [k for k in metrics.compiled_graphs[-1].kernel_names if "fused_clone_" in k]
     assert len(clones) == 4, clones     # (and the output y's copy back to NCHW: fused_permute_clone)
+    # the graph's summary says what the pass did
+    assert ("channels-last convolutions: 3 (inputs copied 1, weights copied 3, outputs copied back to "
+            "eager's strides 1)") in metrics.compiled_graphs[-1].summary()
 
 
 def test_a_weight_two_convolutions_share_is_copied_to_channels_last_once():
@@ -86,6 +89,7 @@ def test_conv_layout_off_and_auto_on_the_cpu_leave_the_graph_as_it_is():
             got = _compile(model, conv_layout=mode)(x)
             torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
             assert "(256, 1, 32, 4)" not in _code() and "clone" not in " ".join(metrics.compiled_graphs[-1].kernel_names)
+            assert "channels-last" not in metrics.compiled_graphs[-1].summary()
 
 
 def test_an_output_that_is_a_strided_view_of_a_convolution_keeps_the_graph_in_nchw():

@@ -38,6 +38,7 @@ log = logging.getLogger("mini_inductor.perf_hints")
 
 MODES = ("auto", "channels_last", "off")
 MARK = "mini_inductor_channels_last"     # gm.meta key: how many convolutions the pass changed
+SUMMARY = "mini_inductor_channels_last_summary"   # gm.meta key: what it did, in words (GraphRecord.layout)
 
 
 def _val(node):
@@ -104,7 +105,7 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = 
         log.info("%s: convolutions keep NCHW: %s: %s", name, type(e).__name__, e)
         return gm
     new.meta[MARK] = changed
-    log.info("%s: %d convolutions get channels-last inputs", name, changed)
+    log.info("%s: %s", name, new.meta[SUMMARY])
     return new
 
 
@@ -136,15 +137,19 @@ def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
                 weights[w] = graph.call_function(aten.clone.default, (w,), {"memory_format": torch.channels_last})
         conv.update_arg(1, weights[w])
     FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*inputs)
+    dropped = 0
     for copy in copies:
         x = copy.args[0]
         if is_channels_last(_val(x)):
             copy.replace_all_uses_with(x)
             graph.erase_node(copy)
+            dropped += 1
+    restored = 0
     for r, old in before.items():
         new = _val(r)
         if _same_strides(old, new):
             continue
+        restored += 1
         # back to eager's layout: permute so that it is the contiguous order, copy, permute back
         order = sorted(range(old.dim()), key=lambda d: (-old.stride()[d], d))
         inverse = sorted(range(old.dim()), key=lambda d: order[d])
@@ -161,4 +166,6 @@ def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
         output.replace_input_with(r, back)
     graph.lint()
     gm.recompile()
+    gm.meta[SUMMARY] = (f"channels-last convolutions: {len(convs)} (inputs copied {len(copies) - dropped}, "
+                        f"weights copied {len(weights)}, outputs copied back to eager's strides {restored})")
     return len(convs)
