@@ -232,8 +232,7 @@ class WrapperCodegen:
         _, numel, rnumel = group.group
         local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
         kernel = TritonKernel(members, numel, rnumel, local, self.buffer_dtypes, self.cfg.persistent_reduction_limit,
-                              online_softmax=self.cfg.online_softmax)
-        kernel.buffer_spans = self.buffer_spans
+                              online_softmax=self.cfg.online_softmax, buffer_spans=self.buffer_spans)
         kind = ("per" if kernel.config.persistent else "red") if kernel.is_reduction else "poi"
         name = kernel.name = self._kernel_name(group, kind)
         try:

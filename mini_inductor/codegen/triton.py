@@ -119,7 +119,7 @@ class TritonKernel:
 
     def __init__(self, nodes: list[SchedulerNode], numel: int, rnumel: int,
                  kernel_local: set[str], buffer_dtypes: dict[str, torch.dtype], persistent_limit: int,
-                 online_softmax: bool = True):
+                 online_softmax: bool = True, buffer_spans: dict[str, int] | None = None):
         self.nodes = nodes
         self.name = "triton_kernel"  # the wrapper names it once the kind (poi/per/red) is known
         self.numel = numel
@@ -137,7 +137,7 @@ class TritonKernel:
         self.kernel_local = set(kernel_local)
         self.buffer_dtypes = buffer_dtypes
         # elements of storage each buffer a load may read spans from its pointer (static layouts only)
-        self.buffer_spans: dict[str, int] = {}
+        self.buffer_spans: dict[str, int] = buffer_spans or {}
         self.sections: dict[int, Section] = {}
         self.section: Section = self._section(0 if not self.is_reduction or self.looped else 1)
         self.counter = 0
