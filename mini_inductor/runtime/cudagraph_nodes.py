@@ -109,8 +109,9 @@ def pin_gradient(node, t: torch.Tensor) -> None:
     With that extra reference autograd's AccumulateGrad copies such an output into `.grad` instead of
     adopting it: a `.grad` living in pool memory would be freed at the next iteration and, with
     gradient accumulation, overwritten by the next backward (PyTorch's Inductor raises an error
-    there and asks for preallocated grads; here accumulation just works). Replays return cached
-    outputs, which the tree holds anyway.
+    there and asks for preallocated grads; here accumulation just works). Replays pin their outputs
+    too (GraphNode._pin_replay_outputs); their cached outputs stay out of torch's cached-tensor
+    registry, which AccumulateGrad counts as a reference it may steal past.
     """
     if node.info.mode == "backward":
         node.pinned.append((t, t))   # two references: autograd discounts a Python object held only once
@@ -331,6 +332,8 @@ class GraphNode:
             del srcs
         self.graph.replay()
         outs = self._rebuild_outputs()
+        if self.info.mode == "backward":
+            self._pin_replay_outputs(outs)
         inputs.clear()
         if self.info.cfg.cudagraph_force_sync:
             torch.cuda.synchronize(self.mgr.device)
@@ -382,17 +385,36 @@ class GraphNode:
         are the baseline. In a backward it is also pinned (see pin_gradient)."""
         meta = self.metas[i]
         t = tensor_on(meta, storage_at(meta))
-        torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
-        torch._C._add_cached_tensor(t)
+        if self.info.mode != "backward":
+            # not a backward's: AccumulateGrad allows a registered tensor one more reference, so a
+            # registered gradient would become `.grad` in pool memory whatever the pin (see pin_gradient)
+            torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
+            torch._C._add_cached_tensor(t)
         self.cached_outputs[i] = t
         ref = self.outputs_refs[i]
         ref.swap(t.untyped_storage())
         ref.baseline = 0
         ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)   # the tree's own holders
         ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
-        if self.info.mode == "backward":
+        if self.info.mode == "backward":   # at once: _only_tree_holds counts the pins of every cached output
             self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
         return t
+
+    def _pin_replay_outputs(self, outs: list) -> None:
+        """A backward replay's outputs are pinned until the next replay or the path's end (see
+        pin_gradient): the cached ones, and those rebuilt over fresh storage objects (outputs that share
+        memory with another output), whose pins become their storages' baseline so that they still count
+        as dead once autograd has copied them. An output aliasing an earlier node's (_PRIOR) is not
+        pinned: its liveness is that node's."""
+        self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
+        rebuilt = [i for i, kind in enumerate(self.kinds)
+                   if kind[0] in (_FRESH, _SAME_GRAPH) and self.cached_outputs[i] is None]
+        for i in rebuilt:
+            self.pinned.append((outs[i], outs[i]))
+        for i in rebuilt:   # after every pin: two outputs may share one storage
+            ref = self.outputs_refs[i]
+            ref.baseline = 0
+            ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)
 
     def _retire_cached(self, i: int) -> torch.Tensor:
         """This replay overwrites the memory of an output the caller still holds from the last one.
@@ -402,17 +424,20 @@ class GraphNode:
         replay returns a new tensor object over the same memory.
         """
         old = self.cached_outputs[i]
-        torch._C._set_cached_tensors_enabled(True)
-        torch._C._remove_cached_tensor(old)
+        if self.info.mode != "backward":
+            torch._C._set_cached_tensors_enabled(True)
+            torch._C._remove_cached_tensor(old)
         torch._C._set_storage_access_error_msg(old, overwritten_message(self.info.trace_of(i)))
         return self._cache_output(i)
 
     def remove_cached_outputs(self) -> None:
-        if self.cached_outputs:
+        registered = bool(self.cached_outputs) and self.info.mode != "backward"
+        if registered:
             torch._C._set_cached_tensors_enabled(True)
         for i, t in enumerate(self.cached_outputs):
             if t is not None:
-                torch._C._remove_cached_tensor(t)
+                if registered:
+                    torch._C._remove_cached_tensor(t)
                 ref = self.outputs_refs[i]
                 ref.extra, ref.baseline = None, 0
         self.cached_outputs = []

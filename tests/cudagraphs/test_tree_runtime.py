@@ -375,6 +375,42 @@ def test_backward_clears_pending_flag_and_next_call_starts_new_generation():
     assert manager().tree_shape() == {"fwd": [1]}     # backward recorded as the forward's child
 
 
+def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
+    # two gradients that are views of one buffer are rebuilt on every replay (not cached): they are
+    # pinned too, so that AccumulateGrad copies them instead of making pool memory the `.grad`
+    fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
+    bwd = tree_fn(lambda g: tuple(torch.stack([g * 2, g * 3]).unbind(0)), "bwd", mode="backward")
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w1, w2):
+            return fwd([w1 + w2])[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            return tuple(bwd([g.contiguous()]))
+
+    import torch._dynamo.mutation_guard as mg
+    w1, w2 = (torch.zeros(16, device="cuda", requires_grad=True) for _ in range(2))
+    for _ in range(4):
+        w1.grad = w2.grad = None
+        for scale in (1.0, 3.0):   # two micro-batches with different gradients
+            mg.GenerationTracker.generation += 1
+            (Op.apply(w1, w2) * scale).sum().backward()
+        torch.testing.assert_close(w1.grad, torch.full_like(w1, 2 * 4.0))
+        torch.testing.assert_close(w2.grad, torch.full_like(w2, 3 * 4.0))
+    assert stats()["replays"] >= 8
+    (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
+    from mini_inductor.runtime.cudagraph_nodes import _SAME_GRAPH
+    assert [k[0] for k in node.kinds][1] == _SAME_GRAPH and not any(node.cacheable)
+    pool = tuple(manager().pool)
+    segments = [(s["address"], s["address"] + s["total_size"]) for s in torch.cuda.memory_snapshot()
+                if tuple(s.get("segment_pool_id", ())) == pool]
+    for w in (w1, w2):
+        ptr = w.grad.untyped_storage().data_ptr()
+        assert not any(a <= ptr < b for a, b in segments)
+
+
 def test_reset_tears_down_pool_and_old_functions_fail():
     f = tree_fn(lambda x: (x * 2,))
     for _ in range(3):
