@@ -119,6 +119,10 @@ def pin_gradient(node, t: torch.Tensor) -> None:
 
 def unpin(node) -> None:
     node.pinned = []
+    for i in getattr(node, "pinned_rebuilt", ()):   # their liveness is the storage's use count again
+        ref = node.outputs_refs[i]
+        ref.extra, ref.baseline = None, 0
+    node.pinned_rebuilt = {}
 
 
 class GraphNode:
@@ -140,6 +144,7 @@ class GraphNode:
         self.rerecord_on_static_move = info.cfg.cudagraph_rerecord_on_static_change
         self.cached_outputs: list[torch.Tensor | None] = []
         self.pinned: list[torch.Tensor] = []
+        self.pinned_rebuilt: dict[int, torch.Tensor] = {}   # a backward replay's pinned rebuilt outputs
         self._classify_inputs(inputs, stable_idxs)
         if parent is not None:
             now = liveness(parent.path_refs)
@@ -402,19 +407,23 @@ class GraphNode:
 
     def _pin_replay_outputs(self, outs: list) -> None:
         """A backward replay's outputs are pinned until the next replay or the path's end (see
-        pin_gradient): the cached ones, and those rebuilt over fresh storage objects (outputs that share
-        memory with another output), whose pins become their storages' baseline so that they still count
-        as dead once autograd has copied them. An output aliasing an earlier node's (_PRIOR) is not
-        pinned: its liveness is that node's."""
+        pin_gradient): the cached ones, and those rebuilt over fresh storage objects on every replay
+        (outputs sharing memory with another output). A rebuilt one counts as dead while only its pins
+        hold it: its storage's uses now are the baseline, and `_only_pins_hold` watches the tensor itself.
+
+        Not pinned: an output in an earlier node's memory (_PRIOR, say a gradient passed through
+        unchanged from another graph's backward). A pin would keep that node's output alive, and a copy
+        would move an input the next graph reads in place; autograd may adopt such an output as `.grad`.
+        """
         self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
-        rebuilt = [i for i, kind in enumerate(self.kinds)
-                   if kind[0] in (_FRESH, _SAME_GRAPH) and self.cached_outputs[i] is None]
-        for i in rebuilt:
-            self.pinned.append((outs[i], outs[i]))
-        for i in rebuilt:   # after every pin: two outputs may share one storage
+        self.pinned_rebuilt = {i: outs[i] for i, kind in enumerate(self.kinds)
+                               if kind[0] in (_FRESH, _SAME_GRAPH) and self.cached_outputs[i] is None}
+        self.pinned += [(t, t) for t in self.pinned_rebuilt.values()]
+        for i in self.pinned_rebuilt:   # after every pin: two outputs may share one storage
             ref = self.outputs_refs[i]
             ref.baseline = 0
             ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)
+            ref.extra = functools.partial(_only_pins_hold, weakref.ref(self), i)
 
     def _retire_cached(self, i: int) -> torch.Tensor:
         """This replay overwrites the memory of an output the caller still holds from the last one.
@@ -441,7 +450,7 @@ class GraphNode:
                 ref = self.outputs_refs[i]
                 ref.extra, ref.baseline = None, 0
         self.cached_outputs = []
-        self.pinned = []
+        unpin(self)
 
     def mark_not_cacheable(self, i: int) -> None:
         """A later graph aliases output i: from now on it is rebuilt, not cached."""
@@ -499,6 +508,23 @@ def _fresh_autograd_state(t: torch.Tensor) -> None:
             t.grad = None
         if t.requires_grad:
             t.requires_grad_(False)
+
+
+def _only_pins_hold(node_ref, i: int) -> bool:
+    """Nothing but the node's pins holds output i's tensor, nor any other pinned output over the same
+    memory (outputs sharing a storage live and die together)."""
+    node = node_ref()
+    if node is None or i not in node.pinned_rebuilt:
+        return True
+    held, ptr = node.pinned_rebuilt, node.outputs_refs[i].ptr
+    for j in held:
+        if node.outputs_refs[j].ptr == ptr:
+            # references: this dict, the pin (two), getrefcount's argument, and the C++ side when it
+            # holds one more
+            extra = 1 if held[j]._use_count() > 1 else 0
+            if sys.getrefcount(held[j]) != 4 + extra:
+                return False
+    return True
 
 
 def _only_tree_holds(node_ref, i: int) -> bool:

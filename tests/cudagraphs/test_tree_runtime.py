@@ -411,6 +411,26 @@ def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
         assert not any(a <= ptr < b for a, b in segments)
 
 
+def test_rebuilt_backward_outputs_are_live_while_the_caller_holds_either():
+    # the pins of a backward's rebuilt outputs are discounted, a caller's hold on the tensors is not
+    fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
+    bwd = tree_fn(lambda g: tuple(torch.stack([g * 2, g * 3]).unbind(0)), "bwd", mode="backward")
+    import torch._dynamo.mutation_guard as mg
+    for _ in range(4):
+        mg.GenerationTracker.generation += 1
+        fwd([torch.randn(4, device="cuda")])
+        a, b = bwd([torch.ones(4, device="cuda")])
+    (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
+    assert sorted(node.pinned_rebuilt) == [0, 1] and stats()["replays"] >= 4
+    refs = node.outputs_refs
+    assert refs[0].alive() and refs[1].alive()
+    del a
+    assert refs[0].alive() and refs[1].alive()   # b holds their shared memory
+    del b
+    assert not refs[0].alive() and not refs[1].alive()
+    torch.testing.assert_close(node.pinned_rebuilt[1], torch.full((4,), 3.0, device="cuda"))
+
+
 def test_reset_tears_down_pool_and_old_functions_fail():
     f = tree_fn(lambda x: (x * 2,))
     for _ in range(3):
