@@ -411,14 +411,16 @@ class GraphNode:
         (outputs sharing memory with another output). A rebuilt one counts as dead while only its pins
         hold it: its storage's uses now are the baseline, and `_only_pins_hold` watches the tensor itself.
 
-        Not pinned: an output in an earlier node's memory (_PRIOR, say a gradient passed through
-        unchanged from another graph's backward). A pin would keep that node's output alive, and a copy
-        would move an input the next graph reads in place; autograd may adopt such an output as `.grad`.
+        An output in an earlier node's memory (_PRIOR: say a gradient passed through unchanged from
+        another graph's backward) is pinned too, and keeps that memory live until the pin goes: the
+        earlier node's liveness is its own, and a copy instead would move an input that the next graph
+        reads in place.
         """
         self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
         self.pinned_rebuilt = {i: outs[i] for i, kind in enumerate(self.kinds)
                                if kind[0] in (_FRESH, _SAME_GRAPH) and self.cached_outputs[i] is None}
         self.pinned += [(t, t) for t in self.pinned_rebuilt.values()]
+        self.pinned += [(outs[i], outs[i]) for i, kind in enumerate(self.kinds) if kind[0] == _PRIOR]
         for i in self.pinned_rebuilt:   # after every pin: two outputs may share one storage
             ref = self.outputs_refs[i]
             ref.baseline = 0

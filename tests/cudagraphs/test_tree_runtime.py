@@ -431,6 +431,39 @@ def test_rebuilt_backward_outputs_are_live_while_the_caller_holds_either():
     torch.testing.assert_close(node.pinned_rebuilt[1], torch.full((4,), 3.0, device="cuda"))
 
 
+def test_backward_output_in_a_forward_output_memory_is_copied_into_grads():
+    # the backward returns the forward's saved output (pool memory of an earlier node) as a gradient:
+    # pinned, it is copied by autograd, so `.grad` neither lives in the pool nor changes with the next
+    # forward's replay
+    fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
+    bwd = tree_fn(lambda g, y: (y,), "bwd", mode="backward")
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w, scale):
+            (y,) = fwd([w * scale])
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return bwd([g.contiguous(), y])[0], None
+
+    import torch._dynamo.mutation_guard as mg
+    w = torch.ones(16, device="cuda", requires_grad=True)
+    for _ in range(4):
+        w.grad = None
+        for scale in (1.0, 3.0):
+            mg.GenerationTracker.generation += 1
+            Op.apply(w, scale).sum().backward()
+        torch.testing.assert_close(w.grad, torch.full_like(w, 2 * 4.0))   # y = 2 * scale * w, summed
+    assert stats()["replays"] >= 8
+    from mini_inductor.runtime.cudagraph_nodes import _PRIOR
+    (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
+    assert node.kinds[0][0] == _PRIOR
+
+
 def test_reset_tears_down_pool_and_old_functions_fail():
     f = tree_fn(lambda x: (x * 2,))
     for _ in range(3):
