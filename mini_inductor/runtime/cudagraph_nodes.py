@@ -385,9 +385,9 @@ class GraphNode:
                 self._cache_output(i)
 
     def _cache_output(self, i: int) -> torch.Tensor:
-        """Output i's tensor object over its pool memory, registered as a cached tensor (the autocast
-        cache skips it). It counts as dead when only the tree holds it: the storage uses it has now
-        are the baseline. In a backward it is also pinned (see pin_gradient)."""
+        """Output i's tensor object over its pool memory, registered as a cached tensor in a forward
+        (the autocast cache skips it). It counts as dead when only the tree holds it: the storage uses
+        it has now are the baseline. In a backward it is pinned instead (see pin_gradient)."""
         meta = self.metas[i]
         t = tensor_on(meta, storage_at(meta))
         if self.info.mode != "backward":
