@@ -29,6 +29,15 @@ def stats():
     return trees.stats(0)
 
 
+def in_pool(t) -> bool:
+    """Whether tensor t's memory lies inside the device-0 tree's pool (the allocator's segments of it)."""
+    import torch
+
+    pool, ptr = tuple(manager().pool), t.untyped_storage().data_ptr()
+    return any(seg["address"] <= ptr < seg["address"] + seg["total_size"]
+               for seg in torch.cuda.memory_snapshot() if tuple(seg.get("segment_pool_id", ())) == pool)
+
+
 def fake_cuda_module(devices):
     """A stand-in for a generated module whose inputs live on `devices` ("cuda:0", "cpu", ...): enough
     for CompiledGraph to decide whether its partitions join a tree (no kernels, nothing runs)."""

@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mini_inductor
+from cg_helpers import in_pool
 from mini_inductor.runtime.cudagraph_utils import pool_segments
 
 pytestmark = pytest.mark.gpu
@@ -128,13 +129,6 @@ def _accumulate_two_micro_batches(model, steps=5):
     return model
 
 
-def _in_pool(t: torch.Tensor) -> bool:
-    pool = mini_inductor.cudagraphs.get_manager(0).pool
-    ptr = t.untyped_storage().data_ptr()
-    return any(seg["address"] <= ptr < seg["address"] + seg["total_size"]
-               for seg in torch.cuda.memory_snapshot() if tuple(seg.get("segment_pool_id", ())) == tuple(pool))
-
-
 def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_of_the_pool():
     # replayed gradients used to become `.grad` in pool memory (1-D ones: bias, norm weight), which the
     # next micro-batch's replay overwrote before autograd added to it
@@ -143,7 +137,7 @@ def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_o
     model.d_in = 32
     _accumulate_two_micro_batches(model)
     assert stats()["replays"] >= 8
-    assert not [n for n, p in model.named_parameters() if _in_pool(p.grad)]
+    assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
 
 class CatWeights(nn.Module):
@@ -164,7 +158,7 @@ def test_accumulation_of_gradients_sharing_one_buffer_matches_eager():
     torch.manual_seed(0)
     model = _accumulate_two_micro_batches(CatWeights().cuda())
     assert stats()["replays"] >= 8
-    assert not [n for n, p in model.named_parameters() if _in_pool(p.grad)]
+    assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
 
 def test_gradients_held_from_the_last_step_keep_their_values():
