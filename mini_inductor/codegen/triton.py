@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, product, static_int, upper_bound
+from ..lowering.sizevars import FloorDiv, ModularIndexing, index_range, product, static_int, upper_bound
 from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep, canonical_vars, simplify
 from ..scheduler.nodes import SchedulerNode
@@ -39,6 +39,8 @@ from .tiling import Tiling, choose_tiling, is_outer_reduction
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 TL_DTYPES = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -146,8 +148,12 @@ class TritonKernel:
         self.store_cache: dict[tuple[str, sympy.Expr], tuple[CSEVar, int]] = {}
         self.load_misses: set[str] = set()   # buffers stored here but read back from memory
         self.reduction_cache: dict[tuple, Any] = {}
-        # 32-bit index math overflows past 2**31 - 1 elements (program_id * XBLOCK, row * stride)
-        self.int64 = numel * max(rnumel, 1) > 2**31 - 1
+        # 64-bit index math where a loop variable passes int32 (blocks are powers of 2, so the masked
+        # lanes of a loop of at most 2**31 elements still fit), or an offset the kernel forms may
+        # (`wide_index`); 32-bit is kept where every offset provably fits, as it is faster
+        sizes = [numel, rnumel] + ([self.tiling.ynumel, self.tiling.xnumel] if self.tiling is not None else [])
+        self.int64 = max(sizes) > INT32_MAX
+        self.indirect: dict[sympy.Symbol, tuple[int, torch.dtype]] = {}   # indirect index → (size, dtype)
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
         self.loaded_in: dict[str, set[int]] = {}       # buffer → sections that load it from memory
@@ -180,6 +186,28 @@ class TritonKernel:
         self.section.lines.append(f"{var} = {expr}")
         self.section.cse[expr] = var
         return var
+
+    def wide_index(self, index: sympy.Expr, after_loop: bool = False) -> sympy.Expr:
+        """`index` as it is to be printed. Where the values it takes (each loop variable over its range,
+        each indirect index over the size of the dimension it indexes) may leave int32, the kernel
+        computes its indices in int64 and the 32-bit indirect indices in it are widened before any
+        multiplication: a loaded int32 index times a stride would wrap around."""
+        ranges = {**self.var_ranges, **{s: sympy.Integer(size) for s, (size, _) in self.indirect.items()}}
+        span = index_range(index, ranges)
+        if span is not None and INT32_MIN <= span[0] and span[1] <= INT32_MAX:
+            return index
+        self.int64 = True
+        narrow = [s for s in index.free_symbols if s in self.indirect and self.indirect[s][1] != torch.int64]
+        repl = {}
+        for s in sorted(narrow, key=lambda s: s.name):
+            code = f"{s.name}.to(tl.int64)"
+            if after_loop:   # where the after-loop code (finalize) can see it
+                var = self.newvar(torch.int64)
+                self.section.finalize.append(f"{var} = {code}")
+            else:
+                var = self.emit(code, torch.int64)
+            repl[s] = sympy.Symbol(var.name, integer=True, nonnegative=True)
+        return index.xreplace(repl)
 
     # ── codegen of the nodes ──────────────────────────────────────────────────────────────────
     def generate(self) -> str:
@@ -291,7 +319,7 @@ class TritonKernel:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:]", "xmask = xindex < xnumel"]
         else:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                     "rbase = tl.arange(0, RBLOCK)[None, :]"]
+                     f"rbase = tl.arange(0, RBLOCK)[None, :]{idx}"]
             if not self.looped:
                 body += ["rindex = rbase", "rmask = rindex < rnumel"]
         for i in sorted(self.sections):
@@ -415,20 +443,18 @@ class TritonOps:
             k.load_misses.add(name)
         elif name not in k.loads:
             k.loads.append(name)
-        if max((static_int(a) for a in index.atoms(sympy.Integer)), default=0) > 2**31 - 1:
-            k.int64 = True
         dtype = k.buffer_dtypes[name]
         kind = "bcast" if name in k.broadcast_reads else ("loop" if k.looped and self.inside else "")
         k.loaded_in.setdefault(name, set()).add(k.section.index)
         return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index, name)}@evict:{name}:{kind}@)", dtype)
 
-    def _pointer(self, name: str, index) -> str:
+    def _pointer(self, name: str, index, after_loop: bool = False) -> str:
         # an index without xindex (or yindex) still needs a block of pointers to match the mask
         if self.k.tiling is not None:
             pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros([YBLOCK, XBLOCK], tl.int32)"
         else:
             pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
-        return f"@{name}@ + {_operand(index)}{pad}"
+        return f"@{name}@ + {_operand(self.k.wide_index(index, after_loop))}{pad}"
 
     def store(self, name: str, index, value, mode: str | None = None, after_loop: bool = False):
         k = self.k
@@ -453,7 +479,7 @@ class TritonOps:
                 k.section.finalize.append(f"{cast} = {value}.to({tl_dtype(dtype)})")
                 value = cast
             k.store_cache[(name, index)] = (value, k.section.index + 1)
-            k.section.finalize.append(StoreLine(name, f"tl.store({self._pointer(name, index)}, {value}, xmask)"))
+            k.section.finalize.append(StoreLine(name, f"tl.store({self._pointer(name, index, True)}, {value}, xmask)"))
             return
         if value.dtype != dtype:
             value = self.to_dtype(value, dtype)
@@ -477,7 +503,7 @@ class TritonOps:
         expr = self._index(expr)
         if not expr.free_symbols:
             return self.constant(int(expr), dtype)
-        return self.k.emit(f"({texpr(expr)}).to({tl_dtype(dtype)})", dtype)
+        return self.k.emit(f"({texpr(self.k.wide_index(expr))}).to({tl_dtype(dtype)})", dtype)
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):
         if x.dtype == dtype:
@@ -520,7 +546,9 @@ class TritonOps:
                     f"\"index out of bounds: 0 <= {wrapped} < {size}\")")
             if line not in self.k.section.lines:
                 self.k.section.lines.append(line)
-        return sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
+        symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
+        self.k.indirect[symbol] = (size, wrapped.dtype)
+        return symbol
 
     def _binary(self, fmt: str, a, b, dtype=None):
         return self.k.emit(fmt.format(a=a, b=b), dtype or a.dtype)

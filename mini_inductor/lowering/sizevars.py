@@ -194,6 +194,47 @@ def upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
     return total + 1
 
 
+def index_range(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> tuple[int, int] | None:
+    """The least and the greatest value (both inclusive) `expr` takes while each symbol s of it walks
+    0 … ranges[s] - 1; None when a symbol has no integer range or a function is not one of
+    +, *, FloorDiv, ModularIndexing. Unlike `upper_bound`, negative terms are allowed (a flip)."""
+    if expr.is_Integer:
+        return int(expr), int(expr)
+    if isinstance(expr, sympy.Symbol):
+        size = ranges.get(expr)
+        if size is None or not getattr(size, "is_Integer", False):
+            return None
+        return 0, max(int(size) - 1, 0)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [index_range(a, ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        lo, hi = parts[0]
+        for plo, phi in parts[1:]:
+            if isinstance(expr, sympy.Add):
+                lo, hi = lo + plo, hi + phi
+            else:
+                corners = (lo * plo, lo * phi, hi * plo, hi * phi)
+                lo, hi = min(corners), max(corners)
+        return lo, hi
+    if isinstance(expr, (FloorDiv, ModularIndexing)) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
+        inner = index_range(expr.args[0], ranges)
+        if inner is None:
+            return None
+        div = int(expr.args[1])
+        # floor below, truncation above: the generated code's // truncates negative values toward 0
+        lo, hi = inner[0] // div, (inner[1] // div if inner[1] >= 0 else -(-inner[1] // div))
+        if isinstance(expr, FloorDiv):
+            return lo, hi
+        mod = expr.args[2]
+        if not mod.is_Integer or int(mod) <= 0:
+            return None
+        if lo >= 0 and hi < int(mod):
+            return lo, hi
+        return (0 if lo >= 0 else 1 - int(mod)), int(mod) - 1
+    return None
+
+
 def _simplify_divmod(node: Expr, ranges: dict[sympy.Symbol, Expr]) -> Expr | None:
     if isinstance(node, FloorDiv):
         base, div = node.args
