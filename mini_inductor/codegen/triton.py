@@ -193,8 +193,7 @@ class TritonKernel:
         computes its indices in int64 and the 32-bit indirect indices in it are widened before any
         multiplication: a loaded int32 index times a stride would wrap around."""
         ranges = {**self.var_ranges, **{s: sympy.Integer(size) for s, (size, _) in self.indirect.items()}}
-        span = index_range(index, ranges)
-        if span is not None and INT32_MIN <= span[0] and span[1] <= INT32_MAX:
+        if _fits_int32(index, ranges):
             return index
         self.int64 = True
         narrow = [s for s in index.free_symbols if s in self.indirect and self.indirect[s][1] != torch.int64]
@@ -366,6 +365,21 @@ class TritonKernel:
 
 
 _EVICT = re.compile(r"@evict:(\w+):(\w*)@")
+
+
+def _fits_int32(index: sympy.Expr, ranges: dict) -> bool:
+    """Whether every value the printed `index` computes on the way, not only its result, fits int32:
+    each subexpression's range (a product inside a floor division, say), and each sum's terms added
+    in any order (a flip's `C - 70000*x` fits while `-70000*x` alone may not)."""
+    for sub in sympy.preorder_traversal(index):
+        span = index_range(sub, ranges)
+        if span is None or span[0] < INT32_MIN or span[1] > INT32_MAX:
+            return False
+        if isinstance(sub, sympy.Add):
+            terms = [index_range(a, ranges) for a in sub.args]
+            if sum(max(abs(lo), abs(hi)) for lo, hi in terms) > INT32_MAX:
+                return False
+    return True
 
 
 def _broadcast_reads(node: SchedulerNode) -> set[str]:

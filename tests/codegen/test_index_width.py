@@ -142,3 +142,15 @@ def test_arange_with_a_big_step_computes_its_values_in_int64():
 def test_arange_falling_below_minus_2_to_the_31_computes_in_int64():
     x = torch.ones(40000, dtype=I64)
     check(lambda x: torch.arange(0, -70000 * 40000, -70000, device=x.device) + x, x)
+
+
+def test_an_index_whose_intermediate_values_pass_int32_is_not_narrow():
+    from mini_inductor.codegen.triton import _fits_int32
+
+    ranges = {X: sympy.Integer(40000)}
+    # the result stays below 2**31, the product inside the division does not
+    assert index_range(FloorDiv(70001 * X, 1000), ranges)[1] < 2**31
+    assert not _fits_int32(FloorDiv(70001 * X, 1000), ranges)
+    # a flip: each sum of the terms in some order leaves int32 though the result does not
+    assert not _fits_int32(2799999999 - 70000 * X, ranges)
+    assert _fits_int32(FloorDiv(7000 * X, 1000) + 5, ranges)
