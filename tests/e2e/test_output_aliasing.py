@@ -98,6 +98,15 @@ def test_views_of_an_output_computed_before_an_input_mutation_keep_the_old_value
     check_aliasing(fn, torch.randn(4, 4, device=device))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("case", ["transpose_before_its_column_major_base", "output_returned_twice",
+                                  "two_rows_of_a_column_major_intermediate", "views_of_a_matmul"])
+def test_outputs_of_cuda_graph_replays_share_storage_as_eager_does(case, grad):
+    # warm-up, recording, then replays: each replay's outputs alias one another as the first run's did
+    check_aliasing(CASES[case], torch.randn(4, 4, device="cuda"), grad=grad, runs=4)
+
+
 # ── served from the on-disk caches ───────────────────────────────────────────────────────────
 def _compile_fresh(fn, x, grad: bool, **options):
     """Compile and run `fn` with the in-process caches emptied, so only the disk can serve it: its
