@@ -2,6 +2,7 @@
 view of an input. A write through one output then shows in the others, as in eager; also with
 autograd on, and when the compiled graph comes from the on-disk caches."""
 import contextlib
+
 import pytest
 import torch
 
