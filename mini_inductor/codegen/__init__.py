@@ -38,6 +38,14 @@ def reinterpret(t, size, stride, offset):
     return torch.as_strided(t, size, stride, t.storage_offset() + offset)
 
 
+def restrided(t, size, stride):
+    """An ATen output with the strides the kernels expect: `t` when they agree where observable, else a copy."""
+    if t.numel() == 0 or all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride)):
+        return t
+    span = 1 + sum((n - 1) * s for n, s in zip(size, stride))   # no empty_strided call: in the source, those are planned buffers
+    return torch.empty(span, dtype=t.dtype, device=t.device).as_strided(size, stride).copy_(t)
+
+
 CONSTANTS = {{}}  # get_attr tensors of the graph, filled in by the loader
 '''
 

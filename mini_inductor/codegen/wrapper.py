@@ -122,6 +122,17 @@ class KernelCallLine:
         return f"# {self.comment}\n{launch}"
 
 
+def strides_guard(fresh: "AllocateLine | None") -> str:
+    """The line after an ATen call that gives its output `fresh` the strides the kernels reading it
+    were generated for: ATen may pick other strides than its FakeTensor said (batch norm's statistics
+    path on a permuted input does), and a kernel indexing with the predicted ones reads wrong elements.
+    Each call compares the strides; only a mismatch calls `restrided` (a copy where observable)."""
+    if fresh is None:   # a view or an in-place result: its strides follow from its input's
+        return ""
+    return f"\nif {fresh.name}.stride() != {_ints(fresh.stride)}: {fresh.name} = restrided({fresh.name}, " \
+           f"{_ints(fresh.size)}, {_ints(fresh.stride)})"
+
+
 @dataclasses.dataclass
 class ExternCallLine:
     name: str
@@ -140,7 +151,7 @@ class ExternCallLine:
         kwargs = "".join(f", {k}={render_arg(v)}" for k, v in self.kwargs.items())
         if kwargs and not args:
             kwargs = kwargs[2:]
-        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})"
+        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})" + strides_guard(self.fresh)
 
 
 @dataclasses.dataclass
@@ -151,7 +162,7 @@ class MultiOutputLine:
     fresh: AllocateLine | None = None   # as ExternCallLine.fresh, for this output of the call
 
     def emit(self) -> str:
-        return f"{self.name} = {self.parent}" + "".join(f"[{i}]" for i in self.path)
+        return f"{self.name} = {self.parent}" + "".join(f"[{i}]" for i in self.path) + strides_guard(self.fresh)
 
 
 @dataclasses.dataclass

@@ -90,6 +90,7 @@ class GraphLowering:
         self._buffer_count = 0
         self._new_buffers: list[Buffer] = []
         self._gpu_scalars: dict[int, tuple[IRNode, IRNode]] = {}   # id(CPU 0-d value) → (it, its GPU copy)
+        self._output_bases: set[torch.fx.Node] = set()   # see _output_bases
 
     # called by ir.StorageBox.realize and friends
     def new_buffer_name(self) -> str:
@@ -113,6 +114,7 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
+        self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = self._placeholder(node, len(inputs))
@@ -201,6 +203,8 @@ class GraphLowering:
         except Exception as e:
             raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
         self._attach_origins(result, origin, args)
+        if node in self._output_bases:
+            _prefer_eager_strides(result, meta)
         if self.gm.meta.get(layout_opt.MARK):
             _prefer_channels_last(result, node.meta.get("val"))
         uses = sum(_count_uses(user, node) for user in node.users)
@@ -321,6 +325,30 @@ def _prefer_channels_last(result, meta) -> None:
         for r, m in zip(result, meta):
             _prefer_channels_last(r, m)
     elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
+        result.preferred_stride = tuple(meta.stride())
+
+
+def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The outputs and every node an output is a view (or an in-place result) of, through chains of views.
+
+    Realized with eager's strides, such a base makes each view of it that the graph returns come out
+    with eager's strides too, so the output is that view and not a copy: outputs that share storage
+    in eager share it compiled (an inference graph's aliasing is ours to keep; AOT autograd only
+    regenerates aliases of intermediates when autograd is on)."""
+    found: set[torch.fx.Node] = set()
+    for node in graph.find_nodes(op="output"):
+        for arg in _leaves(node.args):
+            while isinstance(arg, torch.fx.Node) and arg not in found:
+                found.add(arg)
+                is_view = arg.op == "call_function" and _is_view(arg.target) and arg.args
+                arg = arg.args[0] if is_view else None
+    return found
+
+
+def _prefer_eager_strides(result, meta) -> None:
+    """Realize `result`, should it be realized, with eager's strides when they are dense (see _output_bases)."""
+    if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) \
+            and result.preferred_stride is None:
         result.preferred_stride = tuple(meta.stride())
 
 
