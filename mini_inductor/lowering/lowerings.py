@@ -93,7 +93,17 @@ def device_of(args) -> torch.device:
     for a in args:
         if isinstance(a, IRNode):
             return a.get_device()
-    raise ValueError("a pointwise op needs at least one tensor input")
+    # no device to put a kernel on: ATen computes the op on its (wrapped) scalars
+    raise NotImplementedError("a pointwise op of scalars only")
+
+
+def constant(value, dtype: torch.dtype):
+    """ops.constant, with an integer wrapped into an integer dtype's range as eager's cast wraps it
+    (uint8 + 300 adds 44, uint8 * -1 multiplies by 255)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool and not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        value = (value - info.min) % (1 << info.bits) + info.min
+    return ops.constant(value, dtype)
 
 
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
@@ -115,7 +125,7 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
                     v = ld(idx)
                     values.append(v if a.get_dtype() == cdt else ops.to_dtype(v, cdt))
                 else:
-                    values.append(ops.constant(a, cdt))
+                    values.append(constant(a, cdt))
             out = fn(*values)
             return out if rdt == _result_dtype_of(fn, cdt) else ops.to_dtype(out, rdt)
         return Pointwise.create(device_of(args), rdt, inner_fn, out_size)
@@ -145,6 +155,12 @@ def _op(name):
 
 for _name in ["neg", "abs", "floor", "ceil", "trunc", "sign"]:
     register_pointwise(getattr(aten, _name), _op(_name))
+
+
+@register_lowering(aten.sign)
+def sign(x):
+    # a bool is its own sign (the generic body subtracts booleans, which Triton's interpreter refuses)
+    return clone(x) if x.get_dtype() == torch.bool else make_pointwise(_op("sign"))(x)
 register_pointwise(aten.round.default, _op("round"))
 for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
@@ -174,9 +190,10 @@ def add_sub(a, b, alpha=1):
 
 
 def _add_sub(a, b, alpha, name):
-    if alpha != 1:
-        b = lowering_of(aten.mul.Tensor)(b, alpha)
-    return make_pointwise(_op(name))(a, b)
+    if alpha == 1:
+        return make_pointwise(_op(name))(a, b)
+    # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar
+    return make_pointwise(lambda x, y, s: getattr(ops, name)(x, ops.mul(y, s)))(a, b, alpha)
 
 
 register_lowering(aten.sub)(lambda a, b, alpha=1: _add_sub(a, b, alpha, "sub"))
@@ -239,14 +256,33 @@ def empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 @register_lowering(aten.pow)
 def pow_(a, b):
-    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode):
+    scalar_exponent = isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode)
+    if scalar_exponent:
         if b == 2:
-            return make_pointwise(lambda x, _: ops.mul(x, x))(a, b)
+            return make_pointwise(lambda x, _: ops.mul(x, x), KIND.BOOL_TO_LONG)(a, b)
         if b == 0.5:
             return make_pointwise(lambda x, _: ops.sqrt(x), KIND.INT_TO_FLOAT)(a, b)
         if b == 1:
-            return make_pointwise(lambda x, _: x)(a, b)
-    return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+            return make_pointwise(lambda x, _: x, KIND.BOOL_TO_LONG)(a, b)
+    cdt, _ = promote([a, b], KIND.BOOL_TO_LONG)
+    if cdt.is_floating_point:
+        return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+    if not scalar_exponent or b < 0:
+        # eager's integer pow of a tensor exponent loops over its bits; of a negative scalar, it raises
+        raise NotImplementedError("integer pow with a tensor or negative exponent")
+    return make_pointwise(lambda x, _: _int_power(x, b, cdt), KIND.BOOL_TO_LONG)(a, b)
+
+
+def _int_power(x, n: int, dtype: torch.dtype):
+    """x ** n by squaring: products wrap around in the integer dtype, as eager's do."""
+    result = None
+    while n:
+        if n & 1:
+            result = x if result is None else ops.mul(result, x)
+        n >>= 1
+        if n:
+            x = ops.mul(x, x)
+    return ops.constant(1, dtype) if result is None else result
 
 
 @register_lowering(aten.where)
@@ -266,7 +302,7 @@ def where(cond, a, b):
                 v = l(idx)
                 vals.append(v if t.get_dtype() == rdt else ops.to_dtype(v, rdt))
             else:
-                vals.append(ops.constant(t, rdt))
+                vals.append(constant(t, rdt))
         return ops.where(c, *vals)
     return Pointwise.create(device_of(tensors), rdt, inner_fn, out_size)
 
@@ -339,7 +375,7 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
         dtype = (torch.bool if isinstance(fill_value, bool) else
                  torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
     device = torch.device(device) if device is not None else torch.device("cpu")
-    return Pointwise.create(device, dtype, lambda idx: ops.constant(fill_value, dtype), list(size))
+    return Pointwise.create(device, dtype, lambda idx: constant(fill_value, dtype), list(size))
 
 
 @register_lowering(aten.scalar_tensor)

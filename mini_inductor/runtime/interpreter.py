@@ -70,13 +70,13 @@ def install() -> None:
     for name, fn in _TORCH_FNS.items():
         if hasattr(libdevice, name):
             setattr(libdevice, name, _standin(name, fn))
-    _round_bfloat16_to_nearest_even()
+    _patch_casts_and_constants()
     _vectorize_helper_reductions()
     _INSTALLED = True
 
 
-def _round_bfloat16_to_nearest_even() -> None:
-    """bfloat16 casts and constants as the GPU (and eager) compute them.
+def _patch_casts_and_constants() -> None:
+    """bfloat16 casts and constants, and unsigned all-ones values, as the GPU (and eager) compute them.
 
     The interpreter holds a bfloat16 as its bits in a uint16 array: it truncates float32 → bfloat16,
     casts any other dtype to or from bfloat16 with a plain numpy astype (of the bits: garbage), and
@@ -102,8 +102,17 @@ def _round_bfloat16_to_nearest_even() -> None:
         bits = _as_numpy(torch.tensor([value], dtype=torch.bfloat16))
         return interpreter.TensorHandle(bits, tl.bfloat16)
 
+    def get_all_ones_value(self, type):
+        # the interpreter's own fills -1 into the dtype, which numpy refuses for an unsigned one (~uint8)
+        np_type = interpreter._get_np_dtype(type)
+        if np_type.kind != "u":
+            return original_all_ones(self, type)
+        return interpreter.TensorHandle(np.full(1, np.iinfo(np_type).max, dtype=np_type), type.scalar)
+
+    original_all_ones = builder.get_all_ones_value
     builder.cast_impl = cast_impl
     builder.get_bf16 = get_bf16
+    builder.get_all_ones_value = get_all_ones_value
     # the interpreter binds these to its own cast_impl at class creation: point them at ours
     for name in ("create_fp_trunc", "create_fp_ext", "create_si_to_fp", "create_ui_to_fp", "create_fp_to_si",
                  "create_fp_to_ui"):
