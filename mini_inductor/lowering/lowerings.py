@@ -184,6 +184,19 @@ register_pointwise(aten.isinf, _bool_result(_op("isinf")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.signbit, _bool_result(_op("signbit")), KIND.ALWAYS_BOOL)
 
 
+def _shift_by_scalar(name):
+    def lowering(x, amount):
+        # eager gives 0 (or the sign, shifting right) past the bit width; Triton's shift is undefined there
+        if isinstance(amount, IRNode) or not 0 <= amount < torch.iinfo(x.get_dtype()).bits:
+            raise NotImplementedError("a shift by a tensor, or by a scalar outside the bit width")
+        return make_pointwise(_op(name))(x, amount)
+    return lowering
+
+
+register_lowering(aten.__lshift__.Scalar)(_shift_by_scalar("bitwise_left_shift"))
+register_lowering(aten.__rshift__.Scalar)(_shift_by_scalar("bitwise_right_shift"))
+
+
 @register_lowering(aten.add)
 def add_sub(a, b, alpha=1):
     return _add_sub(a, b, alpha, "add")

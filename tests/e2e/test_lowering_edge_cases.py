@@ -144,3 +144,11 @@ def test_a_pointwise_op_of_scalars_only_runs_in_aten(device):
     x = torch.arange(4.0, device=device)
     (result,) = module.call([x], dict(lowered.constants))
     assert torch.equal(result, x * 5)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_shift_by_a_scalar_is_generated(device, dtype):
+    x = _ints(dtype, device, -100, 100)
+    check(lambda x: (x << 3, x >> 2, x << 0), x, kernels=1)
+    assert_no_fallbacks()
+
