@@ -106,6 +106,18 @@ def constant(value, dtype: torch.dtype):
     return ops.constant(value, dtype)
 
 
+def check_converts(value, dtype: torch.dtype) -> None:
+    """Refuse (the node runs in ATen, which raises as eager does) a scalar that eager's checked conversion
+    to an integer dtype rejects: a fill value, a clamp bound, a where branch or an alpha out of range.
+    An unsigned dtype takes negatives down to -max (they wrap: full(-1, uint8) is 255)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or dtype == torch.bool or dtype.is_floating_point:
+        return
+    info = torch.iinfo(dtype)
+    low = -info.max if info.min == 0 else info.min
+    if not low <= value <= info.max:
+        raise NotImplementedError(f"{value} cannot be converted to {dtype} without overflow")
+
+
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
                    compute_dtype: torch.dtype | None = None) -> Callable:
     """A lowering that applies `fn` (a function of `ops` values) element by element."""
@@ -153,14 +165,8 @@ def _op(name):
     return lambda *a: getattr(ops, name)(*a)
 
 
-for _name in ["neg", "abs", "floor", "ceil", "trunc", "sign"]:
+for _name in ["neg", "abs", "floor", "ceil", "trunc"]:
     register_pointwise(getattr(aten, _name), _op(_name))
-
-
-@register_lowering(aten.sign)
-def sign(x):
-    # a bool is its own sign (the generic body subtracts booleans, which Triton's interpreter refuses)
-    return clone(x) if x.get_dtype() == torch.bool else make_pointwise(_op("sign"))(x)
 register_pointwise(aten.round.default, _op("round"))
 for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
@@ -184,6 +190,12 @@ register_pointwise(aten.isinf, _bool_result(_op("isinf")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.signbit, _bool_result(_op("signbit")), KIND.ALWAYS_BOOL)
 
 
+@register_lowering(aten.sign)
+def sign(x):
+    # a bool is its own sign (the generic body subtracts booleans, which Triton's interpreter refuses)
+    return clone(x) if x.get_dtype() == torch.bool else make_pointwise(_op("sign"))(x)
+
+
 def _shift_by_scalar(name):
     def lowering(x, amount):
         # eager gives 0 (or the sign, shifting right) past the bit width; Triton's shift is undefined there
@@ -205,6 +217,7 @@ def add_sub(a, b, alpha=1):
 def _add_sub(a, b, alpha, name):
     if alpha == 1:
         return make_pointwise(_op(name))(a, b)
+    check_converts(alpha, promote([a, b], KIND.DEFAULT)[0])
     # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar
     return make_pointwise(lambda x, y, s: getattr(ops, name)(x, ops.mul(y, s)))(a, b, alpha)
 
@@ -301,6 +314,8 @@ def _int_power(x, n: int, dtype: torch.dtype):
 @register_lowering(aten.where)
 def where(cond, a, b):
     cdt, rdt = promote([a, b], KIND.NO_OPMATH)
+    for branch in (a, b):
+        check_converts(branch, rdt)
     tensors = [t for t in (cond, a, b) if isinstance(t, IRNode)]
     out_size = broadcast_sizes(*[t.get_size() for t in tensors])
     ld = [broadcast_loader(t, out_size) if isinstance(t, IRNode) else t for t in (cond, a, b)]
@@ -322,6 +337,8 @@ def where(cond, a, b):
 
 @register_lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
 def clamp(x, min=None, max=None):
+    for bound in (min, max):
+        check_converts(bound, promote([x, bound], KIND.DEFAULT)[1] if bound is not None else x.get_dtype())
     out = x
     if min is not None:
         out = make_pointwise(_op("maximum"))(out, min)
@@ -387,6 +404,7 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     if dtype is None:
         dtype = (torch.bool if isinstance(fill_value, bool) else
                  torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
+    check_converts(fill_value, dtype)
     device = torch.device(device) if device is not None else torch.device("cpu")
     return Pointwise.create(device, dtype, lambda idx: constant(fill_value, dtype), list(size))
 

@@ -152,3 +152,17 @@ def test_shift_by_a_scalar_is_generated(device, dtype):
     check(lambda x: (x << 3, x >> 2, x << 0), x, kernels=1)
     assert_no_fallbacks()
 
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.where(x > 1, 300, x),
+    lambda x: x.clamp(max=300),
+    lambda x: torch.full((4,), 256, dtype=torch.uint8, device=x.device) + x,
+    lambda x: torch.add(x.to(torch.int8), 3, alpha=300),
+], ids=["where", "clamp", "full", "alpha"])
+def test_a_scalar_eager_cannot_convert_raises_as_in_eager(device, fn):
+    x = torch.arange(4, device=device).to(torch.uint8)
+    with pytest.raises(Exception, match="cannot be converted to type u?int8_t without overflow"):
+        fn(x)
+    with pytest.raises(Exception, match="cannot be converted to type u?int8_t without overflow"):
+        compile_fn(fn)(x)
