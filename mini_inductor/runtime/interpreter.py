@@ -7,6 +7,9 @@ function to the numpy arrays the interpreter holds, so CI and the GPU share one 
 It also runs `tl.reduce` with a combine function of its own one element at a time, in Python (a
 max-pool or a Welford kernel took a minute). The combine functions of triton_helpers get numpy
 versions with the same semantics (NaN propagation, lowest index on ties, Welford merging).
+
+And it gets bfloat16 wrong (casts from anything but float32, constants) and ~ of unsigned ints: those
+builder methods are replaced by ones that convert through torch, rounding as eager does.
 """
 from __future__ import annotations
 
