@@ -10,6 +10,7 @@ import torch
 import mini_inductor
 from mini_inductor import metrics
 from mini_inductor.errors import LoweringError
+from mini_inductor.lowering.graph import GraphLowering
 from mini_inductor.lowering.lowerings import LOWERINGS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -36,10 +37,20 @@ def test_reduce_overhead_mode_is_accepted(device):
     torch.testing.assert_close(torch.compile(_f, backend="mini_inductor", mode="reduce-overhead")(x), _f(x))
 
 
+def _break_relus_fallback(monkeypatch):
+    """relu without a lowering, and its ATen fallback failing to build: a lowering error (a lowering
+    that raises only makes its node a fallback)."""
+    def broken(self, node, target, *args, **kwargs):
+        if target is aten.relu.default:
+            raise ValueError("boom")
+        return original(self, node, target, *args, **kwargs)
+    original = GraphLowering._extern
+    monkeypatch.delitem(LOWERINGS, aten.relu.default)
+    monkeypatch.setattr(GraphLowering, "_extern", broken)
+
+
 def test_lowering_error_names_stage_graph_and_op(device, monkeypatch):
-    def broken(*args):
-        raise ValueError("boom")
-    monkeypatch.setitem(LOWERINGS, aten.relu.default, broken)
+    _break_relus_fallback(monkeypatch)
     with pytest.raises(Exception) as info:
         torch.compile(_f, backend="mini_inductor")(torch.randn(4, 8, device=device))
     err = info.value
@@ -52,9 +63,7 @@ def test_lowering_error_names_stage_graph_and_op(device, monkeypatch):
 
 
 def test_fallback_on_error_runs_the_graph_eagerly_with_one_warning(device, monkeypatch):
-    def broken(*args):
-        raise ValueError("boom")
-    monkeypatch.setitem(LOWERINGS, aten.relu.default, broken)
+    _break_relus_fallback(monkeypatch)
     x = torch.randn(4, 8, device=device)
     cf = torch.compile(_f, backend="mini_inductor", options={"fallback_on_error": True})
     with pytest.warns(UserWarning, match="runs eagerly"):

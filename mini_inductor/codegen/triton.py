@@ -702,8 +702,9 @@ class TritonOps:
             k.section.lines += [f"{v} = {v}[:, None]" for v in out]
             return tuple(out)
         if rtype in ("argmax", "argmin"):
-            idx = k.emit(f"tl.broadcast_to(rindex, {value}.shape)", torch.int64)
+            # the masked value is [XBLOCK, RBLOCK] even where `value` does not vary along r (an expanded dim)
             masked = k.emit(f"tl.where({mask}, {value}, {self._identity(rtype, value.dtype)})", value.dtype)
+            idx = k.emit(f"tl.broadcast_to(rindex, {masked}.shape)", torch.int64)
             out = k.emit(f"triton_helpers.{rtype}({masked}, {idx}, 1)[:, None]", torch.int64)
             return self.to_dtype(out, torch.int64)
         ident = self._identity(rtype, dtype)
@@ -737,7 +738,7 @@ class TritonOps:
                          f"{acc_i} = tl.full({shape}, 2147483647, tl.int64)"]
             nv, ni = k.newvar(value.dtype), k.newvar(torch.int64)
             sec.lines.append(f"{nv}, {ni} = triton_helpers.{rtype}_update({acc}, {acc_i}, {value}, "
-                             f"tl.broadcast_to(rindex, {value}.shape).to(tl.int64))")
+                             f"tl.broadcast_to(rindex, {acc}.shape).to(tl.int64))")
             sec.lines += [f"{acc} = tl.where({mask}, {nv}, {acc})", f"{acc_i} = tl.where({mask}, {ni}, {acc_i})"]
             out = k.newvar(torch.int64)
             sec.finalize.append(f"{out} = triton_helpers.{rtype}({acc}, {acc_i}, 1)[:, None]")

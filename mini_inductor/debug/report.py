@@ -105,7 +105,8 @@ def graph_report(trace) -> dict[str, Any]:
     def outcome(a: str, b: str) -> str:
         ka, kb = kernel_of.get(a.split("_")[0]), kernel_of.get(b.split("_")[0])
         return f"both end up in {ka} through other fusions" if ka is not None and ka == kb else ""
-    fallbacks = [{"op": op, "count": n, "why": _fallback_reason(op)} for op, n in sorted(lowered.fallback_ops.items())]
+    fallbacks = [{"op": op, "count": n, "why": getattr(lowered, "fallback_reasons", {}).get(op) or _fallback_reason(op)}
+                 for op, n in sorted(lowered.fallback_ops.items())]
     memory = {k: getattr(sched, k, None) or getattr(trace.record, k, None)
               for k in ("planned_peak_bytes", "estimated_bytes_moved")}
     # the cuBLAS workspace a CUDA-graph recording allocates besides the planned buffers

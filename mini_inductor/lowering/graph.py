@@ -5,8 +5,10 @@
     call_function     → LOWERINGS[target](...)  or an ExternKernel (library op or fallback)
     output            → realized buffers with eager's strides
 
-Ops without a lowering (or whose lowering raises NotImplementedError for these arguments) become
-fallback ExternKernels that call the ATen op, counted per graph in `LoweredGraph.fallback_ops`.
+Ops without a lowering, or whose lowering raises for these arguments, become fallback ExternKernels
+that call the ATen op, counted per graph in `LoweredGraph.fallback_ops` (the reason in
+`fallback_reasons`). A lowering's NotImplementedError is a refusal, logged under perf_hints; any other
+exception is a bug in the lowering, logged as a warning, and the node still runs in ATen.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from .sizevars import sympify_seq
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
+log = logging.getLogger("mini_inductor")
 
 # Library calls: extern kernels by design, not counted as fallbacks.
 EXTERN_OPS = {
@@ -62,6 +65,7 @@ class LoweredGraph:
     fallback_ops: collections.Counter
     extern_ops: list[str]
     num_fx_nodes: int
+    fallback_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # op → why its lowering declined
 
     def describe(self) -> str:
         """The IR before fusion, one buffer a line (for the debug dir)."""
@@ -84,6 +88,7 @@ class GraphLowering:
         self.cfg = cfg
         self.buffers: list[Buffer] = []
         self.fallback_ops: collections.Counter = collections.Counter()
+        self.fallback_reasons: dict[str, str] = {}
         self.extern_ops: list[str] = []
         self.constants: dict[str, torch.Tensor] = {}
         self.random_streams = RandomStreams()  # the seed and Philox offsets of the graph's random ops
@@ -144,7 +149,7 @@ class GraphLowering:
                     if isinstance(arg, torch.fx.Node):   # a copy made for the output (eager's strides)
                         self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
-                            self.extern_ops, num_fx)
+                            self.extern_ops, num_fx, self.fallback_reasons)
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")
@@ -192,10 +197,9 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     result = lowering(*args, **kwargs)
-                except NotImplementedError as why:   # this case of the op runs in ATen; say why once
+                except Exception as why:   # this case of the op runs in ATen; say why
                     result = None
-                    perf_log.info("%s: %s (node %%%s) falls back to ATen: %s", self.name, _op_name(target),
-                                  node.name, why)
+                    self._declined(node, target, why)
             if result is None:
                 result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
         except LoweringError:
@@ -210,6 +214,17 @@ class GraphLowering:
         uses = sum(_count_uses(user, node) for user in node.users)
         self._mark_reuse(result, uses)
         return result
+
+    def _declined(self, node: torch.fx.Node, target, why: Exception) -> None:
+        """Record and log why `node`'s lowering gave up; the caller runs the node in ATen."""
+        op = _op_name(target)
+        reason = str(why) if isinstance(why, NotImplementedError) else f"{type(why).__name__}: {why}"
+        self.fallback_reasons.setdefault(op, reason)
+        if isinstance(why, NotImplementedError):   # a case the lowering does not generate
+            perf_log.info("%s: %s (node %%%s) falls back to ATen: %s", self.name, op, node.name, reason)
+        else:   # a lowering bug: loud, but the graph still compiles
+            log.warning("%s: the lowering of %s (node %%%s) raised %s; the node runs in ATen instead",
+                        self.name, op, node.name, reason, exc_info=log.isEnabledFor(logging.DEBUG))
 
     def _cpu_scalars_to(self, device: torch.device, args, kwargs, origin: Origin):
         """CPU 0-d tensors read by a GPU op, replaced by one copy each on the GPU (made once per value).

@@ -93,7 +93,29 @@ def device_of(args) -> torch.device:
     for a in args:
         if isinstance(a, IRNode):
             return a.get_device()
-    raise ValueError("a pointwise op needs at least one tensor input")
+    # no device to put a kernel on: ATen computes the op on its (wrapped) scalars
+    raise NotImplementedError("a pointwise op of scalars only")
+
+
+def constant(value, dtype: torch.dtype):
+    """ops.constant, with an integer wrapped into an integer dtype's range as eager's cast wraps it
+    (uint8 + 300 adds 44, uint8 * -1 multiplies by 255)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool and not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        value = (value - info.min) % (1 << info.bits) + info.min
+    return ops.constant(value, dtype)
+
+
+def check_converts(value, dtype: torch.dtype) -> None:
+    """Refuse (the node runs in ATen, which raises as eager does) a scalar that eager's checked conversion
+    to an integer dtype rejects: a fill value, a clamp bound, a where branch or an alpha out of range.
+    An unsigned dtype takes negatives down to -max (they wrap: full(-1, uint8) is 255)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or dtype == torch.bool or dtype.is_floating_point:
+        return
+    info = torch.iinfo(dtype)
+    low = -info.max if info.min == 0 else info.min
+    if not low <= value <= info.max:
+        raise NotImplementedError(f"{value} cannot be converted to {dtype} without overflow")
 
 
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
@@ -115,7 +137,7 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
                     v = ld(idx)
                     values.append(v if a.get_dtype() == cdt else ops.to_dtype(v, cdt))
                 else:
-                    values.append(ops.constant(a, cdt))
+                    values.append(constant(a, cdt))
             out = fn(*values)
             return out if rdt == _result_dtype_of(fn, cdt) else ops.to_dtype(out, rdt)
         return Pointwise.create(device_of(args), rdt, inner_fn, out_size)
@@ -143,7 +165,7 @@ def _op(name):
     return lambda *a: getattr(ops, name)(*a)
 
 
-for _name in ["neg", "abs", "floor", "ceil", "trunc", "sign"]:
+for _name in ["neg", "abs", "floor", "ceil", "trunc"]:
     register_pointwise(getattr(aten, _name), _op(_name))
 register_pointwise(aten.round.default, _op("round"))
 for _name in ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
@@ -168,15 +190,36 @@ register_pointwise(aten.isinf, _bool_result(_op("isinf")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.signbit, _bool_result(_op("signbit")), KIND.ALWAYS_BOOL)
 
 
+@register_lowering(aten.sign)
+def sign(x):
+    # a bool is its own sign (the generic body subtracts booleans, which Triton's interpreter refuses)
+    return clone(x) if x.get_dtype() == torch.bool else make_pointwise(_op("sign"))(x)
+
+
+def _shift_by_scalar(name):
+    def lowering(x, amount):
+        # eager gives 0 (or the sign, shifting right) past the bit width; Triton's shift is undefined there
+        if isinstance(amount, IRNode) or not 0 <= amount < torch.iinfo(x.get_dtype()).bits:
+            raise NotImplementedError("a shift by a tensor, or by a scalar outside the bit width")
+        return make_pointwise(_op(name))(x, amount)
+    return lowering
+
+
+register_lowering(aten.__lshift__.Scalar)(_shift_by_scalar("bitwise_left_shift"))
+register_lowering(aten.__rshift__.Scalar)(_shift_by_scalar("bitwise_right_shift"))
+
+
 @register_lowering(aten.add)
 def add_sub(a, b, alpha=1):
     return _add_sub(a, b, alpha, "add")
 
 
 def _add_sub(a, b, alpha, name):
-    if alpha != 1:
-        b = lowering_of(aten.mul.Tensor)(b, alpha)
-    return make_pointwise(_op(name))(a, b)
+    if alpha == 1:
+        return make_pointwise(_op(name))(a, b)
+    check_converts(alpha, promote([a, b], KIND.DEFAULT)[0])
+    # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar
+    return make_pointwise(lambda x, y, s: getattr(ops, name)(x, ops.mul(y, s)))(a, b, alpha)
 
 
 register_lowering(aten.sub)(lambda a, b, alpha=1: _add_sub(a, b, alpha, "sub"))
@@ -239,19 +282,40 @@ def empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 @register_lowering(aten.pow)
 def pow_(a, b):
-    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode):
+    scalar_exponent = isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode)
+    if scalar_exponent:
         if b == 2:
-            return make_pointwise(lambda x, _: ops.mul(x, x))(a, b)
+            return make_pointwise(lambda x, _: ops.mul(x, x), KIND.BOOL_TO_LONG)(a, b)
         if b == 0.5:
             return make_pointwise(lambda x, _: ops.sqrt(x), KIND.INT_TO_FLOAT)(a, b)
         if b == 1:
-            return make_pointwise(lambda x, _: x)(a, b)
-    return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+            return make_pointwise(lambda x, _: x, KIND.BOOL_TO_LONG)(a, b)
+    cdt, _ = promote([a, b], KIND.BOOL_TO_LONG)
+    if cdt.is_floating_point:
+        return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+    if not scalar_exponent or b < 0:
+        # eager's integer pow of a tensor exponent loops over its bits; of a negative scalar, it raises
+        raise NotImplementedError("integer pow with a tensor or negative exponent")
+    return make_pointwise(lambda x, _: _int_power(x, b, cdt), KIND.BOOL_TO_LONG)(a, b)
+
+
+def _int_power(x, n: int, dtype: torch.dtype):
+    """x ** n by squaring: products wrap around in the integer dtype, as eager's do."""
+    result = None
+    while n:
+        if n & 1:
+            result = x if result is None else ops.mul(result, x)
+        n >>= 1
+        if n:
+            x = ops.mul(x, x)
+    return ops.constant(1, dtype) if result is None else result
 
 
 @register_lowering(aten.where)
 def where(cond, a, b):
     cdt, rdt = promote([a, b], KIND.NO_OPMATH)
+    for branch in (a, b):
+        check_converts(branch, rdt)
     tensors = [t for t in (cond, a, b) if isinstance(t, IRNode)]
     out_size = broadcast_sizes(*[t.get_size() for t in tensors])
     ld = [broadcast_loader(t, out_size) if isinstance(t, IRNode) else t for t in (cond, a, b)]
@@ -266,13 +330,15 @@ def where(cond, a, b):
                 v = l(idx)
                 vals.append(v if t.get_dtype() == rdt else ops.to_dtype(v, rdt))
             else:
-                vals.append(ops.constant(t, rdt))
+                vals.append(constant(t, rdt))
         return ops.where(c, *vals)
     return Pointwise.create(device_of(tensors), rdt, inner_fn, out_size)
 
 
 @register_lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
 def clamp(x, min=None, max=None):
+    for bound in (min, max):
+        check_converts(bound, promote([x, bound], KIND.DEFAULT)[1] if bound is not None else x.get_dtype())
     out = x
     if min is not None:
         out = make_pointwise(_op("maximum"))(out, min)
@@ -338,8 +404,9 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     if dtype is None:
         dtype = (torch.bool if isinstance(fill_value, bool) else
                  torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
+    check_converts(fill_value, dtype)
     device = torch.device(device) if device is not None else torch.device("cpu")
-    return Pointwise.create(device, dtype, lambda idx: ops.constant(fill_value, dtype), list(size))
+    return Pointwise.create(device, dtype, lambda idx: constant(fill_value, dtype), list(size))
 
 
 @register_lowering(aten.scalar_tensor)

@@ -132,7 +132,9 @@ def prod_all(x, *, dtype=None):
 
 @register_lowering(aten.any.dim, aten.any.dims, aten.any.default)
 def any_(x, dim=None, keepdim=False):
-    return make_reduction(x, _dims(x, dim), "any", out_dtype=torch.bool, keepdim=keepdim)
+    # eager keeps uint8 for a uint8 input (its old boolean type)
+    out_dtype = torch.uint8 if x.get_dtype() == torch.uint8 else torch.bool
+    return make_reduction(x, _dims(x, dim), "any", out_dtype=out_dtype, keepdim=keepdim)
 
 
 def _arg_lowering(kind):

@@ -7,6 +7,9 @@ function to the numpy arrays the interpreter holds, so CI and the GPU share one 
 It also runs `tl.reduce` with a combine function of its own one element at a time, in Python (a
 max-pool or a Welford kernel took a minute). The combine functions of triton_helpers get numpy
 versions with the same semantics (NaN propagation, lowest index on ties, Welford merging).
+
+And it gets bfloat16 wrong (casts from anything but float32, constants) and ~ of unsigned ints: those
+builder methods are replaced by ones that convert through torch, rounding as eager does.
 """
 from __future__ import annotations
 
@@ -70,13 +73,18 @@ def install() -> None:
     for name, fn in _TORCH_FNS.items():
         if hasattr(libdevice, name):
             setattr(libdevice, name, _standin(name, fn))
-    _round_bfloat16_to_nearest_even()
+    _patch_casts_and_constants()
     _vectorize_helper_reductions()
     _INSTALLED = True
 
 
-def _round_bfloat16_to_nearest_even() -> None:
-    """The interpreter truncates float32 → bfloat16; the GPU (and eager) round to nearest even."""
+def _patch_casts_and_constants() -> None:
+    """bfloat16 casts and constants, and unsigned all-ones values, as the GPU (and eager) compute them.
+
+    The interpreter holds a bfloat16 as its bits in a uint16 array: it truncates float32 → bfloat16,
+    casts any other dtype to or from bfloat16 with a plain numpy astype (of the bits: garbage), and
+    has no builder method for a bfloat16 constant. Torch's own conversions round to nearest even.
+    """
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -84,13 +92,49 @@ def _round_bfloat16_to_nearest_even() -> None:
     original = builder.cast_impl
 
     def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            rounded = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
-            return interpreter.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), dst_type.scalar)
-        return original(self, src, dst_type)
+        src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        if (src_ty == tl.bfloat16) == (dst_ty == tl.bfloat16) or not _torch_castable(src_ty, dst_ty):
+            return original(self, src, dst_type)
+        data = np.ascontiguousarray(src.data)
+        value = (torch.from_numpy(data.view(np.int16)).view(torch.bfloat16) if src_ty == tl.bfloat16
+                 else torch.from_numpy(data))
+        out = value.to(_TORCH_DTYPES[dst_ty.name])
+        return interpreter.TensorHandle(_as_numpy(out), dst_ty)
 
+    def get_bf16(self, value):
+        bits = _as_numpy(torch.tensor([value], dtype=torch.bfloat16))
+        return interpreter.TensorHandle(bits, tl.bfloat16)
+
+    def get_all_ones_value(self, type):
+        # the interpreter's own fills -1 into the dtype, which numpy refuses for an unsigned one (~uint8)
+        np_type = interpreter._get_np_dtype(type)
+        if np_type.kind != "u":
+            return original_all_ones(self, type)
+        return interpreter.TensorHandle(np.full(1, np.iinfo(np_type).max, dtype=np_type), type.scalar)
+
+    original_all_ones = builder.get_all_ones_value
     builder.cast_impl = cast_impl
-    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+    builder.get_bf16 = get_bf16
+    builder.get_all_ones_value = get_all_ones_value
+    # the interpreter binds these to its own cast_impl at class creation: point them at ours
+    for name in ("create_fp_trunc", "create_fp_ext", "create_si_to_fp", "create_ui_to_fp", "create_fp_to_si",
+                 "create_fp_to_ui"):
+        setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
+
+
+# Triton scalar type name → torch dtype, for the casts torch computes in place of the interpreter
+_TORCH_DTYPES = {"int1": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+                 "int32": torch.int32, "int64": torch.int64, "fp16": torch.float16, "bf16": torch.bfloat16,
+                 "fp32": torch.float32, "fp64": torch.float64}
+
+
+def _torch_castable(src_ty, dst_ty) -> bool:
+    return src_ty.name in _TORCH_DTYPES and dst_ty.name in _TORCH_DTYPES
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    """`t` as the interpreter holds it: a bfloat16 as its bits in uint16."""
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
 
 
 def _vectorize_helper_reductions() -> None:
