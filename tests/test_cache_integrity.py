@@ -47,7 +47,7 @@ def _assert_every_file_intact(cache_dir) -> None:
         if path.suffix == ".py":
             assert path.stem == "mi_" + cache_files.sha256(path.read_bytes())[:32], path
         else:
-            assert path.suffix == ".json", path
+            assert path.suffix in (".json", ".code"), path
             assert cache_files.read(str(path), "cache entry", "failing the test") is not None, path
 
 
@@ -107,6 +107,22 @@ def test_a_damaged_generated_module_never_runs_and_is_written_again(damage, capl
     torch.testing.assert_close(out, _f(x))
     assert module.read_bytes() == source
     _assert_every_file_intact(_cache_dir())
+
+
+@pytest.mark.parametrize("damage", [_truncated, lambda data: data[:-40] + bytes(40), lambda data: b""],
+                         ids=["truncated", "bytes zeroed", "empty"])
+def test_a_damaged_bytecode_file_is_reported_and_compiled_again(damage, caplog):
+    x = torch.randn(4, 8)
+    _, cold = _compile_fresh(_f, x, front_cache=False)
+    (code,) = pathlib.Path(cold.source_path).parent.glob("*.code")
+    intact = code.read_bytes()
+    code.write_bytes(damage(intact))
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        out, warm = _compile_fresh(_f, x, front_cache=False)
+    assert _warnings_naming(caplog, code), caplog.text
+    assert warm.cache == "disk"
+    torch.testing.assert_close(out, _f(x))
+    assert code.read_bytes() == intact
 
 
 # ── the front cache entry ────────────────────────────────────────────────────────────────────
