@@ -44,6 +44,7 @@ import ast
 import contextlib
 import dataclasses
 import difflib
+import operator
 import os
 from typing import Any, Iterator
 
@@ -206,12 +207,14 @@ def check_option(name: str, value: Any, env_var: str | None = None) -> Any:
         raise OptionError(f"{where} is not a boolean: use True or False (or, as text, one of "
                           f"{'/'.join(_TRUE)} or {'/'.join(_FALSE)})")
     if kind == "int":
-        number = value if isinstance(value, int) and not isinstance(value, bool) else None
-        if isinstance(value, str):
-            try:
+        number = None
+        try:
+            if isinstance(value, str):
                 number = int(value.strip(), 10)
-            except ValueError:
-                pass
+            elif not isinstance(value, bool):
+                number = operator.index(value)      # an int, or a NumPy integer; not a float
+        except (TypeError, ValueError):
+            pass
         if number is None or number < 0:
             raise OptionError(f"{where} is not valid: expected an integer >= 0")
         return number
