@@ -6,14 +6,14 @@
     read(path, what, instead, expect_sha256=h) # a content-addressed file (a generated module, named
                                                # after the hash of its source): no header line
 
-A keyed entry (compiled graphs, front cache entries, autotuning winners, kernel records) starts with
-one line giving the sha256 of the rest of the file:
+A keyed entry (compiled graphs, front cache entries, generated modules' bytecode, autotuning winners,
+compiled-kernel records) starts with one line giving the sha256 of the rest of the file:
 
     # mini_inductor sha256=9f2c…
     {"format": 1, …}
 
 A file without that line, whose bytes do not hash to it, or whose payload `parse` rejects (bad UTF-8,
-bad JSON, a failed unpickle, an old format) is a warning naming the file; the file is deleted and the
+bad JSON, bytecode that does not unmarshal, an old format) is a warning naming the file; the file is deleted and the
 caller builds the entry again. Nothing is parsed, unpickled or executed before its hash matched.
 """
 from __future__ import annotations

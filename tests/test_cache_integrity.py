@@ -170,7 +170,8 @@ def test_a_damaged_dynamo_graph_is_not_unpickled():
     graph = pickle.dumps(gm)
     kept = dynamo_cache._Reloaded("fn_0", {"graph": graph, "graph_sha256": cache_files.sha256(graph)})
     assert isinstance(kept._kept_graph(), torch.fx.GraphModule)
-    altered = dynamo_cache._Reloaded("fn_0", {"graph": graph[:-8] + b"\x00" * 8, "graph_sha256": cache_files.sha256(graph)})
+    altered = dynamo_cache._Reloaded("fn_0", {"graph": graph[:-8] + bytes(8),
+                                              "graph_sha256": cache_files.sha256(graph)})
     with pytest.raises(RuntimeError, match="fn_0.*damaged.*TORCHINDUCTOR_CACHE_DIR"):
         altered._kept_graph()
 
