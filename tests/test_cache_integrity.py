@@ -294,7 +294,7 @@ def test_on_the_gpu_a_damaged_kernel_record_is_reported_and_rebuilt(caplog):
     with caplog.at_level(logging.WARNING, logger="mini_inductor"):
         out, rec = _compile_fresh(_f, x, front_cache=False)
     assert rec.cache == "disk" and all(_warnings_naming(caplog, p) for p in records), caplog.text
-    torch.testing.assert_close(out, _f(x))
+    torch.testing.assert_close(out, _f(x), atol=1e-3, rtol=1e-4)   # another summation order
     assert all(cache_files.read(str(p), "record", "none") is not None for p in records)   # written again
 
 
@@ -309,5 +309,5 @@ def test_on_the_gpu_a_damaged_autotuning_winner_is_reported_and_tuned_again(capl
     with caplog.at_level(logging.WARNING, logger="mini_inductor"):
         out, _ = _compile_fresh(_f, x, front_cache=False, max_autotune=True, cudagraphs=False)
     assert all(_warnings_naming(caplog, p) for p in winners), caplog.text
-    torch.testing.assert_close(out, _f(x))
+    torch.testing.assert_close(out, _f(x), atol=1e-3, rtol=1e-4)   # another summation order
     assert all(cache_files.read(str(p), "winner", "none") is not None for p in winners)
