@@ -324,8 +324,8 @@ def _load_from_disk(constants: dict, key: str, name: str, record: metrics.GraphR
     try:
         module, path = load_module(entry.source, cfg.cache_dir)
     except Exception as e:  # noqa: BLE001  (a broken entry is a miss, not a failed compile)
-        log.warning("mini_inductor: cannot load the module of cached graph %s (%s: %s); compiling again",
-                    name, type(e).__name__, e)
+        log.warning("mini_inductor: cannot load the module of cached graph %s from %s (%s: %s); compiling again",
+                    name, graph_cache.entry_path(cfg.cache_dir, key), type(e).__name__, e)
         return None
     loaded = time.perf_counter()
     graph_cache.restore_record(record, entry)

@@ -2,7 +2,10 @@
 
 Each field has a one-line comment and can be overridden by an environment variable
 ``MINI_INDUCTOR_<FIELD NAME IN CAPITALS>`` read when the process starts, or per compile with
-``torch.compile(m, backend="mini_inductor", options={...})``.
+``torch.compile(m, backend="mini_inductor", options={...})``, or for a block with ``config.patch(...)``.
+All three go through one check (`check_option`): a value is read as the option's type (booleans also
+from 1/0, true/false, yes/no, on/off), and anything else is an OptionError naming the option, the value
+(and the variable) and what is valid. A bad variable stops `import mini_inductor` with that error.
 
 | option               | env var                          | default                          |
 |----------------------|----------------------------------|----------------------------------|
@@ -40,6 +43,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import difflib
+import operator
 import os
 from typing import Any, Iterator
 
@@ -146,16 +151,81 @@ class Config:
     conv_layout: str = "auto"
 
     def __post_init__(self) -> None:
-        self.cudagraph_capture_sizes = normalize_capture_sizes(self.cudagraph_capture_sizes)
-        if self.conv_layout not in ("auto", "channels_last", "off"):
-            raise ValueError(f"mini_inductor option conv_layout must be 'auto', 'channels_last' or 'off', "
-                             f"not {self.conv_layout!r}")
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, check_option(f.name, getattr(self, f.name)))
 
     def replace(self, **changes: Any) -> "Config":
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ValueError(f"unknown mini_inductor option(s) {unknown}; valid options: {sorted(valid_options())}")
+        """A copy with `changes` (options=, config.patch): unknown names and bad values raise OptionError."""
+        for name in changes:
+            check_option_name(name)
         return dataclasses.replace(self, **changes)
+
+
+# ── checking option values: one check for options=, config.patch and MINI_INDUCTOR_* variables ────────
+class OptionError(ValueError):
+    """An unknown option, or a value an option cannot take; the message names the option (and the
+    environment variable it came from), the value and what is valid."""
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_CHOICES = {"conv_layout": ("auto", "channels_last", "off")}
+_PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
+
+
+def check_option_name(name: str) -> None:
+    if name not in _FIELD_TYPES:
+        close = difflib.get_close_matches(name, valid_options(), n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+        raise OptionError(f"unknown mini_inductor option {name!r}{hint} All valid options: {sorted(valid_options())}")
+
+
+def check_option(name: str, value: Any, env_var: str | None = None) -> Any:
+    """`value` as option `name` holds it: strings (from the environment, or given so) are read as the option's
+    type; booleans also from 1/0, true/false, yes/no, on/off. An OptionError otherwise. `env_var`: the
+    variable the string came from (named in the error)."""
+    check_option_name(name)
+    where = (f"environment variable {env_var}={value!r} (mini_inductor option {name})" if env_var
+             else f"mini_inductor option {name}={value!r}")
+    kind = _FIELD_TYPES[name]
+    optional = kind.endswith("| None")
+    kind = kind.split("|")[0].strip()
+    if value is None and optional:
+        return None
+    if name == "cudagraph_capture_sizes":
+        try:
+            return normalize_capture_sizes(value)
+        except ValueError as e:
+            raise OptionError(f"{where}: {e}" if env_var else str(e)) from None
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        spelled = value.strip().lower() if isinstance(value, str) else None
+        if spelled in _TRUE or spelled in _FALSE:
+            return spelled in _TRUE
+        raise OptionError(f"{where} is not a boolean: use True or False (or, as text, one of "
+                          f"{'/'.join(_TRUE)} or {'/'.join(_FALSE)})")
+    if kind == "int":
+        number = None
+        try:
+            if isinstance(value, str):
+                number = int(value.strip(), 10)
+            elif not isinstance(value, bool):
+                number = operator.index(value)      # an int, or a NumPy integer; not a float
+        except (TypeError, ValueError):
+            pass
+        if number is None or number < 0:
+            raise OptionError(f"{where} is not valid: expected an integer >= 0")
+        return number
+    if name in _PATHS and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise OptionError(f"{where} is not valid: expected a string{' or None' if optional else ''}, "
+                          f"not {type(value).__name__}")
+    if name in _CHOICES and value not in _CHOICES[name]:
+        raise OptionError(f"{where} is not valid: expected one of {', '.join(repr(c) for c in _CHOICES[name])}")
+    return value
 
 
 def normalize_capture_sizes(value: Any) -> tuple | None:
@@ -198,22 +268,27 @@ def valid_options() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Config)}   # "bool", "int", "str | None", ...
+
+
+def env_var(name: str) -> str:
+    return f"MINI_INDUCTOR_{name.upper()}"
+
+
 def _from_env() -> Config:
-    cfg = Config()
-    for f in dataclasses.fields(Config):
-        raw = os.environ.get(f"MINI_INDUCTOR_{f.name.upper()}")
+    """The options with MINI_INDUCTOR_<OPTION> variables applied; one OptionError naming every bad variable."""
+    values, errors = {}, []
+    for name in valid_options():
+        raw = os.environ.get(env_var(name))
         if raw is None:
             continue
-        current = getattr(cfg, f.name)
-        if isinstance(current, bool):
-            value: Any = raw.strip().lower() in ("1", "true", "yes", "on")
-        elif isinstance(current, int):
-            value = int(raw)
-        else:
-            value = raw
-        setattr(cfg, f.name, value)
-    cfg.cudagraph_capture_sizes = normalize_capture_sizes(cfg.cudagraph_capture_sizes)
-    return cfg
+        try:
+            values[name] = check_option(name, raw, env_var(name))
+        except OptionError as e:
+            errors.append(str(e))
+    if errors:
+        raise OptionError("mini_inductor cannot start: " + "; ".join(errors))
+    return Config(**values)
 
 
 config: Config = _from_env()

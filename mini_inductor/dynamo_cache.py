@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import front_cache, graph_cache
+from . import cache_files, front_cache, graph_cache
 from .config import Config
 
 log = logging.getLogger("mini_inductor")
@@ -99,7 +99,8 @@ def enable(cfg: Config) -> bool:
 # ── the cold process: an artifact per graph, the entries written at a first call ──────────────────
 class GraphArtifact(_ArtifactBase):  # type: ignore[misc,valid-type]
     """What Dynamo's cache keeps for one graph mini_inductor compiled (`content`, a dict: format, the
-    front cache key, a hash of what graph keys hash, the Dynamo graph pickled, mode and options)."""
+    front cache key, a hash of what graph keys hash, the Dynamo graph pickled and its sha256, mode and
+    options)."""
 
     def after_deserialization(self) -> Callable:
         _skip_unique_ids_below(self.content.get("unique_ids_below"))
@@ -121,10 +122,11 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
     reason = _why_not(gm, front_key)
     if reason is None:
         try:
+            graph = pickle.dumps(_detached(gm))
             content = {"format": FORMAT, "front_key": front_key, "compiler": compiler_hash(cfg),
                        "mode": mode, "options": dict(options) if options else None,
                        "num_inputs": sum(1 for n in gm.graph.nodes if n.op == "placeholder"),
-                       "graph": pickle.dumps(_detached(gm))}
+                       "graph": graph, "graph_sha256": cache_files.sha256(graph)}
             from torch._dynamo.precompile_context import PrecompileContext
             PrecompileContext.record_artifact(GraphArtifact(key=backend_id, content=content))
         except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
@@ -275,8 +277,16 @@ class _Reloaded:
         log.warning("mini_inductor: graph %s from Dynamo's cache cannot be rebuilt from the front cache (%s); "
                     "compiling its Dynamo graph again", self.backend_id, reason)
         self.rebuilt_from = "compile"
-        gm = pickle.loads(content["graph"])
-        return mini_inductor(gm, args, content.get("mode"), content.get("options"))
+        return mini_inductor(self._kept_graph(), args, content.get("mode"), content.get("options"))
+
+    def _kept_graph(self) -> torch.fx.GraphModule:
+        """The Dynamo graph the entry keeps, unpickled only once its hash matched."""
+        graph = self.content.get("graph")
+        if not isinstance(graph, bytes) or cache_files.sha256(graph) != self.content.get("graph_sha256"):
+            raise RuntimeError(f"mini_inductor: the Dynamo graph kept for {self.backend_id} in Dynamo's cache is "
+                               f"damaged (its content hash does not match); it is not loaded. Delete "
+                               f"$TORCHINDUCTOR_CACHE_DIR/dynamo (torch's cache of compiled functions) and run again")
+        return pickle.loads(graph)
 
     def _why_not_served(self, cfg: Config, args: list) -> str | None:
         content = self.content

@@ -23,6 +23,7 @@ hashes (versions, options). The entry names the ATen-graph entry (graph_cache.py
 generated module:
 
     cache_dir/front/ab/ab12….json  →  {"graph_key": …, "static_input_idxs": […], "num_outputs": …}
+                                      (behind a content hash line: cache_files.py)
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from typing import Any, Callable
 import torch
 from torch._dynamo import disable
 
-from . import graph_cache
+from . import cache_files, graph_cache
 from .config import Config
 from .debug import trace as debug_trace
 from .runtime import CompiledGraph
@@ -239,8 +240,7 @@ class Front:
         if reason is not None:
             schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
             return None
-        path = graph_cache.write_atomically(entry_path(self.cfg.cache_dir, self.key), entry.to_json(),
-                                            "front cache entry")
+        path = cache_files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
         if path:
             schedule_log.info("%s: front cache entry written at %s (a warm start skips AOT autograd)",
                               entry.graph, path)
@@ -361,6 +361,6 @@ def entry_path(cache_dir: str, key: str) -> str:
 
 
 def load_entry(cache_dir: str, key: str) -> FrontEntry | None:
-    """The entry for `key`, or None: missing, or unreadable, corrupt or of an old format (logged)."""
-    return graph_cache.read_entry(entry_path(cache_dir, key), FrontEntry.from_json, "front cache entry",
-                                  "going through AOT autograd")
+    """The entry for `key`, or None: missing, or damaged or of an old format (deleted with a warning)."""
+    return cache_files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd",
+                            lambda data: FrontEntry.from_json(data.decode("utf-8")))

@@ -1,8 +1,8 @@
 """Compiled graphs on disk, so that a new process compiles nothing for a graph it has seen before.
 
     key = graph_key(gm, example_inputs, cfg)       # the same in every process for the same graph
-    entry = load(cfg.cache_dir, key)               # a CacheEntry, or None (missing, corrupt, old format)
-    store(cfg.cache_dir, key, entry)               # atomic: readers never see half an entry
+    entry = load(cfg.cache_dir, key)               # a CacheEntry, or None (missing, damaged, old format)
+    store(cfg.cache_dir, key, entry)               # atomic, with a content hash (cache_files.py)
 
 The key hashes the ATen graph's structure (ops, arguments and node names, not object ids), the
 inputs' sizes, strides, dtypes and devices, the metadata of its get_attr constants, the options
@@ -12,7 +12,7 @@ what the compile record and the fusion log show (kernels, extern calls, fallback
 decisions); the constants' values are not stored, they are read from the graph module again.
 Triton's own cache (TRITON_CACHE_DIR) keeps the kernel binaries.
 
-    cache_dir/graphs/ab/ab12….json
+    cache_dir/graphs/ab/ab12….json     (a hash line, then the JSON: cache_files.py)
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ import hashlib
 import json
 import logging
 import os
-import threading
 
 import torch
 
+from . import cache_files
 from .config import Config
 from .metrics import GraphRecord
 from .scheduler.fusion import FusionDecision
@@ -161,47 +161,11 @@ def entry_path(cache_dir: str, key: str) -> str:
 
 
 def load(cache_dir: str, key: str) -> CacheEntry | None:
-    """The entry for `key`, or None. A corrupt or unreadable entry is ignored with a warning."""
-    return read_entry(entry_path(cache_dir, key), CacheEntry.from_json, "compiled-graph cache entry", "compiling again")
-
-
-def read_entry(path: str, parse, what: str, instead: str):
-    """`parse(text)` of the file at `path`, or None: missing, or unreadable, corrupt or of an old
-    format (a warning naming `what` and what happens `instead`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        log.warning("mini_inductor: cannot read the %s %s (%s); %s", what, path, e, instead)
-        return None
-    try:
-        return parse(text)
-    except (ValueError, KeyError, TypeError) as e:
-        log.warning("mini_inductor: ignoring a corrupt %s %s (%s: %s); %s", what, path, type(e).__name__, e, instead)
-        return None
+    """The entry for `key`, or None. A damaged entry (cache_files.read) is deleted with a warning."""
+    return cache_files.read(entry_path(cache_dir, key), "compiled-graph cache entry", "compiling again",
+                            lambda data: CacheEntry.from_json(data.decode("utf-8")))
 
 
 def store(cache_dir: str, key: str, entry: CacheEntry) -> str | None:
-    """Write `entry` atomically; its path, or None on an OS error."""
-    return write_atomically(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")
-
-
-def write_atomically(path: str, text: str, what: str) -> str | None:
-    """`text` into `path` through a temporary file renamed into place (readers never see half of it);
-    the path, or None on an OS error (logged, naming `what`)."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        log.warning("mini_inductor: cannot write the %s %s (%s)", what, path, e)
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        return None
-    return path
+    """Write `entry` atomically, behind its content hash; its path, or None on an OS error."""
+    return cache_files.write(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from mini_inductor import config, metrics
+from mini_inductor import cache_files, config, metrics
 from mini_inductor.codegen import cache as module_cache
 from mini_inductor.codegen.heuristics import autotune_candidates, next_power_of_2
 from mini_inductor.runtime import autotune
@@ -112,7 +112,7 @@ def test_benchmark_copies_keep_sizes_strides_values_and_aliasing():
 
 def test_winner_file_is_read_back_in_the_kernels_argument_order(tmp_path):
     path = tmp_path / "w.json"
-    path.write_text(json.dumps({"format": autotune.FORMAT, "meta": {"RBLOCK": 512, "XBLOCK": 4}, "num_warps": 8}))
+    autotune._write_winner(str(path), {"format": autotune.FORMAT, "meta": {"RBLOCK": 512, "XBLOCK": 4}, "num_warps": 8})
     assert autotune._read_winner(str(path), {"XBLOCK": 1, "RBLOCK": 2048}) == (8, {"XBLOCK": 4, "RBLOCK": 512})
 
 
@@ -121,7 +121,7 @@ def test_winner_file_is_read_back_in_the_kernels_argument_order(tmp_path):
                                   '{"format": 1, "meta": {"XBLOCK": 0}, "num_warps": 4}'])
 def test_a_corrupt_or_unfitting_winner_is_ignored_with_a_warning(tmp_path, caplog, text):
     path = tmp_path / "w.json"
-    path.write_text(text)
+    path.write_bytes(cache_files.framed(text))   # its hash matches: the content itself is rejected
     with caplog.at_level(logging.WARNING, logger="mini_inductor.autotuning"):
         assert autotune._read_winner(str(path), {"XBLOCK": 1024}) is None
     assert "ignoring" in caplog.text
@@ -167,7 +167,7 @@ def test_precompile_off_still_runs(device):
 LAUNCHER_CHILD = textwrap.dedent('''
     import glob, json, os
     import torch, mini_inductor
-    from mini_inductor import config, metrics
+    from mini_inductor import cache_files, config, metrics
     from mini_inductor.runtime import precompile as pc
     built = []
     real_build = pc._build_launcher
@@ -228,7 +228,7 @@ def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, c
     torch.testing.assert_close(acc, expected_acc)
     winners = sorted((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json"))
     assert len(winners) >= 3, winners
-    tried = [json.loads(path.read_text())["tried"] for path in winners]
+    tried = [json.loads(cache_files.read(str(path), "winner", "failing"))["tried"] for path in winners]
     assert max(len(t) for t in tried) >= 3 and all(t[0][2] is not None for t in tried)   # the heuristic ran
     tuned_lines = [r for r in caplog.records if "configs)" in r.getMessage()]
     assert len(tuned_lines) == len(winners)

@@ -80,7 +80,7 @@ def test_a_linear_model_under_no_grad_hits_with_its_parameters_as_static_inputs(
     with torch.no_grad():
         _assert_like_eager(out, model(x))
     (path,) = _front_entries()
-    entry = front_cache.FrontEntry.from_json(path.read_text())
+    entry = front_cache.load_entry(config.current().cache_dir, path.stem)
     placeholders = [n.name for n in _dynamo_graph(model, x).graph.nodes if n.op == "placeholder"]
     params = tuple(i for i, name in enumerate(placeholders) if "_parameters_" in name)
     assert len(params) == 4 and entry.static_input_idxs == params
@@ -242,7 +242,7 @@ def test_a_graph_module_with_its_own_parameters_hits_and_passes_them_first():
     with torch.no_grad():
         _assert_like_eager(out, module(x)[0])
     (path,) = _front_entries()
-    assert front_cache.FrontEntry.from_json(path.read_text()).num_inputs == 3
+    assert front_cache.load_entry(config.current().cache_dir, path.stem).num_inputs == 3
 
 
 # ── the key and the files ────────────────────────────────────────────────────────────────────
@@ -300,7 +300,7 @@ def test_a_corrupt_front_entry_is_a_logged_miss_and_is_rewritten(text, caplog):
     assert (rec.cache, aot) == ("disk", 1)
     assert any("ignoring a corrupt front cache entry" in r.getMessage() for r in caplog.records)
     _assert_like_eager(out, _f(x, y))
-    assert front_cache.FrontEntry.from_json(path.read_text()).num_outputs == 2
+    assert front_cache.load_entry(config.current().cache_dir, path.stem).num_outputs == 2
     _, rec, aot = _compile_fresh(_f, x, y)
     assert (rec.cache, aot) == (HIT, 0)
 

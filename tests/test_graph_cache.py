@@ -157,7 +157,7 @@ def test_a_corrupt_entry_is_ignored_with_a_warning_and_rewritten(caplog):
     assert rec.cache == "miss"
     assert any("ignoring a corrupt compiled-graph cache entry" in r.getMessage() for r in caplog.records)
     torch.testing.assert_close(out, _f(x))
-    assert graph_cache.CacheEntry.from_json(entry.read_text()).graph == rec.name
+    assert graph_cache.load(config.current().cache_dir, entry.stem).graph == rec.name
     _, rec = _compile_fresh(_f, x)
     assert rec.cache == "disk"
 
@@ -196,6 +196,6 @@ def test_entry_holds_the_module_source_and_record():
     x = torch.randn(4, 8)
     _, rec = _compile_fresh(_f, x)
     (path,) = (pathlib.Path(config.current().cache_dir) / "graphs").rglob("*.json")
-    entry = graph_cache.CacheEntry.from_json(path.read_text())
+    entry = graph_cache.load(config.current().cache_dir, path.stem)
     assert entry.source == pathlib.Path(rec.source_path).read_text()
     assert entry.record["kernel_names"] == rec.kernel_names and entry.decisions is not None

@@ -2,7 +2,8 @@
 
     site(*args, num_warps=4, XBLOCK=1024)             # a generated launch, with the heuristic's config
       → Autotuner.tune(fn, grid, args, 4, {"XBLOCK": 1024})
-          a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device)
+          a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device;
+                                                               a content hash line: cache_files.py)
           else: the candidates (codegen/heuristics.autotune_candidates), compiled concurrently,
                 each timed the do_bench way on copies of the arguments (kernels that write in
                 place or accumulate leave the real tensors alone); the fastest written to disk
@@ -18,11 +19,11 @@ import json
 import logging
 import math
 import os
-import threading
 from typing import Any
 
 import torch
 
+from .. import cache_files
 from ..codegen.heuristics import autotune_candidates
 from .precompile import CompileJob, compile_all
 
@@ -146,31 +147,21 @@ def _copy_args(args: tuple) -> tuple:
 
 
 def _read_winner(path: str, meta: dict) -> tuple[int, dict] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        log.warning("mini_inductor: ignoring a corrupt autotuning entry %s (%s)", path, e)
-        return None
+    """(num_warps, meta) of the winner at `path`, or None: missing, or damaged or not fitting this kernel
+    (deleted with a warning by cache_files.read; the kernel is tuned again)."""
+    return cache_files.read(path, "autotuning entry", "tuning the kernel again",
+                            lambda data: _winner(json.loads(data.decode("utf-8")), meta))
+
+
+def _winner(data, meta: dict) -> tuple[int, dict]:
     if not isinstance(data, dict):
-        log.warning("mini_inductor: ignoring a corrupt autotuning entry %s (not an object)", path)
-        return None
+        raise ValueError("not an object")
     best, warps = data.get("meta"), data.get("num_warps")
     if (data.get("format") != FORMAT or not isinstance(best, dict) or best.keys() != meta.keys()
             or not all(isinstance(v, int) and v > 0 for v in best.values()) or not isinstance(warps, int)):
-        log.warning("mini_inductor: ignoring an autotuning entry %s that does not fit this kernel", path)
-        return None
+        raise ValueError(f"does not fit this kernel (block sizes {list(meta)})")
     return warps, {k: best[k] for k in meta}   # the kernel's own order of block-size arguments
 
 
 def _write_winner(path: str, data: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except OSError as e:
-        log.warning("mini_inductor: cannot write the autotuning entry %s (%s)", path, e)
+    cache_files.write(path, json.dumps(data, indent=1), "autotuning entry")

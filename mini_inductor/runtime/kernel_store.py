@@ -13,8 +13,9 @@ torch/Triton/mini_inductor versions. A later process rebuilds the `CompiledKerne
 those files and hands it to the launch site (runtime/launcher.py), which launches it as it would a
 kernel Triton compiled: the same binary, found by a cheaper path.
 
-Anything missing or unreadable (Triton's cache was cleared, a file moved) is a miss: that kernel
-compiles through Triton as before.
+Anything missing (Triton's cache was cleared, a file moved) is a miss: that kernel compiles through
+Triton as before. A record is written behind a content hash (cache_files.py): a damaged one is
+deleted with a warning, and is a miss too.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import os
 from typing import Any
 
 import torch
+
+from .. import cache_files
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -58,13 +61,8 @@ def save(store_dir: str, fn, key: tuple, kernel: Any, device: int) -> bool:
             return False
         record = {"name": kernel.name, "hash": kernel.hash, "group": dict(kernel.metadata_group),
                   "signature": dict(src.signature), "constants": constants, "attrs": _attrs(src)}
-        os.makedirs(store_dir, exist_ok=True)
         path = _path(store_dir, fn, key, device)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-        return True
+        return cache_files.write(path, json.dumps(record), "compiled-kernel record") is not None
     except Exception as e:  # noqa: BLE001  (not being able to remember a kernel only costs a later compile)
         log.debug("not storing compiled kernel %s: %s: %s", getattr(fn, "__name__", fn), type(e).__name__, e)
         return False
@@ -83,9 +81,11 @@ def _attrs(src) -> list:
 def load(store_dir: str, fn, key: tuple, device: int):
     """The CompiledKernel of `fn` for `key` rebuilt from Triton's cache files, or None."""
     path = _path(store_dir, fn, key, device)
+    record = cache_files.read(path, "compiled-kernel record", "compiling the kernel through Triton",
+                              lambda data: _record(json.loads(data.decode("utf-8"))))
+    if record is None:
+        return None
     try:
-        with open(path) as f:
-            record = json.load(f)
         group = record["group"]
         if not all(os.path.exists(p) for p in group.values()):
             return None
@@ -97,12 +97,16 @@ def load(store_dir: str, fn, key: tuple, device: int):
         if kernel.name != record["name"]:
             return None
         return kernel
-    except FileNotFoundError:
-        return None
-    except Exception as e:  # noqa: BLE001  (a broken record is a miss)
+    except Exception as e:  # noqa: BLE001  (a record Triton's files no longer match is a miss)
         log.debug("cannot reload compiled kernel %s from %s: %s: %s", getattr(fn, "__name__", fn), path,
                   type(e).__name__, e)
         return None
+
+
+def _record(data) -> dict:
+    if not isinstance(data, dict) or not isinstance(data.get("group"), dict):
+        raise ValueError("not a kernel record")
+    return data
 
 
 def attach(fn, key: tuple, kernel) -> None:
