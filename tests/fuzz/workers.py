@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,21 +27,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STARTUP_TIMEOUT = 180.0
 
 
-def worker_env(device: str) -> dict:
+def worker_env(device: str, cache_dir: str) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if device == "cpu":
         env.setdefault("TRITON_INTERPRET", "1")
     env.setdefault("MINI_INDUCTOR_VERIFY_MEMORY_PLAN", "1")
-    env["MINI_INDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="mini_fuzz_cache_")
+    # a worker's own cache: nothing compiled by an earlier run is served to it
+    env["MINI_INDUCTOR_CACHE_DIR"] = cache_dir
     return env
 
 
 class _Worker:
     def __init__(self, device: str, log_dir: str):
         self.log = tempfile.NamedTemporaryFile("w+", dir=log_dir, prefix="worker_", suffix=".log", delete=False)
+        self.cache_dir = tempfile.mkdtemp(prefix="cache_", dir=log_dir)
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.workers", device], cwd=ROOT,
-                                     env=worker_env(device), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=worker_env(device, self.cache_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, start_new_session=True, text=True, bufsize=1)
         self.buffer = ""
         self.job = None
@@ -75,6 +78,8 @@ class _Worker:
             pass
         self.proc.wait()
         self.log.close()
+        os.unlink(self.log.name)
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
 
 
 class WorkerPool:
@@ -82,7 +87,7 @@ class WorkerPool:
         self.n = max(1, jobs)
         self.timeout = timeout
         self.device = device
-        self.log_dir = tempfile.mkdtemp(prefix="mini_fuzz_logs_")
+        self.log_dir = tempfile.mkdtemp(prefix="mini_fuzz_")
         self.workers: list[_Worker] = []
 
     def run(self, jobs: Iterable[dict]) -> Iterator[tuple[dict, dict]]:
@@ -146,6 +151,7 @@ class WorkerPool:
         for w in self.workers:
             w.kill()
         self.workers = []
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def _serve(device: str) -> None:
