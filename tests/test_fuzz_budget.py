@@ -63,3 +63,52 @@ def test_fuzz_programs_compile_and_match_eager(part):
 @pytest.mark.gpu
 def test_fuzz_programs_compile_and_match_eager_on_cuda():
     _run_budget("cuda", range(PER_TEST))
+
+
+# --- the fuzzer's own parts -------------------------------------------------------------------
+
+def test_program_i_of_seed_s_is_drawn_the_same_every_time():
+    from tests.fuzz.generate import generate
+
+    assert generate(3, 11).to_source() == generate(3, 11).to_source()
+    assert generate(3, 11).to_source() != generate(3, 12).to_source()
+
+
+def test_shrinker_keeps_only_the_statement_that_fails():
+    from tests.fuzz.execute import Outcome
+    from tests.fuzz.generate import generate
+    from tests.fuzz.program import Stmt
+    from tests.fuzz.shrink import shrink
+    import dataclasses
+
+    program = generate(0, 1)
+    culprit = Stmt("v99", "torch.sin(x0)", "sin", "pointwise")
+    program = dataclasses.replace(program, stmts=program.stmts + (culprit,),
+                                  outputs=program.outputs + ("v99",))
+
+    def evaluate(programs):  # "fails" exactly when the culprit's value is returned
+        return [Outcome("wrong", "value") if "v99" in p.outputs else Outcome("ok") for p in programs]
+
+    small, _ = shrink(program, "wrong:value", evaluate, budget=500)
+    assert small.stmts == (culprit,) and small.outputs == ("v99",)
+    assert [i.name for i in small.inputs] == ["x0"]
+
+
+def test_compare_reports_outputs_that_share_storage_unlike_eagers():
+    import torch
+    from tests.fuzz.compare import compare_run
+
+    base = torch.arange(6.0)
+    eager = (base, base.view(2, 3))
+    compiled = (base.clone(), base.clone().view(2, 3))
+    category, why = compare_run(compiled, eager, [], [])
+    assert category == "alias" and "outputs (1,)" in why
+
+
+def test_compare_reports_strides_only_where_observable():
+    import torch
+    from tests.fuzz.compare import compare_run
+
+    x = torch.randn(3, 4)
+    assert compare_run((x.t().contiguous(),), (x.t(),), [], [])[0] == "stride"
+    assert compare_run((torch.zeros(1, 4),), (torch.zeros(4, 1).t(),), [], []) is None

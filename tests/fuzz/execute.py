@@ -78,9 +78,17 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
     except Exception as err:
         return Outcome("eager_error", type(err).__name__, _error_text(err))
 
+    _, f64 = load(program.in_float64())
+
     def reference():
         with torch.no_grad():
-            return [t.detach() for t in f(*_float64(make_inputs(device)))]
+            return [t.detach() for t in f64(*_float64(make_inputs(device)))]
+
+    def reference_grads():
+        inputs64 = _float64(make_inputs(device))
+        loss = backward_loss(f64(*inputs64))
+        loss.backward()
+        return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
 
     torch._dynamo.reset()
     compiled = torch.compile(f, backend=_backend(backend), fullgraph=True)
@@ -95,7 +103,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                     loss = backward_loss(actual)
                     if loss is not None:
                         loss.backward()
-                    bad = compare_grads(inputs, eager_inputs)
+                    bad = compare_grads(inputs, eager_inputs, reference_grads)
         except Exception as err:
             detail = _error_text(err)
             if run:

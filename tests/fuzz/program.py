@@ -15,6 +15,7 @@ import re
 LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
 
 VAR = re.compile(r"\b[xv]\d+\b")
+LOW_FLOAT = re.compile(r"torch\.(float32|float16|bfloat16)\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,13 @@ class Program:
         lines += [f"    {s.out} = {s.expr}" for s in self.stmts]
         lines.append(f"    return ({''.join(o + ', ' for o in self.outputs)})")
         return "\n".join(lines) + "\n"
+
+    def in_float64(self) -> "Program":
+        """The same program computing every float in float64 (the reference that settles a low-
+        precision disagreement): explicit float dtypes in its statements become float64."""
+        stmts = tuple(dataclasses.replace(s, expr=LOW_FLOAT.sub("torch.float64", s.expr)
+                                          .replace(".float()", ".double()")) for s in self.stmts)
+        return dataclasses.replace(self, stmts=stmts)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
