@@ -112,3 +112,23 @@ def test_compare_reports_strides_only_where_observable():
     x = torch.randn(3, 4)
     assert compare_run((x.t().contiguous(),), (x.t(),), [], [])[0] == "stride"
     assert compare_run((torch.zeros(1, 4),), (torch.zeros(4, 1).t(),), [], []) is None
+
+
+def test_worker_pool_replaces_a_worker_that_hangs_or_dies_and_goes_on():
+    import dataclasses
+
+    from tests.fuzz.generate import generate
+    from tests.fuzz.program import Stmt
+
+    good = generate(0, 1)
+    hang = dataclasses.replace(good, stmts=(Stmt("v0", "__import__('time').sleep(600) or x0", "sleep", "test"),),
+                               outputs=("v0",))
+    die = dataclasses.replace(good, stmts=(Stmt("v0", "__import__('os')._exit(3) or x0", "exit", "test"),),
+                              outputs=("v0",))
+    pool = WorkerPool(jobs=1, timeout=20, device="cpu")
+    try:
+        answers = [msg["outcome"]["cls"] for _, msg in pool.run(
+            [{"program": p.to_dict()} for p in (hang, die, good)])]
+    finally:
+        pool.close()
+    assert answers == ["timeout", "crash", "ok"]

@@ -173,6 +173,8 @@ def main(argv=None) -> int:
             r = rs[0]
             detail = (r.shrunk_outcome or r.outcome).detail.splitlines()
             print(f"  {key}: programs {[x.index for x in rs]}\n      {detail[0][:200] if detail else ''}")
+            if r.shrunk is not None:
+                print("\n".join("        " + ln for ln in r.shrunk.to_source().splitlines() if ln))
     if args.out:
         written = write_out(args.out, results)
         print(f"\n{len(written)} repros and summary.json in {args.out}")

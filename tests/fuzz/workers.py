@@ -7,7 +7,7 @@ replaced (on a GPU a crash poisons the CUDA context, so the process must go).
 
 A job is a dict: {"seed", "index", "autograd", "size"} (the worker draws the program) or
 {"program": Program.to_dict()} (the shrinker's candidates), plus "backend" and "triage" (rerun a
-failure with aot_eager; a failure it shares is torch's). A result: {"program", "outcome", "seconds"}.
+failure with aot_eager; a failure it shares, same class, category and message, is torch's). A result: {"program", "outcome", "seconds"}.
 `python -m tests.fuzz.workers` is the worker: JSON lines in on stdin, JSON lines out on stdout.
 """
 from __future__ import annotations
@@ -181,10 +181,11 @@ def _serve(device: str) -> None:
         outcome = run_program(program, job.get("backend", "mini_inductor"), device)
         if job.get("triage") and outcome.cls in ("wrong", "error"):
             shared = run_program(program, "aot_eager", device)
-            if shared.cls in ("wrong", "error"):
-                outcome = Outcome("torch_bug", outcome.category,
-                                  f"{outcome.detail}\n  aot_eager too: {shared.cls} {shared.category}: "
-                                  f"{shared.detail.splitlines()[0] if shared.detail else ''}")
+            note = f"{shared.cls} {shared.category}: {shared.detail.splitlines()[0] if shared.detail else ''}"
+            if shared.signature() == outcome.signature():
+                outcome = Outcome("torch_bug", outcome.category, f"{outcome.detail}\n  aot_eager too: {note}")
+            elif shared.cls != "ok":  # aot_eager fails otherwise: ours still, with its failure noted
+                outcome.detail += f"\n  aot_eager fails otherwise: {note}"
         out.write(json.dumps({"program": program.to_dict(), "outcome": outcome.to_dict(),
                               "seconds": round(time.monotonic() - start, 2)}) + "\n")
 
