@@ -11,8 +11,9 @@ in a float computation cannot turn into a different integer or mask.
 """
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import random
+import warnings
 import zlib
 
 import torch
@@ -124,7 +125,9 @@ class Ctx:
                     return False
                 return not to_shape_of or out == a.shape
             found = self.pick(fits)
-            if found is not None and found != name or rng.random() < 0.2:
+            if found is not None and found != name:
+                return found
+            if rng.random() < 0.2:  # now and then the value with itself
                 return found or name
         if rng.random() < 0.15 or len(self.inputs) >= MAX_INPUTS:
             return self.new_input((), self.dtype(str(a.dtype).split(".")[-1])) \
@@ -235,14 +238,9 @@ def backward_loss(outputs, seed: int = 1):
     return loss
 
 
-@dataclasses.dataclass
-class _quiet:
+@contextlib.contextmanager
+def _quiet():
     """Silence warnings while eager runs a draw (deprecations and the like are not findings)."""
-    def __enter__(self):
-        import warnings
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc):
-        self._w.__exit__(*exc)
+        yield

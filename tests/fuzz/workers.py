@@ -7,7 +7,8 @@ replaced (on a GPU a crash poisons the CUDA context, so the process must go).
 
 A job is a dict: {"seed", "index", "autograd", "size"} (the worker draws the program) or
 {"program": Program.to_dict()} (the shrinker's candidates), plus "backend" and "triage" (rerun a
-failure with aot_eager; a failure it shares, same class, category and message, is torch's). A result: {"program", "outcome", "seconds"}.
+failure with aot_eager; a failure it shares, an error too or wrong in the same way, is torch's).
+A result: {"program", "outcome", "seconds"}.
 `python -m tests.fuzz.workers` is the worker: JSON lines in on stdin, JSON lines out on stdout.
 """
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _serve(device: str) -> None:
         if job.get("triage") and outcome.cls in ("wrong", "error"):
             shared = run_program(program, "aot_eager", device)
             note = f"{shared.cls} {shared.category}: {shared.detail.splitlines()[0] if shared.detail else ''}"
-            if shared.signature() == outcome.signature():
+            # both raise (aot_eager often at compile time, with another message), or both are wrong alike
+            if (shared.cls == outcome.cls == "error") or shared.signature() == outcome.signature():
                 outcome = Outcome("torch_bug", outcome.category, f"{outcome.detail}\n  aot_eager too: {note}")
             elif shared.cls != "ok":  # aot_eager fails otherwise: ours still, with its failure noted
                 outcome.detail += f"\n  aot_eager fails otherwise: {note}"
