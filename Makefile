@@ -6,8 +6,11 @@ PY     := $(VENV)/bin/python
 # Written once the venv holds torch and this package (editable); redone when the metadata changes.
 STAMP  := $(VENV)/.mini_inductor-installed
 ARGS   ?=
+# make fuzz: how many programs, from which seed
+N      ?= 200
+SEED   ?= 0
 
-.PHONY: venv tools demo test test-gpu opinfo opinfo-gpu
+.PHONY: venv tools demo test test-gpu opinfo opinfo-gpu fuzz
 
 venv: $(STAMP)
 
@@ -55,3 +58,16 @@ opinfo: venv
 # 8 workers on the 16-core GPU machine; MINI_OPINFO_OUT=<folder> also writes the results there.
 opinfo-gpu:
 	MINI_OPINFO_ALL=1 PYTHONPATH=. python3 -m pytest -n 8 -q -m gpu tests/opinfo $(ARGS)
+
+# Differential fuzzing (tests/fuzz/README.md): N random programs of seed SEED, eager against compiled,
+# with a table of outcomes; ARGS="--jobs 2 --autograd --out DIR". On the GPU machine from the tree
+# (on cuda), elsewhere in the venv with Triton's interpreter.
+fuzz:
+	@if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then \
+		echo "PYTHONPATH=. python3 -m tests.fuzz --n $(N) --seed $(SEED) $(ARGS)"; \
+		PYTHONPATH=. python3 -m tests.fuzz --n $(N) --seed $(SEED) $(ARGS); \
+	else \
+		$(MAKE) --no-print-directory venv && \
+		echo "TRITON_INTERPRET=1 $(PY) -m tests.fuzz --n $(N) --seed $(SEED) --device cpu $(ARGS)" && \
+		TRITON_INTERPRET=1 $(PY) -m tests.fuzz --n $(N) --seed $(SEED) --device cpu $(ARGS); \
+	fi

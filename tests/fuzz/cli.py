@@ -1,0 +1,186 @@
+"""`python -m tests.fuzz`: run programs, print the outcome table, shrink failures, write repros.
+
+    python -m tests.fuzz --n 200 --seed 0 [--start 0] [--jobs 2] [--autograd] [--device cuda]
+                         [--out DIR] [--size 6] [--timeout 120] [--no-shrink] [--no-triage]
+
+Exit status 1 when a program is wrong, errors, hangs or crashes under mini_inductor in a way that
+aot_eager does not share (torch_bug failures are listed, not counted against us).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from .execute import CLASSES, Outcome
+from .program import Program
+from .workers import WorkerPool
+
+OURS = ("wrong", "error", "timeout", "crash")
+
+
+@dataclasses.dataclass
+class Result:
+    index: int
+    program: Program | None
+    outcome: Outcome
+    seconds: float | None = None
+    shrunk: Program | None = None
+    shrunk_outcome: Outcome | None = None
+
+
+def run_programs(pool: WorkerPool, seed: int, indices, autograd: bool = False, size: int = 6,
+                 triage: bool = True, progress=None) -> list[Result]:
+    jobs = [{"seed": seed, "index": i, "autograd": autograd, "size": size, "triage": triage}
+            for i in indices]
+    results: list[Result] = []
+    for job, msg in pool.run(jobs):
+        program = Program.from_dict(msg["program"]) if msg.get("program") else _regenerate(job)
+        results.append(Result(job["index"], program, Outcome(**msg["outcome"]), msg.get("seconds")))
+        if progress:
+            progress(results, len(jobs))
+    return sorted(results, key=lambda r: r.index)
+
+
+def _regenerate(job: dict) -> Program | None:
+    """The program of a job whose worker died before answering (drawn again: it is deterministic)."""
+    from .generate import generate
+    try:
+        return generate(job["seed"], job["index"], job.get("autograd", False), job.get("size", 6))
+    except RuntimeError:
+        return None
+
+
+def shrink_failures(pool: WorkerPool, results: list[Result], budget: int = 120, log=print) -> None:
+    """Shrink each of our failures (not torch's) to a small program failing the same way."""
+    from .shrink import shrink
+
+    def evaluate(programs):
+        jobs = [{"program": p.to_dict()} for p in programs]
+        answers = {id(j): m for j, m in pool.run(jobs)}
+        return [Outcome(**answers[id(j)]["outcome"]) for j in jobs]
+
+    for r in results:
+        if r.outcome.cls not in ("wrong", "error", "crash") or r.program is None:
+            continue
+        start = time.monotonic()
+        r.shrunk, tried = shrink(r.program, r.outcome.signature(), evaluate, budget=budget, batch=pool.n)
+        r.shrunk_outcome = evaluate([r.shrunk])[0]
+        log(f"shrunk {r.program.name}: {len(r.program.stmts)} -> {len(r.shrunk.stmts)} statements "
+            f"({tried} candidates, {time.monotonic() - start:.0f} s)")
+
+
+def table(results: list[Result]) -> str:
+    cols = [c for c in CLASSES if any(r.outcome.cls == c for r in results)] or ["ok"]
+    rows: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in results:
+        rows["ALL programs"][r.outcome.cls] += 1
+        for fam in (r.program.families() if r.program else ["?"]):
+            rows[fam][r.outcome.cls] += 1
+    width = max(len(k) for k in rows) + 2
+    lines = ["family".ljust(width) + "".join(c.rjust(12) for c in cols)]
+    for fam in ["ALL programs"] + sorted(k for k in rows if k != "ALL programs"):
+        lines.append(fam.ljust(width) + "".join(str(rows[fam][c]).rjust(12) for c in cols))
+    return "\n".join(lines)
+
+
+def distinct_failures(results: list[Result]) -> dict[str, list[Result]]:
+    """Failures grouped by how they fail and the ops of their shrunk program."""
+    groups: dict[str, list[Result]] = collections.defaultdict(list)
+    for r in results:
+        if r.outcome.cls in OURS + ("torch_bug",):
+            prog = r.shrunk or r.program
+            ops = ",".join(prog.ops()) if prog else "?"
+            groups[f"{r.outcome.signature()} [{ops}]"].append(r)
+    return groups
+
+
+def write_out(out: str, results: list[Result]) -> list[str]:
+    from .shrink import repro_script
+
+    os.makedirs(out, exist_ok=True)
+    written = []
+    for r in results:
+        if r.outcome.cls == "ok" or r.outcome.cls == "eager_error" or r.program is None:
+            continue
+        prog, outcome = (r.shrunk, r.shrunk_outcome) if r.shrunk is not None else (r.program, r.outcome)
+        name = f"{r.outcome.cls}_{prog.name}.py"
+        with open(os.path.join(out, name), "w") as fh:
+            fh.write(repro_script(prog, outcome, file=name))
+        written.append(name)
+    summary = [{"index": r.index, "class": r.outcome.cls, "category": r.outcome.category,
+                "detail": r.outcome.detail, "families": r.program.families() if r.program else [],
+                "seconds": r.seconds, "shrunk_stmts": len(r.shrunk.stmts) if r.shrunk else None}
+               for r in results]
+    with open(os.path.join(out, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    return written
+
+
+def _progress(start: float):
+    tty = sys.stderr.isatty()
+
+    def show(results, total):
+        counts = collections.Counter(r.outcome.cls for r in results)
+        line = f"[{len(results)}/{total}] " + " ".join(f"{c} {counts[c]}" for c in CLASSES if counts[c]) + \
+               f"  {time.monotonic() - start:.0f} s"
+        if tty:
+            sys.stderr.write("\r" + line)
+            if len(results) == total:
+                sys.stderr.write("\n")
+        elif len(results) % 10 == 0 or len(results) == total:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    return show
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100, help="how many programs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="index of the first program")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--autograd", action="store_true", help="also compare input gradients")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--out", default=None, help="folder for repro scripts and summary.json")
+    ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a program may take")
+    ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager")
+    ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
+    args = ap.parse_args(argv)
+    device = args.device or _default_device()
+    start = time.monotonic()
+    pool = WorkerPool(args.jobs, args.timeout, device)
+    try:
+        results = run_programs(pool, args.seed, range(args.start, args.start + args.n), args.autograd,
+                               args.size, not args.no_triage, _progress(start))
+        print(f"\n{len(results)} programs, seed {args.seed}, start {args.start}, device {device}"
+              f"{', autograd' if args.autograd else ''}, {time.monotonic() - start:.0f} s\n")
+        print(table(results))
+        if not args.no_shrink:
+            shrink_failures(pool, results, args.shrink_budget)
+    finally:
+        pool.close()
+    groups = distinct_failures(results)
+    if groups:
+        print(f"\n{len(groups)} distinct failures:")
+        for key, rs in groups.items():
+            r = rs[0]
+            detail = (r.shrunk_outcome or r.outcome).detail.splitlines()
+            print(f"  {key}: programs {[x.index for x in rs]}\n      {detail[0][:200] if detail else ''}")
+            if r.shrunk is not None:
+                print("\n".join("        " + ln for ln in r.shrunk.to_source().splitlines() if ln))
+    if args.out:
+        written = write_out(args.out, results)
+        print(f"\n{len(written)} repros and summary.json in {args.out}")
+    return 1 if any(r.outcome.cls in OURS for r in results) else 0
+
+
+def _default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,134 @@
+"""Compiled results against eager's: one function, returning (category, why) or None.
+
+    compare_run(actual, expected, inputs, eager_inputs, reference) -> None | (category, why)
+
+Categories, checked in this order: structure, dtype, shape, value, stride, alias, mutation.
+  value     floats within a dtype tolerance (NaN/inf at the same places), integers and bools exact;
+            a float output that misses the tolerance is settled against a float64 run of the
+            program (tests/opinfo/compare.py's rule: no worse than twice eager's own error).
+  stride    every output's strides on its dims of size > 1 (where a stride is observable):
+            eager's layout is observable for dense results and views alike.
+  alias     which inputs and which other outputs each output shares storage with.
+  mutation  every input's value after the call.
+Gradients (autograd mode) are compared on values only, with the same float64 rule: `compare_grads`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from tests.opinfo.compare import against_reference
+
+# (atol, rtol): a chain of fused ops computes in float32 and rounds once, eager rounds every step
+TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7),
+              torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
+
+
+def _values(a: torch.Tensor, e: torch.Tensor) -> str | None:
+    atol, rtol = TOLERANCES.get(e.dtype, (0, 0))
+    try:
+        torch.testing.assert_close(a.detach().cpu(), e.detach().cpu(), atol=atol, rtol=rtol,
+                                   equal_nan=True, check_stride=False, check_dtype=False)
+    except AssertionError as err:
+        lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+        return " ".join(lines[:4])
+    return None
+
+
+def _observable_strides(t: torch.Tensor) -> list:
+    return [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+def _storage(t: torch.Tensor):
+    return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else None
+
+
+def _sharing(outputs, inputs) -> list:
+    """For each output: (inputs sharing its storage, other outputs sharing its storage)."""
+    out_ptrs = [_storage(o) for o in outputs]
+    in_ptrs = [_storage(x) for x in inputs]
+    return [(tuple(j for j, q in enumerate(in_ptrs) if p is not None and q == p),
+             tuple(j for j, q in enumerate(out_ptrs) if p is not None and q == p and j != i))
+            for i, p in enumerate(out_ptrs)]
+
+
+def compare_tensor(a, e: torch.Tensor, what: str, reference: Callable | None = None,
+                   strides: bool = True):
+    if not isinstance(a, torch.Tensor):
+        return "structure", f"{what}: {type(a).__name__}, eager gave a tensor"
+    if a.dtype != e.dtype:
+        return "dtype", f"{what}: dtype {a.dtype} != eager's {e.dtype}"
+    if a.shape != e.shape:
+        return "shape", f"{what}: shape {tuple(a.shape)} != eager's {tuple(e.shape)}"
+    bad = _values(a, e)
+    if bad is not None and e.is_floating_point() and reference is not None:
+        r = reference()
+        if isinstance(r, torch.Tensor) and r.shape == e.shape and r.is_floating_point():
+            why = against_reference(a.detach(), e.detach(), r.detach())
+            bad = None if why is None else f"{bad}; against float64: {why}"
+    if bad is not None:
+        return "value", f"{what}: {bad}"
+    if strides and e.numel() > 1 and _observable_strides(a) != _observable_strides(e):
+        return "stride", f"{what}: strides {tuple(a.stride())} != eager's {tuple(e.stride())} (shape {tuple(e.shape)})"
+    return None
+
+
+def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], list] | None = None):
+    """None when the compiled call behaved as eager's did; else (category, why)."""
+    if not isinstance(actual, tuple) or len(actual) != len(expected):
+        return "structure", f"outputs {type(actual).__name__} of {len(actual)} != eager's {len(expected)}"
+    refs: list = []
+
+    def ref(i):
+        if reference is None:
+            return None
+        if not refs:
+            try:
+                refs.append(reference())
+            except Exception:
+                refs.append(None)
+        return refs[0][i] if refs[0] is not None else None
+
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        bad = compare_tensor(a, e, f"output {i}", lambda i=i: ref(i))
+        if bad:
+            return bad
+    got, want = _sharing(actual, inputs), _sharing(expected, eager_inputs)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return "alias", (f"output {i} shares storage with inputs {g[0]} and outputs {g[1]}; "
+                             f"eager's with inputs {w[0]} and outputs {w[1]}")
+    for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+        bad = compare_tensor(a, e, f"input {i} after the call", strides=False)
+        if bad:
+            return "mutation", bad[1]
+    return None
+
+
+def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = None):
+    """Input gradients on values; a miss is settled against float64 gradients, as outputs are
+    (a gradient through a normalization sums terms that cancel, so eager's own error can be large)."""
+    refs: list = []
+
+    def ref(i):
+        if reference is None:
+            return None
+        if not refs:
+            try:
+                refs.append(reference())
+            except Exception:
+                refs.append(None)
+        return refs[0][i] if refs[0] is not None else None
+
+    for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+        if not (isinstance(e, torch.Tensor) and e.requires_grad):
+            continue
+        if (a.grad is None) != (e.grad is None):
+            return "grad", f"grad of input {i}: {'none' if a.grad is None else 'a tensor'}, eager's " \
+                           f"{'none' if e.grad is None else 'a tensor'}"
+        if e.grad is not None:
+            bad = compare_tensor(a.grad, e.grad, f"grad of input {i}", lambda i=i: ref(i), strides=False)
+            if bad:
+                return "grad", bad[1]
+    return None

@@ -1,0 +1,118 @@
+"""Run one program eagerly and compiled and say how it went.
+
+    run_program(program, backend="mini_inductor", device="cpu") -> Outcome
+
+Outcome classes: ok; wrong (compiled ran, a result differs: category value/dtype/shape/stride/
+alias/mutation/grad/structure); error (compiled raised, eager did not: category is the exception's
+type); eager_error (eager itself raised: the program is invalid). The workers add timeout and crash.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import traceback
+
+import torch
+
+from .compare import compare_grads, compare_run
+from .generate import _quiet, backward_loss
+from .program import Program, load
+
+CLASSES = ("ok", "wrong", "error", "torch_bug", "timeout", "crash", "eager_error")
+
+
+@dataclasses.dataclass
+class Outcome:
+    cls: str                 # one of CLASSES
+    category: str = ""       # what differs (wrong), the exception type (error)
+    detail: str = ""
+
+    def signature(self) -> str:
+        """What makes two failures the same failure, for the shrinker: the class and category, and
+        for errors the message without its numbers and names of values."""
+        if self.cls == "error":
+            first = self.detail.splitlines()[0] if self.detail else ""
+            return f"error:{self.category}:{re.sub(r'[0-9]+', 'N', first)[:80]}"
+        return f"{self.cls}:{self.category}"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _backend(name: str):
+    if name == "mini_inductor":
+        import mini_inductor
+        return mini_inductor.backend
+    return name
+
+
+def _error_text(err: BaseException) -> str:
+    msg = str(err).strip()
+    # Dynamo wraps a backend's exception; its own message is what names the stage and op
+    lines = [ln for ln in msg.splitlines() if ln.strip() and not ln.startswith(("Set TORCH", "You can suppress"))]
+    return "\n".join(lines[:6])[:1500]
+
+
+def _float64(inputs: list) -> list:
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            y = x.detach().to(torch.float64)
+            out.append(y.requires_grad_() if x.requires_grad else y)
+        else:
+            out.append(x)
+    return out
+
+
+def run_program(program: Program, backend: str = "mini_inductor", device: str = "cpu",
+                runs: int = 2) -> Outcome:
+    make_inputs, f = load(program)
+    try:
+        with _quiet():
+            eager_inputs = make_inputs(device)
+            expected = f(*eager_inputs)
+            if program.autograd:
+                loss = backward_loss(expected)
+                if loss is not None:
+                    loss.backward()
+    except Exception as err:
+        return Outcome("eager_error", type(err).__name__, _error_text(err))
+
+    _, f64 = load(program.in_float64())
+
+    def reference():
+        with torch.no_grad():
+            return [t.detach() for t in f64(*_float64(make_inputs(device)))]
+
+    def reference_grads():
+        inputs64 = _float64(make_inputs(device))
+        loss = backward_loss(f64(*inputs64))
+        loss.backward()
+        return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=_backend(backend), fullgraph=True)
+    for run in range(runs):
+        inputs = make_inputs(device)
+        try:
+            with _quiet():
+                actual = compiled(*inputs)
+                # compared before the next call, which may replay a CUDA graph over these outputs
+                bad = compare_run(actual, expected, inputs, eager_inputs, reference)
+                if bad is None and program.autograd:
+                    loss = backward_loss(actual)
+                    if loss is not None:
+                        loss.backward()
+                    bad = compare_grads(inputs, eager_inputs, reference_grads)
+        except Exception as err:
+            detail = _error_text(err)
+            if run:
+                detail = f"(call {run + 1}) {detail}"
+            tb = traceback.extract_tb(err.__traceback__)
+            where = next((f"{fr.filename.split('mini_inductor/')[-1]}:{fr.lineno}" for fr in reversed(tb)
+                          if "mini_inductor/" in fr.filename), "")
+            return Outcome("error", type(err).__name__, detail + (f"\n  at {where}" if where else ""))
+        if bad is not None:
+            category, why = bad
+            return Outcome("wrong", category, (f"(call {run + 1}) " if run else "") + why)
+    return Outcome("ok")

@@ -1,0 +1,142 @@
+"""A fuzz program: inputs (how to build them) and straight-line statements, as data and as source.
+
+    Program.to_source() -> "def make_inputs(device): ...\\ndef f(x0, x1): ..."
+    Program.to_dict() / Program.from_dict(d)   # what travels to and from a worker process
+
+A program is plain Python text once rendered, so the thing that runs in a worker, the thing the
+shrinker edits and the repro script that gets written are the same code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# Input layouts: how the tensor handed to the function is made from a dense base tensor.
+LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
+
+VAR = re.compile(r"\b[xv]\d+\b")
+LOW_FLOAT = re.compile(r"torch\.(float32|float16|bfloat16)\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One argument of the program: `shape` is what the function sees; `layout` says how it is made."""
+    name: str
+    shape: tuple
+    dtype: str                      # a torch dtype's name: "float32", "int64", "bool", ...
+    layout: str = "contiguous"
+    requires_grad: bool = False
+    values: tuple | None = None     # fixed contents (index tensors), flattened; None: random
+    low: float = -2.0               # random values are drawn from [low, high)
+    high: float = 2.0
+
+    def base_shape(self) -> tuple:
+        """The dense tensor the input is a view of."""
+        s = list(self.shape)
+        if self.layout == "transposed":
+            s[-1], s[-2] = s[-2], s[-1]
+        elif self.layout == "strided":
+            s[-1] = 2 * s[-1]
+        elif self.layout == "expanded":
+            s = [1 if i % 2 == 0 else n for i, n in enumerate(s)]
+        elif self.layout == "offset":
+            n = 1
+            for d in s:
+                n *= d
+            s = [n + 1]
+        return tuple(s)
+
+    def view_suffix(self) -> str:
+        return {"contiguous": "", "transposed": ".transpose(-2, -1)", "strided": "[..., ::2]",
+                "expanded": f".expand{self.shape}", "offset": f"[1:].view{tuple(self.shape)}"}[self.layout]
+
+    def source(self) -> str:
+        """A line building this input from the generator `g` on `device`."""
+        dt = f"torch.{self.dtype}"
+        base = self.base_shape()
+        if self.values is not None:
+            make = f"torch.tensor({list(self.values)}, dtype={dt}).view({tuple(self.shape)})"
+        elif self.dtype == "bool":
+            make = f"(torch.rand({base}, generator=g) < 0.5)"
+        elif self.dtype.startswith(("int", "uint")):
+            make = f"torch.randint({int(self.low)}, {int(self.high)}, {base}, generator=g, dtype={dt})"
+        else:
+            make = f"torch.empty({base}).uniform_({self.low}, {self.high}, generator=g).to({dt})"
+        view = "" if self.values is not None else self.view_suffix()
+        line = f"{self.name} = {make}.to(device){view}"
+        if self.requires_grad:
+            line += ".detach().requires_grad_()"
+        return line
+
+
+@dataclasses.dataclass(frozen=True)
+class Stmt:
+    """`out = expr`; `mutates` names the value an in-place op writes (its storage), if any."""
+    out: str
+    expr: str
+    op: str
+    family: str
+    mutates: str | None = None
+
+    def reads(self) -> list[str]:
+        return VAR.findall(self.expr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    seed: int
+    index: int
+    inputs: tuple
+    stmts: tuple
+    outputs: tuple
+    autograd: bool = False
+    input_seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"seed{self.seed}_prog{self.index}"
+
+    def families(self) -> list[str]:
+        return sorted({s.family for s in self.stmts})
+
+    def ops(self) -> list[str]:
+        return sorted({s.op for s in self.stmts})
+
+    def to_source(self) -> str:
+        lines = ["def make_inputs(device='cpu'):",
+                 f"    g = torch.Generator().manual_seed({self.input_seed})"]
+        lines += [f"    {spec.source()}" for spec in self.inputs]
+        lines.append(f"    return [{', '.join(i.name for i in self.inputs)}]")
+        lines += ["", "", f"def f({', '.join(i.name for i in self.inputs)}):"]
+        lines += [f"    {s.out} = {s.expr}" for s in self.stmts]
+        lines.append(f"    return ({''.join(o + ', ' for o in self.outputs)})")
+        return "\n".join(lines) + "\n"
+
+    def in_float64(self) -> "Program":
+        """The same program computing every float in float64 (the reference that settles a low-
+        precision disagreement): explicit float dtypes in its statements become float64."""
+        stmts = tuple(dataclasses.replace(s, expr=LOW_FLOAT.sub("torch.float64", s.expr)
+                                          .replace(".float()", ".double()")) for s in self.stmts)
+        return dataclasses.replace(self, stmts=stmts)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "Program":
+        inputs = tuple(InputSpec(**{**i, "shape": tuple(i["shape"]),
+                                    "values": None if i["values"] is None else tuple(i["values"])})
+                       for i in d["inputs"])
+        stmts = tuple(Stmt(**s) for s in d["stmts"])
+        return Program(d["seed"], d["index"], inputs, stmts, tuple(d["outputs"]), d["autograd"],
+                       d["input_seed"])
+
+
+def load(program: Program) -> tuple:
+    """(make_inputs, f) from the program's source."""
+    import torch
+    import torch.nn.functional as F
+
+    scope = {"torch": torch, "F": F}
+    exec(compile(program.to_source(), f"<fuzz {program.name}>", "exec"), scope)
+    return scope["make_inputs"], scope["f"]

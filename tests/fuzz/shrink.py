@@ -1,0 +1,217 @@
+"""Delta debugging over a failing program, and the standalone repro script it ends as.
+
+    shrink(program, signature, evaluate, budget=120) -> Program
+    repro_script(program, outcome) -> str
+
+`evaluate(candidates)` runs programs (in workers) and returns their Outcomes; a candidate is kept
+when it fails the same way (same Outcome.signature()). Candidates, smallest change first:
+fewer outputs, dead statements gone, one statement dropped (with what reads it), a statement
+bypassed (its readers read its operand instead), simpler inputs (contiguous, no grad, float32,
+smaller dims), unused inputs gone. Repeated until nothing smaller fails the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Iterator
+
+from .program import Program, Stmt
+
+
+def _with(p: Program, stmts=None, outputs=None, inputs=None) -> Program:
+    return dataclasses.replace(p, stmts=tuple(p.stmts if stmts is None else stmts),
+                               outputs=tuple(p.outputs if outputs is None else outputs),
+                               inputs=tuple(p.inputs if inputs is None else inputs))
+
+
+def _drop(p: Program, i: int) -> Program | None:
+    """Program without statement i and every statement that (transitively) reads its value."""
+    gone = {p.stmts[i].out}
+    kept = []
+    for j, s in enumerate(p.stmts):
+        if j == i or gone & set(s.reads()):
+            gone.add(s.out)
+        else:
+            kept.append(s)
+    outs = [o for o in p.outputs if o not in gone]
+    return _with(p, kept, outs) if outs else None
+
+
+def _rename(expr: str, old: str, new: str) -> str:
+    return re.sub(rf"\b{old}\b", new, expr)
+
+
+def _bypass(p: Program, i: int) -> Iterator[Program]:
+    """Statement i gone; whatever read its value reads one of its operands instead."""
+    s = p.stmts[i]
+    for operand in dict.fromkeys(s.reads()):
+        stmts = [dataclasses.replace(t, expr=_rename(t.expr, s.out, operand)) for t in p.stmts[i + 1:]]
+        outs = list(dict.fromkeys(operand if o == s.out else o for o in p.outputs))
+        yield _with(p, list(p.stmts[:i]) + stmts, outs)
+
+
+def _prune(p: Program) -> Program:
+    """Statements that no output needs (an in-place write on an input is always needed)."""
+    needed = set(p.outputs)
+    kept: list[Stmt] = []
+    for s in reversed(p.stmts):
+        if s.out in needed or (s.mutates and (s.mutates in needed or s.mutates.startswith("x"))):
+            kept.append(s)
+            needed |= set(s.reads())
+    return _with(p, kept[::-1])
+
+
+def _unused_inputs(p: Program) -> Program:
+    used = {r for s in p.stmts for r in s.reads()} | set(p.outputs)
+    return _with(p, inputs=[i for i in p.inputs if i.name in used])
+
+
+def _input_variants(p: Program) -> Iterator[Program]:
+    for k, spec in enumerate(p.inputs):
+        simpler = []
+        if spec.layout != "contiguous":
+            simpler.append(dataclasses.replace(spec, layout="contiguous"))
+        if spec.requires_grad:
+            simpler.append(dataclasses.replace(spec, requires_grad=False))
+        if spec.dtype in ("float16", "bfloat16", "float64"):
+            simpler.append(dataclasses.replace(spec, dtype="float32"))
+        if spec.values is None:
+            for d, n in enumerate(spec.shape):
+                for smaller in dict.fromkeys((1, n // 2)):
+                    if 0 < smaller < n:
+                        simpler.append(dataclasses.replace(
+                            spec, shape=spec.shape[:d] + (smaller,) + spec.shape[d + 1:]))
+        for s in simpler:
+            yield _with(p, inputs=list(p.inputs[:k]) + [s] + list(p.inputs[k + 1:]))
+
+
+def candidates(p: Program) -> Iterator[Program]:
+    if len(p.outputs) > 1:
+        for o in p.outputs:
+            yield _with(p, outputs=[o])
+        half = len(p.outputs) // 2
+        yield _with(p, outputs=p.outputs[:half])
+        yield _with(p, outputs=p.outputs[half:])
+    pruned = _unused_inputs(_prune(p))
+    if pruned != p:
+        yield pruned
+    for i in range(len(p.stmts)):
+        dropped = _drop(p, i)
+        if dropped is not None:
+            yield _unused_inputs(dropped)
+    for i in range(len(p.stmts)):
+        for q in _bypass(p, i):
+            yield _unused_inputs(q)
+    yield from _input_variants(p)
+
+
+def size(p: Program) -> tuple:
+    elements = sum(len(i.shape) + sum(i.shape) for i in p.inputs)
+    return (len(p.stmts), len(p.outputs), len(p.inputs), elements, len(p.to_source()))
+
+
+def shrink(program: Program, signature: str, evaluate: Callable[[list[Program]], list],
+           budget: int = 120, batch: int = 1) -> tuple[Program, int]:
+    """The smallest program found that fails as `program` does, and how many candidates ran."""
+    best = program
+    tried = 0
+    seen = {program.to_source()}
+    improved = True
+    while improved and tried < budget:
+        improved = False
+        pending = []
+        for c in candidates(best):
+            src = c.to_source()
+            if src in seen or size(c) >= size(best):
+                continue
+            seen.add(src)
+            pending.append(c)
+            if len(pending) < batch:
+                continue
+            hit = _first_hit(pending, signature, evaluate)
+            tried += len(pending)
+            pending = []
+            if hit is not None:
+                best, improved = hit, True
+                break
+            if tried >= budget:
+                break
+        if not improved and pending and tried < budget:
+            hit = _first_hit(pending, signature, evaluate)
+            tried += len(pending)
+            if hit is not None:
+                best, improved = hit, True
+    return best, tried
+
+
+def _first_hit(pending: list[Program], signature: str, evaluate) -> Program | None:
+    for c, outcome in zip(pending, evaluate(pending)):
+        if outcome.signature() == signature:
+            return c
+    return None
+
+
+REPRO = '''"""Fuzz repro {name} ({ops}): {cls} ({category}) under mini_inductor.
+{detail}
+
+Run: TRITON_INTERPRET=1 python {file} [cpu|cuda] [mini_inductor|aot_eager]
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import mini_inductor  # noqa: F401  registers the backend
+
+AUTOGRAD = {autograd}
+
+
+{source}
+
+def loss_of(outputs):
+    gen = torch.Generator().manual_seed(1)
+    terms = [(o * torch.empty(o.shape).uniform_(0.5, 1.5, generator=gen).to(o.device, o.dtype)).sum()
+             for o in outputs if o.requires_grad and o.is_floating_point()]
+    return sum(terms) if terms else None
+
+
+def run(fn, device):
+    inputs = make_inputs(device)
+    outputs = fn(*inputs)
+    loss = loss_of(outputs) if AUTOGRAD else None
+    if loss is not None:
+        loss.backward()
+    return inputs, outputs
+
+
+if __name__ == "__main__":
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    backend = sys.argv[2] if len(sys.argv) > 2 else "mini_inductor"
+    eager_inputs, expected = run(f, device)
+    inputs, actual = run(torch.compile(f, backend=backend, fullgraph=True), device)
+    tols = {{torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-7}}
+    close = lambda a, e, what: torch.testing.assert_close(
+        a, e, equal_nan=True, atol=tols.get(e.dtype, 0), rtol=tols.get(e.dtype, 0), msg=lambda m: f"{{what}}: {{m}}")
+    observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        print(f"output {{i}}: {{a.dtype}} {{tuple(a.shape)}} strides {{a.stride()}}; eager: {{e.dtype}} "
+              f"{{tuple(e.shape)}} strides {{e.stride()}}")
+        close(a, e, f"output {{i}}")
+        assert e.numel() <= 1 or observable(a) == observable(e), f"output {{i}}: strides differ from eager's"
+    share = lambda outs, ins: [[j for j, x in enumerate(ins) if o.numel() and x.numel() and
+                                o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()] for o in outs]
+    assert share(actual, inputs) == share(expected, eager_inputs), "outputs alias other inputs than eager's"
+    assert share(actual, actual) == share(expected, expected), "outputs alias each other unlike eager's"
+    for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+        close(a, e, f"input {{i}} after the call")
+        if AUTOGRAD and e.grad is not None:
+            close(a.grad, e.grad, f"grad of input {{i}}")
+    print("compiled matches eager")
+'''
+
+
+def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
+    detail = "\n".join("    " + ln for ln in outcome.detail.splitlines()[:8])
+    return REPRO.format(name=program.name, ops=", ".join(program.ops()), cls=outcome.cls,
+                        category=outcome.category, detail=detail.replace('"""', "'''"), file=file,
+                        autograd=program.autograd, source=program.to_source())

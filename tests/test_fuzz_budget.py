@@ -1,0 +1,134 @@
+"""A fixed budget of fuzz programs (tests/fuzz) compiles and matches eager.
+
+150 programs of seed 0, three tests of 50 (so that `pytest -n 2` spreads them), dims up to 4, run
+in worker subprocesses with the Triton interpreter on the CPU. A program that is wrong, errors,
+hangs or crashes under mini_inductor, and is neither torch's (aot_eager fails too) nor listed in
+tests/fuzz/known_failures.txt, fails the test with its shrunk repro script.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.fuzz.cli import OURS, run_programs, shrink_failures
+from tests.fuzz.shrink import repro_script
+from tests.fuzz.workers import WorkerPool
+
+SEED = 0
+PER_TEST = 50
+SIZE = 4
+KNOWN_FILE = os.path.join(os.path.dirname(__file__), "fuzz", "known_failures.txt")
+
+
+def known_failures(device: str) -> dict[int, str]:
+    """Program index -> note, for the budget's programs that fail for a known, reported reason."""
+    known = {}
+    with open(KNOWN_FILE) as fh:
+        for line in fh:
+            line = line.split("#", 1)
+            fields = line[0].split()
+            if len(fields) >= 2 and fields[0] in ("any", device):
+                known[int(fields[1])] = line[1].strip() if len(line) > 1 else ""
+    return known
+
+
+def _run_budget(device: str, indices) -> None:
+    pool = WorkerPool(jobs=1, timeout=120, device=device)
+    try:
+        results = run_programs(pool, SEED, indices, size=SIZE)
+        known = known_failures(device)
+        new = [r for r in results if r.outcome.cls in OURS and r.index not in known]
+        shrink_failures(pool, new, budget=40, log=lambda *_: None)
+    finally:
+        pool.close()
+    drawn = [r for r in results if r.outcome.cls != "eager_error"]
+    assert len(drawn) >= 0.9 * len(results), (
+        f"the generator drew {len(results) - len(drawn)} programs eager cannot run, of {len(results)}")
+    reports = []
+    for r in new:
+        prog, outcome = (r.shrunk, r.shrunk_outcome) if r.shrunk is not None else (r.program, r.outcome)
+        script = repro_script(prog, outcome, file=f"{outcome.cls}_{prog.name}.py") if prog else outcome.detail
+        reports.append(f"--- program {r.index}: {r.outcome.cls} ({r.outcome.category})\n{script}")
+    assert not new, (f"{len(new)} of {len(results)} fuzz programs fail under mini_inductor "
+                     f"(seed {SEED}; rerun one with python -m tests.fuzz --seed {SEED} --size {SIZE} "
+                     f"--start I --n 1):\n\n" + "\n\n".join(reports))
+
+
+@pytest.mark.parametrize("part", range(3))
+def test_fuzz_programs_compile_and_match_eager(part):
+    _run_budget("cpu", range(part * PER_TEST, (part + 1) * PER_TEST))
+
+
+@pytest.mark.gpu
+def test_fuzz_programs_compile_and_match_eager_on_cuda():
+    _run_budget("cuda", range(30))  # each kernel is compiled for the GPU: a smaller budget
+
+
+# --- the fuzzer's own parts -------------------------------------------------------------------
+
+def test_program_i_of_seed_s_is_drawn_the_same_every_time():
+    from tests.fuzz.generate import generate
+
+    assert generate(3, 11).to_source() == generate(3, 11).to_source()
+    assert generate(3, 11).to_source() != generate(3, 12).to_source()
+
+
+def test_shrinker_keeps_only_the_statement_that_fails():
+    from tests.fuzz.execute import Outcome
+    from tests.fuzz.generate import generate
+    from tests.fuzz.program import Stmt
+    from tests.fuzz.shrink import shrink
+    import dataclasses
+
+    program = generate(0, 1)
+    culprit = Stmt("v99", "torch.sin(x0)", "sin", "pointwise")
+    program = dataclasses.replace(program, stmts=program.stmts + (culprit,),
+                                  outputs=program.outputs + ("v99",))
+
+    def evaluate(programs):  # "fails" exactly when the culprit's value is returned
+        return [Outcome("wrong", "value") if "v99" in p.outputs else Outcome("ok") for p in programs]
+
+    small, _ = shrink(program, "wrong:value", evaluate, budget=500)
+    assert small.stmts == (culprit,) and small.outputs == ("v99",)
+    assert [i.name for i in small.inputs] == ["x0"]
+
+
+def test_compare_reports_outputs_that_share_storage_unlike_eagers():
+    import torch
+    from tests.fuzz.compare import compare_run
+
+    base = torch.arange(6.0)
+    eager = (base, base.view(2, 3))
+    compiled = (base.clone(), base.clone().view(2, 3))
+    category, why = compare_run(compiled, eager, [], [])
+    assert category == "alias" and "outputs (1,)" in why
+
+
+def test_compare_reports_strides_only_where_observable():
+    import torch
+    from tests.fuzz.compare import compare_run
+
+    x = torch.randn(3, 4)
+    assert compare_run((x.t().contiguous(),), (x.t(),), [], [])[0] == "stride"
+    assert compare_run((torch.zeros(1, 4),), (torch.zeros(4, 1).t(),), [], []) is None
+
+
+def test_worker_pool_replaces_a_worker_that_hangs_or_dies_and_goes_on():
+    import dataclasses
+
+    from tests.fuzz.generate import generate
+    from tests.fuzz.program import Stmt
+
+    good = generate(0, 1)
+    hang = dataclasses.replace(good, stmts=(Stmt("v0", "__import__('time').sleep(600) or x0", "sleep", "test"),),
+                               outputs=("v0",))
+    die = dataclasses.replace(good, stmts=(Stmt("v0", "__import__('os')._exit(3) or x0", "exit", "test"),),
+                              outputs=("v0",))
+    pool = WorkerPool(jobs=1, timeout=20, device="cpu")
+    try:
+        answers = [msg["outcome"]["cls"] for _, msg in pool.run(
+            [{"program": p.to_dict()} for p in (hang, die, good)])]
+    finally:
+        pool.close()
+    assert answers == ["timeout", "crash", "ok"]
