@@ -524,6 +524,9 @@ class TritonOps:
             return x
         if dtype == torch.bool:
             return self.k.emit(f"({x} != 0)", torch.bool)
+        if dtype == torch.uint8 and x.dtype.is_floating_point:
+            # eager wraps a float into uint8 through a wider integer (-1.5 → 255); Triton's direct cast saturates
+            return self.k.emit(f"{x}.to(tl.int32).to(tl.uint8)", dtype)
         return self.k.emit(f"{x}.to({tl_dtype(dtype)})", dtype)
 
     def where(self, c, a, b):

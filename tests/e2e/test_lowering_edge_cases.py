@@ -166,3 +166,10 @@ def test_a_scalar_eager_cannot_convert_raises_as_in_eager(device, fn):
         fn(x)
     with pytest.raises(Exception, match="cannot be converted to type u?int8_t without overflow"):
         compile_fn(fn)(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_negative_and_large_floats_cast_to_uint8_wrap_like_eager(device, dtype):
+    # eager converts through a wider integer (-1.5 → 255, 300.5 → 44); a direct cast saturates on the GPU
+    x = torch.tensor([-1.5, -0.5, 0.5, 200.7, 300.5, -129.0], device=device, dtype=dtype)
+    check(lambda x: (x * 1).to(torch.uint8), x)
