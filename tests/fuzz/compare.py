@@ -14,7 +14,7 @@ Gradients (autograd mode) are compared on values only, with the same float64 rul
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -74,10 +74,8 @@ def compare_tensor(a, e: torch.Tensor, what: str, reference: Callable | None = N
     return None
 
 
-def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], list] | None = None):
-    """None when the compiled call behaved as eager's did; else (category, why)."""
-    if not isinstance(actual, tuple) or len(actual) != len(expected):
-        return "structure", f"outputs {type(actual).__name__} of {len(actual)} != eager's {len(expected)}"
+def _lazy_reference(reference: Callable[[], list] | None) -> Callable[[int], Any]:
+    """i → the float64 reference's i-th value, computed at the first miss only (None if it cannot run)."""
     refs: list = []
 
     def ref(i):
@@ -89,6 +87,14 @@ def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], 
             except Exception:
                 refs.append(None)
         return refs[0][i] if refs[0] is not None else None
+    return ref
+
+
+def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], list] | None = None):
+    """None when the compiled call behaved as eager's did; else (category, why)."""
+    if not isinstance(actual, tuple) or len(actual) != len(expected):
+        return "structure", f"outputs {type(actual).__name__} of {len(actual)} != eager's {len(expected)}"
+    ref = _lazy_reference(reference)
 
     for i, (a, e) in enumerate(zip(actual, expected)):
         bad = compare_tensor(a, e, f"output {i}", lambda i=i: ref(i))
@@ -109,17 +115,7 @@ def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], 
 def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = None):
     """Input gradients on values; a miss is settled against float64 gradients, as outputs are
     (a gradient through a normalization sums terms that cancel, so eager's own error can be large)."""
-    refs: list = []
-
-    def ref(i):
-        if reference is None:
-            return None
-        if not refs:
-            try:
-                refs.append(reference())
-            except Exception:
-                refs.append(None)
-        return refs[0][i] if refs[0] is not None else None
+    ref = _lazy_reference(reference)
 
     for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
         if not (isinstance(e, torch.Tensor) and e.requires_grad):
