@@ -61,11 +61,7 @@ def expand(x, size, implicit=False):
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim = _norm_dim(dim, len(size))
-    n = int(size[dim])
-    start = 0 if start is None else start
-    end = n if end is None else end
-    start = max(0, min(n, start + n if start < 0 else start))
-    end = max(start, min(n, end + n if end < 0 else end))
+    start, end = slice_bounds(int(size[dim]), start, end)
     new = list(size)
     new[dim] = sympy.Integer((end - start + step - 1) // step)
 
@@ -74,6 +70,14 @@ def slice_(x, dim=0, start=None, end=None, step=1):
         idx[dim] = start + step * idx[dim]
         return idx
     return View(x, new, reindex)
+
+
+def slice_bounds(n: int, start, end) -> tuple[int, int]:
+    """start and end of [start:end] on a dim of n elements, as 0 <= start <= end <= n."""
+    start = 0 if start is None else start
+    end = n if end is None else end
+    start = max(0, min(n, start + n if start < 0 else start))
+    return start, max(start, min(n, end + n if end < 0 else end))
 
 
 @register_lowering(aten.select.int)

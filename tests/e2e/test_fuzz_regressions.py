@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import check, clone_input, compile_fn
+from common import assert_no_fallbacks, check, clone_input, compile_fn
 
 
 @pytest.mark.parametrize("dtype, low, high", [(torch.int32, -1.0, 1.0), (torch.int64, -1.0, 1.0),
@@ -86,3 +86,14 @@ def test_outputs_have_eagers_strides_on_size_one_dims(fn):
     actual = compile_fn(fn)(x)
     check(fn, x)
     assert actual.stride() == expected.stride(), f"strides {actual.stride()} != eager's {expected.stride()}"
+
+
+@pytest.mark.parametrize("fn", [lambda x: (lambda v: (v, v[2:].relu_()))(x.to(torch.float64)),
+                                lambda x: (lambda v: (v[::2].relu_(), v))(x * 2),
+                                lambda x: (lambda v: (v[:, 1:3].relu_(), v))(x * 2),
+                                lambda x: torch.slice_scatter(x * 2, torch.ones(4, 2), 1, -3, None, 2)],
+                         ids=["slice_relu_", "strided_slice", "slice_of_dim_1", "slice_scatter"])
+def test_an_in_place_op_on_a_slice_of_a_transposed_intermediate_keeps_its_strides(fn):
+    # slice_scatter's result has its input's strides in eager (torch's decomposition makes it contiguous)
+    check(fn, torch.randn(5, 4).t())
+    assert_no_fallbacks()
