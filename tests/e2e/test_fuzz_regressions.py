@@ -97,3 +97,11 @@ def test_an_in_place_op_on_a_slice_of_a_transposed_intermediate_keeps_its_stride
     # slice_scatter's result has its input's strides in eager (torch's decomposition makes it contiguous)
     check(fn, torch.randn(5, 4).t())
     assert_no_fallbacks()
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.mean(1), lambda x: x.var(0), lambda x: torch.var_mean(x, 1),
+                                lambda x: F.rms_norm(x, (8,)), lambda x: F.avg_pool2d(x.view(1, 1, 4, 8), 2)],
+                         ids=["mean", "var", "var_mean", "rms_norm", "avg_pool2d"])
+def test_float64_means_and_variances_divide_in_float64(fn):
+    # float32 division leaves relative errors near 1e-7, far above float64's
+    check(fn, torch.randn(4, 8, dtype=torch.float64) * 3 + 1, atol=1e-12, rtol=1e-12, grad=True)
