@@ -55,18 +55,24 @@ def _linear_then_index_put_(x, w, b, i, v):
     return out, out.index_put_((i,), v)
 
 
-@pytest.mark.parametrize("fn, args", [
-    (lambda x: (torch.logical_not(x), torch.logical_not(x).transpose(0, 0)), [torch.randn(1, 1, 1, 1)]),
-    (lambda x: (lambda v: (v, v.transpose(0, 0)))(torch.logical_not(x)), [torch.randn(1, 1, 1, 1)]),
-    (lambda x: (lambda v: (v, v.t()))(torch.sin(x)), [torch.rand(1) < 0.5]),
-    (lambda x: (lambda v: (v, v.t()))(torch.sin(x)), [torch.randn(3)]),
-    (lambda x: (lambda v: (v, v.detach()))(torch.sin(x)), [torch.randn(3)]),
-    (lambda x: (lambda v: (v, v.view(1, 3).view(1, 1, 3)))(torch.cos(x).view(1, 1, 3)), [torch.randn(3)]),
-    (_linear_then_index_put_, [torch.randn(1, 1, 3), torch.randn(3, 3), torch.randn(1), torch.tensor([0]),
-                               torch.randn(1, 1, 1)]),
+def _one(*shape):
+    return lambda: [torch.randn(*shape)]
+
+
+# (function, a maker of its inputs: made in the test, so that on a GPU machine they are CUDA tensors)
+@pytest.mark.parametrize("fn, make_args", [
+    (lambda x: (torch.logical_not(x), torch.logical_not(x).transpose(0, 0)), _one(1, 1, 1, 1)),
+    (lambda x: (lambda v: (v, v.transpose(0, 0)))(torch.logical_not(x)), _one(1, 1, 1, 1)),
+    (lambda x: (lambda v: (v, v.t()))(torch.sin(x)), lambda: [torch.rand(1) < 0.5]),
+    (lambda x: (lambda v: (v, v.t()))(torch.sin(x)), _one(3)),
+    (lambda x: (lambda v: (v, v.detach()))(torch.sin(x)), _one(3)),
+    (lambda x: (lambda v: (v, v.view(1, 3).view(1, 1, 3)))(torch.cos(x).view(1, 1, 3)), _one(3)),
+    (_linear_then_index_put_, lambda: [torch.randn(1, 1, 3), torch.randn(3, 3), torch.randn(1), torch.tensor([0]),
+                                       torch.randn(1, 1, 1)]),
 ], ids=["separate_logical_nots", "transpose_0_0", "t_of_1d_bool_sin", "t_of_1d", "detach", "views_through_size_1",
         "linear_then_index_put_"])
-def test_outputs_share_storage_exactly_when_eagers_do(fn, args):
+def test_outputs_share_storage_exactly_when_eagers_do(fn, make_args):
+    args = make_args()
     expected = fn(*[clone_input(a) for a in args])
     compiled = compile_fn(fn)
     check(fn, *args)
