@@ -61,7 +61,7 @@ _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten
                   aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
                   aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm,
                   # to pointwise/index/reduction ops that have lowerings
-                  aten.clamp.Tensor, aten.elu, aten.repeat, aten.slice_scatter, aten.arange.start_step,
+                  aten.clamp.Tensor, aten.elu, aten.repeat, aten.arange.start_step,
                   aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
                   aten._adaptive_avg_pool2d]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,

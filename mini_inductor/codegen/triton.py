@@ -707,8 +707,10 @@ class TritonOps:
         if rtype in ("argmax", "argmin"):
             # the masked value is [XBLOCK, RBLOCK] even where `value` does not vary along r (an expanded dim)
             masked = k.emit(f"tl.where({mask}, {value}, {self._identity(rtype, value.dtype)})", value.dtype)
-            idx = k.emit(f"tl.broadcast_to(rindex, {masked}.shape)", torch.int64)
-            out = k.emit(f"triton_helpers.{rtype}({masked}, {idx}, 1)[:, None]", torch.int64)
+            idx = k.emit(f"tl.broadcast_to(rindex, {masked}.shape)", torch.int32)
+            # the index reduces as int32 (rindex's type); the result is cast, since it is typed int64 for
+            # what the kernel does with it next (int64 constants, an int64 reduction's identity)
+            out = k.emit(f"triton_helpers.{rtype}({masked}, {idx}, 1)[:, None]", torch.int32)
             return self.to_dtype(out, torch.int64)
         ident = self._identity(rtype, dtype)
         masked = k.emit(f"tl.where({mask}, {value}, {ident})", dtype)

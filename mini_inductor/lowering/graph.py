@@ -139,10 +139,17 @@ class GraphLowering:
                          for a in (result if isinstance(result, (list, tuple)) else [result])]
                 values = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
+                realized: dict[torch.fx.Node, Any] = {}
                 for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
+                    if isinstance(arg, torch.fx.Node) and arg in realized:
+                        # a node returned twice (x.add_(y) returns x) is one tensor twice, as in eager
+                        outputs.append(realized[arg])
+                        continue
                     self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))
+                        if isinstance(arg, torch.fx.Node):
+                            realized[arg] = outputs[-1]
                     except Exception as e:
                         raise LoweringError(f"cannot realize output: {e}", graph=self.name,
                                             op="output", node=getattr(arg, "name", None)) from e
@@ -324,12 +331,27 @@ class GraphLowering:
             return value
         want = list(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
         if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
-            return value.realize(stride=want)
+            return _with_unit_strides_of(value.realize(stride=want), meta)
         tensor = ir.realize_as_tensor(value)
         if want is not None and not _strides_match(tensor.get_size(), getattr(tensor, "layout").stride, want):
             return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                         tensor.get_size(), value.origins)).realize(stride=want)
+        return _with_unit_strides_of(tensor, meta)
+
+
+def _with_unit_strides_of(tensor, meta):
+    """`tensor` seen with eager's strides on its size-1 dims. Such a stride addresses nothing, so a view
+    of the same storage gives it for free (a keepdim reduction or an unsqueeze is otherwise realized
+    with a stride of 0 or 1 there, where eager's is the next dim's size times its stride)."""
+    layout = getattr(tensor, "layout", None)
+    if not isinstance(meta, torch.Tensor) or not isinstance(tensor, (Buffer, ReinterpretView)) or layout is None \
+            or len(layout.size) != meta.dim():
         return tensor
+    stride = tuple(sympy.Integer(m) if s == 1 else st for s, st, m in zip(layout.size, layout.stride, meta.stride()))
+    if stride == tuple(layout.stride):
+        return tensor
+    base = tensor.data if isinstance(tensor, ReinterpretView) else tensor
+    return ReinterpretView(base, dataclasses.replace(layout, stride=stride))
 
 
 def _prefer_channels_last(result, meta) -> None:

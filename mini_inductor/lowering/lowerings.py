@@ -217,9 +217,11 @@ def add_sub(a, b, alpha=1):
 def _add_sub(a, b, alpha, name):
     if alpha == 1:
         return make_pointwise(_op(name))(a, b)
-    check_converts(alpha, promote([a, b], KIND.DEFAULT)[0])
-    # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar
-    return make_pointwise(lambda x, y, s: getattr(ops, name)(x, ops.mul(y, s)))(a, b, alpha)
+    cdt = promote([a, b], KIND.DEFAULT)[0]
+    check_converts(alpha, cdt)
+    # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar. alpha
+    # takes no part in promotion (bool + bool with alpha=2 stays bool), so it is a constant of the body
+    return make_pointwise(lambda x, y: getattr(ops, name)(x, ops.mul(y, constant(alpha, cdt))))(a, b)
 
 
 register_lowering(aten.sub)(lambda a, b, alpha=1: _add_sub(a, b, alpha, "sub"))
@@ -355,6 +357,12 @@ register_lowering(aten.clamp_max.default)(lambda x, max: clamp(x, max=max))
 
 @register_lowering(aten.hardtanh)
 def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """Unlike clamp, the bounds do not promote: the result has x's dtype, and an integer x clamps
+    to the bounds truncated to integers (hardtanh(int32, -1.5, 1.5) is int32, within [-1, 1])."""
+    if x.get_dtype() == torch.bool:
+        raise NotImplementedError("hardtanh of bool (eager raises)")
+    if not x.get_dtype().is_floating_point:
+        min_val, max_val = int(min_val), int(max_val)
     return clamp(x, min_val, max_val)
 
 
@@ -383,7 +391,7 @@ def convert_element_type(x, dtype):
     return to_dtype(x, dtype)
 
 
-@register_lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.detach)
+@register_lowering(aten.clone, aten.lift_fresh_copy)
 def clone(x, memory_format=None):
     return Pointwise.create(x.get_device(), x.get_dtype(), x.make_loader(), x.get_size())
 

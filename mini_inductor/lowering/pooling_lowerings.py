@@ -96,6 +96,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     total = make_reduction(window, [nd, nd + 1], "sum")  # in the accumulation dtype
     h, w = size[-2:]
     loader, dtype = total.make_loader(), x.get_dtype()
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32   # float64 is not divided in float32
 
     def count(o, kk, ss, pp, n):
         """Elements of the window along one dim that the divisor counts."""
@@ -109,13 +110,12 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     def inner_fn(idx):
         value = loader(idx)
         if divisor_override:
-            divisor = ops.constant(float(divisor_override), torch.float32)
+            divisor = ops.constant(float(divisor_override), cdt)
         else:
             oh, ow = idx[-2:]
-            divisor = ops.to_dtype(ops.mul(count(oh, k[0], s[0], p[0], h), count(ow, k[1], s[1], p[1], w)),
-                                   torch.float32)
-        result = ops.truediv(ops.to_dtype(value, torch.float32), divisor)
-        return result if dtype == torch.float32 else ops.to_dtype(result, dtype)
+            divisor = ops.to_dtype(ops.mul(count(oh, k[0], s[0], p[0], h), count(ow, k[1], s[1], p[1], w)), cdt)
+        result = ops.truediv(ops.to_dtype(value, cdt), divisor)
+        return result if dtype == cdt else ops.to_dtype(result, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size[:-2] + out)
 
 

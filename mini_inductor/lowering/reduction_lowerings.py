@@ -188,18 +188,20 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
     n = product([x.get_size()[d] for d in dims])
     total = make_reduction(x, dims, "sum", keepdim=keepdim)  # kept in the accumulation dtype
-    return _scale(total, lambda v: ops.truediv(v, ops.constant(float(n), torch.float32)), x.get_dtype())
+    return _divide(total, float(n), x.get_dtype())
 
 
-def _scale(x: IRNode, fn, out_dtype) -> IRNode:
+def _divide(x: IRNode, divisor: float, out_dtype) -> IRNode:
+    """x / divisor in out_dtype's compute dtype (float32 for fp16/bf16/float32, float64 for float64)."""
     ld = x.make_loader()
     src = x.get_dtype()
+    cdt = torch.float64 if torch.float64 in (src, out_dtype) else torch.float32
 
     def inner_fn(idx):
         v = ld(idx)
-        v = v if src == torch.float32 else ops.to_dtype(v, torch.float32)
-        out = fn(v)
-        return out if out_dtype == torch.float32 else ops.to_dtype(out, out_dtype)
+        v = v if src == cdt else ops.to_dtype(v, cdt)
+        out = ops.truediv(v, ops.constant(divisor, cdt))
+        return out if out_dtype == cdt else ops.to_dtype(out, out_dtype)
     return Pointwise.create(x.get_device(), out_dtype, inner_fn, x.get_size())
 
 
@@ -209,7 +211,7 @@ def _welford(x: IRNode, dims, keepdim, correction):
     mean_ = make_reduction(x, dims, "welford_reduce", output_index=0, keepdim=keepdim)
     m2 = make_reduction(x, dims, "welford_reduce", output_index=1, keepdim=keepdim)
     denom = float(max(int(n) - correction, 0))
-    var = _scale(m2, lambda v: ops.truediv(v, ops.constant(denom, torch.float32)), x.get_dtype())
+    var = _divide(m2, denom, x.get_dtype())
     return var, to_dtype(mean_, x.get_dtype())
 
 

@@ -9,6 +9,10 @@ store goes to a computed address and the result is an ordinary Pointwise (fused,
 spans (K > MAX_SCATTER_SPAN) and index tensors smaller than self in another dim run in ATen. This is
 what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K = 1) needs.
 
+slice_scatter, the same way: an element in the slice reads src, the others self (torch's
+decomposition returns a contiguous result; eager's has self's strides, which an in-place op on a slice
+of an intermediate shows).
+
 max_pool2d_with_indices_backward, the same way: an input position is in at most ceil(k / s) windows
 per dim; it gathers the output gradient of each window whose saved index points at it.
 
@@ -34,10 +38,10 @@ import torch
 
 from .indexing_lowerings import index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph, static_sizes
-from .lowerings import broadcast_loader, broadcast_sizes, register_lowering
+from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
 from .pooling_lowerings import _geometry
-from .sizevars import FloorDiv
-from .view_lowerings import _norm_dim
+from .sizevars import FloorDiv, ModularIndexing
+from .view_lowerings import _norm_dim, slice_bounds
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -183,6 +187,32 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
                 total = ops.add(total, ops.masked(valid, contribution, 0.0))
         return total if dtype == cdt else ops.to_dtype(total, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+@register_lowering(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    dim = _norm_dim(dim, len(size))
+    n = int(size[dim])
+    start, end = slice_bounds(n, start, end)
+    dtype = x.get_dtype()
+    load_x, load_src = x.make_loader(), to_dtype(src, dtype).make_loader()
+
+    def inner_fn(idx):
+        i = idx[dim]
+        conds = [_within(i, start, end)]
+        if step > 1:   # (i - start) % step == 0, on a non-negative operand
+            phase = ModularIndexing(i + step - start % step, 1, step)
+            conds.append(ops.eq(ops.index_expr(phase, torch.int64), ops.constant(0, torch.int64)))
+        inside = _all(*conds)
+        at = list(idx)
+        at[dim] = FloorDiv(i - start, step)
+        return ops.where(inside, ops.masked(inside, lambda: load_src(at), _zero(dtype)), load_x(idx))
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+def _zero(dtype: torch.dtype):
+    return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
 
 
 def _within(expr, lo: int, hi: int):

@@ -38,6 +38,13 @@ def transpose(x, d0, d1):
     return permute(x, dims)
 
 
+@register_lowering(aten.alias, aten.detach)
+def alias(x):
+    """The same elements, as eager's alias/detach share the storage (a clone here made outputs that
+    eager returns as views of each other, transpose(0, 0) or t() of a 1-d tensor, separate tensors)."""
+    return View(x, x.get_size(), list)
+
+
 @register_lowering(aten.expand)
 def expand(x, size, implicit=False):
     old = x.get_size()
@@ -54,11 +61,7 @@ def expand(x, size, implicit=False):
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim = _norm_dim(dim, len(size))
-    n = int(size[dim])
-    start = 0 if start is None else start
-    end = n if end is None else end
-    start = max(0, min(n, start + n if start < 0 else start))
-    end = max(start, min(n, end + n if end < 0 else end))
+    start, end = slice_bounds(int(size[dim]), start, end)
     new = list(size)
     new[dim] = sympy.Integer((end - start + step - 1) // step)
 
@@ -67,6 +70,14 @@ def slice_(x, dim=0, start=None, end=None, step=1):
         idx[dim] = start + step * idx[dim]
         return idx
     return View(x, new, reindex)
+
+
+def slice_bounds(n: int, start, end) -> tuple[int, int]:
+    """start and end of [start:end] on a dim of n elements, as 0 <= start <= end <= n."""
+    start = 0 if start is None else start
+    end = n if end is None else end
+    start = max(0, min(n, start + n if start < 0 else start))
+    return start, max(start, min(n, end + n if end < 0 else end))
 
 
 @register_lowering(aten.select.int)
@@ -156,11 +167,14 @@ def reshape_reindexer(old, new):
             if len(oi) == 1:
                 out[oi[0]] = flat
                 continue
+            # the outermost dim of size > 1 takes the quotient with no modulo (a size-1 dim before it
+            # must not make it `flat % n`, which hides that the view is strided: [1, 3] -> [1, 1, 3])
+            outer = next((k for k in oi if old[k] != 1), oi[0])
             divisor = sympy.Integer(1)
             for k in reversed(oi):
                 if old[k] == 1:
                     continue
-                out[k] = ModularIndexing(flat, divisor, old[k]) if k != oi[0] else FloorDiv(flat, divisor)
+                out[k] = ModularIndexing(flat, divisor, old[k]) if k != outer else FloorDiv(flat, divisor)
                 divisor = divisor * old[k]
         return out
     return reindex
