@@ -4,7 +4,7 @@
                          [--out DIR] [--size 6] [--timeout 120] [--no-shrink] [--no-triage]
 
 Exit status 1 when a program is wrong, errors, hangs or crashes under mini_inductor in a way that
-aot_eager does not share (torch_bug failures are listed, not counted against us).
+aot_eager (or aot_eager_decomp_partition) does not share (torch_bug failures are listed, not counted against us).
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a program may take")
     ap.add_argument("--no-shrink", action="store_true")
-    ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager")
+    ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager and aot_eager_decomp_partition")
     ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
     args = ap.parse_args(argv)
     device = args.device or _default_device()

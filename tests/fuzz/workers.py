@@ -181,15 +181,31 @@ def _serve(device: str) -> None:
                 continue
         outcome = run_program(program, job.get("backend", "mini_inductor"), device)
         if job.get("triage") and outcome.cls in ("wrong", "error"):
-            shared = run_program(program, "aot_eager", device)
-            note = f"{shared.cls} {shared.category}: {shared.detail.splitlines()[0] if shared.detail else ''}"
-            # both raise (aot_eager often at compile time, with another message), or both are wrong alike
-            if (shared.cls == outcome.cls == "error") or shared.signature() == outcome.signature():
-                outcome = Outcome("torch_bug", outcome.category, f"{outcome.detail}\n  aot_eager too: {note}")
-            elif shared.cls != "ok":  # aot_eager fails otherwise: ours still, with its failure noted
-                outcome.detail += f"\n  aot_eager fails otherwise: {note}"
+            outcome = _triage(program, outcome, device)
         out.write(json.dumps({"program": program.to_dict(), "outcome": outcome.to_dict(),
                               "seconds": round(time.monotonic() - start, 2)}) + "\n")
+
+
+# torch's own pipelines up to our lowering: AOT autograd alone, then with the decompositions and the
+# min-cut partitioner that mini_inductor also uses (a bug of the partitioner shows only there)
+TRIAGE_BACKENDS = ("aot_eager", "aot_eager_decomp_partition")
+
+
+def _triage(program, outcome, device: str):
+    """`outcome` as torch_bug when one of TRIAGE_BACKENDS fails the same way, else ours with their failures noted."""
+    from .execute import Outcome, run_program   # in the worker, after torch (see _serve)
+
+    notes = []
+    for backend in TRIAGE_BACKENDS:
+        shared = run_program(program, backend, device)
+        note = f"{shared.cls} {shared.category}: {shared.detail.splitlines()[0] if shared.detail else ''}"
+        # both raise (torch often at compile time, with another message), or both are wrong alike
+        if (shared.cls == outcome.cls == "error") or shared.signature() == outcome.signature():
+            return Outcome("torch_bug", outcome.category, f"{outcome.detail}\n  {backend} too: {note}")
+        if shared.cls != "ok":
+            notes.append(f"\n  {backend} fails otherwise: {note}")
+    outcome.detail += "".join(notes)
+    return outcome
 
 
 if __name__ == "__main__":
