@@ -28,7 +28,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
-from . import ir, layout_opt
+from . import eager_strides, ir, layout_opt
 from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
@@ -119,6 +119,7 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
+        eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
         self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
