@@ -297,13 +297,58 @@ def _same_where_observable(t: torch.Tensor, stride: Sequence[int]) -> bool:
 # ─── decompositions that end in eager's layout ───────────────────────────────────────────────────
 
 def decompositions(table: dict) -> dict:
-    """Entries of `table` for batch norm, wrapped so that the normalized output has eager's layout."""
+    """Entries of `table` for batch norm and for pointwise ops, wrapped so that the (first) output
+    has eager's layout: a decomposition may expand a broadcast operand before its first op (heaviside),
+    which then orders the dims by it."""
     out = {}
-    for target in _BATCH_NORMS:
-        decomp = table.get(target)
-        if decomp is not None:
+    for target, decomp in table.items():
+        if target in _BATCH_NORMS:
             out[target] = _ending_in_eager_layout(target, decomp)
+        elif isinstance(target, torch._ops.OpOverload) and _is_pointwise(target):
+            out[target] = _elementwise_in_eager_layout(decomp, _all_tensors)
+        elif getattr(target, "overloadpacket", None) in _COPIES_OF_SELF:
+            out[target] = _elementwise_in_eager_layout(decomp, _self_only)
     return out
+
+
+# scatters into a copy of `self` that eager makes with self's layout (clone, preserve_format)
+_COPIES_OF_SELF = {aten.slice_scatter, aten.select_scatter, aten.diagonal_scatter}
+
+
+def _all_tensors(args, kwargs) -> list:
+    return [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+
+
+def _self_only(args, kwargs) -> list:
+    x = args[0] if args else kwargs.get("self", kwargs.get("input"))
+    return [x] if isinstance(x, torch.Tensor) else []
+
+
+def _elementwise_in_eager_layout(decomp, operands_of):
+    """`decomp` followed by a copy into the layout eager's TensorIterator gives its result over the
+    operands `operands_of(args, kwargs)` picks, when the decomposition's result has another."""
+    def run(*args, **kwargs):
+        result = decomp(*args, **kwargs)
+        if not isinstance(result, torch.Tensor) or kwargs.get("memory_format") not in (None, torch.preserve_format):
+            return result
+        operands = operands_of(args, kwargs)
+        if not operands or any(t.device != result.device and t.dim() > 0 for t in operands):
+            return result
+        want = elementwise_strides(list(result.shape), operands)
+        if _same_where_observable(result, want):
+            return result
+        return _permuted_copy(result, want)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
+    return run
+
+
+def _permuted_copy(x: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """A copy of `x` with the dense `stride`: the dims permuted outermost-first, made contiguous, and
+    permuted back (ops lowering inlines)."""
+    order = sorted(range(x.dim()), key=lambda d: (-stride[d], d))
+    inverse = [order.index(d) for d in range(x.dim())]
+    copy = aten.clone.default(aten.permute.default(x, order), memory_format=torch.contiguous_format)
+    return aten.permute.default(copy, inverse)
 
 
 def _ending_in_eager_layout(target, decomp):
