@@ -18,12 +18,15 @@ lowering; `decompositions(table)` makes batch norm's functional decomposition en
 """
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from typing import Any, Sequence
 
 import torch
 import torch.fx
+
+from .layout_opt import is_non_overlapping_and_dense
 
 aten = torch.ops.aten
 log = logging.getLogger("mini_inductor")
@@ -65,7 +68,7 @@ def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor]) 
             if (fmt is torch.contiguous_format or ndim == (4 if fmt is torch.channels_last else 5)) and \
                     all(t.is_contiguous(memory_format=fmt) for t in tensors):
                 return _format_strides(shape, fmt)
-        if all(_dense(t) for t in tensors) and all(t.stride() == tensors[0].stride() for t in tensors):
+        if all(is_non_overlapping_and_dense(t) for t in tensors) and all(t.stride() == tensors[0].stride() for t in tensors):
             return list(tensors[0].stride())
     strides = [_broadcast_strides(t, shape) for t in tensors]
 
@@ -108,11 +111,6 @@ def _broadcast_strides(t: torch.Tensor, shape: list[int]) -> list[int]:
     return out
 
 
-def _dense(t: torch.Tensor) -> bool:
-    from .layout_opt import is_non_overlapping_and_dense
-    return is_non_overlapping_and_dense(t)
-
-
 def _format_strides(shape: list[int], fmt: torch.memory_format) -> list[int]:
     """Strides of a dense tensor of `shape` in memory format `fmt` (what empty(memory_format=) gives)."""
     order = list(range(len(shape)))[::-1]                 # innermost first
@@ -128,13 +126,15 @@ def _format_strides(shape: list[int], fmt: torch.memory_format) -> list[int]:
 
 # ─── batch norm's output layout ───────────────────────────────────────────────────────────────────
 
-def batch_norm_format(x: torch.Tensor, *, weight, bias, running_mean, training: bool, eps: float):
+def batch_norm_format(x: torch.Tensor, *, weight, bias, running_mean, training: bool, eps: float,
+                      aten_op_called: bool = False):
     """The memory format of eager batch norm's output for input `x`, or None: the input's own layout.
 
     The CPU kernel allocates it contiguous or channels last (as the input is, else as its strides
-    suggest); CUDA does likewise when it calls cuDNN, and otherwise allocates it like the input.
+    suggest); on CUDA, F.batch_norm does likewise when it picks cuDNN, and otherwise (as does the ATen
+    op called directly, `aten_op_called`) allocates it like the input.
     """
-    if x.device.type == "cuda" and not _uses_cudnn(x, weight, bias, running_mean, training, eps):
+    if x.device.type == "cuda" and (aten_op_called or not _uses_cudnn(x, weight, bias, running_mean, training, eps)):
         return None
     for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
         if (fmt is torch.contiguous_format or x.dim() == (4 if fmt is torch.channels_last else 5)) and \
@@ -164,7 +164,7 @@ def _suggest_memory_format(x: torch.Tensor):
     return suggest_memory_format(x)
 
 
-def _batch_norm_output_format(target, args, kwargs):
+def _batch_norm_output_format(target, args, kwargs, aten_op_called: bool = False):
     """The memory format of output 0 of batch norm op `target` on FakeTensor arguments in eager, or
     None where it is the input's own layout."""
     bound = _bind(target, args, kwargs)
@@ -175,7 +175,15 @@ def _batch_norm_output_format(target, args, kwargs):
     training = bool(bound.get(flag)) if isinstance(flag, str) else flag
     return batch_norm_format(x, weight=bound.get("weight"), bias=bound.get("bias"),
                              running_mean=bound.get("running_mean"), training=training,
-                             eps=float(bound.get("eps", 1e-5)))
+                             eps=float(bound.get("eps", 1e-5)), aten_op_called=aten_op_called)
+
+
+def _aten_op_called(node: torch.fx.Node) -> bool:
+    """Whether the user called a batch norm ATen op itself (torch.native_batch_norm, ...) rather than
+    F.batch_norm or a BatchNorm module: on CUDA only the latter may go to cuDNN."""
+    stack = node.meta.get("source_fn_stack") or []
+    fn = stack[-1][1] if stack and isinstance(stack[-1], tuple) and len(stack[-1]) > 1 else None
+    return getattr(fn, "__name__", None) in {t.__name__.split(".")[0] for t in _BATCH_NORMS}
 
 
 def _bind(target, args, kwargs) -> dict[str, Any]:
@@ -222,7 +230,7 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     target = node.target
     if target in _BATCH_NORMS:
         args, kwargs = _metas_of((node.args, node.kwargs))
-        fmt = _batch_norm_output_format(target, args, kwargs)
+        fmt = _batch_norm_output_format(target, args, kwargs, _aten_op_called(node))
         x = _bind(target, args, kwargs).get("input")
         return (None if fmt is None else _format_strides(list(x.shape), fmt)), 0
     if not _is_pointwise(target):
@@ -239,6 +247,7 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     return elementwise_strides(list(val.shape), operands), None
 
 
+@functools.lru_cache(maxsize=None)   # one entry per op the graphs call
 def _is_pointwise(target) -> bool:
     tags = getattr(target, "tags", ())
     if torch.Tag.pointwise not in tags:
