@@ -118,3 +118,27 @@ def test_elementwise_strides_are_eagers_for_mixed_layouts_and_broadcasts():
         assert elementwise_strides(list(want.shape), [a > 0, b, c]) == list(want.stride()), picks
         want = torch.add(a, b)
         assert elementwise_strides(list(want.shape), [a, b]) == list(want.stride()), picks
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["native_batch_norm", "_native_batch_norm_legit"])
+def test_batch_norm_aten_op_called_directly_on_cuda_keeps_the_inputs_layout_on_gpu(op):
+    # the ATen op runs CUDA's own kernel (output allocated like the input), never cuDNN
+    x = _transposed(2, 3, 4, 5, device="cuda")
+    w, b, _, _ = _params(3, "cuda")
+    fn = {"native_batch_norm": lambda x, w, b: torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0],
+          "_native_batch_norm_legit": lambda x, w, b: torch._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5)[0]}[op]
+    check(fn, x, w, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [2, 4])
+def test_f_batch_norm_on_cuda_has_eagers_strides_with_and_without_cudnn_on_gpu(dims):
+    # F.batch_norm goes to cuDNN for 3+ dims with weight and bias (contiguous output), else to the
+    # native kernel (the input's layout)
+    x = _transposed(3, 6, device="cuda") if dims == 2 else _transposed(2, 3, 4, 5, device="cuda")
+    c = x.shape[1]
+    w, b, mean, var = _params(c, "cuda")
+    for args in [(w, b), (None, None)]:
+        check(lambda x, m, v, *wb: F.batch_norm(x, m, v, *wb, training=False), x, mean, var, *args)
+        check(lambda x, *wb: F.batch_norm(x, None, None, *wb, training=True), x, *args)
