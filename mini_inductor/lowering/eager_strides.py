@@ -10,11 +10,13 @@ ops, not all:
     (logical_and, floor_divide, ...)     operand, broadcast or not   of size 1 / stride 0 do not count
     batch norm (native / legit ops)      the input's layout          CPU: contiguous or channels last;
                                                                      CUDA: cuDNN likewise, else input's
-    batch norm's functional form         the decomposition's         as above
-    (decomposed before lowering)         (input's layout)
+    decomposed ops (batch norm's         their decomposition's       as above; slice/select/diagonal
+    functional form, heaviside,          last op's (heaviside        scatters: self's layout
+    slice_scatter, ...)                  expands first)
 
 `correct_metas(graph)` rewrites the `val` of such nodes (and re-derives the nodes that read them) before
-lowering; `decompositions(table)` makes batch norm's functional decomposition end in eager's layout.
+lowering; `decompositions(table)` wraps the decompositions so that their result ends in eager's
+layout (a copy lowering inlines). aten.repeat is lowered whole (copy_lowerings.py), contiguous.
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from .layout_opt import is_non_overlapping_and_dense
 aten = torch.ops.aten
 log = logging.getLogger("mini_inductor")
 
-# ops whose first output is batch norm's normalized input: op → (its training flag, or the argument
-# that holds it), with the argument names of their schemas
+# ops whose first output is batch norm's normalized input: op → its training flag, or the name of
+# the schema argument that holds it
 _BATCH_NORMS = {
     aten.native_batch_norm.default: "training",
     aten._native_batch_norm_legit.default: "training",
@@ -64,11 +66,10 @@ def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor]) 
     if ndim == 0:
         return []
     if tensors and all(list(t.shape) == shape for t in tensors):
-        for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
-            if (fmt is torch.contiguous_format or ndim == (4 if fmt is torch.channels_last else 5)) and \
-                    all(t.is_contiguous(memory_format=fmt) for t in tensors):
+        for fmt in _formats(ndim):
+            if all(t.is_contiguous(memory_format=fmt) for t in tensors):
                 return _format_strides(shape, fmt)
-        if all(is_non_overlapping_and_dense(t) for t in tensors) and all(t.stride() == tensors[0].stride() for t in tensors):
+        if all(is_non_overlapping_and_dense(t) and t.stride() == tensors[0].stride() for t in tensors):
             return list(tensors[0].stride())
     strides = [_broadcast_strides(t, shape) for t in tensors]
 
@@ -111,6 +112,11 @@ def _broadcast_strides(t: torch.Tensor, shape: list[int]) -> list[int]:
     return out
 
 
+def _formats(ndim: int) -> tuple:
+    """The memory formats a tensor of `ndim` dims can have, in the order eager tries them."""
+    return (torch.contiguous_format,) + {4: (torch.channels_last,), 5: (torch.channels_last_3d,)}.get(ndim, ())
+
+
 def _format_strides(shape: list[int], fmt: torch.memory_format) -> list[int]:
     """Strides of a dense tensor of `shape` in memory format `fmt` (what empty(memory_format=) gives)."""
     order = list(range(len(shape)))[::-1]                 # innermost first
@@ -136,9 +142,8 @@ def batch_norm_format(x: torch.Tensor, *, weight, bias, running_mean, training: 
     """
     if x.device.type == "cuda" and (aten_op_called or not _uses_cudnn(x, weight, bias, running_mean, training, eps)):
         return None
-    for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
-        if (fmt is torch.contiguous_format or x.dim() == (4 if fmt is torch.channels_last else 5)) and \
-                x.is_contiguous(memory_format=fmt):
+    for fmt in _formats(x.dim()):
+        if x.is_contiguous(memory_format=fmt):
             return fmt
     return _suggest_memory_format(x)
 
