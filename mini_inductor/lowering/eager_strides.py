@@ -252,10 +252,15 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     return elementwise_strides(list(val.shape), operands), None
 
 
+# pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:
+# masked_fill fills a contiguous copy of self, mvlgamma sums over an added dim
+_OWN_LAYOUT = {aten.masked_fill, aten.mvlgamma}
+
+
 @functools.lru_cache(maxsize=None)   # one entry per op the graphs call
 def _is_pointwise(target) -> bool:
     tags = getattr(target, "tags", ())
-    if torch.Tag.pointwise not in tags:
+    if torch.Tag.pointwise not in tags or getattr(target, "overloadpacket", None) in _OWN_LAYOUT:
         return False
     schema = getattr(target, "_schema", None)   # in-place and out= forms write a tensor they were given
     return bool(schema) and not any(a.alias_info is not None for a in schema.arguments) and \
