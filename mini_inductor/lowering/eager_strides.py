@@ -233,6 +233,8 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     """(eager's strides, the output they are for: None for the only one) where we know better than
     the FakeTensor; (None, None) elsewhere."""
     target = node.target
+    if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
+        return None, None   # symbolic sizes: no layout decided here
     if target in _BATCH_NORMS:
         args, kwargs = _metas_of((node.args, node.kwargs))
         fmt = _batch_norm_output_format(target, args, kwargs, _aten_op_called(node))
@@ -255,6 +257,11 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
 # pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:
 # masked_fill fills a contiguous copy of self, mvlgamma sums over an added dim
 _OWN_LAYOUT = {aten.masked_fill, aten.mvlgamma}
+
+
+def _static(val) -> bool:
+    tensors = [t for t in (val if isinstance(val, (list, tuple)) else [val]) if isinstance(t, torch.Tensor)]
+    return all(isinstance(n, int) for t in tensors for n in (*t.shape, *t.stride()))
 
 
 @functools.lru_cache(maxsize=None)   # one entry per op the graphs call
@@ -351,7 +358,7 @@ def _elementwise_in_eager_layout(decomp, operands_of):
         if not isinstance(result, torch.Tensor) or kwargs.get("memory_format") not in (None, torch.preserve_format):
             return result
         operands = operands_of(args, kwargs)
-        if not operands or any(t.device != result.device and t.dim() > 0 for t in operands):
+        if not operands or not _static([result, *operands]) or any(t.device != result.device and t.dim() > 0 for t in operands):
             return result
         want = elementwise_strides(list(result.shape), operands)
         if _same_where_observable(result, want):
@@ -373,6 +380,8 @@ def _permuted_copy(x: torch.Tensor, stride: list[int]) -> torch.Tensor:
 def _ending_in_eager_layout(target, decomp):
     def run(*args, **kwargs):
         result = decomp(*args, **kwargs)
+        if not _static(list(args)):
+            return result
         fmt = _batch_norm_output_format(target, args, kwargs)
         # always the copy (inlined by lowering): what the decomposition's last node is traced with
         # here is not always what its FakeTensor propagation gives the graph
