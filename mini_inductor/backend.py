@@ -82,7 +82,7 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in _KEEP_WHOLE:
         table.pop(op, None)
-    table.update(eager_strides.decompositions(table))   # batch norm's output in eager's layout
+    table.update(eager_strides.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     return table
 
 
