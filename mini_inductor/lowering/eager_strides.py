@@ -200,13 +200,14 @@ def _bind(target, args, kwargs) -> dict[str, Any]:
 
 # ─── the graph pass ───────────────────────────────────────────────────────────────────────────────
 
-def correct_metas(graph: torch.fx.Graph) -> int:
+def correct_metas(graph: torch.fx.Graph, keep: set[torch.fx.Node] = frozenset()) -> int:
     """Give every node whose FakeTensor's strides are not eager's a FakeTensor with eager's strides,
-    and re-derive the nodes that read one (views of it take its new strides). Returns how many nodes
-    changed."""
+    and re-derive the nodes that read one (views of it take its new strides). Nodes in `keep` keep
+    theirs (a forward graph's saved tensors: the backward graph reads them with those strides).
+    Returns how many nodes changed."""
     changed: set[torch.fx.Node] = set()
     for node in graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or node in keep:
             continue
         val = node.meta.get("val")
         if any(a in changed for a in node.all_input_nodes) and not _writes_arguments(node.target):
@@ -227,6 +228,21 @@ def correct_metas(graph: torch.fx.Graph) -> int:
     if changed:
         log.debug("eager strides: %d FX nodes restrided (%s)", len(changed), ", ".join(n.name for n in changed))
     return len(changed)
+
+
+def saved_for_backward(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The outputs of a forward graph past its user-visible ones (and mutated inputs): the tensors
+    AOT autograd saves for the backward graph, as AOT autograd's metadata counts them."""
+    try:
+        from torch._guards import TracingContext
+        meta = TracingContext.try_get().fw_metadata
+        first = int(meta.num_forward_returns)
+    except Exception:   # noqa: BLE001  (no metadata: keep every output's strides)
+        first = 0
+    (output,) = graph.find_nodes(op="output")
+    result = output.args[0]
+    outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+    return {a for a in outputs[first:] if isinstance(a, torch.fx.Node)}
 
 
 def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:

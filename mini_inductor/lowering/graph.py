@@ -119,7 +119,8 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
-        eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
+        saved = eager_strides.saved_for_backward(self.gm.graph) if self.name.startswith("forward") else set()
+        eager_strides.correct_metas(self.gm.graph, keep=saved)   # outputs and ATen calls get eager's strides
         self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
