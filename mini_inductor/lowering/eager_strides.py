@@ -200,21 +200,22 @@ def _bind(target, args, kwargs) -> dict[str, Any]:
 
 # ─── the graph pass ───────────────────────────────────────────────────────────────────────────────
 
-def correct_metas(graph: torch.fx.Graph, keep: set[torch.fx.Node] = frozenset()) -> int:
+def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
     """Give every node whose FakeTensor's strides are not eager's a FakeTensor with eager's strides,
-    and re-derive the nodes that read one (views of it take its new strides). Nodes in `keep` keep
-    theirs (a forward graph's saved tensors: the backward graph reads them with those strides).
-    Returns how many nodes changed."""
-    changed: set[torch.fx.Node] = set()
+    and re-derive the nodes that read one (views of it take its new strides). Returns the changed
+    nodes' old FakeTensors (a forward graph's tensors saved for backward are returned with those
+    strides: the backward graph reads them so)."""
+    changed: dict[torch.fx.Node, Any] = {}
     for node in graph.nodes:
-        if node.op != "call_function" or node in keep:
+        if node.op != "call_function":
             continue
         val = node.meta.get("val")
+        old = val
         if any(a in changed for a in node.all_input_nodes) and not _writes_arguments(node.target):
             new = _rerun(node)
             if new is not None:
                 val = node.meta["val"] = new
-                changed.add(node)
+                changed.setdefault(node, old)
         want, index = _eager_strides(node)
         current = val[index] if isinstance(val, (list, tuple)) and index is not None else val
         if want is None or not isinstance(current, torch.Tensor) or _same_where_observable(current, want):
@@ -224,25 +225,20 @@ def correct_metas(graph: torch.fx.Graph, keep: set[torch.fx.Node] = frozenset())
             continue
         node.meta["val"] = fixed if index is None else type(val)(
             fixed if i == index else v for i, v in enumerate(val))
-        changed.add(node)
+        changed.setdefault(node, old)
     if changed:
         log.debug("eager strides: %d FX nodes restrided (%s)", len(changed), ", ".join(n.name for n in changed))
-    return len(changed)
+    return changed
 
 
-def saved_for_backward(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    """The outputs of a forward graph past its user-visible ones (and mutated inputs): the tensors
-    AOT autograd saves for the backward graph, as AOT autograd's metadata counts them."""
+def first_saved_output() -> int:
+    """The position of a forward graph's first output past its user-visible ones (and mutated inputs):
+    from there on, the tensors AOT autograd saves for the backward graph, as its metadata counts."""
     try:
         from torch._guards import TracingContext
-        meta = TracingContext.try_get().fw_metadata
-        first = int(meta.num_forward_returns)
-    except Exception:   # noqa: BLE001  (no metadata: keep every output's strides)
-        first = 0
-    (output,) = graph.find_nodes(op="output")
-    result = output.args[0]
-    outputs = list(result) if isinstance(result, (list, tuple)) else [result]
-    return {a for a in outputs[first:] if isinstance(a, torch.fx.Node)}
+        return int(TracingContext.try_get().fw_metadata.num_forward_returns)
+    except Exception:   # noqa: BLE001  (no metadata: every output keeps its FakeTensor's strides)
+        return 0
 
 
 def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:

@@ -119,8 +119,8 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
-        saved = eager_strides.saved_for_backward(self.gm.graph) if self.name.startswith("forward") else set()
-        eager_strides.correct_metas(self.gm.graph, keep=saved)   # outputs and ATen calls get eager's strides
+        old_metas = eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
+        first_saved = eager_strides.first_saved_output() if self.name.startswith("forward") else None
         self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -141,7 +141,10 @@ class GraphLowering:
                          for a in (result if isinstance(result, (list, tuple)) else [result])]
                 values = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
-                for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
+                args = result if isinstance(result, (list, tuple)) else [result]
+                for position, (value, meta, arg) in enumerate(zip(values, metas, args)):
+                    if first_saved is not None and position >= first_saved and arg in old_metas:
+                        meta = old_metas[arg]   # saved for backward: the strides the backward graph reads
                     self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))

@@ -102,9 +102,9 @@ def test_batch_norm_with_autograd_on_transposed_input_has_eagers_strides_and_gra
         mean, var = torch.zeros(3, device=x.device) + 0.1, torch.ones(3, device=x.device) * 1.5
         out = F.batch_norm(x, mean, var, w, b, training=training)
         # a tensor saved for backward keeps the strides the backward graph reads it with
-        return out, F.rms_norm(out, (4,), g, eps=1e-5)
+        return out, F.rms_norm(out, (5,), g, eps=1e-5)
     check(fn, _transposed(2, 3, 4, 5, device=device), torch.randn(3, device=device), torch.randn(3, device=device),
-          torch.rand(4, device=device), grad=True)
+          torch.rand(5, device=device), grad=True)
 
 
 def test_elementwise_strides_are_eagers_for_mixed_layouts_and_broadcasts():
