@@ -32,7 +32,7 @@ from .config import Config
 from .debug import dump_graph
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
-from .lowering import lower_graph
+from .lowering import eager_strides, lower_graph
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .lowering.graph import unsupported_graph_reason
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
@@ -61,7 +61,7 @@ _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten
                   aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
                   aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm,
                   # to pointwise/index/reduction ops that have lowerings
-                  aten.clamp.Tensor, aten.elu, aten.repeat, aten.arange.start_step,
+                  aten.clamp.Tensor, aten.elu, aten.arange.start_step,
                   aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
                   aten._adaptive_avg_pool2d]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
@@ -82,6 +82,7 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in _KEEP_WHOLE:
         table.pop(op, None)
+    table.update(eager_strides.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     return table
 
 

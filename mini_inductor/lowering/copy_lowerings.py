@@ -1,9 +1,11 @@
-"""The `*_copy` variants of views (what functionalized graphs may hold): the view, then a copy."""
+"""The `*_copy` variants of views (what functionalized graphs may hold): the view, then a copy; and
+repeat, a tiled copy."""
 from __future__ import annotations
 
 import torch
 
 from .ir import Pointwise
+from .sizevars import ModularIndexing
 from .lowerings import register_lowering
 from . import view_lowerings as views
 
@@ -73,3 +75,23 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
         out[d2] = idx[-1] + max(offset, 0)
         return out
     return views.View(x, [size[d] for d in rest] + [length], reindex)
+
+
+@register_lowering(aten.repeat.default)
+def repeat(x, repeats):
+    """`x` tiled `repeats[d]` times along each dim (extra leading repeats add dims): one kernel writing
+    a new tensor, contiguous as eager's (torch's decomposition, expand + clone + permute + view, gave
+    the output the permuted strides of its clone)."""
+    if not all(isinstance(r, int) for r in repeats):
+        raise NotImplementedError("repeat with symbolic repeats")
+    size = x.get_size()
+    lead = len(repeats) - len(size)
+    if lead < 0:
+        raise NotImplementedError("repeat with fewer repeats than dims")   # eager raises
+    out_size = list(repeats[:lead]) + [s * r for s, r in zip(size, repeats[lead:])]
+    load = x.make_loader()
+
+    def inner_fn(idx):
+        return load([i if r == 1 else ModularIndexing(i, 1, s)
+                     for i, s, r in zip(idx[lead:], size, repeats[lead:])])
+    return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, out_size)

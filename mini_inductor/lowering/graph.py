@@ -28,7 +28,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
-from . import ir, layout_opt
+from . import eager_strides, ir, layout_opt
 from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
@@ -119,6 +119,8 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
+        old_metas = eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
+        first_saved = eager_strides.first_saved_output() if self.name.startswith("forward") else None
         self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -139,17 +141,20 @@ class GraphLowering:
                          for a in (result if isinstance(result, (list, tuple)) else [result])]
                 values = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
-                realized: dict[torch.fx.Node, Any] = {}
-                for value, meta, arg in zip(values, metas, result if isinstance(result, (list, tuple)) else [result]):
-                    if isinstance(arg, torch.fx.Node) and arg in realized:
+                realized: dict[tuple[torch.fx.Node, int], Any] = {}
+                args = result if isinstance(result, (list, tuple)) else [result]
+                for position, (value, meta, arg) in enumerate(zip(values, metas, args)):
+                    if first_saved is not None and position >= first_saved and arg in old_metas:
+                        meta = old_metas[arg]   # saved for backward: the strides the backward graph reads
+                    if isinstance(arg, torch.fx.Node) and (arg, id(meta)) in realized:
                         # a node returned twice (x.add_(y) returns x) is one tensor twice, as in eager
-                        outputs.append(realized[arg])
+                        outputs.append(realized[arg, id(meta)])
                         continue
                     self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))
                         if isinstance(arg, torch.fx.Node):
-                            realized[arg] = outputs[-1]
+                            realized[arg, id(meta)] = outputs[-1]
                     except Exception as e:
                         raise LoweringError(f"cannot realize output: {e}", graph=self.name,
                                             op="output", node=getattr(arg, "name", None)) from e

@@ -71,7 +71,8 @@ def test_every_fresh_aten_output_is_guarded_and_views_are_not(device):
     # the returned transpose is a view of the matmul's output, not an output of its own
     guarded = re.findall(r"\n( *)(buf\d+) = [^\n]*\n\1if \2\.stride\(\) != ", source)
     assert [name for _, name in guarded] == ["buf1", "buf5"], source
-    assert "if buf1.stride() != (90, 30, 1, 6): buf1 = restrided(buf1, (2, 3, 6, 5), (90, 30, 1, 6))" in source
+    # batch norm's output is expected with eager's strides (contiguous; its FakeTensor says (90, 30, 1, 6))
+    assert "if buf1.stride() != (90, 30, 5, 1): buf1 = restrided(buf1, (2, 3, 6, 5), (90, 30, 5, 1))" in source
     assert source.count("restrided(") == 1 + 2   # the helper's definition and the two guards
 
 

@@ -1,0 +1,404 @@
+"""Eager's output strides where the graph's FakeTensors say otherwise.
+
+Lowering realizes graph outputs (and the bases of returned views, and the inputs of ATen calls) with
+the strides of their FX node's FakeTensor (`node.meta["val"]`). Those are eager's strides for most
+ops, not all:
+
+    op                                   FakeTensor                  eager
+    ──────────────────────────────────   ─────────────────────────   ────────────────────────────────
+    pointwise ops run as Python refs     orders dims by the first    TensorIterator: operands' dims
+    (logical_and, floor_divide, ...)     operand, broadcast or not   of size 1 / stride 0 do not count
+    batch norm (native / legit ops)      the input's layout          CPU: contiguous or channels last;
+                                                                     CUDA: cuDNN likewise, else input's
+    decomposed ops (batch norm's         their decomposition's       as above; slice/select/diagonal
+    functional form, heaviside,          last op's (heaviside        scatters: self's layout
+    slice_scatter, ...)                  expands first)
+
+`correct_metas(graph)` rewrites the `val` of such nodes (and re-derives the nodes that read them) before
+lowering; `decompositions(table)` wraps the decompositions so that their result ends in eager's
+layout (a copy lowering inlines). aten.repeat is lowered whole (copy_lowerings.py), contiguous.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from typing import Any, Sequence
+
+import torch
+import torch.fx
+
+from .layout_opt import is_non_overlapping_and_dense
+
+aten = torch.ops.aten
+log = logging.getLogger("mini_inductor")
+
+# ops whose first output is batch norm's normalized input: op → its training flag, or the name of
+# the schema argument that holds it
+_BATCH_NORMS = {
+    aten.native_batch_norm.default: "training",
+    aten._native_batch_norm_legit.default: "training",
+    aten._native_batch_norm_legit.no_stats: "training",
+    aten._native_batch_norm_legit_functional.default: "training",
+    aten._native_batch_norm_legit_no_training.default: False,
+}
+for _name, _training in (("_batch_norm_with_update", True), ("_batch_norm_with_update_functional", True),
+                         ("_batch_norm_no_update", False)):
+    _packet = getattr(aten, _name, None)   # torch 2.3+
+    if _packet is not None:
+        _BATCH_NORMS[_packet.default] = _training
+
+
+# ─── TensorIterator's output layout ───────────────────────────────────────────────────────────────
+
+def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor]) -> list[int]:
+    """The strides eager's TensorIterator gives the output of shape `shape` computed from `operands`.
+
+    Operands with the output's shape that are all contiguous (or all channels last, or all of one
+    dense layout) give that layout. Otherwise dims are ordered innermost-first by the operands'
+    strides, the first operand that orders two dims deciding; an operand's broadcast dims (missing,
+    size 1 where the output's is not, or stride 0) do not order anything, and equal strides put the
+    smaller dim inside.
+    """
+    shape = [int(s) for s in shape]
+    ndim = len(shape)
+    tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+    if ndim == 0:
+        return []
+    if tensors and all(list(t.shape) == shape for t in tensors):
+        for fmt in _formats(ndim):
+            if all(t.is_contiguous(memory_format=fmt) for t in tensors):
+                return _format_strides(shape, fmt)
+        if all(is_non_overlapping_and_dense(t) and t.stride() == tensors[0].stride() for t in tensors):
+            return list(tensors[0].stride())
+    strides = [_broadcast_strides(t, shape) for t in tensors]
+
+    def should_swap(d0: int, d1: int) -> int:
+        for st in strides:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim))[::-1]         # perm[0]: the innermost dim
+    for i in range(1, ndim):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            order = should_swap(perm[d0], perm[d1])
+            if order > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif order < 0:
+                break
+    if perm == list(range(ndim))[::-1]:
+        return _format_strides(shape, torch.contiguous_format)
+    out = [0] * ndim
+    step = 1
+    for d in perm:
+        out[d] = step
+        step *= shape[d]
+    return out
+
+
+def _broadcast_strides(t: torch.Tensor, shape: list[int]) -> list[int]:
+    lead = len(shape) - t.dim()
+    out = [0] * lead
+    for size, stride, full in zip(t.shape, t.stride(), shape[lead:]):
+        out.append(0 if size == 1 and full != 1 else int(stride))
+    return out
+
+
+def _formats(ndim: int) -> tuple:
+    """The memory formats a tensor of `ndim` dims can have, in the order eager tries them."""
+    return (torch.contiguous_format,) + {4: (torch.channels_last,), 5: (torch.channels_last_3d,)}.get(ndim, ())
+
+
+def _format_strides(shape: list[int], fmt: torch.memory_format) -> list[int]:
+    """Strides of a dense tensor of `shape` in memory format `fmt` (what empty(memory_format=) gives)."""
+    order = list(range(len(shape)))[::-1]                 # innermost first
+    if fmt is torch.channels_last or fmt is torch.channels_last_3d:
+        order = [1] + list(range(len(shape) - 1, 1, -1)) + [0]
+    out = [0] * len(shape)
+    step = 1
+    for d in order:
+        out[d] = step
+        step *= max(shape[d], 1)
+    return out
+
+
+# ─── batch norm's output layout ───────────────────────────────────────────────────────────────────
+
+def batch_norm_format(x: torch.Tensor, *, weight, bias, running_mean, training: bool, eps: float,
+                      aten_op_called: bool = False):
+    """The memory format of eager batch norm's output for input `x`, or None: the input's own layout.
+
+    The CPU kernel allocates it contiguous or channels last (as the input is, else as its strides
+    suggest); on CUDA, F.batch_norm does likewise when it picks cuDNN, and otherwise (as does the ATen
+    op called directly, `aten_op_called`) allocates it like the input.
+    """
+    if x.device.type == "cuda" and (aten_op_called or not _uses_cudnn(x, weight, bias, running_mean, training, eps)):
+        return None
+    for fmt in _formats(x.dim()):
+        if x.is_contiguous(memory_format=fmt):
+            return fmt
+    return _suggest_memory_format(x)
+
+
+def _uses_cudnn(x, weight, bias, running_mean, training: bool, eps: float) -> bool:
+    """Eager's choice of cuDNN for batch norm on CUDA (ATen's _select_batch_norm_backend)."""
+    if weight is None or bias is None or x.dim() < 3 or torch.version.hip is not None:
+        return False
+    if torch.bfloat16 in (x.dtype, weight.dtype) or (x.dtype == torch.float16 and weight.dtype != torch.float32):
+        return False
+    if running_mean is None and not training:
+        return False
+    if x.shape[0] > (880801 if training else 65535) or x.numel() >= 2**31 - 1:
+        return False
+    return bool(torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled and eps >= 1e-5)
+
+
+def _suggest_memory_format(x: torch.Tensor):
+    try:
+        from torch._prims_common import suggest_memory_format
+    except ImportError:   # an older torch: no channels-last guess
+        return torch.contiguous_format
+    return suggest_memory_format(x)
+
+
+def _batch_norm_output_format(target, args, kwargs, aten_op_called: bool = False):
+    """The memory format of output 0 of batch norm op `target` on FakeTensor arguments in eager, or
+    None where it is the input's own layout."""
+    bound = _bind(target, args, kwargs)
+    x = bound.get("input")
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        return None
+    flag = _BATCH_NORMS[target]
+    training = bool(bound.get(flag)) if isinstance(flag, str) else flag
+    return batch_norm_format(x, weight=bound.get("weight"), bias=bound.get("bias"),
+                             running_mean=bound.get("running_mean"), training=training,
+                             eps=float(bound.get("eps", 1e-5)), aten_op_called=aten_op_called)
+
+
+def _aten_op_called(node: torch.fx.Node) -> bool:
+    """Whether the user called a batch norm ATen op itself (torch.native_batch_norm, ...) rather than
+    F.batch_norm or a BatchNorm module: on CUDA only the latter may go to cuDNN."""
+    stack = node.meta.get("source_fn_stack") or []
+    fn = stack[-1][1] if stack and isinstance(stack[-1], tuple) and len(stack[-1]) > 1 else None
+    return getattr(fn, "__name__", None) in {t.__name__.split(".")[0] for t in _BATCH_NORMS}
+
+
+def _bind(target, args, kwargs) -> dict[str, Any]:
+    names = [a.name for a in target._schema.arguments]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return bound
+
+
+# ─── the graph pass ───────────────────────────────────────────────────────────────────────────────
+
+def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
+    """Give every node whose FakeTensor's strides are not eager's a FakeTensor with eager's strides,
+    and re-derive the nodes that read one (views of it take its new strides). Returns the changed
+    nodes' old FakeTensors (a forward graph's tensors saved for backward are returned with those
+    strides: the backward graph reads them so)."""
+    changed: dict[torch.fx.Node, Any] = {}
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        old = val
+        if any(a in changed for a in node.all_input_nodes) and not _writes_arguments(node.target):
+            new = _rerun(node)
+            if new is not None:
+                val = node.meta["val"] = new
+                changed.setdefault(node, old)
+        want, index = _eager_strides(node)
+        current = val[index] if isinstance(val, (list, tuple)) and index is not None else val
+        if want is None or not isinstance(current, torch.Tensor) or _same_where_observable(current, want):
+            continue
+        fixed = _restrided(current, want)
+        if fixed is None:
+            continue
+        node.meta["val"] = fixed if index is None else type(val)(
+            fixed if i == index else v for i, v in enumerate(val))
+        changed.setdefault(node, old)
+    if changed:
+        log.debug("eager strides: %d FX nodes restrided (%s)", len(changed), ", ".join(n.name for n in changed))
+    return changed
+
+
+def first_saved_output() -> int:
+    """The position of a forward graph's first output past its user-visible ones (and mutated inputs):
+    from there on, the tensors AOT autograd saves for the backward graph, as its metadata counts."""
+    try:
+        from torch._guards import TracingContext
+        return int(TracingContext.try_get().fw_metadata.num_forward_returns)
+    except Exception:   # noqa: BLE001  (no metadata: every output keeps its FakeTensor's strides)
+        return 0
+
+
+def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
+    """(eager's strides, the output they are for: None for the only one) where we know better than
+    the FakeTensor; (None, None) elsewhere."""
+    target = node.target
+    if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
+        return None, None   # symbolic sizes: no layout decided here
+    if target in _BATCH_NORMS:
+        args, kwargs = _metas_of((node.args, node.kwargs))
+        fmt = _batch_norm_output_format(target, args, kwargs, _aten_op_called(node))
+        x = _bind(target, args, kwargs).get("input")
+        return (None if fmt is None else _format_strides(list(x.shape), fmt)), 0
+    if not _is_pointwise(target):
+        return None, None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None, None
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    if kwargs.get("memory_format") not in (None, torch.preserve_format):   # clone(memory_format=...)
+        return None, None
+    operands = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
+        return None, None
+    return elementwise_strides(list(val.shape), operands), None
+
+
+# pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:
+# masked_fill fills a contiguous copy of self, mvlgamma sums over an added dim
+_OWN_LAYOUT = {aten.masked_fill, aten.mvlgamma}
+
+
+def _static(val) -> bool:
+    tensors = [t for t in (val if isinstance(val, (list, tuple)) else [val]) if isinstance(t, torch.Tensor)]
+    return all(isinstance(n, int) for t in tensors for n in (*t.shape, *t.stride()))
+
+
+@functools.lru_cache(maxsize=None)   # one entry per op the graphs call
+def _is_pointwise(target) -> bool:
+    tags = getattr(target, "tags", ())
+    if torch.Tag.pointwise not in tags or getattr(target, "overloadpacket", None) in _OWN_LAYOUT:
+        return False
+    schema = getattr(target, "_schema", None)   # in-place and out= forms write a tensor they were given
+    return bool(schema) and not any(a.alias_info is not None for a in schema.arguments) and \
+        not any(r.alias_info is not None for r in schema.returns)
+
+
+def _writes_arguments(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema) and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _metas_of(tree):
+    return torch.fx.node.map_arg(tree, lambda n: n.meta.get("val"))
+
+
+def _rerun(node: torch.fx.Node):
+    """`node`'s FakeTensor computed again from its inputs' (some restrided), or None if it cannot be."""
+    if node.target is operator.getitem:
+        seq, i = _metas_of(node.args)
+        return seq[i] if isinstance(seq, (list, tuple)) else None
+    mode = _fake_mode(node.meta.get("val"))
+    if mode is None:
+        return None
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    try:
+        with mode:
+            return node.target(*args, **kwargs)
+    except Exception as e:   # noqa: BLE001  (the old FakeTensor stays; lowering is then as before)
+        log.debug("eager strides: cannot re-run %s (%s): %s", node.name, node.target, e)
+        return None
+
+
+def _fake_mode(val):
+    for t in (val if isinstance(val, (list, tuple)) else [val]):
+        mode = getattr(t, "fake_mode", None)
+        if mode is not None:
+            return mode
+    return None
+
+
+def _restrided(val: torch.Tensor, stride: list[int]):
+    mode = _fake_mode(val)
+    if mode is None:
+        return None
+    with mode:
+        return torch.empty_strided(tuple(val.shape), tuple(stride), dtype=val.dtype, device=val.device)
+
+
+def _same_where_observable(t: torch.Tensor, stride: Sequence[int]) -> bool:
+    return all(n <= 1 or s == w for n, s, w in zip(t.shape, t.stride(), stride))
+
+
+# ─── decompositions that end in eager's layout ───────────────────────────────────────────────────
+
+def decompositions(table: dict) -> dict:
+    """Entries of `table` for batch norm and for pointwise ops, wrapped so that the (first) output
+    has eager's layout: a decomposition may expand a broadcast operand before its first op (heaviside),
+    which then orders the dims by it."""
+    out = {}
+    for target, decomp in table.items():
+        if target in _BATCH_NORMS:
+            out[target] = _ending_in_eager_layout(target, decomp)
+        elif isinstance(target, torch._ops.OpOverload) and _is_pointwise(target):
+            out[target] = _elementwise_in_eager_layout(decomp, _all_tensors)
+        elif getattr(target, "overloadpacket", None) in _COPIES_OF_SELF:
+            out[target] = _elementwise_in_eager_layout(decomp, _self_only)
+    return out
+
+
+# scatters into a copy of `self` that eager makes with self's layout (clone, preserve_format)
+_COPIES_OF_SELF = {aten.slice_scatter, aten.select_scatter, aten.diagonal_scatter}
+
+
+def _all_tensors(args, kwargs) -> list:
+    return [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+
+
+def _self_only(args, kwargs) -> list:
+    x = args[0] if args else kwargs.get("self", kwargs.get("input"))
+    return [x] if isinstance(x, torch.Tensor) else []
+
+
+def _elementwise_in_eager_layout(decomp, operands_of):
+    """`decomp` followed by a copy into the layout eager's TensorIterator gives its result over the
+    operands `operands_of(args, kwargs)` picks, when the decomposition's result has another."""
+    def run(*args, **kwargs):
+        result = decomp(*args, **kwargs)
+        if not isinstance(result, torch.Tensor) or kwargs.get("memory_format") not in (None, torch.preserve_format):
+            return result
+        operands = operands_of(args, kwargs)
+        if not operands or not _static([result, *operands]) or any(t.device != result.device and t.dim() > 0 for t in operands):
+            return result
+        want = elementwise_strides(list(result.shape), operands)
+        if _same_where_observable(result, want):
+            return result
+        return _permuted_copy(result, want)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
+    return run
+
+
+def _permuted_copy(x: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """A copy of `x` with the dense `stride`: the dims permuted outermost-first, made contiguous, and
+    permuted back (ops lowering inlines)."""
+    order = sorted(range(x.dim()), key=lambda d: (-stride[d], d))
+    inverse = [order.index(d) for d in range(x.dim())]
+    copy = aten.clone.default(aten.permute.default(x, order), memory_format=torch.contiguous_format)
+    return aten.permute.default(copy, inverse)
+
+
+def _ending_in_eager_layout(target, decomp):
+    def run(*args, **kwargs):
+        result = decomp(*args, **kwargs)
+        if not _static(list(args)):
+            return result
+        fmt = _batch_norm_output_format(target, args, kwargs)
+        # always the copy (inlined by lowering): what the decomposition's last node is traced with
+        # here is not always what its FakeTensor propagation gives the graph
+        if fmt is None or not isinstance(result[0], torch.Tensor):
+            return result
+        return (aten.clone.default(result[0], memory_format=fmt), *result[1:])
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
+    return run

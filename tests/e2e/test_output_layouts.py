@@ -1,0 +1,147 @@
+"""Outputs have eager's strides (on dims of size > 1) and values where the graph's FakeTensors or a
+decomposition would give another layout: pointwise ops with a broadcast operand (eager's
+TensorIterator orders dims by the operands that are not broadcast), batch norm (eager's kernels
+allocate contiguous or channels last; cuDNN alike), and repeat (always a new contiguous tensor).
+`check` compares values, dtypes, shapes and strides with eager's."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from common import check
+
+
+def _transposed(*shape, device="cpu", dtype=torch.float32):
+    """A tensor of `shape` whose last two dims are swapped in memory."""
+    return torch.randn(*shape[:-2], shape[-1], shape[-2], device=device, dtype=dtype).transpose(-2, -1)
+
+
+# ─── pointwise ops with a broadcast operand ───────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("op", [torch.logical_and, torch.logical_or, torch.logical_xor, torch.heaviside])
+def test_binary_op_with_broadcast_first_operand_keeps_the_other_operands_layout(op, device):
+    check(lambda a, b: op(a, b.abs() + 1), torch.randn(1, 1, device=device), _transposed(2, 3, device=device))
+
+
+def test_logical_and_of_broadcast_and_transposed_has_eagers_strides_in_float16(device):
+    check(lambda x0, x1: torch.logical_and(x1, x0), _transposed(2, 3, device=device, dtype=torch.float16),
+          torch.randn(1, 1, device=device, dtype=torch.float16))
+
+
+def test_floor_divide_of_transposed_by_broadcast_has_eagers_strides(device):
+    check(lambda x0, x3: torch.floor_divide(x3.transpose(-2, -1), x0.abs() + 1),
+          torch.randn(1, 1, 1, device=device), torch.randn(2, 3, 4, device=device))
+
+
+def test_pointwise_op_reading_an_input_updated_through_a_slice_has_eagers_strides(device):
+    def fn(x0, x2):   # functionalized: the update is a slice_scatter into a copy of x0, eager's layout
+        x0[0:1].mul_(2)
+        return torch.remainder(x2, x0.abs() + 1)
+    check(fn, torch.randint(-4, 5, (2, 2), device=device).t(), torch.randn(1, 1, device=device))
+
+
+def test_view_of_a_pointwise_output_with_broadcast_operand_has_eagers_strides(device):
+    # masked_fill is no TensorIterator op: it fills a contiguous copy of its input
+    check(lambda x0, x1: (torch.logical_and(x1, x0).t(), torch.copysign(x1, x0)[1:], x0.masked_fill(x1 > 0, 1.0)),
+          _transposed(3, 4, device=device), torch.randn(1, 1, device=device))
+
+
+
+# ─── repeat ───────────────────────────────────────────────────────────────────────────────────────
+
+def test_repeat_along_a_dim_of_size_one_returns_a_contiguous_tensor_in_one_kernel(device):
+    check(lambda x: x.repeat((1, 2, 1)), torch.randn(2, 1, 1, device=device), kernels=1)
+
+
+def test_repeat_of_a_transposed_input_returns_a_contiguous_tensor(device):
+    check(lambda x: (x.t().repeat(2, 2), x.transpose(-2, -1).repeat(2, 1, 1)),
+          torch.randn(3, 2, device=device))
+
+
+def test_repeat_with_autograd_has_eagers_strides_and_grads(device):
+    check(lambda x: ((x * 2).t().repeat(2, 1, 1), x[:, :1, None].repeat(1, 2, 1)), torch.randn(3, 2, device=device),
+          grad=True)
+
+
+# ─── batch norm ───────────────────────────────────────────────────────────────────────────────────
+
+def _params(c, device):
+    return (torch.randn(c, device=device), torch.randn(c, device=device),
+            torch.randn(c, device=device), torch.rand(c, device=device) + 0.5)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_transposed_2d_input_has_eagers_strides(training, device):
+    x = _transposed(3, 6, device=device)
+    w, b, mean, var = _params(6, device)
+    check(lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=training), x, w, b, mean, var)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_4d_input_with_swapped_last_dims_has_eagers_strides(training, device):
+    x = _transposed(1, 2, 2, 5, device=device)
+    w, b, mean, var = _params(2, device)
+    check(lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=training), x, w, b, mean, var)
+
+
+def test_batch_norm_without_running_stats_on_transposed_input_has_eagers_strides(device):
+    check(lambda x, w: F.batch_norm(x, None, None, w, None, training=True),
+          _transposed(3, 6, device=device), torch.randn(6, device=device))
+
+
+def test_batch_norm_of_transposed_input_and_its_flattening_have_eagers_strides_and_values(device):
+    def fn(x0, x1):
+        out = F.batch_norm(x0.t(), None, None, None, x1, training=True)
+        return out, out.flatten()
+    check(fn,
+          torch.randn(4, 2, device=device), torch.randn(4, device=device))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_with_autograd_on_transposed_input_has_eagers_strides_and_grads(training, device):
+    def fn(x, w, b, g):   # running statistics made inside: inputs that require grad cannot be them
+        mean, var = torch.zeros(3, device=x.device) + 0.1, torch.ones(3, device=x.device) * 1.5
+        out = F.batch_norm(x, mean, var, w, b, training=training)
+        # a tensor saved for backward keeps the strides the backward graph reads it with
+        return out, F.rms_norm(out, (5,), g, eps=1e-5)
+    check(fn, _transposed(2, 3, 4, 5, device=device), torch.randn(3, device=device), torch.randn(3, device=device),
+          torch.rand(5, device=device), grad=True)
+
+
+def test_elementwise_strides_are_eagers_for_mixed_layouts_and_broadcasts():
+    from mini_inductor.lowering.eager_strides import elementwise_strides
+    gen = torch.Generator().manual_seed(0)
+    layouts = [lambda: torch.randn(2, 3, 4), lambda: torch.randn(4, 3, 2).permute(2, 1, 0),
+               lambda: torch.randn(2, 4, 3).transpose(1, 2), lambda: torch.randn(1, 3, 1), lambda: torch.randn(4),
+               lambda: torch.randn(1, 1, 4), lambda: torch.randn(3, 1).expand(3, 4), lambda: torch.randn(()),
+               lambda: torch.randn(2, 3, 8)[:, :, ::2], lambda: torch.randn(3, 2, 4).transpose(0, 1)]
+    for _ in range(200):
+        picks = torch.randint(len(layouts), (3,), generator=gen).tolist()
+        a, b, c = (layouts[i]() for i in picks)
+        want = torch.where(a > 0, b, c)
+        assert elementwise_strides(list(want.shape), [a > 0, b, c]) == list(want.stride()), picks
+        want = torch.add(a, b)
+        assert elementwise_strides(list(want.shape), [a, b]) == list(want.stride()), picks
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["native_batch_norm", "_native_batch_norm_legit"])
+def test_batch_norm_aten_op_called_directly_on_cuda_keeps_the_inputs_layout_on_gpu(op):
+    # the ATen op runs CUDA's own kernel (output allocated like the input), never cuDNN
+    x = _transposed(2, 3, 4, 5, device="cuda")
+    w, b, _, _ = _params(3, "cuda")
+    fn = {"native_batch_norm": lambda x, w, b: torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0],
+          "_native_batch_norm_legit": lambda x, w, b: torch._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5)[0]}[op]
+    check(fn, x, w, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [2, 4])
+def test_f_batch_norm_on_cuda_has_eagers_strides_with_and_without_cudnn_on_gpu(dims):
+    # F.batch_norm goes to cuDNN for 3+ dims with weight and bias (contiguous output), else to the
+    # native kernel (the input's layout)
+    x = _transposed(3, 6, device="cuda") if dims == 2 else _transposed(2, 3, 4, 5, device="cuda")
+    c = x.shape[1]
+    w, b, mean, var = _params(c, "cuda")
+    for args in [(w, b), (None, None)]:
+        check(lambda x, m, v, *wb: F.batch_norm(x, m, v, *wb, training=False), x, mean, var, *args)
+        check(lambda x, *wb: F.batch_norm(x, None, None, *wb, training=True), x, *args)
