@@ -367,6 +367,10 @@ class TritonKernel:
 _EVICT = re.compile(r"@evict:(\w+):(\w*)@")
 
 
+def _both_bool(a, b) -> bool:
+    return getattr(a, "dtype", None) == torch.bool and getattr(b, "dtype", None) == torch.bool
+
+
 def _fits_int32(index: sympy.Expr, ranges: dict) -> bool:
     """Whether every value the printed `index` computes on the way, not only its result, fits int32:
     each subexpression's range (a product inside a floor division, say), and each sum's terms added
@@ -573,9 +577,10 @@ class TritonOps:
     def _unary(self, fmt: str, a, dtype=None):
         return self.k.emit(fmt.format(a=a), dtype or a.dtype)
 
-    def add(self, a, b): return self._binary("{a} + {b}", a, b)
+    # bool sums and products are eager's `or` and `and`; Triton's 1-bit `+` wraps (True + True is False)
+    def add(self, a, b): return self._binary("{a} | {b}" if _both_bool(a, b) else "{a} + {b}", a, b)
     def sub(self, a, b): return self._binary("{a} - {b}", a, b)
-    def mul(self, a, b): return self._binary("{a} * {b}", a, b)
+    def mul(self, a, b): return self._binary("{a} & {b}" if _both_bool(a, b) else "{a} * {b}", a, b)
     def truediv(self, a, b): return self._binary("{a} / {b}", a, b)
     def truncdiv(self, a, b): return self._binary("{a} // {b}", a, b)
 

@@ -28,10 +28,17 @@ def test_index_put_into_a_hardtanh_of_integers_has_matching_dtypes():
                                 lambda a, b: torch.add(a.to(torch.int8), b, alpha=3),
                                 lambda a, b: torch.sub(a.to(torch.int8), b.to(torch.int8), alpha=3)],
                          ids=["bool+bool", "bool+True", "int8+bool", "int8-int8"])
-def test_alpha_of_add_and_sub_takes_no_part_in_type_promotion(fn):
-    a = torch.tensor([[True, False, True, False]])
-    b = torch.tensor([[True], [False]])
+def test_alpha_of_add_and_sub_takes_no_part_in_type_promotion(fn, device):
+    a = torch.tensor([[True, False, True, False]], device=device)
+    b = torch.tensor([[True], [False]], device=device)
     check(fn, a, b)
+
+
+def test_a_sum_and_a_product_of_bools_are_or_and_and(device):
+    # in Triton's 1-bit arithmetic True + True wraps to False (seen on the H100: fuzz seed 20)
+    a = torch.tensor([True, True, False, False], device=device)
+    b = torch.tensor([True, False, True, False], device=device)
+    check(lambda a, b: (a + b, a * b, torch.add(a, b, alpha=2), (a < b) + a), a, b)
 
 
 @pytest.mark.parametrize("shape, dim", [((1, 1), 0), ((1, 1), -1), ((3, 1), -1), ((1, 3), 0)])

@@ -115,7 +115,7 @@ def test_elementwise_strides_are_eagers_for_mixed_layouts_and_broadcasts():
                lambda: torch.randn(1, 1, 4), lambda: torch.randn(3, 1).expand(3, 4), lambda: torch.randn(()),
                lambda: torch.randn(2, 3, 8)[:, :, ::2], lambda: torch.randn(3, 2, 4).transpose(0, 1)]
     for _ in range(200):
-        picks = torch.randint(len(layouts), (3,), generator=gen).tolist()
+        picks = torch.randint(len(layouts), (3,), generator=gen, device="cpu").tolist()
         a, b, c = (layouts[i]() for i in picks)
         want = torch.where(a > 0, b, c)
         assert elementwise_strides(list(want.shape), [a > 0, b, c]) == list(want.stride()), picks
