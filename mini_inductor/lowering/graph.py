@@ -382,7 +382,10 @@ def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
         for arg in _leaves(node.args):
             while isinstance(arg, torch.fx.Node) and arg not in found:
                 found.add(arg)
-                is_view = arg.op == "call_function" and _is_view(arg.target) and arg.args
+                # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
+                is_view = arg.op == "call_function" and arg.args and (
+                    _is_view(arg.target) or (arg.target is operator.getitem and isinstance(arg.args[0], torch.fx.Node)
+                                             and _is_view(arg.args[0].target)))
                 arg = arg.args[0] if is_view else None
     return found
 

@@ -118,3 +118,12 @@ def test_an_in_place_op_on_a_slice_of_a_transposed_intermediate_keeps_its_stride
 def test_float64_means_and_variances_divide_in_float64(fn):
     # float32 division leaves relative errors near 1e-7, far above float64's
     check(fn, torch.randn(4, 8, dtype=torch.float64) * 3 + 1, atol=1e-12, rtol=1e-12, grad=True)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.split(torch.where(x > 0, x, -x), 2, 2)[-1],
+                                lambda x: torch.chunk(torch.reciprocal(x.abs() + 0.5), 3, 0)[0],
+                                lambda x: torch.unbind(x * 2, 1)[1]],
+                         ids=["split", "chunk", "unbind"])
+def test_a_piece_of_a_split_intermediate_is_a_view_with_eagers_strides(fn, device):
+    # eager returns a strided view into the whole intermediate, not a compact copy of the piece
+    check(fn, torch.randn(2, 4, 3, device=device).transpose(-2, -1))
