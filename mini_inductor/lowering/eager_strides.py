@@ -10,6 +10,9 @@ ops, not all:
     (logical_and, floor_divide, ...)     operand, broadcast or not   of size 1 / stride 0 do not count
     batch norm (native / legit ops)      the input's layout          CPU: contiguous or channels last;
                                                                      CUDA: cuDNN likewise, else input's
+    pointwise ops on the CPU with an      orders dims by the input    converts it with .to() first: an
+    input of another dtype (atan2 of      as it is                    expanded input becomes dense and
+    an expanded bool)                                                 then orders them (`as_iterated`)
     decomposed ops (batch norm's         their decomposition's       as above; slice/select/diagonal
     functional form, heaviside,          last op's (heaviside        scatters: self's layout
     slice_scatter, ...)                  expands first)
@@ -102,6 +105,48 @@ def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor]) 
         out[d] = step
         step *= shape[d]
     return out
+
+
+def as_iterated(target, operands: Sequence[torch.Tensor], out_dtype: torch.dtype) -> list[torch.Tensor]:
+    """The operands as eager's TensorIterator orders dims by them for pointwise op `target`.
+
+    On the CPU it first converts every input whose dtype is not the common one with `.to()` (meta and
+    fake tensors skip that step): a dense input keeps its strides, any other (expanded, sliced)
+    becomes dense in its suggested memory format, which then orders the output's dims. Elsewhere, and
+    for inputs already of the common dtype, the operands are what they were.
+    """
+    tensors = [t for t in operands if isinstance(t, torch.Tensor)]
+    if not tensors or any(t.device.type != "cpu" for t in tensors):
+        return list(operands)
+    kept = tensors[:1] if getattr(target, "overloadpacket", None) is aten.where else []   # the condition
+    promoted = [t for t in tensors if not any(t is k for k in kept)]
+    if not promoted:
+        return list(operands)
+    common = _common_dtype(promoted, out_dtype)
+    return [t if not isinstance(t, torch.Tensor) or any(t is k for k in kept) or t.dtype == common
+            else _converted(t, common) for t in operands]
+
+
+def _common_dtype(tensors: Sequence[torch.Tensor], out_dtype: torch.dtype) -> torch.dtype:
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    _, common = elementwise_dtypes(*tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH)
+    # ops that compute integer inputs in floating point (sin, atan2, true division) promote to the
+    # float type they return; a Python float operand (not among the tensors) does the same
+    if (out_dtype.is_floating_point or out_dtype.is_complex) and not (common.is_floating_point or common.is_complex):
+        return out_dtype
+    return common
+
+
+def _converted(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A meta tensor with the layout `t.to(dtype)` has in eager (`preserve_format`)."""
+    if is_non_overlapping_and_dense(t):
+        stride = list(t.stride())
+    else:
+        from torch._prims_common import suggest_memory_format
+
+        stride = _format_strides(list(t.shape), suggest_memory_format(t))
+    return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=dtype, device="meta")
 
 
 def _broadcast_strides(t: torch.Tensor, shape: list[int]) -> list[int]:
@@ -263,7 +308,7 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     operands = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
     if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
         return None, None
-    return elementwise_strides(list(val.shape), operands), None
+    return elementwise_strides(list(val.shape), as_iterated(target, operands, val.dtype)), None
 
 
 # pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:
@@ -343,9 +388,9 @@ def decompositions(table: dict) -> dict:
         if target in _BATCH_NORMS:
             out[target] = _ending_in_eager_layout(target, decomp)
         elif isinstance(target, torch._ops.OpOverload) and _is_pointwise(target):
-            out[target] = _elementwise_in_eager_layout(decomp, _all_tensors)
+            out[target] = _elementwise_in_eager_layout(target, decomp, _all_tensors)
         elif getattr(target, "overloadpacket", None) in _COPIES_OF_SELF:
-            out[target] = _elementwise_in_eager_layout(decomp, _self_only)
+            out[target] = _elementwise_in_eager_layout(None, decomp, _self_only)
     return out
 
 
@@ -362,7 +407,7 @@ def _self_only(args, kwargs) -> list:
     return [x] if isinstance(x, torch.Tensor) else []
 
 
-def _elementwise_in_eager_layout(decomp, operands_of):
+def _elementwise_in_eager_layout(target, decomp, operands_of):
     """`decomp` followed by a copy into the layout eager's TensorIterator gives its result over the
     operands `operands_of(args, kwargs)` picks, when the decomposition's result has another."""
     def run(*args, **kwargs):
@@ -372,6 +417,8 @@ def _elementwise_in_eager_layout(decomp, operands_of):
         operands = operands_of(args, kwargs)
         if not operands or not _static([result, *operands]) or any(t.device != result.device and t.dim() > 0 for t in operands):
             return result
+        if target is not None:
+            operands = as_iterated(target, operands, result.dtype)
         want = elementwise_strides(list(result.shape), operands)
         if _same_where_observable(result, want):
             return result

@@ -127,3 +127,18 @@ def test_float64_means_and_variances_divide_in_float64(fn):
 def test_a_piece_of_a_split_intermediate_is_a_view_with_eagers_strides(fn, device):
     # eager returns a strided view into the whole intermediate, not a compact copy of the piece
     check(fn, torch.randn(2, 4, 3, device=device).transpose(-2, -1))
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: torch.atan2(a, b), lambda a, b: torch.sin(a) + 0 * b,
+                                lambda a, b: a + b, lambda a, b: a.to(torch.int32) == b,
+                                lambda a, b: torch.where(a, a.to(torch.int32), b), lambda a, b: a * 2.5],
+                         ids=["atan2", "sin", "add", "eq", "where", "mul-float-scalar"])
+def test_cpu_outputs_are_laid_out_by_inputs_promoted_to_the_common_dtype(fn):
+    # eager's CPU kernels first copy an input of another dtype with .to(): an expanded input becomes
+    # contiguous and then orders the output's dims (CPU fuzz seed 30 program 4201)
+    a = (torch.rand(1, 3) < 0.5).expand(4, 3)
+    b = torch.rand(3, 4).t()
+    expected = fn(a, b)
+    actual = compile_fn(fn)(a, b)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual, expected)
