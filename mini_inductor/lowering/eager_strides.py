@@ -111,8 +111,8 @@ def as_iterated(target, operands: Sequence[torch.Tensor], out_dtype: torch.dtype
     """The operands as eager's TensorIterator orders dims by them for pointwise op `target`.
 
     On the CPU it first converts every input whose dtype is not the common one with `.to()` (meta and
-    fake tensors skip that step): a dense input keeps its strides, any other (expanded, sliced)
-    becomes dense in its suggested memory format, which then orders the output's dims. Elsewhere, and
+    fake tensors skip that step): a dense input keeps its strides, any other (expanded, sliced) becomes
+    dense, which can change how it orders the output's dims (a stride 0 no longer abstains). Elsewhere, and
     for inputs already of the common dtype, the operands are what they were.
     """
     tensors = [t for t in operands if isinstance(t, torch.Tensor)]
@@ -139,13 +139,9 @@ def _common_dtype(tensors: Sequence[torch.Tensor], out_dtype: torch.dtype) -> to
 
 
 def _converted(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A meta tensor with the layout `t.to(dtype)` has in eager (`preserve_format`)."""
-    if is_non_overlapping_and_dense(t):
-        stride = list(t.stride())
-    else:
-        from torch._prims_common import suggest_memory_format
-
-        stride = _format_strides(list(t.shape), suggest_memory_format(t))
+    """A meta tensor with the layout `t.to(dtype)` has in eager (`preserve_format`): a dense `t`'s
+    strides, else dense strides that keep the order of `t`'s (a stride 0 leaves its dim in place)."""
+    stride = list(t.stride()) if is_non_overlapping_and_dense(t) else elementwise_strides(list(t.shape), [t])
     return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=dtype, device="meta")
 
 

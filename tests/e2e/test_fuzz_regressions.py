@@ -142,3 +142,16 @@ def test_cpu_outputs_are_laid_out_by_inputs_promoted_to_the_common_dtype(fn):
     actual = compile_fn(fn)(a, b)
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randint(-4, 5, (2, 3, 2)).diagonal(0, -3, 2),
+                                  lambda: torch.randint(-4, 5, (3, 4))[..., ::2].mT],
+                         ids=["diagonal", "sliced-mT"])
+def test_cpu_inputs_converted_to_the_common_dtype_keep_their_dim_order(make):
+    # .to() of a strided, non-dense input keeps the order of its strides (CPU fuzz seed 30, 740 and 2753)
+    a, b = make(), torch.rand(1, 1)
+    for fn in (torch.maximum, torch.logical_and):
+        expected = fn(a, b)
+        actual = compile_fn(fn)(a, b)
+        assert actual.stride() == expected.stride()
+        torch.testing.assert_close(actual, expected)
