@@ -18,12 +18,15 @@ caller builds the entry again. Nothing is parsed, unpickled or executed before i
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import threading
 import uuid
 from typing import Any, Callable
+
+import torch
 
 log = logging.getLogger("mini_inductor")
 
@@ -117,3 +120,30 @@ def _verified(data: bytes, expected: str | None) -> tuple[bytes, str | None]:
 
 def _identity(st: os.stat_result) -> tuple:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+# ── what every cache key includes ────────────────────────────────────────────────────────────
+@functools.lru_cache(None)
+def versions() -> tuple[str, ...]:
+    """torch's and Triton's versions and a hash of mini_inductor's source files."""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    return (f"torch {torch.__version__}", f"triton {triton_version}", f"mini_inductor {package_source_hash()}")
+
+
+@functools.lru_cache(None)
+def package_source_hash() -> str:
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as fh:
+                    h.update(fh.read() + b"\0")
+    return h.hexdigest()[:16]

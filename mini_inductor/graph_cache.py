@@ -116,7 +116,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
 def compiler_key_parts(cfg: Config) -> list[str]:
     """What every key hashes besides the graph: the versions, the global state lowering reads and the
     options that change generated code (front_cache.py's key too)."""
-    return [*versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
+    return [*cache_files.versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
@@ -127,32 +127,6 @@ def _tensor_meta(t) -> str:
     if not isinstance(t, torch.Tensor):
         return repr(t)
     return f"{tuple(t.shape)}|{t.stride()}|{t.dtype}|{t.device}|{t.storage_offset()}"
-
-
-@functools.lru_cache(None)
-def versions() -> tuple[str, ...]:
-    """torch's and Triton's versions and a hash of mini_inductor's source files."""
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "none"
-    return (f"torch {torch.__version__}", f"triton {triton_version}", f"mini_inductor {package_source_hash()}")
-
-
-@functools.lru_cache(None)
-def package_source_hash() -> str:
-    root = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for f in sorted(files):
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                h.update(os.path.relpath(path, root).encode() + b"\0")
-                with open(path, "rb") as fh:
-                    h.update(fh.read() + b"\0")
-    return h.hexdigest()[:16]
 
 
 # ── the files ────────────────────────────────────────────────────────────────────────────────

@@ -16,7 +16,7 @@ import torch
 
 from mini_inductor import cache_files, config, metrics
 from mini_inductor.codegen import cache as module_cache
-from mini_inductor.codegen.heuristics import autotune_candidates, next_power_of_2
+from mini_inductor.runtime.autotune import autotune_candidates, next_power_of_2
 from mini_inductor.runtime import autotune
 from mini_inductor.runtime.precompile import precompile
 

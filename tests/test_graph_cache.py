@@ -10,7 +10,7 @@ import textwrap
 
 import torch
 
-from mini_inductor import config, graph_cache, metrics
+from mini_inductor import cache_files, config, graph_cache, metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -111,13 +111,13 @@ def test_key_covers_code_options_and_compiler_versions_but_not_where_files_go(mo
     assert key != graph_cache.graph_key(gm, [x], cfg.replace(reorder_for_partitions=False))
     assert key == graph_cache.graph_key(gm, [x], cfg.replace(cudagraph_rerecord_limit=3))
     assert key != graph_cache.graph_key(gm, [x.double()], cfg)
-    monkeypatch.setattr(graph_cache, "versions", lambda: ("torch 0", "triton 0", "mini_inductor edited"))
+    monkeypatch.setattr(cache_files, "versions", lambda: ("torch 0", "triton 0", "mini_inductor edited"))
     assert key != graph_cache.graph_key(gm, [x], cfg)
 
 
 def test_package_source_hash_reads_every_module():
-    digest = graph_cache.package_source_hash()
-    assert len(digest) == 16 and digest == graph_cache.package_source_hash.__wrapped__()
+    digest = cache_files.package_source_hash()
+    assert len(digest) == 16 and digest == cache_files.package_source_hash.__wrapped__()
 
 
 def test_forward_and_backward_graphs_of_a_training_step_are_both_served_from_disk():

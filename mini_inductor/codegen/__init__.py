@@ -28,7 +28,7 @@ from triton.language.extra import libdevice
 from mini_inductor.runtime.interpreter import install as _install_interpreter_shims
 
 _install_interpreter_shims()
-from mini_inductor.codegen import triton_helpers  # noqa: E402
+from mini_inductor.runtime import triton_helpers  # noqa: E402
 
 empty_strided = torch.empty_strided
 aten = torch.ops.aten

@@ -1,7 +1,10 @@
-"""Block sizes and warps for a kernel, from its sizes alone; the configs mode="max-autotune" tries."""
+"""Block sizes and warps for a kernel, from its sizes alone (the configs mode="max-autotune" tries
+at run time are the runtime's: runtime/autotune.py)."""
 from __future__ import annotations
 
 import dataclasses
+
+from ..runtime.autotune import next_power_of_2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,10 +21,6 @@ class KernelConfig:
         if self.YBLOCK is not None:
             return {"YBLOCK": self.YBLOCK, "XBLOCK": self.XBLOCK}
         return {"XBLOCK": self.XBLOCK}
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = False) -> KernelConfig:
@@ -70,49 +69,3 @@ def pick_tile_config(ynumel: int, xnumel: int) -> KernelConfig:
     xblock = min(TILE_XBLOCK_MAX, next_power_of_2(xnumel))
     yblock = min(next_power_of_2(ynumel), 1024 // xblock)
     return KernelConfig(xblock, 1, 4, True, YBLOCK=yblock)
-
-
-def autotune_candidates(xnumel: int, rnumel: int | None, meta: dict[str, int], num_warps: int, *,
-                        looped: bool, tune_blocks: bool, limit: int = 8) -> list[tuple[dict[str, int], int]]:
-    """Configs `mode="max-autotune"` times for one kernel: (block sizes, num_warps), the heuristic's first.
-
-    `meta` is the heuristic's XBLOCK (and RBLOCK for reductions). A persistent reduction keeps its
-    RBLOCK (the whole row must fit in one block); a looped one may trade RBLOCK for XBLOCK. Without
-    `tune_blocks` (a grid that does not follow XBLOCK) only num_warps varies.
-    """
-    default = (dict(meta), num_warps)
-    found = [default]
-
-    def add(blocks: dict[str, int], warps: int) -> None:
-        cand = ({k: blocks.get(k, v) for k, v in meta.items()}, warps)
-        if cand not in found and len(found) <= limit:
-            found.append(cand)
-
-    xcap = next_power_of_2(max(1, xnumel))
-    if not tune_blocks or not meta.keys() <= {"XBLOCK", "RBLOCK"}:
-        elements = 1
-        for v in meta.values():
-            elements *= v
-        for warps in (num_warps // 2, num_warps * 2, num_warps * 4):
-            if 1 <= warps <= 16 and warps * 32 <= max(32, elements):
-                add({}, warps)
-        return found
-    if "RBLOCK" not in meta:                                   # pointwise
-        for xblock in (256, 512, 1024, 2048):
-            xblock = min(xblock, xcap)
-            for warps in (max(1, xblock // 256), max(1, xblock // 128)):
-                add({"XBLOCK": xblock}, min(warps, 16))
-        return found
-    if not looped:                                             # persistent: RBLOCK stays
-        rblock = meta["RBLOCK"]
-        xblocks = [x for x in (1, 2, 4, 8, 16, 32, 64) if x <= xcap and x * rblock <= 16384]
-        for xblock in xblocks:
-            base = max(1, min(16, xblock * rblock // 256))
-            for warps in (base, min(16, base * 2)):
-                add({"XBLOCK": xblock}, warps)
-        return found
-    rcap = next_power_of_2(max(1, rnumel or 1))                # looped
-    for xblock, rblock in ((1, 2048), (1, 4096), (1, 1024), (2, 1024), (4, 512), (8, 256), (16, 128), (32, 64)):
-        if xblock <= xcap and rblock <= max(rcap, 64):
-            add({"XBLOCK": xblock, "RBLOCK": rblock}, 8 if xblock * rblock >= 2048 else 4)
-    return found

@@ -159,7 +159,7 @@ from triton.language.extra import libdevice
 from mini_inductor.runtime.interpreter import install as _install_interpreter_shims
 
 _install_interpreter_shims()
-from mini_inductor.codegen import triton_helpers  # noqa: E402
+from mini_inductor.runtime import triton_helpers  # noqa: E402
 from mini_inductor.runtime.example_inputs import random_strided  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

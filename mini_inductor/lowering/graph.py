@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import logging
 import operator
-import os
 from typing import Any
 
 import sympy
@@ -28,6 +27,7 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
+from ..fx_source import op_name as _op_name, source_line as _source_line
 from . import eager_strides, ir, layout_opt
 from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
@@ -544,37 +544,3 @@ def _origin(node: torch.fx.Node) -> Origin:
     return Origin(node.name, _op_name(node.target) if node.op == "call_function" else node.op, _source_line(node))
 
 
-def _op_name(target) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target.__name__}" if target.namespace == "aten" else f"{target.namespace}.{target.__name__}"
-    return getattr(target, "__name__", str(target))
-
-
-def _source_line(node: torch.fx.Node) -> str:
-    trace = node.meta.get("stack_trace") or ""
-    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
-    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
-    # the innermost frame of the user's code; failing that, the innermost frame that is not torch's
-    # dispatch plumbing (a device context's __torch_function__, the only frame Dynamo keeps for an
-    # op of a torch module's forward under `with torch.device(...)`); failing that, the module
-    not_plumbing = [i for i in frames if not any(p in lines[i] for p in _PLUMBING)]
-    user = [i for i in not_plumbing if _TORCH_DIR not in lines[i]] or not_plumbing
-    if not user:
-        return _module_line(node) or (lines[frames[-1]] if frames else "")
-    i = user[-1]
-    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
-    return f"{lines[i]}: {code}" if code else lines[i]
-
-
-def _module_line(node: torch.fx.Node) -> str:
-    """'in forward of Linear (L['fn'].0)': the innermost module whose forward ran the op, for an op that
-    Dynamo kept no user frame of (nn.Linear's F.linear is torch's own code)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path, cls = list(stack.values())[-1][:2]
-    return f"in forward of {getattr(cls, '__name__', cls)} ({path})"
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PLUMBING = tuple(os.path.join(_TORCH_DIR, p) for p in ("utils" + os.sep + "_device.py", "overrides.py", "_dynamo" + os.sep))

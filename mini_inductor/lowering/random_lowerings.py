@@ -29,6 +29,7 @@ from typing import Callable, Iterator, Sequence
 import sympy
 import torch
 
+from ..runtime.rng import GRAPHSAFE_RNG, SEED_HIGH, SEEDED_OPS
 from .ir import IRNode, Layout, Pointwise, current_graph
 from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
 from .sizevars import Expr, contiguous_strides, product, static_int, strided_index, sympify_seq
@@ -36,7 +37,6 @@ from .virtualized import ops
 
 aten = torch.ops.aten
 
-SEED_HIGH = 2**63 - 1  # seeds are drawn from [0, SEED_HIGH)
 
 
 @dataclasses.dataclass
@@ -205,17 +205,10 @@ def _scaled(value, scale: float, dtype: torch.dtype):
     return ops.mul(value, ops.constant(scale, dtype))
 
 
-# aot_autograd's wrapper of a random op recomputed by activation checkpointing (torch 2.5 and later)
-try:
-    from torch._prims.rng_prims import graphsafe_run_with_rng_state as GRAPHSAFE_RNG
-except ImportError:
-    GRAPHSAFE_RNG = None
-
-
 def graphsafe_rng_supported(op) -> bool:
     """Whether `graphsafe_run_with_rng_state(op, ...)` is lowered here (random ops only: the others run
     their graph eagerly)."""
-    return op in LOWERINGS and op in _SEEDED_OPS
+    return op in LOWERINGS and op in SEEDED_OPS
 
 
 def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
@@ -227,7 +220,5 @@ def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
         return LOWERINGS[op](*args, **kwargs)
 
 
-_SEEDED_OPS = {aten.rand.default, aten.randn.default, aten.rand_like.default, aten.randn_like.default,
-               aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli.Tensor, aten.native_dropout.default}
 if GRAPHSAFE_RNG is not None:
     register_lowering(GRAPHSAFE_RNG)(_graphsafe_run_with_rng_state)

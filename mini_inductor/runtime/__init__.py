@@ -8,11 +8,12 @@ from typing import Callable
 import torch
 
 from ..config import interpreting
-from ..lowering.random_lowerings import GRAPHSAFE_RNG, SEED_HIGH, graphsafe_rng_supported
+from ..fx_source import op_name as _op_name, source_line as _source_line
 from .cublas_workspace import graphed_workspace_bytes
 from .cudagraph_trees import TreeFunction, backward_ran, note_compiled_shape
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launcher import accelerate
+from .rng import checkpointed_random_ops, draw_seed
 
 
 class CompiledGraph:
@@ -155,7 +156,6 @@ def eager_graph_skip(gm: torch.fx.GraphModule, reason: str, dynamic: bool) -> tu
     """
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-    from ..lowering.graph import _op_name, _source_line
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     vals = [n.meta.get("val") for n in placeholders]
     if not any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals):
@@ -182,14 +182,6 @@ def log_eager_graph_skip(gm: torch.fx.GraphModule, name: str, reason: str, dynam
         log_skip(skip[0], skip[1] or name, cfg)
 
 
-def draw_seed(generator: torch.Generator, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The seed of a checkpointed random op for this call: an int64 [1] tensor on the generator's
-    device drawn from it, so the generator advances by one draw per call."""
-    if out is None:
-        out = torch.empty(1, dtype=torch.int64, device=generator.device)
-    return torch.randint(0, SEED_HIGH, (1,), generator=generator, out=out)
-
-
 class EagerGraph:
     """A graph that runs as the FX module itself (no GPU and no interpreter, or an error fallback)."""
 
@@ -200,7 +192,7 @@ class EagerGraph:
         self.name = name
         self.gm = gm
         self.reason = reason
-        seeded = [n.name for n in gm.graph.nodes if n.target is GRAPHSAFE_RNG and graphsafe_rng_supported(n.args[0])]
+        seeded = checkpointed_random_ops(gm)
         if seeded:
             # its twin (forward or backward) may have been compiled, with the generated Philox code
             warnings.warn(f"mini_inductor: graph {name} runs eagerly ({reason}) and holds random ops of "

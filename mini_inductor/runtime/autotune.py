@@ -4,7 +4,7 @@
       → Autotuner.tune(fn, grid, args, 4, {"XBLOCK": 1024})
           a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device;
                                                                a content hash line: cache_files.py)
-          else: the candidates (codegen/heuristics.autotune_candidates), compiled concurrently,
+          else: the candidates (autotune_candidates below), compiled concurrently,
                 each timed the do_bench way on copies of the arguments (kernels that write in
                 place or accumulate leave the real tensors alone); the fastest written to disk
       → (grid, num_warps, meta) that the call site launches from then on
@@ -24,12 +24,61 @@ from typing import Any
 import torch
 
 from .. import cache_files
-from ..codegen.heuristics import autotune_candidates
 from .precompile import CompileJob, compile_all
 
 log = logging.getLogger("mini_inductor.autotuning")
 
 FORMAT = 1
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def autotune_candidates(xnumel: int, rnumel: int | None, meta: dict[str, int], num_warps: int, *,
+                        looped: bool, tune_blocks: bool, limit: int = 8) -> list[tuple[dict[str, int], int]]:
+    """Configs `mode="max-autotune"` times for one kernel: (block sizes, num_warps), the heuristic's first.
+
+    `meta` is the heuristic's XBLOCK (and RBLOCK for reductions). A persistent reduction keeps its
+    RBLOCK (the whole row must fit in one block); a looped one may trade RBLOCK for XBLOCK. Without
+    `tune_blocks` (a grid that does not follow XBLOCK) only num_warps varies.
+    """
+    default = (dict(meta), num_warps)
+    found = [default]
+
+    def add(blocks: dict[str, int], warps: int) -> None:
+        cand = ({k: blocks.get(k, v) for k, v in meta.items()}, warps)
+        if cand not in found and len(found) <= limit:
+            found.append(cand)
+
+    xcap = next_power_of_2(max(1, xnumel))
+    if not tune_blocks or not meta.keys() <= {"XBLOCK", "RBLOCK"}:
+        elements = 1
+        for v in meta.values():
+            elements *= v
+        for warps in (num_warps // 2, num_warps * 2, num_warps * 4):
+            if 1 <= warps <= 16 and warps * 32 <= max(32, elements):
+                add({}, warps)
+        return found
+    if "RBLOCK" not in meta:                                   # pointwise
+        for xblock in (256, 512, 1024, 2048):
+            xblock = min(xblock, xcap)
+            for warps in (max(1, xblock // 256), max(1, xblock // 128)):
+                add({"XBLOCK": xblock}, min(warps, 16))
+        return found
+    if not looped:                                             # persistent: RBLOCK stays
+        rblock = meta["RBLOCK"]
+        xblocks = [x for x in (1, 2, 4, 8, 16, 32, 64) if x <= xcap and x * rblock <= 16384]
+        for xblock in xblocks:
+            base = max(1, min(16, xblock * rblock // 256))
+            for warps in (base, min(16, base * 2)):
+                add({"XBLOCK": xblock}, warps)
+        return found
+    rcap = next_power_of_2(max(1, rnumel or 1))                # looped
+    for xblock, rblock in ((1, 2048), (1, 4096), (1, 1024), (2, 1024), (4, 512), (8, 256), (16, 128), (32, 64)):
+        if xblock <= xcap and rblock <= max(rcap, 64):
+            add({"XBLOCK": xblock, "RBLOCK": rblock}, 8 if xblock * rblock >= 2048 else 4)
+    return found
 
 
 class Autotuner:

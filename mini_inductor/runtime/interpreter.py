@@ -158,7 +158,7 @@ def _vectorize_helper_reductions() -> None:
 
 
 def _numpy_reduction(combine_fn):
-    from ..codegen import triton_helpers as th
+    from . import triton_helpers as th
 
     return {th.maximum: lambda axis, v: (np.max(v, axis),),
             th.minimum: lambda axis, v: (np.min(v, axis),),

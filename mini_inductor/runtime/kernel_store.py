@@ -42,9 +42,8 @@ def spec_key(args, num_warps: int, meta: dict) -> tuple:
 
 
 def _file_key(fn, key: tuple, device: int) -> str:
-    from ..graph_cache import versions
     cap = torch.cuda.get_device_capability(device)
-    text = "\n".join([*versions(), f"sm {cap}", getattr(fn, "src", ""), repr(key)])
+    text = "\n".join([*cache_files.versions(), f"sm {cap}", getattr(fn, "src", ""), repr(key)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

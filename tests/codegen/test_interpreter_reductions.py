@@ -10,7 +10,7 @@ pytestmark = pytest.mark.skipif(not interpreting(), reason="the interpreter's re
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from mini_inductor.codegen import triton_helpers  # noqa: E402
+from mini_inductor.runtime import triton_helpers  # noqa: E402
 from mini_inductor.runtime.interpreter import install  # noqa: E402
 
 

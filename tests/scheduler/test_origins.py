@@ -79,7 +79,7 @@ def _node_with(stack_trace, module_stack=None):
 
 
 def test_source_line_is_the_users_frame_not_a_device_contexts_dispatch():
-    from mini_inductor.lowering.graph import _TORCH_DIR, _source_line
+    from mini_inductor.fx_source import TORCH_DIR as _TORCH_DIR, source_line as _source_line
     device_frame = f'  File "{_TORCH_DIR}utils/_device.py", line 122, in __torch_function__\n    return func(*args)\n'
     user_frame = '  File "/home/me/net.py", line 9, in forward\n    y = self.proj(x).relu()\n'
     assert _source_line(_node_with(user_frame + device_frame)) == \
