@@ -7,6 +7,7 @@ Each process writes to its own run folder, so runs never overwrite each other:
     TORCH_COMPILE_DEBUG=1 (torch's convention; the run folder is the one Dynamo and Inductor use)
         ./torch_compile_debug/run_<...>-pid_<pid>/mini_inductor/<graph name>/
         ($TORCH_COMPILE_DEBUG_DIR/torch_compile_debug/... when that is set)
+    (with both, debug_dir is the one written)
 
     <graph name>/                    forward_0, backward_1, inference_2, ...
         aten_graph.txt               the ATen FX graph (readable, with source lines)
