@@ -36,14 +36,17 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, env: dict | None = None, args=(), script: str = SCRIPT) -> subprocess.CompletedProcess:
+def _run(tmp_path, env: dict | None = None, args=(), script: str = SCRIPT, gpu: bool = False
+         ) -> subprocess.CompletedProcess:
     path = tmp_path / "user_script.py"
     path.write_text(script)
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG", "TORCH_COMPILE_DEBUG_DIR",
-                             "MINI_INDUCTOR_LOGS", "MINI_INDUCTOR_DEBUG_DIR")}
-    # the CPU path through Triton's interpreter, also on a GPU machine; the test's own cache dir is inherited
-    full_env.update(PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", **(env or {}))
+                             "MINI_INDUCTOR_LOGS", "MINI_INDUCTOR_DEBUG_DIR", "TRITON_INTERPRET")}
+    if not gpu:   # the CPU path through Triton's interpreter, also on a GPU machine
+        full_env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    # the test's own cache dir (MINI_INDUCTOR_CACHE_DIR) is inherited
+    full_env.update(PYTHONPATH=str(ROOT), **(env or {}))
     proc = subprocess.run([sys.executable, str(path), *args], cwd=tmp_path, env=full_env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
@@ -168,3 +171,18 @@ def test_debug_dir_gives_each_run_its_own_folder_with_what_the_readme_promises(t
             (kernel,) = (graph / "kernels").glob("triton_*.py")
             assert KERNEL_DEF.search(kernel.read_text())
             assert "digraph" in (graph / "fusion_graph.dot").read_text()
+
+
+@pytest.mark.gpu
+def test_on_cuda_trace_logs_and_debug_folder_show_the_cuda_kernels(tmp_path):
+    """The same conventions on the GPU machine's torch (an older release than the CPU machines')."""
+    script = SCRIPT.replace("torch.randn(4, 8)", "torch.randn(4, 8, device='cuda')")
+    proc = _run(tmp_path, {"TORCH_TRACE": str(tmp_path / "trace"), "TORCH_LOGS": "output_code",
+                           "TORCH_COMPILE_DEBUG": "1"}, script=script, gpu=True)
+    assert KERNEL_DEF.search(proc.stderr) and "output code written to" in proc.stderr, proc.stderr
+    codes = [payload for meta, payload in _trace_records(tmp_path / "trace") if "inductor_output_code" in meta]
+    assert len(codes) == 2 and all(KERNEL_DEF.search(c) for c in codes)
+    (run,) = (tmp_path / "torch_compile_debug").glob("run_*-pid_*")
+    for graph in ("inference_0", "inference_1"):
+        for name in GRAPH_FILES:
+            assert (run / "mini_inductor" / graph / name).stat().st_size > 0, name
