@@ -13,8 +13,8 @@ output code also goes to the `output_code` log: MINI_INDUCTOR_LOGS or TORCH_LOGS
     mini_inductor_schedule        the fused groups and refused pairs (artifact)
 
 torch decides whether anything is written (TORCH_TRACE; recent torch also writes the trace under
-torch_compile_debug/tlparse/ for TORCH_COMPILE_DEBUG=1); the payloads are made only then. torch.compile users on Inductor find the ATen graph
-as `aot_*_graph` too: AOT autograd writes that one itself.
+torch_compile_debug/tlparse/ for TORCH_COMPILE_DEBUG=1); the payloads are made only then. The ATen
+graph is also in the trace as AOT autograd's own `aot_*_graph` entry.
 """
 from __future__ import annotations
 
