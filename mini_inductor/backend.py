@@ -29,7 +29,9 @@ from .codegen import generate
 from .codegen.cache import clear as clear_module_cache
 from .codegen.cache import load_module
 from .config import Config
-from .debug import dump_graph
+from .debug import debug_root, dump_graph, wants_debug_files
+from .debug import structured as debug_structured
+from .debug.logs import follow_torch_logs
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import eager_strides, lower_graph
@@ -48,7 +50,6 @@ from .scheduler import schedule
 log = logging.getLogger("mini_inductor")
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 fusion_log = logging.getLogger("mini_inductor.fusion")
-output_code_log = logging.getLogger("mini_inductor.output_code")
 schedule_log = logging.getLogger("mini_inductor.schedule")
 
 aten = torch.ops.aten
@@ -115,6 +116,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     """The backend: `torch.compile(model, backend="mini_inductor", mode=None, options=None)`."""
     cfg = config_for(mode, options)
     _reset_by_dynamo()
+    follow_torch_logs()
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load(functools.partial(_rebuild_inference_graph, cfg=cfg))
     if hit is not None:
@@ -234,24 +236,26 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     disk_key = graph_cache.graph_key(gm, example_inputs, cfg)
     key = _in_process_key(disk_key, gm, cfg)
     cached = _compiled.get(key)
-    # explain needs the IR of every graph: one first served from disk is compiled for real under capture
-    if cached is not None and not (debug_trace.capturing() and cached.trace is None):
+    # explain and debug folders need the IR of every graph: one first served from disk is compiled for real
+    needs_ir = debug_trace.capturing() or wants_debug_files(cfg)
+    if cached is not None and not (needs_ir and cached.trace is None):
         graph_cache.restore_record(record, cached.entry)
         record.source_path = cached.compiled.source_path
         record.cache_hit, record.cache = True, "memory"
         log.info("%s: served from the in-process cache (%s)", name, cached.entry.graph)
         schedule_log.info("%s: in-process cache hit (compiled as %s)", name, cached.entry.graph)
         _log_cached_decisions(name, cached.entry.graph, cached.entry.decisions)
-        if debug_trace.capturing():
-            debug_trace.record(dataclasses.replace(cached.trace, name=name, record=record))
+        if needs_ir:
+            _keep_trace(dataclasses.replace(cached.trace, name=name, record=record), cfg)
+        debug_structured.output_code(name, cached.entry.source, cached.compiled.source_path, cached.entry.graph)
         hit = cached.compiled
         compiled = CompiledGraph(name, hit.module, hit.source_path, hit.constants, **graph_args)
         compiled.trace = hit.trace
         compiled.graph_key = disk_key
         record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
         return compiled
-    # the debug dir and explain want the IR and the schedule, which the disk cache does not keep
-    use_disk = cfg.graph_cache and not cfg.debug_dir and not debug_trace.capturing()
+    # debug folders and explain want the IR and the schedule, which the disk cache does not keep
+    use_disk = cfg.graph_cache and not needs_ir
     if use_disk:
         compiled = _load_from_disk(graph_cache.graph_constants(gm), disk_key, name, record, graph_args)
         if compiled is not None:
@@ -332,6 +336,7 @@ def _load_from_disk(constants: dict, key: str, name: str, record: metrics.GraphR
     graph_cache.restore_record(record, entry)
     record.source_path = path
     record.cache_hit, record.cache = True, "disk"
+    debug_structured.output_code(name, entry.source, path, entry.graph)
     record.stage_seconds = {"cache lookup": loaded - began}
     schedule_log.info("%s: compiled-graph cache hit (key %s…, compiled earlier as %s): "
                       "no lowering, scheduling or codegen; module %s", name, key[:12], entry.graph, path)
@@ -395,18 +400,25 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     record.extern_calls = list(gen.extern_calls)
     record.fallback_ops = lowered.fallback_ops.copy()
     record.source_path = path
-    output_code_log.debug("%s: output code written to %s\n%s", name, path, gen.source)
     if lowered.fallback_ops:
         perf_log.info("%s: ops run as ATen fallbacks: %s", name, dict(lowered.fallback_ops))
-    if cfg.debug_dir:
-        dump_graph(cfg.debug_dir, gm, lowered, sched, gen)
     trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
-    if debug_trace.capturing():
-        debug_trace.record(trace)
+    debug_structured.graph_artifacts(trace)
+    debug_structured.output_code(name, gen.source, path)
+    _keep_trace(trace, cfg)
     compiled = CompiledGraph(name, module, path, lowered.constants, **graph_args)
     compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
     record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
     return compiled
+
+
+def _keep_trace(trace: debug_trace.GraphTrace, cfg: Config) -> None:
+    """A compiled graph's trace to whoever wants it: explain's capture, the debug folder."""
+    if debug_trace.capturing():
+        debug_trace.record(trace)
+    root = debug_root(cfg)
+    if root is not None:
+        dump_graph(root, trace)
 
 
 def _log_cached_decisions(name: str, original: str, decisions) -> None:

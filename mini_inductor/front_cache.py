@@ -41,6 +41,7 @@ from torch._dynamo import disable
 from . import cache_files, graph_cache
 from .config import Config
 from .debug import trace as debug_trace
+from .debug import wants_debug_files
 from .runtime import CompiledGraph
 
 log = logging.getLogger("mini_inductor")
@@ -104,8 +105,8 @@ class Front:
         if not (cfg.graph_cache and cfg.front_cache):
             self.reason = "off"
             return
-        if cfg.debug_dir or debug_trace.capturing():
-            self.reason = "the debug dir and explain compile for real"
+        if wants_debug_files(cfg) or debug_trace.capturing():
+            self.reason = "debug folders and explain compile for real"
         else:
             try:
                 self.reason = self._key(gm, list(example_inputs))

@@ -103,7 +103,7 @@ def test_a_function_compiled_before_a_reset_is_reset_again_by_the_next_one(devic
 def test_debug_dir_holds_graph_ir_schedule_and_runnable_output_code(device, tmp_path):
     x = torch.randn(4, 8, device=device)
     torch.compile(_f, backend="mini_inductor", options={"debug_dir": str(tmp_path)})(x)
-    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (folder,) = [p for p in tmp_path.glob("run_*-pid_*/*") if p.is_dir()]
     for name in ("aten_graph.txt", "ir_pre_fusion.txt", "schedule.txt", "output_code.py"):
         assert (folder / name).stat().st_size > 0, name
     assert "aten.relu" in (folder / "aten_graph.txt").read_text()
@@ -123,7 +123,7 @@ def test_compilation_is_deterministic(device, tmp_path):
         mini_inductor.reset()
         torch._dynamo.reset()
         torch.compile(_f, backend="mini_inductor", options={"debug_dir": str(tmp_path / str(i))})(x)
-        (folder,) = [p for p in (tmp_path / str(i)).iterdir()]
+        (folder,) = list((tmp_path / str(i)).glob("run_*-pid_*/*"))
         sources.append((folder / "output_code.py").read_text().split("\n", 1)[1])
     assert sources[0] == sources[1]
 
