@@ -8,10 +8,10 @@
     mini-inductor --version
 
 Each subcommand is a `Command` in COMMANDS: a name, one line of help, a function adding its
-arguments, a function running it that returns the exit code, and whether it compiles. Add one by
-appending to COMMANDS. This module imports neither torch nor the compiler: the `mini-inductor`
-entry (mini_inductor_cli.py) runs it without the package's __init__, so --help, --version, list and
-why answer at once; a command that compiles runs the package's __init__ first (load_package).
+arguments and a function running it that returns the exit code. Add one by appending to COMMANDS.
+This module imports neither torch nor the compiler at import time: the `mini-inductor` entry
+(mini_inductor_cli.py) runs it without the package's __init__, so --help, --version, list and why
+answer at once; a command that compiles runs the package's __init__ first (load_package).
 """
 from __future__ import annotations
 
@@ -116,7 +116,6 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
-    compiles: bool = True     # needs torch and the backend registered (load_package) before it runs
 
 
 # ---------------------------------------------------------------------------------------- list
@@ -142,6 +141,7 @@ def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    load_package()
     import torch
     from mini_inductor.examples import EXAMPLES as BUILDERS
 
@@ -484,11 +484,11 @@ def run_why(args: argparse.Namespace) -> int:
 COMMANDS: list[Command] = [
     Command("demo", "compile a built-in example, check it against eager, show its kernels",
             _add_demo_arguments, run_demo),
-    Command("list", "list the built-in examples", _add_list_arguments, run_list, compiles=False),
+    Command("list", "list the built-in examples", _add_list_arguments, run_list),
     Command("explain", "run a script or example under mini_inductor and report what was fused and why",
             _add_explain_arguments, run_explain),
     Command("why", "why two nodes of a graph were or were not fused (from an explain report)",
-            _add_why_arguments, run_why, compiles=False),
+            _add_why_arguments, run_why),
     Command("dump", "write each graph's ATen graph, IR, output code and kernels as standalone scripts",
             _add_dump_arguments, run_dump),
 ]
@@ -522,8 +522,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.script_args = script_args
     command: Command = args.command_spec
     try:
-        if command.compiles:
-            load_package()
         return command.run(args)
     except CliError as e:
         print(f"mini-inductor {command.name}: error: {e}", file=sys.stderr)

@@ -179,19 +179,26 @@ def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
     eager = list(getattr(traces, "eager", []))
     with open(paths["json"], "w") as f:
         json.dump(list(reports) + [eager_entry(e) for e in eager], f, indent=1, default=str)
+    with open(paths["html"], "w") as f:
+        f.write(report_html(reports, traces, title, out_dir))
+    return paths
+
+
+def report_html(reports, traces, title: str, out_dir: str | None = None) -> str:
+    """The HTML report page; with `out_dir`, each graph's .dot (and .svg) is written there too."""
+    eager = list(getattr(traces, "eager", []))
     sections = [eager_section(eager)] if eager else []
     for report, t in zip(reports, traces):
         dot = to_dot(report, t)
-        with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
-            f.write(dot)
         svg = render_svg(dot)
-        if svg is not None:
-            with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
-                f.write(svg)
+        if out_dir is not None:
+            with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
+                f.write(dot)
+            if svg is not None:
+                with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
+                    f.write(svg)
         sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
-    with open(paths["html"], "w") as f:
-        f.write(html_page(title, sections))
-    return paths
+    return html_page(title, sections)
 
 
 def eager_entry(note) -> dict[str, Any]:
@@ -221,10 +228,17 @@ def load_reports(path: str) -> list[dict[str, Any]]:
 # ─── dump ───────────────────────────────────────────────────────────────────────────────────────
 
 _KERNEL_SCRIPT = '''\
-# Kernel {name} of graph {graph}, on its own: `python {file}` runs it on random inputs and times it.
+# Kernel {name} of graph {graph}, on its own: `python {file}` runs it on random inputs and times it
+# on a CUDA GPU. Without a GPU, run it in Triton's interpreter (slow): `TRITON_INTERPRET=1 python {file}`.
+import os
+import sys
 import time
 
 import torch
+
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    sys.exit("{file}: no CUDA GPU is visible. To run this kernel on the CPU in Triton's interpreter, "
+             "set TRITON_INTERPRET=1: `TRITON_INTERPRET=1 python {file}`")
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
