@@ -136,7 +136,7 @@ def test_a_missing_script_is_a_one_line_error(command, tmp_path):
 LONG_KERNEL = "triton_per_fused__native_layer_norm_add_gelu_mul_view_var_mean_rsqrt_sub_0"
 
 
-@pytest.mark.parametrize("width", [40, 80, 200])
+@pytest.mark.parametrize("width", [40, 80])
 def test_rich_table_never_cuts_the_kernel_name(width):
     from rich.console import Console
 
