@@ -15,8 +15,8 @@ def layer(x, w):
 
 
 @pytest.fixture
-def report():
-    x, w = torch.randn(8, 8), torch.randn(8, 8)
+def report(device):
+    x, w = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
     return mini_inductor.explain(layer, x, w), layer(x, w)
 
 
@@ -36,14 +36,14 @@ def test_explain_returns_the_kernels_fusion_decisions_and_timings_of_one_call(re
         f"cannot fuse {refused['node1']} with {refused['node2']}: memory deps did not match")
 
 
-def test_explain_compiles_again_a_function_compiled_before_in_the_process():
-    x, w = torch.randn(8, 8), torch.randn(8, 8)
+def test_explain_compiles_again_a_function_compiled_before_in_the_process(device):
+    x, w = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
     torch.compile(layer, backend="mini_inductor")(x, w)
     assert mini_inductor.explain(layer, x, w).kernels
 
 
-def test_explain_lists_graphs_that_ran_eagerly_with_reason_and_source():
-    x = torch.randn(6, 4)
+def test_explain_lists_graphs_that_ran_eagerly_with_reason_and_source(device):
+    x = torch.randn(6, 4, device=device)
     torch._dynamo.mark_dynamic(x, 0)
     r = mini_inductor.explain(lambda t: torch.relu(t) * 2, x)
     (eager,) = r.ran_eagerly
@@ -60,6 +60,13 @@ def test_str_is_the_text_summary_the_cli_prints(report):
     for k in r.kernels:
         assert k["name"] in text
     assert repr(r) == text
+
+
+@pytest.mark.gpu
+def test_explain_on_cuda_times_every_kernel_of_the_call():
+    x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    r = mini_inductor.explain(layer, x, w)
+    assert r.kernels and all(k["time_ms"] and k["gb_per_s"] for k in r.kernels), r.kernels
 
 
 class _Frames(html.parser.HTMLParser):
