@@ -358,6 +358,8 @@ def _say_how_it_ended(out: Output, ending) -> int:
     """Report a script's sys.exit or exception; explain's exit code: the script's failure, or 0."""
     if ending is None:
         return 0
+    if ending.traceback:
+        print(ending.traceback, file=sys.stderr, end="", flush=True)
     out.line(f"\n{ending.describe()}; the report covers the graphs compiled before that.")
     if not ending.failed:
         return 0
@@ -400,6 +402,8 @@ def print_explain(out: Output, reports, eager) -> None:
 
 
 def _print_report(out: Output, report) -> None:
+    from mini_inductor.debug.why import short_source
+
     out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
                                               if report["cache_hit"] else ""))
     out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
@@ -413,7 +417,7 @@ def _print_report(out: Output, report) -> None:
         return f"{k['time_ms'] * 1e3:.1f}", f"{k['gb_per_s']:.0f}"
     out.table("Kernels", ["kernel", "fused nodes", "ATen ops", "source", "bytes r/w", "µs", "GB/s"],
               [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
-                (k["sources"][0].split(", in ")[0][-60:] if k["sources"] else ""),
+                (short_source(k["sources"][0]) if k["sources"] else ""),
                 f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
     out.table("Refused fusion candidates", ["node 1", "node 2", "reason", "outcome"],
               [[r["node1"], r["node2"], r["reason"], r.get("outcome", "")] for r in report["refused"]])

@@ -55,6 +55,7 @@ class ScriptEnding:
     exit_code: int | str | None = None   # sys.exit's argument
     error: str = ""                      # 'ValueError: bad shape' for an exception
     where: str = ""                      # the user's line it was raised at, 'File "t.py", line 9, in main: code'
+    traceback: str = ""                  # the exception's traceback from the script's frame on
 
     @property
     def failed(self) -> bool:
@@ -114,7 +115,11 @@ def _run_path(path: str) -> ScriptEnding | None:
     except SystemExit as e:
         return ScriptEnding(exit_code=e.code)
     except Exception as e:  # noqa: BLE001  (the user's error: reported with what was compiled before it)
-        return ScriptEnding(error=f"{type(e).__name__}: {e}", where=_user_line(e, path))
+        frames = traceback.extract_tb(e.__traceback__)
+        first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == os.path.abspath(path)), 0)
+        text = "".join(["Traceback (most recent call last):\n", *traceback.format_list(frames[first:]),
+                        *traceback.format_exception_only(type(e), e)])
+        return ScriptEnding(error=f"{type(e).__name__}: {e}", where=_user_line(e, path), traceback=text)
     return None
 
 

@@ -106,6 +106,8 @@ def test_explain_keeps_the_report_of_a_script_that_raises_and_names_the_line(tmp
     assert proc.returncode == 1
     assert "the script raised ValueError: checkpoint not found" in proc.stdout
     assert f'File "{script}", line 9, in <module>: raise ValueError("checkpoint not found")' in proc.stdout
+    assert proc.stderr.count("Traceback (most recent call last)") == 1     # the user's traceback, once
+    assert proc.stderr.rstrip().endswith("ValueError: checkpoint not found")
     (graph,) = json.loads((tmp_path / "report" / "report.json").read_text())
     assert graph["kernels"]
 
