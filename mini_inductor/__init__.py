@@ -14,11 +14,12 @@ from .backend import mini_inductor as backend
 from .backend import reset
 from .runtime import cudagraph_trees as cudagraphs
 from .runtime.cudagraph_trees import mark_step
+from .debug.api import explain
 from .debug.logs import configure as _configure_logs
 from .runtime.precompile import start_torch_imports as _start_torch_imports
 from .runtime.precompile import start_triton_key as _start_triton_key
 
-__all__ = ["backend", "config", "cudagraphs", "mark_step", "metrics", "reset"]
+__all__ = ["backend", "config", "cudagraphs", "explain", "mark_step", "metrics", "reset"]
 
 
 def _register() -> None:

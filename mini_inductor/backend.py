@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import time
-import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -109,7 +108,6 @@ def _core_aten_table() -> dict:
 
 _graph_counter = itertools.count()
 _compiled: dict[str, Any] = {}           # in-process cache: graph key → _InProcessEntry
-_warned: set[str] = set()
 
 
 def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
@@ -225,7 +223,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static)
         return SizeSpecializedGraph(name, gm, kind, cfg.cudagraph_capture_sizes, cfg, specialize)
     if reason:
-        _warn_once(reason, f"mini_inductor: {reason}; graph {name} runs eagerly.")
+        debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)   # noted for explain; warned once per reason
         record.ran_eagerly = reason
         log_eager_graph_skip(gm, name, reason, reason == DYNAMIC_SHAPES, cfg)
         return EagerGraph(name, gm, reason)
@@ -270,7 +268,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     except MiniInductorError as e:
         if not cfg.fallback_on_error:
             raise
-        warnings.warn(f"mini_inductor: {e}\nGraph {name} runs eagerly (fallback_on_error=True).")
+        debug_trace.warn_at_user_code(f"mini_inductor: {e}\nGraph {name} runs eagerly (fallback_on_error=True).",
+                                      debug_trace.ran_eagerly(name, str(e), gm).source)
         record.ran_eagerly = str(e)
         return EagerGraph(name, gm, str(e))
     record.compile_seconds = time.perf_counter() - start
@@ -508,12 +507,6 @@ def _generator_idxs(gm) -> tuple[int, ...]:
     """Positions of the generator arguments (one per checkpointed random op, see random_lowerings.py)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.Generator))
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message)
 
 
 def _in_process_key(disk_key: str, gm, cfg: Config) -> str:

@@ -5,10 +5,13 @@
     mini-inductor explain (--example NAME | SCRIPT.py [-- ARGS])   what was fused, what not and why
     mini-inductor why GRAPH NODE_A NODE_B [--report DIR]            one pair's fusion decision
     mini-inductor dump (--example NAME | SCRIPT.py) --out DIR       graphs, IR and kernels as scripts
+    mini-inductor --version
 
 Each subcommand is a `Command` in COMMANDS: a name, one line of help, a function adding its
 arguments and a function running it that returns the exit code. Add one by appending to COMMANDS.
-Heavy imports (torch, the compiler) happen inside the commands so `--help` stays cheap.
+This module imports neither torch nor the compiler at import time: the `mini-inductor` entry
+(mini_inductor_cli.py) runs it without the package's __init__, so --help, --version, list and why
+answer at once; a command that compiles runs the package's __init__ first (load_package).
 """
 from __future__ import annotations
 
@@ -22,6 +25,31 @@ import time
 from typing import Callable, Sequence
 
 DTYPES = ("float32", "float16", "bfloat16")
+# The built-in examples (mini_inductor/examples.py, which imports torch), named here so that `list`
+# and --help need no torch; tests/cli checks that the two agree.
+EXAMPLES = {
+    "transformer_block": "pre-norm GPT block: LayerNorm, causal SDPA attention, GELU MLP",
+    "mlp": "stack of Linear → LayerNorm → GELU layers",
+    "softmax_chain": "pointwise ops around a softmax; the smallest example",
+}
+DEFAULT_EXAMPLE = "transformer_block"
+
+
+class CliError(Exception):
+    """A user error the command reports in one line (no traceback), exiting with `code`."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def load_package() -> None:
+    """Run mini_inductor's __init__ (it registers the backend) where the light entry left it undone."""
+    package = sys.modules.get("mini_inductor")
+    if package is not None and getattr(package, "_init_deferred", False):
+        del package._init_deferred
+        package.__spec__.loader.exec_module(package)
+    import mini_inductor  # noqa: F401
 # (atol, rtol) for comparing compiled output with eager: Triton computes fp16/bf16 in fp32 and
 # rounds once, eager rounds after every op, so low precision needs room for a few ulps.
 TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}
@@ -30,8 +58,9 @@ TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (5e-
 class Output:
     """Lines, headings and tables: rich when stdout is a terminal, plain aligned text otherwise."""
 
-    def __init__(self, rich_console=None):
+    def __init__(self, rich_console=None, file=None):
         self.console = rich_console
+        self.file = file     # plain output goes here (None: stdout)
 
     @classmethod
     def for_stdout(cls) -> "Output":
@@ -45,33 +74,40 @@ class Output:
 
     def line(self, text: str = "") -> None:
         if self.console is None:
-            print(text, flush=True)
+            print(text, file=self.file or sys.stdout, flush=True)
         else:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def heading(self, text: str) -> None:
         if self.console is None:
-            print(f"\n{text}\n{'-' * len(text)}", flush=True)
+            print(f"\n{text}\n{'-' * len(text)}", file=self.file or sys.stdout, flush=True)
         else:
             self.console.rule(text)
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+        """Never cuts a cell: the first column (a kernel's or node's name, which users copy) keeps its
+        full width on one line; narrow terminals wrap the other columns, or the table grows wider."""
         rows = [[str(cell) for cell in row] for row in rows]
         if self.console is not None:
             from rich.table import Table
 
             table = Table(title=title, title_justify="left")
-            for column in columns:
-                table.add_column(column)
+            for i, column in enumerate(columns):
+                if i == 0:
+                    width = max([len(column), *(len(r[0]) for r in rows)])
+                    table.add_column(column, no_wrap=True, min_width=width, overflow="ignore")
+                else:
+                    table.add_column(column, overflow="fold")
             for row in rows:
                 table.add_row(*row)
-            self.console.print(table)
+            self.console.print(table, crop=False)
             return
         widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
                   for i, c in enumerate(columns)]
-        print(f"\n{title}", flush=True)
+        out = self.file or sys.stdout
+        print(f"\n{title}", file=out, flush=True)
         for row in [list(columns), ["-" * w for w in widths], *rows]:
-            print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), flush=True)
+            print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,18 +125,13 @@ def _add_list_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from mini_inductor.examples import EXAMPLES
-
-    Output.for_stdout().table("Built-in examples", ["name", "description"],
-                              [[e.name, e.description] for e in EXAMPLES.values()])
+    Output.for_stdout().table("Built-in examples", ["name", "description"], [list(e) for e in EXAMPLES.items()])
     return 0
 
 
 # ---------------------------------------------------------------------------------------- demo
 
 def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from mini_inductor.examples import DEFAULT_EXAMPLE, EXAMPLES
-
     parser.add_argument("--example", default=DEFAULT_EXAMPLE, choices=sorted(EXAMPLES),
                         help=f"which built-in example to compile (default: {DEFAULT_EXAMPLE})")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -110,11 +141,12 @@ def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    load_package()
     import torch
-    from mini_inductor.examples import EXAMPLES
+    from mini_inductor.examples import EXAMPLES as BUILDERS
 
     out = Output.for_stdout()
-    example = EXAMPLES[args.example]
+    example = BUILDERS[args.example]
     dtype = getattr(torch, args.dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out.line(f"mini_inductor demo: {example.name} on {device}, {args.dtype} — {example.description}")
@@ -207,9 +239,9 @@ def _print_fusion_summary(out: Output, graphs) -> None:
 
 
 def _print_kernels(out: Output, graphs) -> None:
-    rows = [[rec.name, i, name] for rec in graphs for i, name in enumerate(rec.kernel_names)]
+    rows = [[name, rec.name, i] for rec in graphs for i, name in enumerate(rec.kernel_names)]
     if rows:
-        out.table("Generated Triton kernels", ["graph", "#", "kernel"], rows)
+        out.table("Generated Triton kernels", ["kernel", "graph", "#"], rows)
     else:
         out.line("\nno Triton kernels were generated")
 
@@ -269,8 +301,6 @@ def _report_speedup(out: Output, model, compiled, inputs) -> None:
 # ------------------------------------------------------------------------------ explain / dump
 
 def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
-    from mini_inductor.examples import EXAMPLES
-
     parser.add_argument("script", nargs="?", help="a Python script that calls torch.compile")
     parser.add_argument("--example", choices=sorted(EXAMPLES), help="a built-in example instead of a script")
     parser.add_argument("--list", action="store_true", help="list the built-in examples")
@@ -303,21 +333,37 @@ def _ensure_codegen_can_run(args: argparse.Namespace, out: Output) -> None:
 
 
 def _run_workload(args: argparse.Namespace, out: Output):
-    import torch
-
-    from mini_inductor.debug import explain
-
+    """(traces, timings, title, ending) of the script or example; ending says how a script stopped early."""
     if args.list:
         run_list(args)
         return None
     if bool(args.example) == bool(args.script):
-        raise SystemExit("give either a SCRIPT.py or --example NAME (see --list)")
+        raise CliError("give either a SCRIPT.py or --example NAME (see --list)")
+    if args.script and not os.path.isfile(args.script):
+        raise CliError(f"no such script: {args.script}")
+    load_package()
     _ensure_codegen_can_run(args, out)
+    import torch
+
+    from mini_inductor.debug import explain
+
     if args.example:
         traces, timings = explain.run_example(args.example, getattr(torch, args.dtype))
-        return traces, timings, f"{args.example} ({args.dtype})"
-    traces, timings = explain.run_script(args.script, args.script_args, force=args.force)
-    return traces, timings, os.path.basename(args.script)
+        return traces, timings, f"{args.example} ({args.dtype})", None
+    traces, timings, ending = explain.run_script(args.script, args.script_args, force=args.force)
+    return traces, timings, os.path.basename(args.script), ending
+
+
+def _say_how_it_ended(out: Output, ending) -> int:
+    """Report a script's sys.exit or exception; explain's exit code: the script's failure, or 0."""
+    if ending is None:
+        return 0
+    if ending.traceback:
+        print(ending.traceback, file=sys.stderr, end="", flush=True)
+    out.line(f"\n{ending.describe()}; the report covers the graphs compiled before that.")
+    if not ending.failed:
+        return 0
+    return ending.exit_code if isinstance(ending.exit_code, int) else 1
 
 
 def run_explain(args: argparse.Namespace) -> int:
@@ -327,23 +373,37 @@ def run_explain(args: argparse.Namespace) -> int:
     ran = _run_workload(args, out)
     if ran is None:
         return 0
-    traces, timings, title = ran
-    if not traces:
+    traces, timings, title, ending = ran
+    eager = list(getattr(traces, "eager", []))
+    if not traces and not eager:
         out.line("no graph was compiled by mini_inductor (does the script call torch.compile?)")
+        _say_how_it_ended(out, ending)
         return 1
     reports = explain.build_reports(traces, timings)
-    for report in reports:
-        _print_report(out, report)
+    print_explain(out, reports, eager)
     paths = explain.write_reports(reports, traces, args.out, f"mini_inductor explain: {title}")
     from mini_inductor.debug.graphviz import GRAPHVIZ_HINT, render_svg
 
-    if render_svg("digraph { a }") is None:
+    if traces and render_svg("digraph { a }") is None:
         out.line(GRAPHVIZ_HINT)
     out.line(f"\nreport: {paths['html']}  (data: {paths['json']})")
-    return 0
+    return _say_how_it_ended(out, ending)
+
+
+def print_explain(out: Output, reports, eager) -> None:
+    """What explain prints: each compiled graph's report, then the graphs that ran eagerly."""
+    for report in reports:
+        _print_report(out, report)
+    if eager:
+        from mini_inductor.debug.why import short_source
+
+        out.table("Graphs run eagerly (no generated code)", ["graph", "reason", "source", "to compile it"],
+                  [[e.name, e.reason, short_source(e.source), e.hint] for e in eager])
 
 
 def _print_report(out: Output, report) -> None:
+    from mini_inductor.debug.why import short_source
+
     out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
                                               if report["cache_hit"] else ""))
     out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
@@ -357,7 +417,7 @@ def _print_report(out: Output, report) -> None:
         return f"{k['time_ms'] * 1e3:.1f}", f"{k['gb_per_s']:.0f}"
     out.table("Kernels", ["kernel", "fused nodes", "ATen ops", "source", "bytes r/w", "µs", "GB/s"],
               [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
-                (k["sources"][0].split(", in ")[0][-60:] if k["sources"] else ""),
+                (short_source(k["sources"][0]) if k["sources"] else ""),
                 f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
     out.table("Refused fusion candidates", ["node 1", "node 2", "reason", "outcome"],
               [[r["node1"], r["node2"], r["reason"], r.get("outcome", "")] for r in report["refused"]])
@@ -380,10 +440,13 @@ def run_dump(args: argparse.Namespace) -> int:
     ran = _run_workload(args, out)
     if ran is None:
         return 0
-    traces = ran[0]
+    traces, _, _, ending = ran
     for folder in explain.write_dump(traces, args.out):
         out.line(f"wrote {folder}")
-    return 0 if traces else 1
+    for e in getattr(traces, "eager", []):
+        out.line(f"graph {e.name} ran eagerly (nothing to dump): {e.reason}")
+    code = _say_how_it_ended(out, ending)
+    return code if traces else (code or 1)
 
 
 def _add_why_arguments(parser: argparse.ArgumentParser) -> None:
@@ -394,14 +457,29 @@ def _add_why_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_why(args: argparse.Namespace) -> int:
-    from mini_inductor.debug import explain
-    from mini_inductor.debug.report import why
+    import json
 
-    reports = {r["graph"]: r for r in explain.load_reports(args.report)}
-    if args.graph not in reports:
-        print(f"no graph {args.graph} in {args.report}; graphs: {', '.join(reports)}")
-        return 1
-    print(why(reports[args.graph], args.node_a, args.node_b))
+    from mini_inductor.debug.why import UnknownNode, why
+
+    path = os.path.join(args.report, "report.json") if os.path.isdir(args.report) else args.report
+    if not os.path.isfile(path):
+        raise CliError(f"no explain report at {path}: run `mini-inductor explain SCRIPT.py --out {args.report}` "
+                       "first (or give its folder with --report)")
+    try:
+        with open(path) as f:
+            reports = {r["graph"]: r for r in json.load(f)}
+    except (ValueError, KeyError, TypeError) as e:
+        raise CliError(f"{path} is not an explain report ({type(e).__name__}: {e})") from None
+    report = reports.get(args.graph)
+    if report is None or "kernels" not in report:
+        compiled = [g for g, r in reports.items() if "kernels" in r]
+        ran_eagerly = f" ran eagerly ({report['ran_eagerly']['reason']}): no fusion" if report else " is not"
+        raise CliError(f"graph {args.graph}{ran_eagerly} in {path}; compiled graphs: {', '.join(compiled) or 'none'}",
+                       code=1)
+    try:
+        print(why(report, args.node_a, args.node_b))
+    except UnknownNode as e:
+        raise CliError(str(e), code=1) from None
     return 0
 
 
@@ -420,15 +498,22 @@ COMMANDS: list[Command] = [
 ]
 
 
+def _version() -> str:
+    from mini_inductor._version import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mini-inductor",
         description="mini_inductor: a torch.compile backend that lowers ATen graphs to Triton kernels.")
+    parser.add_argument("--version", action="version", version=f"mini-inductor {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+        sub.set_defaults(command_spec=command)
     return parser
 
 
@@ -439,4 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(ours)
     args.argv = argv
     args.script_args = script_args
-    return args.run(args)
+    command: Command = args.command_spec
+    try:
+        return command.run(args)
+    except CliError as e:
+        print(f"mini-inductor {command.name}: error: {e}", file=sys.stderr)
+        return e.code

@@ -61,8 +61,13 @@ def test_why_answers_for_one_pair(script_report):
     refused = next(r for r in report["refused"] if r["reason"] == "memory deps did not match")
     proc = _cli("why", report["graph"], refused["node1"], refused["node2"], "--report", str(out))
     assert f"cannot fuse {refused['node1']} with {refused['node2']}: memory deps did not match" in proc.stdout
-    proc = _cli("why", report["graph"], "buf0", "no_such_node", "--report", str(out))
-    assert "no node named no_such_node" in proc.stdout
+    for node in (refused["node1"], refused["node2"]):              # both nodes' ops and the user's lines
+        assert f"  {node} (kernel triton_per_fused_" in proc.stdout
+    assert "user_script.py:" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "mini_inductor_cli", "why", report["graph"], "buf0", "no_such_node",
+                           "--report", str(out)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no node named no_such_node" in proc.stderr
 
 
 def test_explain_lists_and_runs_builtin_examples(tmp_path):

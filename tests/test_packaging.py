@@ -32,7 +32,7 @@ def test_setup_cfg_declares_the_dynamo_backend_entry_point():
 
 def test_setup_cfg_declares_the_console_script():
     entry_points = _setup_cfg()["options.entry_points"]
-    assert _entries(entry_points["console_scripts"])["mini-inductor"] == "mini_inductor.cli:main"
+    assert _entries(entry_points["console_scripts"])["mini-inductor"] == "mini_inductor_cli:main"
 
 
 def test_setup_cfg_pins_triton_and_never_pins_a_torch_build():

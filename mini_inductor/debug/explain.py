@@ -1,17 +1,20 @@
 """What `mini-inductor explain` and `dump` do: run a workload under mini_inductor and keep its traces.
 
-    traces, timings = run_example("softmax_chain")        # or run_script("train.py", ["--steps", "1"])
-    reports = [graph_report(t) for t in traces]
+    traces, timings = run_example("softmax_chain")
+    traces, timings, ending = run_script("train.py", ["--steps", "1"])   # ending: how the script stopped
+    reports = build_reports(traces, timings)           # graph_report + node details + times; traces.eager
     write_reports(reports, traces, out_dir)               # report.json, <graph>.dot/.svg, report.html
     write_dump(traces, out_dir)                           # per graph: ATen graph, IR, kernels as scripts
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import runpy
 import sys
+import traceback
 import warnings
 from typing import Any, Sequence
 
@@ -21,6 +24,7 @@ from . import trace as debug_trace
 from .graphviz import render_svg, to_dot
 from .html import graph_section, html_page
 from .report import graph_report
+from .why import node_details
 
 
 def _device() -> str:
@@ -44,10 +48,31 @@ def run_example(name: str, dtype: torch.dtype = torch.float32, profile: bool = T
     return traces, timings
 
 
+@dataclasses.dataclass(frozen=True)
+class ScriptEnding:
+    """How a script run by explain / dump stopped, when not by reaching its end."""
+
+    exit_code: int | str | None = None   # sys.exit's argument
+    error: str = ""                      # 'ValueError: bad shape' for an exception
+    where: str = ""                      # the user's line it was raised at, 'File "t.py", line 9, in main: code'
+    traceback: str = ""                  # the exception's traceback from the script's frame on
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or self.exit_code not in (None, 0)
+
+    def describe(self) -> str:
+        if self.error:
+            return f"the script raised {self.error}" + (f"\n  at {self.where}" if self.where else "")
+        return f"the script called sys.exit({self.exit_code!r})"
+
+
 def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
     """Run a user script with mini_inductor as the backend of its torch.compile calls.
 
-    Returns (traces, kernel times in ms per launch, measured on a GPU; {} on the CPU).
+    Returns (traces, kernel times in ms per launch, measured on a GPU; {} on the CPU, ending): the
+    traces of every graph compiled before the script ended, also when it called sys.exit or raised;
+    `ending` is None when it ran to its end, else a ScriptEnding.
     Calls that name no backend (Inductor's default) get mini_inductor; with `force`, every call does.
     """
     import mini_inductor  # noqa: F401
@@ -72,15 +97,43 @@ def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
                 # kernel times over the whole run, per launch (the script's first calls compile)
                 from torch.profiler import ProfilerActivity, profile
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    runpy.run_path(path, run_name="__main__")
+                    ending = _run_path(path)
                     torch.cuda.synchronize()
                 timings = _per_launch_ms(prof)
             else:
-                runpy.run_path(path, run_name="__main__")
+                ending = _run_path(path)
     finally:
         torch.compile = original
         sys.argv = saved_argv
-    return traces, timings
+    return traces, timings, ending
+
+
+def _run_path(path: str) -> ScriptEnding | None:
+    """Run the script as __main__; a sys.exit or an exception ends it, not explain."""
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        return ScriptEnding(exit_code=e.code)
+    except Exception as e:  # noqa: BLE001  (the user's error: reported with what was compiled before it)
+        frames = traceback.extract_tb(e.__traceback__)
+        first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == os.path.abspath(path)), 0)
+        text = "".join(["Traceback (most recent call last):\n", *traceback.format_list(frames[first:]),
+                        *traceback.format_exception_only(type(e), e)])
+        return ScriptEnding(error=f"{type(e).__name__}: {e}", where=_user_line(e, path), traceback=text)
+    return None
+
+
+def _user_line(error: BaseException, script: str) -> str:
+    """The innermost frame of the traceback in the script itself, else the innermost outside torch and us."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__), "<frozen ")
+    script = os.path.abspath(script)
+    chosen = ([f for f in frames if os.path.abspath(f.filename) == script]
+              or [f for f in frames if not f.filename.startswith(ours) and "runpy" not in f.filename])
+    if not chosen:
+        return ""
+    f = chosen[-1]
+    return f'File "{f.filename}", line {f.lineno}, in {f.name}: {(f.line or "").strip()}'
 
 
 def _per_launch_ms(prof) -> dict[str, float]:
@@ -107,9 +160,12 @@ def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
 
 
 def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One report per traced graph: graph_report, plus `nodes` (node → ops, sources, reads; `why` reads
+    them) and each kernel's measured time and bandwidth when `timings` has them."""
     reports = []
     for t in traces:
         report = graph_report(t)
+        report["nodes"] = node_details(t)
         for k in report["kernels"]:
             ms = (timings or {}).get(k["name"])
             k["time_ms"] = ms
@@ -119,40 +175,75 @@ def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[
 
 
 def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
-    """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths."""
+    """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths.
+
+    report.json is a list: one report per compiled graph, then one {"graph", "ran_eagerly": {reason,
+    source, hint}} per graph that ran eagerly (`traces.eager`)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "report.json"), "html": os.path.join(out_dir, "report.html")}
+    eager = list(getattr(traces, "eager", []))
     with open(paths["json"], "w") as f:
-        json.dump(reports, f, indent=1, default=str)
-    sections = []
-    for report, t in zip(reports, traces):
-        dot = to_dot(report, t)
-        with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
-            f.write(dot)
-        svg = render_svg(dot)
-        if svg is not None:
-            with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
-                f.write(svg)
-        sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
+        json.dump(list(reports) + [eager_entry(e) for e in eager], f, indent=1, default=str)
     with open(paths["html"], "w") as f:
-        f.write(html_page(title, sections))
+        f.write(report_html(reports, traces, title, out_dir))
     return paths
 
 
+def report_html(reports, traces, title: str, out_dir: str | None = None) -> str:
+    """The HTML report page; with `out_dir`, each graph's .dot (and .svg) is written there too."""
+    eager = list(getattr(traces, "eager", []))
+    sections = [eager_section(eager)] if eager else []
+    for report, t in zip(reports, traces):
+        dot = to_dot(report, t)
+        svg = render_svg(dot)
+        if out_dir is not None:
+            with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
+                f.write(dot)
+            if svg is not None:
+                with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
+                    f.write(svg)
+        sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
+    return html_page(title, sections)
+
+
+def eager_entry(note) -> dict[str, Any]:
+    """A graph that ran eagerly, as report.json lists it."""
+    return {"graph": note.name, "ran_eagerly": {"reason": note.reason, "source": note.source, "hint": note.hint}}
+
+
+def eager_section(notes) -> str:
+    """The HTML report's section on the graphs that ran eagerly: name, reason, the user's line, what to do."""
+    from html import escape
+
+    rows = "".join(f"<tr><td><code>{escape(n.name)}</code></td><td>{escape(n.reason)}</td>"
+                   f"<td>{escape(n.source)}</td><td>{escape(n.hint)}</td></tr>" for n in notes)
+    return ('<h2 id="ran-eagerly">Graphs run eagerly</h2><p>mini_inductor generated no code for these graphs: '
+            'they ran as their ATen ops.</p><table class="eager"><tr><th>graph</th><th>reason</th>'
+            f'<th>source</th><th>to compile it</th></tr>{rows}</table>')
+
+
 def load_reports(path: str) -> list[dict[str, Any]]:
+    """The compiled graphs' reports of an explain folder or report.json (graphs that ran eagerly left out)."""
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
     with open(path) as f:
-        return json.load(f)
+        return [r for r in json.load(f) if "ran_eagerly" not in r]
 
 
 # ─── dump ───────────────────────────────────────────────────────────────────────────────────────
 
 _KERNEL_SCRIPT = '''\
-# Kernel {name} of graph {graph}, on its own: `python {file}` runs it on random inputs and times it.
+# Kernel {name} of graph {graph}, on its own: `python {file}` runs it on random inputs and times it
+# on a CUDA GPU. Without a GPU, run it in Triton's interpreter (slow): `TRITON_INTERPRET=1 python {file}`.
+import os
+import sys
 import time
 
 import torch
+
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    sys.exit("{file}: no CUDA GPU is visible. To run this kernel on the CPU in Triton's interpreter, "
+             "set TRITON_INTERPRET=1: `TRITON_INTERPRET=1 python {file}`")
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice

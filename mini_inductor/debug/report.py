@@ -141,21 +141,3 @@ def _fallback_reason(op_name: str) -> str:
         return "its lowering declined these arguments (dtype, device or variant not generated)"
     return "no lowering: runs as the ATen op"
 
-
-def why(report: dict[str, Any], node_a: str, node_b: str) -> str:
-    """Answer 'why were A and B (not) fused?' from a graph report."""
-    for d in report["fused"]:
-        if {d["node1"], d["node2"]} == {node_a, node_b}:
-            return f"{node_a} and {node_b} were fused (round {d['round']})."
-    for d in report["refused"]:
-        if {d["node1"], d["node2"]} == {node_a, node_b}:
-            return f"cannot fuse {d['node1']} with {d['node2']}: {d['reason']}"
-    same = [k["name"] for k in report["kernels"] if node_a in k["nodes"] and node_b in k["nodes"]]
-    if same:
-        return f"{node_a} and {node_b} are in the same kernel {same[0]} (fused through other nodes)."
-    known = {n for k in report["kernels"] for n in k["nodes"]} | {e["name"] for e in report["externs"]}
-    missing = [n for n in (node_a, node_b) if n not in known]
-    if missing:
-        return f"no node named {', '.join(missing)} in graph {report['graph']}; nodes: {', '.join(sorted(known))}"
-    return (f"{node_a} and {node_b} were never a candidate pair: they share no buffer, or are further apart "
-            f"than the fusion window, or one is an extern call.")

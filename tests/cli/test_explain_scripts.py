@@ -1,0 +1,155 @@
+"""`mini-inductor explain / dump SCRIPT` on scripts as users write them: ending in sys.exit(main()),
+raising after compiling, with a graph that runs eagerly, or missing. Real subprocesses."""
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mini_inductor.cli import Output
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# `layer` compiles; `scaled` (dynamic=True) runs eagerly; main's result is the exit code
+EXITING_SCRIPT = textwrap.dedent("""\
+    import sys
+    import torch
+
+
+    def layer(x):
+        return torch.softmax(x * 2, -1) + 1
+
+
+    def scaled(x):
+        return torch.relu(x) * 3
+
+
+    def main():
+        torch.compile(layer)(torch.randn(4, 8))
+        torch.compile(scaled, dynamic=True)(torch.randn(4, 8))
+        print("compiled both")
+        return 3
+
+
+    if __name__ == "__main__":
+        sys.exit(main())
+    """)
+
+RAISING_SCRIPT = textwrap.dedent("""\
+    import torch
+
+
+    def layer(x):
+        return torch.softmax(x * 2, -1) + 1
+
+
+    torch.compile(layer)(torch.randn(4, 8))
+    raise ValueError("checkpoint not found")
+    """)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    # the CPU path: the CLI turns Triton's interpreter on itself
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "mini_inductor_cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def exiting(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("exiting")
+    script = folder / "train.py"
+    script.write_text(EXITING_SCRIPT)
+    return folder, _cli("explain", str(script), "--out", str(folder / "report"))
+
+
+def test_explain_keeps_the_report_of_a_script_that_ends_in_sys_exit(exiting):
+    folder, proc = exiting
+    assert proc.returncode == 3, proc.stdout + proc.stderr     # the script's own exit code
+    assert "compiled both" in proc.stdout
+    assert "the script called sys.exit(3)" in proc.stdout
+    report = json.loads((folder / "report" / "report.json").read_text())
+    compiled = [r for r in report if "kernels" in r]
+    assert len(compiled) == 1 and compiled[0]["kernels"]
+    page = (folder / "report" / "report.html").read_text()
+    assert compiled[0]["kernels"][0]["name"] in page
+
+
+def test_explain_lists_a_graph_that_ran_eagerly_with_reason_and_user_line(exiting):
+    folder, proc = exiting
+    report = json.loads((folder / "report" / "report.json").read_text())
+    (eager,) = [r for r in report if "ran_eagerly" in r]
+    assert eager["ran_eagerly"]["reason"] == "dynamic shapes are not supported yet"
+    assert eager["ran_eagerly"]["source"] == f'File "{folder / "train.py"}", line 10, in scaled: return torch.relu(x) * 3'
+    assert "dynamic=False" in eager["ran_eagerly"]["hint"]
+    assert "Graphs run eagerly" in proc.stdout and "train.py:10 (scaled)" in proc.stdout
+    page = (folder / "report" / "report.html").read_text()
+    assert "Graphs run eagerly" in page and eager["graph"] in page and "dynamic shapes are not supported yet" in page
+
+
+def test_eager_graph_warning_points_at_the_users_line_and_says_what_to_do(exiting):
+    folder, proc = exiting
+    warning = next(line for line in proc.stderr.splitlines() if "runs eagerly" in line)
+    assert warning.startswith(f"{folder / 'train.py'}:10: UserWarning: mini_inductor: graph ")
+    assert "To compile it: compile with torch.compile(..., dynamic=False)" in warning
+
+
+def test_explain_keeps_the_report_of_a_script_that_raises_and_names_the_line(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(RAISING_SCRIPT)
+    proc = _cli("explain", str(script), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1
+    assert "the script raised ValueError: checkpoint not found" in proc.stdout
+    assert f'File "{script}", line 9, in <module>: raise ValueError("checkpoint not found")' in proc.stdout
+    assert proc.stderr.count("Traceback (most recent call last)") == 1     # the user's traceback, once
+    assert proc.stderr.rstrip().endswith("ValueError: checkpoint not found")
+    (graph,) = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert graph["kernels"]
+
+
+def test_dump_keeps_the_graphs_of_a_script_that_raises_and_its_kernels_say_how_to_run_on_cpu(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(RAISING_SCRIPT)
+    proc = _cli("dump", str(script), "--out", str(tmp_path / "dump"))
+    assert proc.returncode == 1 and "the script raised ValueError" in proc.stdout
+    (kernel, *_) = sorted((tmp_path / "dump").glob("*/kernels/triton_*.py"))
+    assert "TRITON_INTERPRET=1 python" in kernel.read_text()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    run = subprocess.run([sys.executable, str(kernel)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "no CUDA GPU is visible" in run.stderr and f"TRITON_INTERPRET=1 python {kernel.name}" in run.stderr
+    assert "active drivers" not in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("command", ["explain", "dump"])
+def test_a_missing_script_is_a_one_line_error(command, tmp_path):
+    args = [command, str(tmp_path / "nope.py"), "--out", str(tmp_path / "out")]
+    proc = _cli(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"mini-inductor {command}: error: no such script: {tmp_path / 'nope.py'}"
+
+
+LONG_KERNEL = "triton_per_fused__native_layer_norm_add_gelu_mul_view_var_mean_rsqrt_sub_0"
+
+
+@pytest.mark.parametrize("width", [40, 80])
+def test_rich_table_never_cuts_the_kernel_name(width):
+    from rich.console import Console
+
+    text = io.StringIO()
+    out = Output(Console(file=text, width=width, force_terminal=True, color_system=None))
+    out.table("Kernels", ["kernel", "ATen ops", "source"],
+              [[LONG_KERNEL, "aten.add.Tensor, aten.mul.Tensor, aten.var_mean.correction", "model.py:12"]])
+    assert LONG_KERNEL in text.getvalue() and "…" not in text.getvalue()
+
+
+def test_plain_table_never_cuts_the_kernel_name():
+    text = io.StringIO()
+    Output(file=text).table("Kernels", ["kernel", "ATen ops"], [[LONG_KERNEL, "aten.add.Tensor " * 20]])
+    assert LONG_KERNEL in text.getvalue() and "…" not in text.getvalue()

@@ -1,0 +1,106 @@
+"""`mini_inductor.explain(fn, *args)`: the notebook API's report object, its text and its HTML."""
+import html.parser
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import mini_inductor
+
+
+def layer(x, w):
+    a = torch.relu(x) * w
+    return (a + a.t()).sum(-1)    # the transposed read of `a` keeps it out of the sum's kernel
+
+
+@pytest.fixture
+def report(device):
+    x, w = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
+    return mini_inductor.explain(layer, x, w), layer(x, w)
+
+
+def test_explain_returns_the_kernels_fusion_decisions_and_timings_of_one_call(report):
+    r, expected = report
+    torch.testing.assert_close(r.output, expected)
+    (graph,) = [g["graph"] for g in r.graphs]
+    assert graph.startswith("inference_")
+    assert r.kernels and all(k["name"].startswith("triton_") and k["graph"] == graph for k in r.kernels)
+    assert all(any("test_explain_api.py" in s for s in k["sources"]) for k in r.kernels)
+    assert any(d["reason"] == "memory deps did not match" for d in r.refused)
+    assert {"lowering", "scheduling", "codegen"} <= set(r.compile_seconds[graph])
+    assert r.ran_eagerly == []
+    assert r.graphs[0]["nodes"]                     # the node details `why` reads
+    refused = next(d for d in r.refused if d["reason"] == "memory deps did not match")
+    assert r.why(graph, refused["node1"], refused["node2"]).startswith(
+        f"cannot fuse {refused['node1']} with {refused['node2']}: memory deps did not match")
+
+
+def test_explain_compiles_again_a_function_compiled_before_in_the_process(device):
+    x, w = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
+    torch.compile(layer, backend="mini_inductor")(x, w)
+    assert mini_inductor.explain(layer, x, w).kernels
+
+
+def test_explain_lists_graphs_that_ran_eagerly_with_reason_and_source(device):
+    x = torch.randn(6, 4, device=device)
+    torch._dynamo.mark_dynamic(x, 0)
+    r = mini_inductor.explain(lambda t: torch.relu(t) * 2, x)
+    (eager,) = r.ran_eagerly
+    assert eager["reason"] == "dynamic shapes are not supported yet"
+    assert "test_explain_api.py" in eager["source"] and "dynamic=False" in eager["hint"]
+    assert "Graphs run eagerly" in str(r) and eager["name"] in str(r)
+
+
+def test_str_is_the_text_summary_the_cli_prints(report):
+    r, _ = report
+    text = str(r)
+    assert text.startswith("mini_inductor explain: layer")
+    assert f"Graph {r.graphs[0]['graph']}" in text and "Refused fusion candidates" in text
+    for k in r.kernels:
+        assert k["name"] in text
+    assert repr(r) == text
+
+
+@pytest.mark.gpu
+def test_explain_on_cuda_times_every_kernel_of_the_call():
+    x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    r = mini_inductor.explain(layer, x, w)
+    assert r.kernels and all(k["time_ms"] and k["gb_per_s"] for k in r.kernels), r.kernels
+
+
+class _Frames(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.srcdocs = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "iframe":
+            self.srcdocs.append(dict(attrs)["srcdoc"])
+
+
+def test_repr_html_is_the_html_report_with_every_kernel(report):
+    r, _ = report
+    frames = _Frames()
+    frames.feed(r._repr_html_())
+    (page,) = frames.srcdocs                          # the page, in a frame of its own
+    assert page == r.html_page() and page.startswith("<!DOCTYPE html>")
+    for k in r.kernels:
+        assert k["name"] in page
+    assert "@triton" in page and "<script" not in page
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Chromium (`make tools` installs it)")
+def test_repr_html_renders_in_a_headless_browser(report, tmp_path):
+    r, _ = report
+    cell = tmp_path / "cell.html"
+    cell.write_text(f"<!DOCTYPE html><html><body>{r._repr_html_()}</body></html>")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", cell.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    assert "<iframe" in dom.stdout and r.kernels[0]["name"] in dom.stdout
+    shot = tmp_path / "cell.png"
+    subprocess.run(["chromium", *flags, "--window-size=1000,700", f"--screenshot={shot}", cell.as_uri()],
+                   capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000   # the frame's page rendered, not a blank cell
