@@ -107,19 +107,14 @@ def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
 
 
 def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    reports = []
-    for t in traces:
-        report = graph_report(t)
-        for k in report["kernels"]:
-            ms = (timings or {}).get(k["name"])
-            k["time_ms"] = ms
-            k["gb_per_s"] = (k["bytes_read"] + k["bytes_written"]) / (ms * 1e6) if ms else None
-        reports.append(report)
-    return reports
+    return [graph_report(t, timings) for t in traces]
 
 
 def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
-    """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths."""
+    """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths.
+
+    The HTML draws its own pictures (picture.py); the .dot/.svg files are extras for Graphviz users.
+    """
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "report.json"), "html": os.path.join(out_dir, "report.html")}
     with open(paths["json"], "w") as f:
@@ -133,7 +128,8 @@ def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
         if svg is not None:
             with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
                 f.write(svg)
-        sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
+        sections.append(graph_section(report, dot, None, t.generated.kernel_sources,
+                                      dot_file=f"{report['graph']}.dot"))
     with open(paths["html"], "w") as f:
         f.write(html_page(title, sections))
     return paths
