@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(BINARY is None, reason="needs Chromium on PATH (
 
 # What the page shows, measured by the browser: labels, rows, and where the picture lies.
 MEASURE = """(() => {
-  const svg = document.querySelector('svg.kernel-graph');
+  const svg = document.querySelector('.picture svg');
   const box = svg.getBoundingClientRect();
   const doc = document.documentElement;
   const clipping = [];
@@ -33,12 +33,12 @@ MEASURE = """(() => {
     view: [view.x, view.y, view.width, view.height],
     kernelOps: texts('g.node.pointwise text.ops, g.node.reduction text.ops'),
     externOps: texts('g.node.extern text.ops'),
-    firstLines: [...svg.querySelectorAll('g.node')].map(g => g.querySelector('text').textContent),
-    overflowingLabels: [...svg.querySelectorAll('g.node')].filter(g => Math.max(
+    firstLines: [...svg.querySelectorAll('g.node')].map(g => g.querySelector('text')?.textContent),
+    overflowingLabels: [...svg.querySelectorAll('g.node')].filter(g => g.querySelector('rect') && Math.max(
         ...[...g.querySelectorAll('text')].map(t => t.getComputedTextLength())) >
         +g.querySelector('rect').getAttribute('width')).map(g => g.dataset.name),
     boundaryRows: [...document.querySelectorAll('tr.boundary')].map(r => r.innerText),
-    neverFuse: document.querySelector('.never-fuse').innerText,
+    neverFuse: document.querySelector('.never-fuse')?.innerText ?? '',
   };
 })()"""
 

@@ -4,10 +4,10 @@ A *boundary* is a pair of generated Triton kernels that could have been one kern
 reads what the producer wrote (a dependency), or both read the same buffer (siblings). Pairs with an
 extern call, a fallback or a nop on one side can never fuse; they are only counted.
 
-    flow = dataflow(sched, kernels, externs, input_names, nbytes, itemsize)
-    boundaries = kernel_boundaries(flow, kernels, externs, decisions, nbytes, bandwidth)
+    flow = dataflow(sched, unit_names, input_names, nbytes, itemsize)
+    boundaries = kernel_boundaries(flow, kernels, decisions, nbytes, bytes_per_s)
     never = never_fuse_summary(flow, kernels, externs, decisions)
-    never_fuse_line(never)        "17 pairs can never fuse: node1 is extern or nop ×9, …"
+    never_fuse_line(never)        "12 refused pairs can never fuse, an extern call being on one side (…)"
 """
 from __future__ import annotations
 
@@ -28,6 +28,29 @@ _SOURCE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 NOMINAL_BANDWIDTH = [("H200", 4.8e12, "H200 HBM3e peak"), ("H100 PCIe", 2.0e12, "H100 PCIe HBM2e peak"),
                      ("H100", 3.35e12, "H100 SXM HBM3 peak"), ("A100", 2.0e12, "A100 80GB HBM2e peak")]
 DEFAULT_NOMINAL = (3.35e12, "H100 SXM HBM3 peak")
+
+
+# The scheduler's refusal reasons (scheduler/fusion.py) in a user's words, matched by prefix.
+REASON_MEANINGS = [
+    ("no shared data", "they access what they share in different patterns (a transposed or broadcast read), "
+                       "so one kernel would not load or store less"),
+    ("intermediate nodes", "other kernels or calls lie on the path from the first to the second"),
+    ("memory deps did not match", "the second reads the first's output at other indices than it was written "
+                                  "(e.g. transposed), so values cannot pass in registers"),
+    ("fusing a write into a read", "the second overwrites, at other indices, a buffer the first reads"),
+    ("numel/rnumel mismatch", "they loop over different sizes (elements or reduction length)"),
+    ("nodes numel incompatibility", "the pointwise part's size is neither the reduction's input nor its output"),
+    ("exceeds max fusion", "the kernel would hold more than config max_fusion_size nodes"),
+    ("will increase peak memory", "they are far apart: one kernel would keep buffers alive longer"),
+    ("will create cycle", "a path through other kernels leads from one to the other and back"),
+    ("a scatter with atomics", "a scatter with atomic adds runs in a kernel of its own"),
+    ("node1 must go before node2", "the second must run before the first"),
+    ("device mismatch", "they run on different devices"),
+]
+
+
+def reason_meaning(reason: str) -> str:
+    return next((meaning for prefix, meaning in REASON_MEANINGS if reason.startswith(prefix)), "")
 
 
 def short_op(op: str) -> str:
@@ -151,7 +174,7 @@ def kernel_boundaries(flow: Dataflow, kernels: list[dict], decisions, nbytes: di
             "producer": a, "consumer": b, "relation": relation, "buffers": passed,
             "producer_label": label[a], "consumer_label": label[b],
             "node1": decision.node1 if decision else "", "node2": decision.node2 if decision else "",
-            "reason": reason, "refused_pairs": len(refused), "between": between,
+            "reason": reason, "meaning": reason_meaning(reason), "refused_pairs": len(refused), "between": between,
             "bytes_written": written, "bytes_read": read,
             "seconds": (written + read) / bytes_per_s if bytes_per_s else None,
         })

@@ -1,6 +1,6 @@
 """The kernel graph as DOT text, for users with Graphviz (`dot -Tsvg`); the HTML report does not need it.
 
-    inputs read by several kernels or calls (ellipses) → kernels (green/orange boxes) and extern calls (grey)
+    kernels (green/orange boxes) and extern calls (grey); graph inputs are left out
     grey edges carry data; red edges are kernel boundaries (numbered as in the report's table)
 """
 from __future__ import annotations
@@ -20,9 +20,6 @@ def to_dot(report: dict[str, Any], trace=None) -> str:
     """DOT text of one graph_report: the same nodes and edges as the HTML picture (trace is not needed)."""
     lines = [f"digraph {_q(report['graph'])} {{", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=9];']
-    readers: dict[str, int] = {}
-    for e in report.get("edges", []):
-        readers[e["src"]] = readers.get(e["src"], 0) + 1
     drawn = set()
     for k in report["kernels"]:
         color = "#fde7d9" if k["kind"] == "reduction" else "#e6f4ea"
@@ -33,10 +30,6 @@ def to_dot(report: dict[str, Any], trace=None) -> str:
         label = "\n".join(x for x in (e.get("label_ops") or e["op"], e.get("where", ""), e["name"]) if x)
         lines.append(f'  {_q(e["name"])} [shape=box, style=filled, fillcolor="#e8eaed", label={_q(label)}];')
         drawn.add(e["name"])
-    for e in report.get("edges", []):
-        if e["src"] not in drawn and readers[e["src"]] > 1:
-            lines.append(f'  {_q(e["src"])} [shape=ellipse, style=filled, fillcolor="#e8f0fe"];')
-            drawn.add(e["src"])
     numbered = {(b["producer"], b["consumer"]): i + 1 for i, b in enumerate(report.get("boundaries", []))}
     for e in report.get("edges", []):
         if e["src"] in drawn and e["dst"] in drawn:

@@ -65,6 +65,8 @@ def boundary_table(report: dict[str, Any]) -> str:
         else:
             what = f"both read {escape(', '.join(b['buffers']) or 'nothing in common')}"
         why = escape(b["reason"])
+        if b.get("meaning"):
+            why += f"<br><small>{escape(b['meaning'])}</small>"
         if b.get("between"):
             why += "<br><small>in between: " + escape("; ".join(label.get(u, u) for u in b["between"])) + "</small>"
         cost = b["bytes_written"] + b["bytes_read"]
@@ -101,9 +103,9 @@ def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None 
     parts.append("<h3>Kernel boundaries</h3><p class=\"note\">Pairs of generated kernels that could have been one: "
                  "the second reads what the first wrote, or both read the same buffer.</p>" + boundary_table(g))
     picture = svg if svg is not None else report_svg(g)
-    legend = ("Boxes: green pointwise kernels, orange reductions, grey extern calls, blue graph inputs read by "
-              "several boxes. Grey arrows carry data; red arrows (numbered as in the table) are boundaries, "
-              "dashed red lines join kernels that read the same buffer.")
+    legend = ("Boxes: green pointwise kernels, orange reductions, grey extern calls (graph inputs are not drawn). "
+              "Grey arrows carry data; red arrows (numbered as in the table) are boundaries, dashed red lines "
+              "join kernels that read the same buffer.")
     if dot_file:
         legend += f" Graphviz users: the same graph as DOT in {dot_file}."
     parts.append(f'<h3>Kernel graph</h3><div class="picture">{picture}</div><p class="note">{escape(legend)}</p>')

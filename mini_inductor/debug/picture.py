@@ -9,7 +9,8 @@ Layout (the Sugiyama scheme, kept small):
     4. x: each node goes to the mean x of its neighbours, overlaps resolved by averaging a
        left-to-right and a right-to-left packing (both keep the gaps, so their mean does too)
 
-Only dependency edges and boundary edges are drawn: grey arrows carry data from one kernel or call to
+Boxes are kernels and extern calls (graph inputs are left out: they would draw long lines to every
+reader). Only dependency edges and boundary edges are drawn: grey arrows carry data from one box to
 the next, red ones are boundaries between two generated kernels (numbered as in the boundary table),
 dashed red ones join siblings that read the same buffer.
 """
@@ -24,14 +25,14 @@ import networkx as nx
 CHAR_W = {"ops": 7.2, "where": 6.4, "name": 6.0}   # px per character at the fonts below (generous)
 LINE_H = 16
 NODE_GAP, LAYER_GAP, MARGIN = 28, 54, 16
-FILL = {"pointwise": "#e6f4ea", "reduction": "#fde7d9", "extern": "#e8eaed", "input": "#e8f0fe"}
+FILL = {"pointwise": "#e6f4ea", "reduction": "#fde7d9", "extern": "#e8eaed"}
 RED, GREY = "#d93025", "#80868b"
 
 
 @dataclasses.dataclass
 class Box:
     id: str
-    kind: str                          # pointwise, reduction, extern, input
+    kind: str                          # pointwise, reduction, extern
     lines: list[tuple[str, str]]       # (css class, text)
     title: str                         # tooltip
     width: float = 0.0
@@ -62,6 +63,9 @@ def layered_layout(boxes: dict[str, Box], edges: list[tuple[str, str]]) -> tuple
     graph.add_nodes_from(boxes)
     graph.add_edges_from(edges)
     layer_of = {n: i for i, gen in enumerate(nx.topological_generations(graph)) for n in gen}
+    for n in boxes:   # a node that depends on nothing sits just above its first consumer, not at the top
+        if graph.in_degree(n) == 0 and graph.out_degree(n):
+            layer_of[n] = min(layer_of[s] for s in graph.successors(n)) - 1
     rank = {n: i for i, n in enumerate(boxes)}   # the caller's order (schedule order) breaks ties
     order: list[list[str]] = [[] for _ in range(max(layer_of.values(), default=-1) + 1)]
     for n in sorted(boxes, key=rank.get):
@@ -159,6 +163,33 @@ def _path(points: list[tuple[float, float]]) -> str:
     return d
 
 
+def _rows(boxes: dict[str, Box]) -> dict[float, list[Box]]:
+    """Boxes by layer (their centre line), left to right."""
+    rows: dict[float, list[Box]] = {}
+    for b in boxes.values():
+        rows.setdefault(round(b.y + b.height / 2, 1), []).append(b)
+    return {y: sorted(bs, key=lambda b: b.x) for y, bs in rows.items()}
+
+
+def _sibling_path(a: Box, b: Box, rows: dict[float, list[Box]]) -> tuple[str, list[tuple[float, float]]]:
+    """A dashed line between two kernels that read the same buffer, and where its badge may go."""
+    ya, yb = a.y + a.height / 2, b.y + b.height / 2
+    if abs(ya - yb) < 1:
+        a, b = sorted((a, b), key=lambda box: box.x)
+        row = rows[round(ya, 1)]
+        if row.index(b) - row.index(a) == 1:   # neighbours: straight across the gap
+            x0, x1 = a.x + a.width / 2, b.x - b.width / 2
+            return f"M{x0:.1f},{ya:.1f} L{x1:.1f},{ya:.1f}", [((x0 + x1) / 2, ya)]
+        lift = min(40.0, 12 + (b.x - a.x) / 10)   # farther apart: an arc over the boxes between them
+        d = f"M{a.x:.1f},{a.y:.1f} C{a.x:.1f},{a.y - lift:.1f} {b.x:.1f},{b.y - lift:.1f} {b.x:.1f},{b.y:.1f}"
+        return d, [((a.x + b.x) / 2, a.y - lift * 0.75)]
+    if ya > yb:
+        a, b = b, a
+    start, end = (a.x + a.width / 4, a.y + a.height), (b.x + b.width / 4, b.y)
+    mid = ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2)
+    return _path([start, end]), [mid, (start[0], start[1] + 14), (end[0], end[1] - 14)]
+
+
 def _esc(s: str) -> str:
     return html.escape(s, quote=True)
 
@@ -167,15 +198,6 @@ def report_svg(report: dict[str, Any]) -> str:
     """The kernel graph of one graph_report as an <svg> element that scales to its container's width."""
     graph = report["graph"]
     boxes: dict[str, Box] = {}
-    readers: dict[str, int] = {}
-    units = {k["name"] for k in report["kernels"]} | {e["name"] for e in report["externs"]}
-    for e in report.get("edges", []):
-        if e["src"] not in units:
-            readers[e["src"]] = readers.get(e["src"], 0) + 1
-    for e in report.get("edges", []):   # inputs read by several units: where sibling boundaries start
-        if readers.get(e["src"], 0) > 1 and e["src"] not in boxes:
-            boxes[e["src"]] = _box(e["src"], "input", [("ops", e["src"]), ("name", "graph input")],
-                                   f"graph input {e['src']}")
     for unit in report.get("order", [k["name"] for k in report["kernels"]] + [e["name"] for e in report["externs"]]):
         k = next((k for k in report["kernels"] if k["name"] == unit), None)
         if k is not None:
@@ -197,7 +219,7 @@ def report_svg(report: dict[str, Any]) -> str:
            f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{GREY}"/></marker>'
            '<marker id="arrow-red" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{RED}"/></marker></defs>']
-    badges = []
+    badges: list[tuple[int, list[tuple[float, float]]]] = []   # (number, candidate places, best first)
     for (u, v) in flow:
         points = routes[f"{u}\0{v}"]
         n = numbered.get((u, v))
@@ -207,24 +229,14 @@ def report_svg(report: dict[str, Any]) -> str:
             continue
         out.append(f'<path class="boundary dependency" data-boundary="{n}" d="{_path(points)}" fill="none" '
                    f'stroke="{RED}" stroke-width="2.4" marker-end="url(#arrow-red)"/>')
-        badges.append((n, points[len(points) // 2 - 1], points[len(points) // 2]))
+        middles = [((p[0] + q[0]) / 2, (p[1] + q[1]) / 2) for p, q in zip(points, points[1:])]
+        badges.append((n, sorted(middles, key=lambda m: abs(middles.index(m) - (len(middles) - 1) / 2))))
+    rows = _rows(boxes)
     for (u, v), n in numbered.items():
         if (u, v) in flow or u not in boxes or v not in boxes:
             continue
-        a, b = boxes[u], boxes[v]
-        if a.y > b.y:
-            a, b = b, a
-        start, end = (a.x + a.width / 4, a.y + a.height), (b.x + b.width / 4, b.y)
-        if abs(a.y - b.y) < 1:   # same layer: an arc over the top
-            start, end = (a.x, a.y), (b.x, b.y)
-            lift = 30
-            d = f"M{start[0]:.1f},{start[1]:.1f} C{start[0]:.1f},{start[1] - lift} {end[0]:.1f},{end[1] - lift} " \
-                f"{end[0]:.1f},{end[1]:.1f}"
-            mid = ((start[0] + end[0]) / 2, start[1] - lift * 0.75)
-            badges.append((n, mid, mid))
-        else:
-            d = _path([start, end])
-            badges.append((n, start, end))
+        d, places = _sibling_path(boxes[u], boxes[v], rows)
+        badges.append((n, places))
         out.append(f'<path class="boundary sibling" data-boundary="{n}" d="{d}" fill="none" stroke="{RED}" '
                    'stroke-width="2" stroke-dasharray="6,4"/>')
     for b in boxes.values():
@@ -240,8 +252,10 @@ def report_svg(report: dict[str, Any]) -> str:
                        f'text-anchor="middle" font-family="{family}" font-size="{size}" font-weight="{weight}" '
                        f'fill="{color}">{_esc(text)}</text>')
         out.append("</g>")
-    for n, p, q in badges:
-        cx, cy = (p[0] + q[0]) / 2, (p[1] + q[1]) / 2
+    placed: list[tuple[float, float]] = []
+    for n, places in badges:   # the first place not on another badge
+        cx, cy = next((p for p in places if all(abs(p[0] - a) + abs(p[1] - b) > 24 for a, b in placed)), places[0])
+        placed.append((cx, cy))
         out.append(f'<a href="#{_esc(graph)}-boundary-{n}"><g class="badge"><circle cx="{cx:.1f}" cy="{cy:.1f}" r="9" '
                    f'fill="#fff" stroke="{RED}" stroke-width="1.5"/><text x="{cx:.1f}" y="{cy + 4:.1f}" '
                    f'text-anchor="middle" font-family="Helvetica, Arial, sans-serif" font-size="11" '
