@@ -7,7 +7,7 @@ extern call, a fallback or a nop on one side can never fuse; they are only count
     flow = dataflow(sched, unit_names, input_names, nbytes, itemsize)
     boundaries = kernel_boundaries(flow, kernels, decisions, nbytes, bytes_per_s)
     never = never_fuse_summary(flow, kernels, externs, decisions)
-    never_fuse_line(never)        "12 refused pairs can never fuse, an extern call being on one side (…)"
+    never_fuse_line(never)        "Of 22 refused candidate pairs: 9 lie at the kernel boundaries; 12 can never fuse, …"
 """
 from __future__ import annotations
 
@@ -182,34 +182,47 @@ def kernel_boundaries(flow: Dataflow, kernels: list[dict], decisions, nbytes: di
 
 
 def never_fuse_summary(flow: Dataflow, kernels: list[dict], externs: list[dict], decisions) -> dict[str, Any]:
-    """The refused pairs with an extern call (matmul, conv, attention, fallback, nop) on one side, counted."""
+    """The refused pairs with an extern call (matmul, conv, attention, fallback, nop) on one side, counted,
+    beside how many refused pairs lie at boundaries and how many ended up in one kernel anyway."""
     extern_op = {e["name"]: short_op(e["op"]) for e in externs}
     is_kernel = {k["name"] for k in kernels}
     reasons, ops = Counter(), Counter()
-    resolved = 0
-    for d in _refused_pairs(decisions).values():
+    resolved = at_boundaries = 0
+    refused = _refused_pairs(decisions)
+    for d in refused.values():
         a, b = flow.unit_of(d.node1), flow.unit_of(d.node2)
         if a in extern_op or b in extern_op:
             reasons[d.reason] += 1
             ops.update(extern_op[u] for u in {a, b} if u in extern_op)
-        elif a is not None and a == b and a in is_kernel:
+        elif a in is_kernel and a == b:
             resolved += 1
+        elif a in is_kernel and b in is_kernel:
+            at_boundaries += 1
     return {"pairs": sum(reasons.values()), "by_reason": dict(reasons.most_common()),
-            "extern_ops": dict(ops.most_common()), "fused_later": resolved}
+            "extern_ops": dict(ops.most_common()), "fused_later": resolved, "at_boundaries": at_boundaries,
+            "refused": len(refused)}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def never_fuse_line(summary: dict[str, Any]) -> str:
-    if not summary["pairs"]:
-        text = "No refused pair involves an extern call."
-    else:
+    """One line accounting for every refused pair, the never-fusable ones counted by reason."""
+    parts = []
+    if "at_boundaries" in summary:
+        parts.append(f"{summary['at_boundaries']} lie at the kernel boundaries")
+    if summary["pairs"]:
         reasons = ", ".join(f"{r} ×{n}" for r, n in summary["by_reason"].items())
         ops = ", ".join(f"{op} ×{n}" for op, n in summary["extern_ops"].items())
-        text = (f"{summary['pairs']} refused pair{'s' if summary['pairs'] != 1 else ''} can never fuse, "
-                f"an extern call being on one side ({reasons}; calls: {ops}).")
+        parts.append(f"{summary['pairs']} can never fuse, an extern call being on one side ({reasons}; "
+                     f"calls: {ops})")
+    else:
+        parts.append("none has an extern call on one side")
     if summary.get("fused_later"):
-        n = summary["fused_later"]
-        text += f" {n} refused pair{'s' if n != 1 else ''} ended up in one kernel through other fusions."
-    return text
+        parts.append(f"{summary['fused_later']} ended up in one kernel through other fusions")
+    total = summary.get("refused", summary["pairs"] + summary.get("fused_later", 0))
+    return f"Of {_plural(total, 'refused candidate pair')}: " + "; ".join(parts) + "."
 
 
 def bandwidth(kernels: list[dict], device) -> dict[str, Any]:

@@ -212,12 +212,10 @@ def report_svg(report: dict[str, Any]) -> str:
     flow = [(e["src"], e["dst"]) for e in report.get("edges", []) if e["src"] in boxes and e["dst"] in boxes]
     routes, width, height = layered_layout(boxes, flow)
     numbered = {(b["producer"], b["consumer"]): i + 1 for i, b in enumerate(report.get("boundaries", []))}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="kernel-graph" viewBox="0 0 {width:.0f} {height:.0f}" '
-           f'width="100%" style="max-width:{width:.0f}px;height:auto;display:block" role="img" '
-           f'aria-label="kernel graph of {_esc(graph)}">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+    arrow = f"arrow-{_esc(graph)}"   # marker ids are per graph: one page holds several pictures
+    out = [f'<defs><marker id="{arrow}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{GREY}"/></marker>'
-           '<marker id="arrow-red" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+           f'<marker id="{arrow}-red" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{RED}"/></marker></defs>']
     badges: list[tuple[int, list[tuple[float, float]]]] = []   # (number, candidate places, best first)
     for (u, v) in flow:
@@ -225,18 +223,20 @@ def report_svg(report: dict[str, Any]) -> str:
         n = numbered.get((u, v))
         if n is None:
             out.append(f'<path class="flow" d="{_path(points)}" fill="none" stroke="{GREY}" stroke-width="1.3" '
-                       'marker-end="url(#arrow)"/>')
+                       f'marker-end="url(#{arrow})"/>')
             continue
         out.append(f'<path class="boundary dependency" data-boundary="{n}" d="{_path(points)}" fill="none" '
-                   f'stroke="{RED}" stroke-width="2.4" marker-end="url(#arrow-red)"/>')
+                   f'stroke="{RED}" stroke-width="2.4" marker-end="url(#{arrow}-red)"/>')
         middles = [((p[0] + q[0]) / 2, (p[1] + q[1]) / 2) for p, q in zip(points, points[1:])]
         badges.append((n, sorted(middles, key=lambda m: abs(middles.index(m) - (len(middles) - 1) / 2))))
     rows = _rows(boxes)
+    top = 0.0   # arcs over the first row reach above it: the viewBox grows upwards to show them
     for (u, v), n in numbered.items():
         if (u, v) in flow or u not in boxes or v not in boxes:
             continue
         d, places = _sibling_path(boxes[u], boxes[v], rows)
         badges.append((n, places))
+        top = min(top, min(y for _, y in places) - 12, min(boxes[u].y, boxes[v].y) - 42)
         out.append(f'<path class="boundary sibling" data-boundary="{n}" d="{d}" fill="none" stroke="{RED}" '
                    'stroke-width="2" stroke-dasharray="6,4"/>')
     for b in boxes.values():
@@ -261,4 +261,8 @@ def report_svg(report: dict[str, Any]) -> str:
                    f'text-anchor="middle" font-family="Helvetica, Arial, sans-serif" font-size="11" '
                    f'font-weight="700" fill="{RED}">{n}</text></g></a>')
     out.append("</svg>")
-    return "\n".join(out)
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="kernel-graph" '
+            f'viewBox="0 {top:.0f} {width:.0f} {height - top:.0f}" width="100%" '
+            f'style="max-width:{width:.0f}px;height:auto;display:block" role="img" aria-label="kernel graph of '
+            f'{_esc(graph)}">')
+    return "\n".join([head] + out)
