@@ -40,7 +40,8 @@ class Chromium:
             os.dup2(high[0], 3)
             os.dup2(high[1], 4)
         self.proc = subprocess.Popen(
-            [BINARY, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+            [BINARY, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+             "--disable-sync",
              "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
              "--remote-debugging-pipe", f"--user-data-dir={profile_dir}", f"--window-size={width},{height}",
              "about:blank"],

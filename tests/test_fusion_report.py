@@ -149,3 +149,6 @@ def test_explain_on_a_gpu_prices_boundaries_at_the_measured_bandwidth():
     (report,) = explain.build_reports(traces, timings)
     assert report["bandwidth"]["source"] == "measured", report["bandwidth"]
     assert report["boundaries"] and all(b["seconds"] > 0 for b in report["boundaries"])
+    untimed = graph_report(traces[0])                  # no timings: the device's nominal peak, named
+    assert untimed["bandwidth"]["source"] == "nominal"
+    assert torch.cuda.get_device_name() in untimed["bandwidth"]["note"]
