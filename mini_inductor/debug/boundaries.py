@@ -7,7 +7,7 @@ extern call, a fallback or a nop on one side can never fuse; they are only count
     flow = dataflow(sched, unit_names, input_names, nbytes, itemsize)
     boundaries = kernel_boundaries(flow, kernels, decisions, nbytes, bytes_per_s)
     never = never_fuse_summary(flow, kernels, externs, decisions)
-    never_fuse_line(never)        "Of 22 refused candidate pairs: 9 lie at the kernel boundaries; 12 can never fuse, …"
+    never_fuse_line(never)   "Of 22 refused candidate pairs: 9 lie at the kernel boundaries; 12 can never fuse, …"
 """
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ _VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose"
 _SOURCE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 
 # Peak memory bandwidth from the vendors' data sheets, bytes/s, for GPUs the timings do not cover.
+# Matched in order against the device name: the first key found in it wins.
 NOMINAL_BANDWIDTH = [("H200", 4.8e12, "H200 HBM3e peak"), ("H100 PCIe", 2.0e12, "H100 PCIe HBM2e peak"),
-                     ("H100", 3.35e12, "H100 SXM HBM3 peak"), ("A100", 2.0e12, "A100 80GB HBM2e peak")]
+                     ("H100 NVL", 3.9e12, "H100 NVL HBM3 peak"), ("H100", 3.35e12, "H100 SXM HBM3 peak"),
+                     ("A100-SXM4-40GB", 1.555e12, "A100 40GB HBM2 peak"),
+                     ("A100-PCIE-40GB", 1.555e12, "A100 40GB HBM2 peak"), ("A100", 2.0e12, "A100 80GB HBM2e peak")]
 DEFAULT_NOMINAL = (3.35e12, "H100 SXM HBM3 peak")
 
 

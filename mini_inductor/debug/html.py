@@ -88,7 +88,8 @@ def boundary_table(report: dict[str, Any]) -> str:
 
 def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None = None,
                   kernel_sources: dict[str, str] | None = None, *, dot_file: str | None = None) -> str:
-    """One graph's part of the page. svg: a picture to show instead of the one drawn from the report."""
+    """One graph's part of the page. svg: a picture to show instead of the one drawn from the report;
+    dot_source is kept for callers of the old signature (the DOT text goes to a file, which dot_file names)."""
     g = report
     boundaries = g.get("boundaries", [])
     total = sum(b["bytes_written"] + b["bytes_read"] for b in boundaries)
@@ -97,8 +98,8 @@ def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None 
              f'<p>{g["nodes_before_fusion"]} scheduler nodes → {g["groups"]} groups: {len(g["kernels"])} Triton '
              f'kernels, {len(g["externs"])} extern calls, {sum(f["count"] for f in g["fallbacks"])} fallback ops'
              f'{" (served from the cache)" if g["cache_hit"] else ""}. '
-             f'{len(boundaries)} kernel boundar{"y" if len(boundaries) == 1 else "ies"} move '
-             f'{_size(total)} that one kernel would keep on chip (about {_duration(seconds)}). Output code: '
+             f'{len(boundaries)} kernel boundar{"y" if len(boundaries) == 1 else "ies"}: {_size(total)} written '
+             f'and read back across them (about {_duration(seconds)}). Output code: '
              f'<code>{escape(str(g["source_path"]))}</code></p>']
     parts.append("<h3>Kernel boundaries</h3><p class=\"note\">Pairs of generated kernels that could have been one: "
                  "the second reads what the first wrote, or both read the same buffer.</p>" + boundary_table(g))
