@@ -22,13 +22,13 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -e '.[test]'
 	touch $@
 
-# Graphviz (the fusion pictures) and Chromium (the report's browser test), from Debian's packages
-# when we may install them; without them explain writes DOT only and the browser test is skipped.
+# Graphviz (extra .svg files beside the report, which draws its own pictures) and Chromium (the report's
+# browser tests), from Debian's packages when we may install them; without Chromium those tests are skipped.
 tools:
 	@command -v dot >/dev/null && command -v chromium >/dev/null || \
 		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		  (apt-get update -qq && apt-get install -y -qq graphviz chromium) >/dev/null 2>&1; } || \
-		echo "note: graphviz/chromium not installed (explain writes DOT only; the browser test is skipped)"
+		echo "note: graphviz/chromium not installed (no extra .svg files; the report's browser tests are skipped)"
 
 # On a machine whose python3 sees a CUDA GPU (the GPU machine: no venv, no network) the demo runs
 # from the tree; elsewhere it sets up the venv and runs the kernels in Triton's interpreter.

@@ -419,8 +419,13 @@ def _print_report(out: Output, report) -> None:
               [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
                 (short_source(k["sources"][0]) if k["sources"] else ""),
                 f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
-    out.table("Refused fusion candidates", ["node 1", "node 2", "reason", "outcome"],
-              [[r["node1"], r["node2"], r["reason"], r.get("outcome", "")] for r in report["refused"]])
+    from mini_inductor.debug.boundaries import boundary_rows, never_fuse_line
+
+    out.table("Kernel boundaries (two generated kernels that could have been one)",
+              ["#", "producer", "consumer", "why not one kernel", "bytes written + read back", "time"],
+              boundary_rows(report))
+    out.line(never_fuse_line(report["never_fuse"]))
+    out.line(f"time: the bytes at {report['bandwidth']['note']}")
     if report["externs"]:
         out.table("Extern calls", ["buffer", "op"], [[e["name"], e["op"]] for e in report["externs"]])
     if report["fallbacks"]:

@@ -160,16 +160,12 @@ def kernel_times_ms(fn, repeats: int = 10) -> dict[str, float]:
 
 
 def build_reports(traces, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """One report per traced graph: graph_report, plus `nodes` (node → ops, sources, reads; `why` reads
-    them) and each kernel's measured time and bandwidth when `timings` has them."""
+    """One report per traced graph: graph_report (with each kernel's measured time and bandwidth when
+    `timings` has them), plus `nodes` (node → ops, sources, reads; `why` reads them)."""
     reports = []
     for t in traces:
-        report = graph_report(t)
+        report = graph_report(t, timings)
         report["nodes"] = node_details(t)
-        for k in report["kernels"]:
-            ms = (timings or {}).get(k["name"])
-            k["time_ms"] = ms
-            k["gb_per_s"] = (k["bytes_read"] + k["bytes_written"]) / (ms * 1e6) if ms else None
         reports.append(report)
     return reports
 
@@ -178,7 +174,8 @@ def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
     """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths.
 
     report.json is a list: one report per compiled graph, then one {"graph", "ran_eagerly": {reason,
-    source, hint}} per graph that ran eagerly (`traces.eager`)."""
+    source, hint}} per graph that ran eagerly (`traces.eager`). The HTML draws its own pictures
+    (picture.py); the .dot/.svg files are extras for Graphviz users."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "report.json"), "html": os.path.join(out_dir, "report.html")}
     eager = list(getattr(traces, "eager", []))
@@ -195,14 +192,16 @@ def report_html(reports, traces, title: str, out_dir: str | None = None) -> str:
     sections = [eager_section(eager)] if eager else []
     for report, t in zip(reports, traces):
         dot = to_dot(report, t)
-        svg = render_svg(dot)
+        dot_file = None
         if out_dir is not None:
-            with open(os.path.join(out_dir, f"{report['graph']}.dot"), "w") as f:
+            dot_file = f"{report['graph']}.dot"
+            with open(os.path.join(out_dir, dot_file), "w") as f:
                 f.write(dot)
+            svg = render_svg(dot)
             if svg is not None:
                 with open(os.path.join(out_dir, f"{report['graph']}.svg"), "w") as f:
                     f.write(svg)
-        sections.append(graph_section(report, dot, svg, t.generated.kernel_sources))
+        sections.append(graph_section(report, dot, None, t.generated.kernel_sources, dot_file=dot_file))
     return html_page(title, sections)
 
 

@@ -1,7 +1,7 @@
-"""The fused graph as a picture: DOT text, rendered to SVG by Graphviz's `dot` when installed.
+"""The kernel graph as DOT text, for users with Graphviz (`dot -Tsvg`); the HTML report does not need it.
 
-    inputs (ellipses) → kernels (one box per kernel, its fused buffers inside) / extern calls (grey)
-    red dashed edges: refused fusion candidates, labelled with the reason
+    kernels (green/orange boxes) and extern calls (grey); graph inputs are left out
+    grey edges carry data; red edges are kernel boundaries (numbered as in the report's table)
 """
 from __future__ import annotations
 
@@ -10,50 +10,37 @@ import shutil
 import subprocess
 from typing import Any
 
-MAX_REFUSED_EDGES = 40
-
 
 def _q(s: str) -> str:
     """A DOT string literal; real newlines become DOT line breaks."""
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(report: dict[str, Any], trace) -> str:
-    lowered, sched = trace.lowered, trace.schedule
-    owner: dict[str, str] = {}
+def to_dot(report: dict[str, Any], trace=None) -> str:
+    """DOT text of one graph_report: the same nodes and edges as the HTML picture (trace is not needed)."""
     lines = [f"digraph {_q(report['graph'])} {{", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=9];']
-    for inp in lowered.inputs:
-        if inp is not None:
-            lines.append(f'  {_q(inp.name)} [shape=ellipse, style=filled, fillcolor="#e8f0fe", label={_q(inp.name)}];')
-    for i, k in enumerate(report["kernels"]):
-        lines.append(f"  subgraph cluster_{i} {{")
+    drawn = set()
+    for k in report["kernels"]:
         color = "#fde7d9" if k["kind"] == "reduction" else "#e6f4ea"
-        label = f"{k['name']}\n{', '.join(k['ops'][:4])}{' …' if len(k['ops']) > 4 else ''}"
-        lines.append(f'    label={_q(label)}; style="rounded,filled"; fillcolor="{color}";')
-        for n in k["nodes"]:
-            owner[n] = n
-            lines.append(f'    {_q(n)} [shape=box, style=filled, fillcolor=white];')
-        lines.append("  }")
+        label = "\n".join(x for x in (k.get("label_ops") or ", ".join(k["ops"]), k.get("where", ""), k["name"]) if x)
+        lines.append(f'  {_q(k["name"])} [shape=box, style="rounded,filled", fillcolor="{color}", label={_q(label)}];')
+        drawn.add(k["name"])
     for e in report["externs"]:
-        owner[e["name"]] = e["name"]
-        lines.append(f'  {_q(e["name"])} [shape=box, style=filled, fillcolor="#dddddd", '
-                     f'label={_q(e["name"] + chr(10) + e["op"])}];')
-    seen = set()
-    for group in sched.nodes:
-        for member in group.get_nodes():
-            for dep in sorted(member.reads, key=lambda d: d.name):
-                src = dep.name
-                if src == member.name or (src, member.name) in seen:
-                    continue
-                if src in owner or any(i is not None and i.name == src for i in lowered.inputs):
-                    seen.add((src, member.name))
-                    lines.append(f"  {_q(src)} -> {_q(member.name)};")
-    for r in report["refused"][:MAX_REFUSED_EDGES]:
-        a, b = r["node1"].split("_")[0], r["node2"].split("_")[0]
-        if a in owner and b in owner:
-            lines.append(f'  {_q(a)} -> {_q(b)} [style=dashed, color="#d93025", fontcolor="#d93025", '
-                         f'constraint=false, label={_q(r["reason"])}];')
+        label = "\n".join(x for x in (e.get("label_ops") or e["op"], e.get("where", ""), e["name"]) if x)
+        lines.append(f'  {_q(e["name"])} [shape=box, style=filled, fillcolor="#e8eaed", label={_q(label)}];')
+        drawn.add(e["name"])
+    numbered = {(b["producer"], b["consumer"]): i + 1 for i, b in enumerate(report.get("boundaries", []))}
+    for e in report.get("edges", []):
+        if e["src"] in drawn and e["dst"] in drawn:
+            n = numbered.get((e["src"], e["dst"]))
+            style = f' [color="#d93025", penwidth=2, fontcolor="#d93025", label="{n}"]' if n else ' [color="#80868b"]'
+            lines.append(f"  {_q(e['src'])} -> {_q(e['dst'])}{style};")
+    flow = {(e["src"], e["dst"]) for e in report.get("edges", [])}
+    for (a, b), n in numbered.items():
+        if (a, b) not in flow:
+            lines.append(f'  {_q(a)} -> {_q(b)} [style=dashed, color="#d93025", fontcolor="#d93025", dir=none, '
+                         f'constraint=false, label="{n}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -71,8 +58,8 @@ def render_svg(dot_source: str) -> str | None:
     return svg[start:] if start >= 0 else svg
 
 
-GRAPHVIZ_HINT = ("Graphviz's `dot` is not installed, so the picture is DOT only "
-                 "(install it: `apt-get install graphviz`, or `make tools`).")
+GRAPHVIZ_HINT = ("Graphviz's `dot` is not installed: the report draws its own pictures; the .dot files are "
+                 "there for `dot -Tsvg` if you install it.")
 
 
 def escape(s: str) -> str:

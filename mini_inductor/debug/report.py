@@ -1,7 +1,12 @@
 """The fusion report of one compiled graph, as plain data (JSON-able) built from a GraphTrace.
 
     report = graph_report(trace)
-    report["kernels"]   [{name, kind, nodes, ops, sources, bytes_read, bytes_written}, ...]
+    report["kernels"]   [{name, kind, nodes, ops, sources, label, bytes_read, bytes_written, time_ms}, ...]
+    report["boundaries"][{producer, consumer, relation, buffers, reason, between, bytes_written, bytes_read,
+                          seconds}, ...]   pairs of generated kernels that could have been one (boundaries.py)
+    report["never_fuse"]{pairs, by_reason, extern_ops, fused_later}   refused pairs with an extern side, counted
+    report["bandwidth"] {bytes_per_s, source: measured | nominal, note}   what boundary seconds are priced at
+    report["edges"]     [{src, dst, buffers}, ...]         which kernel, call or input feeds which
     report["refused"]   [{node1, node2, reason}, ...]      every refused candidate pair, once
     report["fused"]     [{node1, node2, round}, ...]
     report["fallbacks"] [{op, count, why}, ...]
@@ -15,6 +20,7 @@ import re
 from typing import Any
 
 from ..lowering.ir import InputBuffer
+from . import boundaries as bnd
 from ..lowering.lowerings import LOWERINGS
 from ..lowering.sizevars import static_int
 
@@ -66,32 +72,46 @@ def _bytes_read(group, members: set[str], args: list[str], nbytes: dict[str, int
     return total
 
 
-def graph_report(trace) -> dict[str, Any]:
+def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, Any]:
+    """The report of one traced graph; timings: measured ms per launch by kernel name (GPU runs)."""
     sched, lowered, gen = trace.schedule, trace.lowered, trace.generated
+    fx_order = {n.name: i for i, n in enumerate(trace.gm.graph.nodes)} if trace.gm is not None else {}
     nbytes = _buffer_bytes(lowered)
     itemsize = _itemsizes(lowered)
     launches = dict(_kernel_launches(gen.source))
     removed = set(getattr(gen, "removed_buffers", set()))
-    kernels, externs = [], []
+    kernels, externs, unit_names = [], [], []
     kernel_names = iter(gen.kernel_names)
     for node in sched.nodes:
         origins = node.origins
         ops = sorted({o.op for o in origins})
         sources = sorted({o.source for o in origins if o.source})
         if node.is_extern():
-            externs.append({"name": node.name, "op": getattr(node.node, "op_name", type(node.node).__name__),
-                            "sources": sources})
+            op = getattr(node.node, "op_name", type(node.node).__name__)
+            label = bnd.unit_label(origins, fx_order, bnd.short_op(op))
+            # a MultiOutput picks one result of the call before it: name that call
+            shown = f"output of {label['ops']}" if op == "MultiOutput" else bnd.short_op(op)
+            externs.append({"name": node.name, "op": op, "sources": sources, "label_ops": shown,
+                            "where": label["where"],
+                            "label": f"{shown} — {label['where']}" if label["where"] else shown})
+            unit_names.append(node.name)
             continue
         name = next(kernel_names, node.name)
+        unit_names.append(name)
+        label = bnd.unit_label(origins, fx_order, name)
+        ms = (timings or {}).get(name)   # measured ms per launch (GPU runs)
         members = [n.name for n in node.get_nodes()]
         args = launches.get(name, [])
         written = [m for m in members if m not in removed]
         read = [a for a in args if a not in written]
+        moved = _bytes_read(node, set(members), read, nbytes, itemsize) + sum(nbytes.get(w, 0) for w in written)
         kernels.append({
             "name": name, "kind": "reduction" if node.is_reduction() else "pointwise", "nodes": members,
             "ops": ops, "sources": sources, "reads": read, "writes": written,
+            "label": label["label"], "label_ops": label["ops"], "where": label["where"],
             "bytes_read": _bytes_read(node, set(members), read, nbytes, itemsize),
             "bytes_written": sum(nbytes.get(w, 0) for w in written),
+            "time_ms": ms, "gb_per_s": moved / (ms * 1e6) if ms else None,
         })
     refused: dict[tuple[str, str], str] = {}
     fused = []
@@ -115,11 +135,18 @@ def graph_report(trace) -> dict[str, Any]:
     for i, p in enumerate(getattr(sched, "partitions", None) or []):
         partitions.append({k: _plain(getattr(p, k, None)) for k in ("name", "safe", "reason", "nodes", "inputs", "outputs")}
                           | {"index": i})
+    inputs = {i.name for i in lowered.inputs if isinstance(i, InputBuffer)} | set(lowered.constants)
+    flow = bnd.dataflow(sched, unit_names, inputs, nbytes, itemsize)
+    device = sched.nodes[0].get_device() if sched.nodes else None
+    rate = bnd.bandwidth(kernels, device)
     return {
         "graph": trace.name, "cache_hit": bool(getattr(trace.record, "cache_hit", False)),
         "nodes_before_fusion": sched.nodes_before_fusion, "groups": len(sched.nodes),
         "kernels": kernels, "externs": externs, "fused": fused,
         "refused": [{"node1": a, "node2": b, "reason": r, "outcome": outcome(a, b)} for (a, b), r in refused.items()],
+        "boundaries": bnd.kernel_boundaries(flow, kernels, sched.decisions, nbytes, rate["bytes_per_s"]),
+        "never_fuse": bnd.never_fuse_summary(flow, kernels, externs, sched.decisions), "bandwidth": rate,
+        "order": unit_names, "edges": [{"src": s, "dst": d, "buffers": b} for (s, d), b in flow.edges.items()],
         "fallbacks": fallbacks, "memory": memory, "partitions": partitions,
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
         "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
