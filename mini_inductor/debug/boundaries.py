@@ -214,7 +214,8 @@ def never_fuse_line(summary: dict[str, Any]) -> str:
     """One line accounting for every refused pair, the never-fusable ones counted by reason."""
     parts = []
     if "at_boundaries" in summary:
-        parts.append(f"{summary['at_boundaries']} lie at the kernel boundaries")
+        n = summary["at_boundaries"]
+        parts.append(f"{n} {'lies' if n == 1 else 'lie'} at the kernel boundaries")
     if summary["pairs"]:
         reasons = ", ".join(f"{r} ×{n}" for r, n in summary["by_reason"].items())
         ops = ", ".join(f"{op} ×{n}" for op, n in summary["extern_ops"].items())
