@@ -181,7 +181,6 @@ _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 _INDUCTOR_NAMES: dict[str, str | None] = {
     "triton.cudagraphs": "cudagraphs",
     "triton.cudagraph_trees": "cudagraphs",
-    "triton.cudagraph_skip_dynamic_graphs": "cudagraph_capture_sizes",
     "triton.cudagraph_capture_sizes": "cudagraph_capture_sizes",
     "triton.cudagraph_dynamic_shape_warn_limit": "cudagraph_dynamic_shape_warn_limit",
     "triton.cudagraph_unexpected_rerecord_limit": "cudagraph_rerecord_limit",

@@ -47,3 +47,9 @@ def test_inductor_names_get_the_same_hint_from_config_patch_and_assignment():
     with pytest.raises(config.OptionError, match=r"'triton.foo' looks like an Inductor option .* flat names"):
         config.current().replace(**{"triton.foo": 1})
 
+
+
+def test_every_inductor_name_with_an_equivalent_points_to_a_real_option():
+    ours = {name: option for name, option in config._INDUCTOR_NAMES.items() if option}
+    assert ours and all(option in config.valid_options() for option in ours.values())
+    assert not set(config._INDUCTOR_NAMES) & set(config.valid_options())
