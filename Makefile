@@ -20,6 +20,9 @@ $(STAMP): setup.cfg pyproject.toml
 	@# install_requires instead could pull a CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e '.[test]'
+	@# A CPU torch brings no Triton: the interpreter's, at the version these tests are run with. A CUDA
+	@# torch's own Triton is left alone.
+	$(PY) -c "import triton" 2>/dev/null || $(PY) -m pip install triton==3.6.0
 	touch $@
 
 # Graphviz (extra .svg files beside the report, which draws its own pictures) and Chromium (the report's

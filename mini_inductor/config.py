@@ -2,8 +2,9 @@
 
 Each field has a one-line comment and can be overridden by an environment variable
 ``MINI_INDUCTOR_<FIELD NAME IN CAPITALS>`` read when the process starts, or per compile with
-``torch.compile(m, backend="mini_inductor", options={...})``, or for a block with ``config.patch(...)``.
-All three go through one check (`check_option`): a value is read as the option's type (booleans also
+``torch.compile(m, backend="mini_inductor", options={...})``, or for a block with ``config.patch(...)``,
+or from then on by assignment, as with Inductor's config: ``mini_inductor.config.max_fusion_size = 8``
+(reading ``mini_inductor.config.max_fusion_size`` gives the current value). All of them go through one check (`check_option`): a value is read as the option's type (booleans also
 from 1/0, true/false, yes/no, on/off), and anything else is an OptionError naming the option, the value
 (and the variable) and what is valid. A bad variable stops `import mini_inductor` with that error.
 
@@ -46,6 +47,8 @@ import dataclasses
 import difflib
 import operator
 import os
+import sys
+import types
 from typing import Any, Iterator
 
 
@@ -172,8 +175,68 @@ _CHOICES = {"conv_layout": ("auto", "channels_last", "off")}
 _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 
 
+# Inductor's names for options (torch._inductor.config) that users bring along: ours where there is one,
+# None where mini_inductor has no such knob. Inductor names that are also ours (max_autotune,
+# max_fusion_size, split_reductions, ...) are simply valid.
+_INDUCTOR_NAMES: dict[str, str | None] = {
+    "triton.cudagraphs": "cudagraphs",
+    "triton.cudagraph_trees": "cudagraphs",
+    "triton.cudagraph_capture_sizes": "cudagraph_capture_sizes",
+    "triton.cudagraph_dynamic_shape_warn_limit": "cudagraph_dynamic_shape_warn_limit",
+    "triton.cudagraph_unexpected_rerecord_limit": "cudagraph_rerecord_limit",
+    "triton.cudagraph_or_error": "cudagraph_or_error",
+    "triton.skip_cudagraph_warmup": "cudagraph_skip_warmup",
+    "triton.force_cudagraphs_warmup": "cudagraph_force_warmup",
+    "triton.force_cudagraph_sync": "cudagraph_force_sync",
+    "triton.slow_path_cudagraph_asserts": "cudagraph_slow_asserts",
+    "triton.persistent_reductions": "persistent_reduction_limit",
+    "graph_partition": "cudagraph_partition",
+    "debug": "debug_dir",
+    "trace.enabled": "debug_dir",
+    "trace.debug_dir": "debug_dir",
+    "fx_graph_cache": "graph_cache",
+    "force_disable_caches": "graph_cache",
+    "layout_optimization": "conv_layout",
+    "max_autotune_pointwise": "max_autotune",
+    "max_autotune_gemm": "max_autotune",
+    "use_static_cuda_launcher": "static_launch",
+    "coordinate_descent_tuning": None,
+    "epilogue_fusion": None,
+    "aggressive_fusion": None,
+    "benchmark_kernel": None,
+    "freezing": None,
+    "cpp_wrapper": None,
+    "shape_padding": None,
+    "comprehensive_padding": None,
+    "fallback_random": None,
+    "size_asserts": None,
+    "triton.unique_kernel_names": None,
+    "triton.multi_kernel": None,
+    "triton.max_block": None,
+}
+
+
+def _inductor_hint(name: str) -> str | None:
+    """What to say about an Inductor option name, or None when `name` does not look like one."""
+    if name in _INDUCTOR_NAMES:
+        ours = _INDUCTOR_NAMES[name]
+    elif "." in name and name.rsplit(".", 1)[1] in _FIELD_TYPES:    # "triton.max_fusion_size": a nested spelling
+        ours = name.rsplit(".", 1)[1]
+    elif "." in name:
+        return (f"{name!r} looks like an Inductor option (torch._inductor.config); mini_inductor's options are "
+                f"flat names")
+    else:
+        return None
+    if ours is None:
+        return f"{name!r} is an Inductor option (torch._inductor.config) with no equivalent in mini_inductor"
+    return f"{name!r} is an Inductor option (torch._inductor.config); mini_inductor's option for it is {ours!r}"
+
+
 def check_option_name(name: str) -> None:
     if name not in _FIELD_TYPES:
+        inductor = _inductor_hint(name)
+        if inductor:
+            raise OptionError(f"unknown mini_inductor option: {inductor}. All valid options: {sorted(valid_options())}")
         close = difflib.get_close_matches(name, valid_options(), n=3)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
         raise OptionError(f"unknown mini_inductor option {name!r}{hint} All valid options: {sorted(valid_options())}")
@@ -296,14 +359,17 @@ config: Config = _from_env()
 
 @contextlib.contextmanager
 def patch(**changes: Any) -> Iterator[Config]:
-    """Temporarily change options of the global config: ``with config.patch(max_fusion_size=8): ...``."""
+    """Temporarily change options of the global config: ``with config.patch(max_fusion_size=8): ...``.
+
+    On exit the patched options get their old values back; options assigned inside the block
+    (``config.fusion_window = 8``) keep theirs, as with Inductor's config.patch."""
     global config
     saved = config
     config = config.replace(**changes)
     try:
         yield config
     finally:
-        config = saved
+        config = dataclasses.replace(config, **{name: getattr(saved, name) for name in changes})
 
 
 def current() -> Config:
@@ -313,3 +379,26 @@ def current() -> Config:
 def interpreting() -> bool:
     """True when Triton kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+class _ConfigModule(types.ModuleType):
+    """This module, with its options as attributes: ``mini_inductor.config.max_fusion_size = 8`` checks
+    the value (an OptionError for a bad one, or for an unknown name) and sets it for later compiles;
+    reading one gives the current value. Module attributes keep working as usual."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _FIELD_TYPES:
+            return getattr(current(), name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIELD_TYPES:
+            global config
+            config = config.replace(**{name: value})
+        elif name.startswith("_") or name in self.__dict__:
+            super().__setattr__(name, value)
+        else:
+            check_option_name(name)         # raises: an unknown option, maybe misspelt
+
+
+sys.modules[__name__].__class__ = _ConfigModule
