@@ -17,7 +17,7 @@ for t in precompile._import_thread:
     t.join(60)
 import os, torch
 from torch._dynamo import funcname_cache
-result = {name: name in sys.modules for name in precompile.LAZY_TORCH_IMPORTS}
+result = {name: name in sys.modules for name in precompile.lazy_torch_imports()}
 for source in precompile.TOKENIZED_TORCH_SOURCES:
     path = os.path.join(os.path.dirname(torch.__file__), source)
     result[source] = bool(funcname_cache.cache.get(path))     # tokenized: line -> function name
@@ -45,7 +45,7 @@ def test_the_modules_named_are_the_ones_dynamo_imports_at_its_first_traced_call(
     # a fresh process without the warm-up: after one compiled call, every named module is loaded
     code = ("import json, sys, torch, mini_inductor\n"
             "from mini_inductor.runtime import precompile\n"
-            "names = precompile.LAZY_TORCH_IMPORTS\n"
+            "names = precompile.lazy_torch_imports()\n"
             "before = [n in sys.modules for n in names]\n"
             "f = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.LayerNorm(8))\n"
             "with torch.no_grad():\n"

@@ -114,6 +114,14 @@ LAZY_TORCH_IMPORTS = (
     "torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass",
     "torch._functorch._aot_autograd.subclass_codegen", "sympy.tensor.tensor",
 )
+# modules of that list that a first call no longer imports from the given torch release on
+_IMPORTED_BEFORE = {"torch._functorch._aot_autograd.subclass_codegen": (2, 15)}
+
+
+def lazy_torch_imports() -> tuple[str, ...]:
+    """LAZY_TORCH_IMPORTS less what this torch's first call does not import."""
+    release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    return tuple(n for n in LAZY_TORCH_IMPORTS if release < _IMPORTED_BEFORE.get(n, (999,)))
 # torch sources Dynamo tokenizes at a first trace: it names the function of each line it makes a call
 # node from (torch._dynamo.funcname_cache), for a debug log line, whether that log is on or not. The
 # first file also compiles tokenize's patterns: 0.2 s of a 0.6 s trace of a small MLP on the CPU
@@ -125,7 +133,7 @@ _import_thread: list = []
 
 
 def start_torch_imports() -> None:
-    """Import LAZY_TORCH_IMPORTS and tokenize TOKENIZED_TORCH_SOURCES in a background thread, once per
+    """Import lazy_torch_imports() and tokenize TOKENIZED_TORCH_SOURCES in a background thread, once per
     process, so that the first traced call finds them done (the same idea as start_triton_key; here the
     GIL is mostly held, so it overlaps whatever the main thread waits for: the GPU, files, sleep).
     MINI_INDUCTOR_WARM_IMPORTS=0: don't."""
@@ -133,7 +141,7 @@ def start_torch_imports() -> None:
         return
 
     def work():
-        for name in LAZY_TORCH_IMPORTS:
+        for name in lazy_torch_imports():
             try:
                 if name.startswith("torch.distributed") and not torch.distributed.is_available():
                     continue
