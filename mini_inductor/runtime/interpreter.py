@@ -93,6 +93,8 @@ def _patch_casts_and_constants() -> None:
 
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        if src_ty == tl.bfloat16 and src.data.dtype == np.bool_:
+            src_ty = tl.int1   # Triton 3.9 labels a comparison of bfloat16 values with their dtype
         if (src_ty == tl.bfloat16) == (dst_ty == tl.bfloat16) or not _torch_castable(src_ty, dst_ty):
             return original(self, src, dst_type)
         data = np.ascontiguousarray(src.data)
