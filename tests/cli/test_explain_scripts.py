@@ -153,3 +153,21 @@ def test_plain_table_never_cuts_the_kernel_name():
     text = io.StringIO()
     Output(file=text).table("Kernels", ["kernel", "ATen ops"], [[LONG_KERNEL, "aten.add.Tensor " * 20]])
     assert LONG_KERNEL in text.getvalue() and "…" not in text.getvalue()
+
+
+def test_a_dumped_output_code_says_how_to_run_without_a_gpu_and_runs_in_the_interpreter(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(RAISING_SCRIPT)
+    _cli("dump", str(script), "--out", str(tmp_path / "dump"))
+    (module, *_) = sorted((tmp_path / "dump").glob("*/output_code.py"))
+    assert "TRITON_INTERPRET=1 python" in module.read_text()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    run = subprocess.run([sys.executable, str(module)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert f"TRITON_INTERPRET=1 python {module}" in run.stderr
+    assert "active drivers" not in run.stderr and "Traceback" not in run.stderr
+    env["TRITON_INTERPRET"] = "1"
+    run = subprocess.run([sys.executable, str(module)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "ms per call" in run.stdout
