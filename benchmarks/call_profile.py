@@ -14,23 +14,17 @@ import argparse
 import cProfile
 import io
 import pstats
-import time
 
 import torch
 
 from .models import MODELS
+from .package_files import timing
 from .worker import BACKENDS
 
 
 def _profile(work, fn, calls: int, top: int, label: str, gpu: bool = False) -> None:
-    for _ in range(10):
-        work.step(fn)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        work.step(fn)
-    torch.cuda.synchronize()
-    per_call = (time.perf_counter() - start) / calls * 1e6
+    # host µs per call: one sample of `calls` calls after 10 warm-up calls
+    per_call = timing.bench(lambda: work.step(fn), warmup=10, samples=1, calls=calls, device="cuda").wall_ms * 1e3
     if gpu:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:

@@ -32,11 +32,9 @@ STAGES = ("lowering", "scheduling", "codegen")
 
 
 def _zoo(name: str, train: bool):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
-    import test_model_zoo
-    model, inputs = test_model_zoo.build(name, False, "cpu")
-    loss = test_model_zoo.ZOO[name].loss
+    from mini_inductor.examples import ZOO, build_zoo_model
+    model, inputs = build_zoo_model(name, False, "cpu")
+    loss = ZOO[name].loss
     return model.train(train), inputs, (lambda out: loss(out, inputs)) if train else None
 
 

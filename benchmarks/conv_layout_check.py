@@ -12,20 +12,20 @@ import time
 import torch
 
 import mini_inductor  # noqa: F401  (registers the backend; starts its setup threads)
+from mini_inductor.timing import bench
 
 
-def bench(fn, x, n=50):
+def wall_ms(fn, x, n=50):
+    """Host ms per call over one sample of `n` back-to-back calls after 5 warm-up calls, and the last output."""
+    outputs = []
+
+    def step():
+        torch.compiler.cudagraph_mark_step_begin()
+        outputs[:] = [fn(x)]
+
     with torch.no_grad():
-        for _ in range(5):
-            torch.compiler.cudagraph_mark_step_begin()
-            fn(x)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            torch.compiler.cudagraph_mark_step_begin()
-            out = fn(x)
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e3, out
+        ms = bench(step, warmup=5, samples=1, calls=n, device="cuda").wall_ms
+    return ms, outputs[0]
 
 
 BACKENDS = (("mini auto", dict(backend="mini_inductor", options={"conv_layout": "auto"})),
@@ -34,21 +34,21 @@ BACKENDS = (("mini auto", dict(backend="mini_inductor", options={"conv_layout": 
 
 
 def main() -> None:
-    import torchvision
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="mobilenet_v2,resnet50,efficientnet_b0")
     a = p.parse_args()
+    import torchvision      # after the arguments: --help works without it
     for name in a.models.split(","):
         torch.manual_seed(0)
         m = getattr(torchvision.models, name)().cuda().half().eval()
         x = torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.half)
-        ref_ms, ref = bench(m, x)
+        ref_ms, ref = wall_ms(m, x)
         row = [f"{name}: eager {ref_ms:.3f} ms"]
         for label, kw in BACKENDS:
             torch._dynamo.reset()
             t0 = time.perf_counter()
             try:
-                ms, out = bench(torch.compile(m, **kw), x)
+                ms, out = wall_ms(torch.compile(m, **kw), x)
                 err = (out.float() - ref.float()).abs().max().item()
                 row.append(f"{label} {ms:.3f} ms (err {err:.3g}, {time.perf_counter() - t0:.0f} s)")
             except Exception as e:  # noqa: BLE001  (a failing backend is a result)

@@ -1,7 +1,7 @@
 """Per-call wall time with and without CUDA graphs: mini_inductor against Inductor and torch's own
 `backend="cudagraphs"`, all in one process on the same inputs.
 
-    PYTHONPATH=. python3 benchmarks/launch_overhead.py [--json out.json]     (on a GPU)
+    PYTHONPATH=. python3 -m benchmarks.launch_overhead [--json out.json]     (on a GPU)
 
 1. Launch-bound: 12 × (Linear(256, 256) + SiLU), batch 8, fp32 (the model of issue 5).
 2. Memory-bound: a norm + pointwise chain over a (4096, 4096) fp32 tensor, called with the same
@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
 import mini_inductor
+from mini_inductor.examples import linear_silu_stack
+from mini_inductor.timing import bench
 
 
 def launch_bound():
     torch.manual_seed(0)
-    layers = []
-    for _ in range(12):
-        layers += [torch.nn.Linear(256, 256), torch.nn.SiLU()]
-    return torch.nn.Sequential(*layers).cuda(), torch.randn(8, 256, device="cuda")
+    return linear_silu_stack(256, 12).cuda(), torch.randn(8, 256, device="cuda")
 
 
 def memory_bound():
@@ -48,17 +45,8 @@ def kernel_chain():
 
 
 def wall_us(fn, x, repeats=200) -> float:
-    for _ in range(10):
-        fn(x)
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            fn(x)
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / repeats * 1e6)
-    return statistics.median(samples)
+    """Host time per call: median of 5 samples of `repeats` back-to-back calls, after 10 warm-up calls."""
+    return bench(lambda: fn(x), warmup=10, samples=5, calls=repeats, device="cuda").wall_ms * 1e3
 
 
 def backends():

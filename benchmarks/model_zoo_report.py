@@ -1,8 +1,10 @@
-"""Compile each model of the zoo (tests/e2e/test_model_zoo.py) and print what mini_inductor made of it.
+"""Compile each model of the zoo and print what mini_inductor made of it.
 
-    python benchmarks/model_zoo_report.py                       # CPU: tiny sizes in Triton's interpreter
-    python3 benchmarks/model_zoo_report.py --size real --dtype bfloat16     # GPU
-    python benchmarks/model_zoo_report.py --models resnet,gpt2 --no-train
+The zoo is mini_inductor/examples.py's ZOO, the models tests/e2e/test_model_zoo.py checks.
+
+    python -m benchmarks.model_zoo_report                       # CPU: tiny sizes in Triton's interpreter
+    python3 -m benchmarks.model_zoo_report --size real --dtype bfloat16     # GPU
+    python -m benchmarks.model_zoo_report --models resnet,gpt2 --no-train
 
 Per model and mode (inference: eval + no_grad; train: forward + backward of the loss), one row:
 graphs compiled, Triton kernels, extern calls (library ops: mm, convolution, attention, seed draws;
@@ -16,11 +18,7 @@ import collections
 import copy
 import os
 import shutil
-import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 if not (os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi")):
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
@@ -29,12 +27,9 @@ import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "e2e")]
-
 import mini_inductor  # noqa: E402,F401
+from mini_inductor import examples as zoo  # noqa: E402
 from mini_inductor import metrics  # noqa: E402
-
-import test_model_zoo as zoo  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -94,7 +89,7 @@ def run_training(name, model, inputs, loss_fn) -> dict:
 
 def _models(names, real: bool, device):
     for name in (n for n in names if n in zoo.ZOO):
-        model, inputs = zoo.build(name, real, device)
+        model, inputs = zoo.build_zoo_model(name, real, device)
         yield name, model, inputs, zoo.ZOO[name].loss
     if device == "cuda" and "resnet18" in names:
         try:
@@ -106,7 +101,7 @@ def _models(names, real: bool, device):
             torch.manual_seed(0)
             model = torchvision.models.resnet18(weights=None, num_classes=100)
             images = torch.randn(8, 3, 64, 64)
-        yield "resnet18", model.to(device), (images.to(device),), zoo._classification
+        yield "resnet18", model.to(device), (images.to(device),), zoo.classification_loss
 
 
 def print_table(rows) -> None:

@@ -1,31 +1,20 @@
-"""The benchmark suite's models. Each builder returns a `Workload` on the given device and dtype."""
+"""The benchmark suite's models at their benchmark sizes. Each builder returns a `Workload` on the given
+device and dtype; the modules are the package catalog's (mini_inductor/examples.py)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
-import sys
 from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from . import package_files
 
 
-def _examples_module():
-    """mini_inductor/examples.py (plain torch modules), loaded from its file. Importing it through the
-    package would import mini_inductor, whose import starts a thread that sets Triton up: in eager's
-    and Inductor's workers too, where that thread would take CPU from (or hash Triton for) the
-    compiler being measured."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mini_inductor", "examples.py")
-    spec = importlib.util.spec_from_file_location("_benchmark_examples", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module       # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-TransformerBlock = _examples_module().TransformerBlock
+# the model definitions are the package catalog's (mini_inductor/examples.py); this module sets sizes
+_catalog = package_files.examples
+TransformerBlock = _catalog.TransformerBlock
+DecoderStack, NormHeavy, MLPWithNorm = _catalog.DecoderStack, _catalog.NormHeavy, _catalog.MLPWithNorm
 
 
 @dataclasses.dataclass
@@ -44,45 +33,6 @@ class Workload:
         out = fn(*self.inputs)
         out.float().sum().backward()
         return [out.detach()] + [p.grad for p in self.model.parameters()]
-
-
-class DecoderStack(nn.Module):
-    def __init__(self, dim, heads, layers):
-        super().__init__()
-        self.blocks = nn.ModuleList(TransformerBlock(dim, heads) for _ in range(layers))
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return self.norm(x)
-
-
-class NormHeavy(nn.Module):
-    """Memory-bound: softmax, layer norm, RMS norm and pointwise ops on a large activation."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.ln = nn.LayerNorm(dim)
-
-    def forward(self, x):
-        y = torch.softmax(x * 0.125, dim=-1) * x
-        y = self.ln(y + x)
-        rms = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
-        return F.gelu(rms) + torch.sigmoid(x)
-
-
-class MLPWithNorm(nn.Module):
-    def __init__(self, dim, hidden, layers):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(),
-                                                  nn.Linear(hidden, dim)) for _ in range(layers))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = x + layer(x)
-        return x
 
 
 def _seeded(build):
@@ -112,12 +62,7 @@ def resnet(device, dtype):
 
 
 def launch_bound(device, dtype):
-    def build():
-        layers = []
-        for _ in range(12):
-            layers += [nn.Linear(256, 256), nn.SiLU()]
-        return nn.Sequential(*layers)
-    m = _seeded(build).to(device, dtype).eval()
+    m = _seeded(lambda: _catalog.linear_silu_stack(256, 12)).to(device, dtype).eval()
     return Workload("launch_bound_mlp_b8", m, [torch.randn(8, 256, device=device, dtype=dtype)])
 
 

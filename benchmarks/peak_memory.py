@@ -1,8 +1,7 @@
 """Planned peak memory against what the CUDA caching allocator saw (needs a CUDA GPU).
 
-    python benchmarks/peak_memory.py            # from the repo root on the GPU machine
-    PYTHONPATH=. python3 benchmarks/peak_memory.py
-    TRITON_INTERPRET=1 python benchmarks/peak_memory.py --cpu-check   # no GPU: compile and check the cases
+    python -m benchmarks.peak_memory            # from the repo root on the GPU machine
+    TRITON_INTERPRET=1 python -m benchmarks.peak_memory --cpu-check   # no GPU: compile and check the cases
 
 For each graph: compile with mini_inductor under no_grad (one inference graph), run it once to
 compile and warm up, then run it again between `reset_peak_memory_stats()` and
@@ -19,15 +18,15 @@ is off by more than 10%.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mini_inductor  # noqa: E402,F401  registers the backend
-from mini_inductor import metrics  # noqa: E402
+import mini_inductor  # noqa: F401  registers the backend
+from mini_inductor import metrics
 
 TOLERANCE = 0.10
 
@@ -113,7 +112,9 @@ def check_on_cpu() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--cpu-check" in (sys.argv[1:] if argv is None else argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu-check", action="store_true", help="no GPU: compile the cases and compare with eager")
+    if p.parse_args(argv).cpu_check:
         return check_on_cpu()
     if not torch.cuda.is_available():
         print("benchmarks/peak_memory.py needs a CUDA GPU (--cpu-check: compile the cases on the CPU)")

@@ -1,7 +1,7 @@
 """Roofline figures for mini_inductor's memory-bound kernels (needs a CUDA GPU).
 
-    PYTHONPATH=. python3 benchmarks/roofline.py                 # all graphs, float32
-    PYTHONPATH=. python3 benchmarks/roofline.py --dtype float16 --json roofline.json --graphs softmax,transpose
+    PYTHONPATH=. python3 -m benchmarks.roofline                 # all graphs, float32
+    PYTHONPATH=. python3 -m benchmarks.roofline --dtype float16 --json roofline.json --graphs softmax,transpose
 
 First the device's copy bandwidth: a large tensor cloned again and again (bytes read + written per
 second). Then, per graph (softmax, layer norm, RMS norm, pointwise chains, transposes, a split
@@ -21,18 +21,16 @@ import argparse
 import importlib.util
 import json
 import math
-import os
-import statistics
 import sys
 import types
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mini_inductor  # noqa: E402,F401  registers the backend
-from mini_inductor.debug import trace as debug_trace  # noqa: E402
-from mini_inductor.debug.report import graph_report  # noqa: E402
+import mini_inductor  # noqa: F401  registers the backend
+from mini_inductor.debug import trace as debug_trace
+from mini_inductor.debug.report import graph_report
+from mini_inductor.timing import bench
 
 TARGET = 0.85
 COPY_BYTES = 1 << 30
@@ -61,20 +59,9 @@ def graphs(device, dtype):
 
 
 def time_ms(fn, reps: int, batches: int = 5) -> float:
-    """Median over `batches` of the mean GPU time per call of `reps` back-to-back calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(batches):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
+    """Median over `batches` of the mean GPU time per call of `reps` back-to-back calls (3 warm-up
+    calls; no L2 flush: the tensors are several times larger than L2)."""
+    return bench(fn, warmup=3, samples=batches, calls=reps, device="cuda").gpu_ms
 
 
 def copy_bandwidth(device, reps: int) -> float:
@@ -142,7 +129,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/roofline.py needs a CUDA GPU: torch.cuda.is_available() is False, nothing measured. "
-              "Run it on the GPU machine: PYTHONPATH=. python3 benchmarks/roofline.py")
+              "Run it on the GPU machine: PYTHONPATH=. python3 -m benchmarks.roofline")
         return 0
     device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
     copy = copy_bandwidth(device, args.reps)

@@ -1,6 +1,6 @@
 """Scheduling time against graph size: lower + schedule synthetic ATen graphs of 1k-8k nodes.
 
-    python benchmarks/schedule_scaling.py [--sizes 1000 2000 4000 8000] [--profile 8000]
+    python -m benchmarks.schedule_scaling [--sizes 1000 2000 4000 8000] [--profile 8000]
 
 Each graph is a chain of blocks (about 12 ATen nodes each): a residual add, a row reduction, a
 normalisation epilogue, a second reduction over the other dim, and a side branch that rejoins two
@@ -13,7 +13,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import sys
 import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # lower for the CPU as the test suite does
@@ -21,7 +20,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # lower for the CPU as the test 
 import torch  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mini_inductor import config  # noqa: E402
 from mini_inductor.backend import decomposition_table  # noqa: E402
 from mini_inductor.lowering import lower_graph  # noqa: E402

@@ -8,7 +8,7 @@ then launch costs with it on and off. Not a test; prints what to compare.
    event and no `__triton_launcher*` library in the Triton cache, and the "kernel compile" stage should
    be shorter by about one gcc build (0.23-0.40 s on the H100 machine). Triton's driver helper
    ("Triton driver helper", cuda_utils) is still built once on a cold cache: that is not a launcher.
-2. `benchmarks/launch_overhead.py` with MINI_INDUCTOR_STATIC_LAUNCH=1 and =0: the "µs per call per
+2. `benchmarks.launch_overhead` with MINI_INDUCTOR_STATIC_LAUNCH=1 and =0: the "µs per call per
    kernel" lines (kernel chain, without CUDA graphs) should not be worse with it on.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def cold_start(model: str, static: bool) -> None:
 
 
 def launch_costs(static: bool) -> None:
-    cmd = [sys.executable, os.path.join("benchmarks", "launch_overhead.py")]
+    cmd = [sys.executable, "-m", "benchmarks.launch_overhead"]
     out = subprocess.run(cmd, cwd=ROOT, env=_env(MINI_INDUCTOR_STATIC_LAUNCH="1" if static else "0"),
                          capture_output=True, text=True, timeout=1800)
     print(f"\n=== launch overhead, MINI_INDUCTOR_STATIC_LAUNCH={int(static)}")

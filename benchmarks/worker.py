@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from .models import MODELS
+from .package_files import timing
 
 BACKENDS = {
     "eager": None,
@@ -75,28 +75,15 @@ def run(model_name: str, backend: str, dtype: torch.dtype, compile_only: bool) -
         result.update(_mini_inductor_compiles(), **_triton_setup(start))
     if compile_only:
         return result
-    for _ in range(5):
-        step()
-    _sync()
-    start = time.perf_counter()
-    step()
-    _sync()
-    n = max(5, min(200, int(0.05 / max(time.perf_counter() - start, 1e-6))))
-    walls, gpus = [], []
-    for _ in range(5):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start = time.perf_counter()
-        begin.record()
-        for _ in range(n):
-            step()
-        end.record()
-        _sync()
-        walls.append((time.perf_counter() - start) / n * 1e3)
-        gpus.append(begin.elapsed_time(end) / n)
+    # 5 warm-up steps and one timed step set the calls per sample (about 50 ms of them, 5 to 200);
+    # then the medians of 5 samples of that many back-to-back steps
+    one = timing.bench(step, warmup=5, samples=1, device="cuda")
+    n = max(5, min(200, int(50 / max(one.wall_ms, 1e-3))))
+    steady = timing.bench(step, warmup=0, samples=5, calls=n, device="cuda")
     torch.cuda.reset_peak_memory_stats()
     step()
     _sync()
-    result.update(wall_ms=statistics.median(walls), gpu_ms=statistics.median(gpus),
+    result.update(wall_ms=steady.wall_ms, gpu_ms=steady.gpu_ms,
                   peak_mib=torch.cuda.max_memory_allocated() / 2**20,
                   # CUDA-graph outputs live in the graph's pool and never count as allocated: reserved
                   # memory (segments held, pools included) compares graphed and ungraphed backends fairly

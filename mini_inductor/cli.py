@@ -19,7 +19,6 @@ import argparse
 import collections
 import dataclasses
 import os
-import statistics
 import sys
 import time
 from typing import Callable, Sequence
@@ -270,31 +269,19 @@ def _report_accuracy(out: Output, actual, expected, dtype_name: str) -> bool:
     return ok
 
 
-def _median_cuda_ms(fn: Callable[[], object], warmup: int = 10, repeats: int = 50) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _report_speedup(out: Output, model, compiled, inputs) -> None:
     import torch
 
+    from .timing import bench
+
+    def gpu_ms(fn: Callable[[], object]) -> float:
+        return bench(fn, warmup=10, samples=50, flush_l2=True, device="cuda").gpu_ms
+
     with torch.no_grad():
-        eager_ms = _median_cuda_ms(lambda: model(*inputs))
-        compiled_ms = _median_cuda_ms(lambda: compiled(*inputs))
-    out.line(f"speedup over eager: {eager_ms / compiled_ms:.2f}x "
-             f"(eager {eager_ms:.3f} ms, mini_inductor {compiled_ms:.3f} ms; median of 50 after warmup)")
+        eager_ms = gpu_ms(lambda: model(*inputs))
+        compiled_ms = gpu_ms(lambda: compiled(*inputs))
+    out.line(f"speedup over eager: {eager_ms / compiled_ms:.2f}x (eager {eager_ms:.3f} ms, mini_inductor "
+             f"{compiled_ms:.3f} ms; GPU time, median of 50 calls after warmup, L2 flushed before each)")
 
 
 

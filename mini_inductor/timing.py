@@ -1,0 +1,70 @@
+"""Steady-state timing of a callable, the `do_bench` way: warm-up calls, then the median of samples.
+
+    from mini_inductor.timing import bench
+    t = bench(lambda: model(x), warmup=10, samples=50, flush_l2=True)
+    t.gpu_ms, t.wall_ms        # median per call: CUDA events, host perf_counter
+
+A sample is `calls` back-to-back calls (1: one call per sample, as `triton.testing.do_bench` times;
+more: per-call host overhead shows, as in a training loop). On CUDA each sample is bracketed by CUDA
+events (device time) and perf_counter (host time up to the synchronize that ends it); on the CPU
+only perf_counter runs and `gpu_ms` is None. With flush_l2, a 256 MB buffer is zeroed before each
+sample (and waited for), so a sample does not find the previous one's data in L2.
+
+This module imports only torch: benchmarks load it from its file in processes that must not import
+mini_inductor (its import starts setup threads), so it imports nothing from the package.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+L2_FLUSH_BYTES = 256 * 2**20      # larger than any GPU's L2 today (H100: 50 MB)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Medians per call over the samples, in milliseconds; each sample's per-call figures are kept."""
+
+    wall_ms: float
+    gpu_ms: float | None                 # None on the CPU
+    wall_samples_ms: tuple[float, ...]
+    gpu_samples_ms: tuple[float, ...]
+
+
+def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1,
+          flush_l2: bool = False, device: str | torch.device | None = None) -> Timing:
+    """Time `fn()`: `warmup` calls, then `samples` samples of `calls` back-to-back calls each.
+
+    device: where fn runs ("cuda" or "cpu"); by default CUDA when it is available. The median of the
+    samples' per-call times is returned in milliseconds.
+    """
+    on_cuda = (torch.device(device).type == "cuda") if device is not None else torch.cuda.is_available()
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if on_cuda and flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    sync()
+    walls, gpus = [], []
+    for _ in range(samples):
+        if flush is not None:
+            flush.zero_()
+            sync()
+        if on_cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = time.perf_counter()
+        if on_cuda:
+            begin.record()
+        for _ in range(calls):
+            fn()
+        if on_cuda:
+            end.record()
+        sync()
+        walls.append((time.perf_counter() - start) / calls * 1e3)
+        if on_cuda:
+            gpus.append(begin.elapsed_time(end) / calls)
+    return Timing(wall_ms=statistics.median(walls), gpu_ms=statistics.median(gpus) if gpus else None,
+                  wall_samples_ms=tuple(walls), gpu_samples_ms=tuple(gpus))
