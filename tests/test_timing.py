@@ -1,6 +1,8 @@
 """mini_inductor.timing.bench: warm-up calls, then samples of back-to-back calls; on the CPU host time only."""
 import statistics
 
+import pytest
+
 import benchmarks.package_files
 from mini_inductor import timing
 
@@ -23,3 +25,12 @@ def test_the_benchmarks_load_the_same_file_without_importing_the_package():
     loaded = benchmarks.package_files.timing
     assert loaded.__file__ == timing.__file__
     assert loaded.bench.__code__.co_code == timing.bench.__code__.co_code
+
+
+@pytest.mark.gpu
+def test_on_cuda_each_sample_has_a_gpu_time_with_the_l2_flushed_before_it():
+    import torch
+    x = torch.randn(1 << 20, device="cuda")
+    t = timing.bench(lambda: x.mul_(1.0), warmup=2, samples=5, calls=3, flush_l2=True, device="cuda")
+    assert len(t.gpu_samples_ms) == 5 and t.gpu_ms == statistics.median(t.gpu_samples_ms)
+    assert all(ms > 0 for ms in t.gpu_samples_ms)
