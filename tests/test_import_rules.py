@@ -4,6 +4,8 @@
     lowering    never scheduler, codegen, debug or the backend
     scheduler   never codegen, debug or the backend
     codegen     never debug or the backend
+    base        config, errors, metrics, fx_source, cache_files, timing, examples, _version: none of the above
+(ARCHITECTURE.md draws these layers.)
 """
 import ast
 import pathlib
@@ -19,6 +21,9 @@ FORBIDDEN = {
     "scheduler": ("codegen", "debug", "backend", "cli"),
     "codegen": ("debug", "backend", "cli"),
 }
+BASE_MODULES = ("config", "errors", "metrics", "fx_source", "cache_files", "timing", "examples", "_version")
+ABOVE_BASE = ("lowering", "scheduler", "codegen", "runtime", "debug", "backend", "graph_cache", "front_cache",
+              "dynamo_cache", "cli")
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
@@ -58,6 +63,13 @@ def _violations(layer: str) -> list[str]:
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_a_package_imports_no_package_above_it(layer):
     assert _violations(layer) == []
+
+
+@pytest.mark.parametrize("name", BASE_MODULES)
+def test_a_base_module_imports_no_package_of_the_compiler(name):
+    path = PACKAGE / f"{name}.py"
+    imported = imported_modules(path)
+    assert sorted(m for m in imported if len(m.split(".")) > 1 and m.split(".")[1] in ABOVE_BASE) == []
 
 
 def test_the_rule_reader_sees_relative_and_function_level_imports():
