@@ -39,10 +39,6 @@ class InputSpec:
     dtype: Any
     device: str | None
 
-    @property
-    def is_tensor(self) -> bool:
-        return self.size is not None
-
 
 @dataclasses.dataclass(frozen=True)
 class ConstantSpec:
