@@ -37,14 +37,14 @@ def test_generated_module_lists_every_kernel_launch_with_its_signature(device):
                   backend="mini_inductor")(x, y)
     rec = metrics.compiled_graphs[-1]
     launches = _module_of(rec).KERNEL_LAUNCHES
-    assert sorted(name for name, *_ in launches) == sorted(rec.kernel_names) and len(launches) >= 2
+    assert sorted(launch.kernel for launch in launches) == sorted(rec.kernel_names) and len(launches) >= 2
     source = pathlib.Path(rec.source_path).read_text()
-    assert any(torch.float16 in dtypes for _, dtypes, *_ in launches)
-    for name, dtypes, sizes, meta, warps in launches:
-        assert dtypes and all(isinstance(d, torch.dtype) for d in dtypes)
-        call = f"{', '.join(str(s) for s in sizes)}, {', '.join(f'{k}={v}' for k, v in meta.items())}, " \
-               f"num_warps={warps})"
-        assert call in source, (name, call)
+    assert any(torch.float16 in launch.dtypes for launch in launches)
+    for launch in launches:
+        assert launch.dtypes and all(isinstance(d, torch.dtype) for d in launch.dtypes)
+        call = f"{', '.join(str(s) for s in launch.sizes)}, {', '.join(f'{k}={v}' for k, v in launch.meta.items())}, " \
+               f"num_warps={launch.num_warps})"
+        assert call in source, (launch.kernel, call)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's no-op")

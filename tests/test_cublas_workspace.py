@@ -12,6 +12,7 @@ from mini_inductor.debug.report import graph_report
 from mini_inductor.runtime.cublas_workspace import (LARGE_DEFAULT, LT_DEFAULT, SMALL_DEFAULT, cublas_workspace_bytes,
                                                     cublaslt_workspace_bytes, graphed_workspace_bytes,
                                                     lt_workspace_bytes, workspace_bytes)
+from mini_inductor.runtime.module_spec import PartitionSpec
 from mini_inductor.scheduler import partition
 from tests.compile_ir import run_fn
 
@@ -70,20 +71,20 @@ def test_cublaslt_size_is_capped_at_the_cublas_workspace_unless_unification_is_o
 
 def test_one_workspace_when_a_graphed_partition_calls_cublas():
     size_of = {0: 7 * MIB, 1: 3 * MIB}.__getitem__
-    with_mm = {"partition_0": {"inputs": [], "traces": [], "cublas": []},
-               "partition_1": {"inputs": [], "traces": [], "cublas": ["aten.mm.default", "aten.bmm.default"]}}
+    with_mm = {"partition_0": PartitionSpec(inputs=(), traces=(), cublas=()),
+               "partition_1": PartitionSpec(inputs=(), traces=(), cublas=("aten.mm.default", "aten.bmm.default"))}
     assert graphed_workspace_bytes(with_mm, 0, size_of) == 7 * MIB
     assert graphed_workspace_bytes(with_mm, 1, size_of) == 3 * MIB
-    kernels_only = {"partition_0": {"inputs": [], "traces": [], "cublas": []}}
+    kernels_only = {"partition_0": PartitionSpec(inputs=(), traces=(), cublas=())}
     assert graphed_workspace_bytes(kernels_only, 0, size_of) == 0
     assert graphed_workspace_bytes({}, 0, size_of) == 0                          # no trees: nothing graphed
-    assert graphed_workspace_bytes({"partition_0": {"inputs": [], "traces": []}}, 0, size_of) == 0  # older table
 
 
 def test_a_cublaslt_call_adds_its_own_workspace_to_cublass():
     size_of, lt_size_of = {0: 32 * MIB}.__getitem__, {0: MIB}.__getitem__
-    lt = {"partition_0": {"inputs": [], "traces": [], "cublas": ["aten.mm.default"], "cublaslt": []},
-          "partition_1": {"inputs": [], "traces": [], "cublas": ["aten.addmm.default"], "cublaslt": ["aten.addmm.default"]}}
+    lt = {"partition_0": PartitionSpec(inputs=(), traces=(), cublas=("aten.mm.default",)),
+          "partition_1": PartitionSpec(inputs=(), traces=(), cublas=("aten.addmm.default",),
+                                       cublaslt=("aten.addmm.default",))}
     assert graphed_workspace_bytes(lt, 0, size_of, lt_size_of) == 33 * MIB
     del lt["partition_1"]
     assert graphed_workspace_bytes(lt, 0, size_of, lt_size_of) == 32 * MIB
@@ -102,9 +103,9 @@ def test_partition_table_lists_the_cublas_calls_of_each_partition_function(monke
     sched, gen, _ = run_fn(mm_then_softmax, torch.randn(8, 16), torch.randn(16, 8))   # checked against eager
     (part,) = sched.partitions
     assert part.safe and part.cublas_calls == ["aten.mm.default"]
-    assert "'cublas': ['aten.mm.default']" in gen.source
+    assert "cublas=('aten.mm.default',)" in gen.source
     sched, gen, _ = run_fn(lambda x: torch.softmax(x, -1), torch.randn(8, 16))
-    assert sched.partitions[0].cublas_calls == [] and "'cublas': []" in gen.source
+    assert sched.partitions[0].cublas_calls == [] and "cublas=()" in gen.source
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU graph gets code only under Triton's interpreter (CPU CI)")
@@ -158,7 +159,7 @@ def test_addmm_runs_through_cublaslt_only_with_a_1d_bias(monkeypatch, bias_shape
     (part,) = sched.partitions
     assert part.cublas_calls == ["aten.addmm.default"]
     assert part.cublaslt_calls == (["aten.addmm.default"] if via_lt else [])
-    assert f"'cublaslt': {part.cublaslt_calls!r}" in gen.source
+    assert f"cublaslt={tuple(part.cublaslt_calls)!r}" in gen.source
 
 
 # ── on the GPU: the figure against what the allocator sees ───────────────────────────────────

@@ -117,7 +117,8 @@ def test_every_kernel_mini_inductor_generates_has_a_signature_the_static_launche
     (module,) = [m for m in module_cache._loaded.values() if m.__file__ == rec.source_path]
     assert len(module.KERNEL_LAUNCHES) >= 4
     kinds = set()
-    for name, dtypes, sizes, meta, warps in module.KERNEL_LAUNCHES:
+    for launch in module.KERNEL_LAUNCHES:
+        name, dtypes, sizes, meta, warps = launch.kernel, launch.dtypes, launch.sizes, launch.meta, launch.num_warps
         kind = name.split("_")[1]
         kinds.add(kind)
         fn = getattr(module, name)

@@ -30,6 +30,8 @@ from mini_inductor.runtime.interpreter import install as _install_interpreter_sh
 
 _install_interpreter_shims()
 from mini_inductor.runtime import triton_helpers  # noqa: E402
+from mini_inductor.runtime.module_spec import (  # noqa: E402
+    ConstantSpec, InputSpec, KernelLaunch, PartitionSpec, UnsafePartition)
 
 empty_strided = torch.empty_strided
 aten = torch.ops.aten
@@ -57,18 +59,18 @@ def make_example_inputs(seed=0):
     from mini_inductor.runtime.example_inputs import random_strided
     gen = torch.Generator().manual_seed(seed)
     inputs = []
-    for size, stride, dtype, device in INPUT_SPECS:
-        if size is None:
+    for spec in INPUT_SPECS:
+        if spec.size is None:
             inputs.append(None)
             continue
-        inputs.append(random_strided(size, stride, dtype, device, gen))
+        inputs.append(random_strided(spec.size, spec.stride, spec.dtype, spec.device, gen))
     return inputs
 
 
 def benchmark(repeats=20):
     import time
-    for name, value in CONSTANT_SPECS.items():
-        CONSTANTS.setdefault(name, torch.randn(value[0], dtype=value[1], device=value[2]))
+    for name, spec in CONSTANT_SPECS.items():
+        CONSTANTS.setdefault(name, torch.randn(spec.size, dtype=spec.dtype, device=spec.device))
     inputs = make_example_inputs()
     call(list(inputs))
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -372,14 +374,16 @@ class WrapperCodegen:
         for b in g.inputs:
             if isinstance(b, InputBuffer):
                 lay = b.layout
-                specs.append(f"    ({[static_int(s) for s in lay.size]}, {[static_int(s) for s in lay.stride]}, "
-                             f"{lay.dtype}, '{lay.device}'),")
+                specs.append(f"    InputSpec(size={tuple(static_int(s) for s in lay.size)}, "
+                             f"stride={tuple(static_int(s) for s in lay.stride)}, dtype={lay.dtype}, "
+                             f"device='{lay.device}'),")
             else:
-                specs.append("    (None, None, None, None),")
+                specs.append("    InputSpec(size=None, stride=None, dtype=None, device=None),")
         parts.append("\nINPUT_SPECS = [\n" + "\n".join(specs) + "\n]\n")
         parts.append(f"INPUT_NAMES = {[n if not n.startswith('_unused') else None for n in inputs]!r}\n")
         parts.append(self._partition_table(functions))
-        consts = ", ".join(f"'{n}': ({list(t.shape)}, {t.dtype}, '{t.device}')" for n, t in g.constants.items())
+        consts = ", ".join(f"'{n}': ConstantSpec(size={tuple(t.shape)}, dtype={t.dtype}, device='{t.device}')"
+                           for n, t in g.constants.items())
         parts.append(f"CONSTANT_SPECS = {{{consts}}}\n")
         parts.append(_launch_table(self.launches))
         parts.append(FOOTER)
@@ -397,26 +401,27 @@ class WrapperCodegen:
                 lines = [o.source for o in member.node.origins if o.source]
                 if lines:   # the op that produced the buffer comes first (the others were inlined into it)
                     source[member.node.name] = lines[0]
-        rows = [f"    {part.name!r}: {{'inputs': {list(part.inputs)!r}, "
-                f"'traces': {[source.get(n) for n in part.outputs]!r}, "
-                f"'input_traces': {self._input_traces(part, source)!r}, "
-                f"'cublas': {list(part.cublas_calls)!r}, "
-                f"'cublaslt': {list(part.cublaslt_calls)!r}}}," for part, _ in functions]
+        rows = [f"    {part.name!r}: PartitionSpec(\n"
+                f"        inputs={tuple(part.inputs)!r},\n"
+                f"        traces={tuple(source.get(n) for n in part.outputs)!r},\n"
+                f"        input_traces={self._input_traces(part, source)!r},\n"
+                f"        cublas={tuple(part.cublas_calls)!r}, cublaslt={tuple(part.cublaslt_calls)!r}),"
+                for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one
-        unsafe = [f"    {part.name!r}: {{'reason': {part.reason!r}, "
-                  f"'source': {next((source[n] for n in part.nodes if n in source), None)!r}}},"
+        unsafe = [f"    {part.name!r}: UnsafePartition(reason={part.reason!r}, "
+                  f"source={next((source[n] for n in part.nodes if n in source), None)!r}),"
                   for part in self.sched.partitions if not part.safe]
         return ("PARTITIONS = {\n" + "\n".join(rows) + ("\n" if rows else "") + "}\n"
                 + "UNSAFE_PARTITIONS = {\n" + "\n".join(unsafe) + ("\n" if unsafe else "") + "}\n")
 
 
-    def _input_traces(self, part: GraphPartition, source: dict[str, str]) -> list[str | None]:
+    def _input_traces(self, part: GraphPartition, source: dict[str, str]) -> tuple[str | None, ...]:
         """Per input of a partition, the user line of the first op in it that reads the input (quoted
         when a static input's address changes)."""
         members = [m for i in part.node_indices for m in self.sched.nodes[i].get_nodes()]
-        return [next((source[m.node.name] for m in members
-                      if m.node.name in source and any(d.name == name for d in m.reads)), None)
-                for name in part.inputs]
+        return tuple(next((source[m.node.name] for m in members
+                           if m.node.name in source and any(d.name == name for d in m.reads)), None)
+                     for name in part.inputs)
 
 
 def _kernel_definitions(kernels: dict[str, str]) -> list[str]:
@@ -441,11 +446,15 @@ def _launch_table(launches) -> str:
     for call, dtypes in launches:
         if any(d is None for d in dtypes):
             continue  # a pointer of unknown dtype: that kernel compiles at its first launch
-        types = "".join(f"{d}, " for d in dtypes)
-        sizes = "".join(f"{s}, " for s in call.size_args())
-        rows.append(f"    ({call.kernel!r}, ({types}), ({sizes}), {call.meta!r}, {call.num_warps}),")
-    return ("# kernel, pointer dtypes, sizes, block sizes, warps: compiled concurrently before the first call\n"
+        rows.append(f"    KernelLaunch(kernel={call.kernel!r}, dtypes={_tuple_source(dtypes)}, "
+                    f"sizes={_tuple_source(call.size_args())}, meta={call.meta!r}, num_warps={call.num_warps}),")
+    return ("# compiled concurrently before the first call (runtime/precompile.py)\n"
             "KERNEL_LAUNCHES = [\n" + "".join(r + "\n" for r in rows) + "]\n")
+
+
+def _tuple_source(items) -> str:
+    """A tuple literal of the items' str() (torch.float32, ints): `(a, b)`, `(a,)` or `()`."""
+    return "(" + ", ".join(map(str, items)) + ("," if len(items) == 1 else "") + ")"
 
 
 def _body(lines: list[WrapperLine]) -> list[str]:

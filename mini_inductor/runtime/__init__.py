@@ -13,6 +13,7 @@ from .cublas_workspace import graphed_workspace_bytes
 from .cudagraph_trees import TreeFunction, backward_ran, note_compiled_shape
 from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launcher import accelerate
+from .module_spec import PartitionSpec, UnsafePartition
 from .rng import checkpointed_random_ops, draw_seed
 
 
@@ -73,7 +74,7 @@ class CompiledGraph:
             # as in Inductor: a graph without dynamic dims has no sizes to match the listed ones
             log_skip("a graph without dynamic dims while cudagraph_capture_sizes is set", self.name, cfg)
             return
-        devices = {torch.device(spec[3]) for spec in self.module.INPUT_SPECS if spec[3] is not None}
+        devices = {torch.device(spec.device) for spec in self.module.INPUT_SPECS if spec.device is not None}
         devices |= {c.device for c in self.constants.values()}
         cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
         if len(cuda) > 1:
@@ -82,8 +83,8 @@ class CompiledGraph:
         if whole_graph_skip:
             if cuda or partitions:   # a CPU graph was never going to be graphed: nothing skipped
                 first = next(iter(unsafe.values()))
-                log_skip(f"incompatible op: {first['reason']} (cudagraph_partition is off)",
-                         first.get("source") or self.name, cfg)
+                log_skip(f"incompatible op: {first.reason} (cudagraph_partition is off)",
+                         first.source or self.name, cfg)
             return
         self.device = cuda[0] if cuda else torch.cuda.current_device()
         names = self.module.INPUT_NAMES
@@ -91,12 +92,12 @@ class CompiledGraph:
         static_names |= set(self.constants)
         cuda_constants = [c for c in self.constants.values() if c.is_cuda]
         scope = dict(vars(self.module))
-        for pname, meta in partitions.items():
-            inputs = meta["inputs"]
+        for pname, spec in partitions.items():
+            inputs = spec.inputs
             info = FunctionInfo(fn=getattr(self.module, pname), name=f"{self.name}.{pname}", device=self.device,
                                 mode=self.kind, static_idxs=tuple(j for j, n in enumerate(inputs) if n in static_names),
-                                input_names=list(inputs), output_traces=list(meta["traces"]),
-                                input_traces=meta.get("input_traces"),
+                                input_names=list(inputs), output_traces=list(spec.traces),
+                                input_traces=list(spec.input_traces),
                                 constants=cuda_constants)
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
@@ -106,18 +107,18 @@ class CompiledGraph:
         self._call = types.FunctionType(call.__code__, scope, call.__name__, call.__defaults__)
         compile_id = torch._guards.CompileContext.current_compile_id()
         note_compiled_shape(getattr(compile_id, "frame_id", None), self.kind,
-                            tuple(tuple(spec[0] or ()) for spec in self.module.INPUT_SPECS),
+                            tuple(tuple(spec.size or ()) for spec in self.module.INPUT_SPECS),
                             cfg.cudagraph_dynamic_shape_warn_limit)
 
-    def _log_partitions(self, graphed: dict, unsafe: dict) -> None:
+    def _log_partitions(self, graphed: dict[str, PartitionSpec], unsafe: dict[str, UnsafePartition]) -> None:
         """Say why the graph was cut (once per compiled graph): each run kept out of CUDA graphs with
         its reason and source line, then how many partitions there are. Not a skip: the rest is graphed."""
         if not unsafe:
             return
-        for meta in unsafe.values():
-            msg = f"cudagraph partition due to {meta['reason']}"
-            if meta.get("source"):
-                msg += f". Found from : \n {meta['source']}"
+        for run in unsafe.values():
+            msg = f"cudagraph partition due to {run.reason}"
+            if run.source:
+                msg += f". Found from : \n {run.source}"
             perf_log.warning(msg)
         perf_log.warning("cudagraph partition into %d partitions (%s: %d graphed, %d run without graphs)",
                          len(graphed) + len(unsafe), self.name, len(graphed), len(unsafe))

@@ -27,6 +27,8 @@ from typing import Callable
 
 import torch
 
+from .module_spec import PartitionSpec
+
 KIB = 1024
 # torch's defaults (aten/src/ATen/cuda/CublasHandlePool.cpp): ":4096:8" (32 MiB) on compute capability
 # 9.x, 10.x and 12.x (Hopper, Blackwell), ":4096:2:16:8" (8 MiB + 128 KiB) elsewhere. Builds that can
@@ -127,18 +129,19 @@ def cublaslt_workspace_bytes(device: int | None) -> int:
                               _reported("cublaslt_workspace_size"), _unified_by_default())
 
 
-def graphed_workspace_bytes(partitions: dict, device: int | None,
+def graphed_workspace_bytes(partitions: dict[str, PartitionSpec], device: int | None,
                             size_of: Callable[[int | None], int] = cublas_workspace_bytes,
                             lt_size_of: Callable[[int | None], int] = cublaslt_workspace_bytes) -> int:
     """The workspaces a warm-up or recording of a compiled graph allocates in the pool: the cuBLAS
     workspace when a partition function that runs in a CUDA-graph tree calls cuBLAS, plus the
     cuBLASLt one when one calls cuBLASLt; else 0.
 
-    partitions: the generated module's PARTITIONS table, restricted to the functions that run in
-    trees (empty when CUDA graphs are off for the graph). The workspaces are dropped after each
-    warm-up and recording, so partitions recorded one after another do not hold one each.
+    partitions: the generated module's PARTITIONS table (name -> PartitionSpec), restricted to the
+    functions that run in trees (empty when CUDA graphs are off for the graph). The workspaces are
+    dropped after each warm-up and recording, so partitions recorded one after another do not hold
+    one each.
     """
-    if not any(meta.get("cublas") for meta in partitions.values()):
+    if not any(spec.cublas for spec in partitions.values()):
         return 0
-    lt = lt_size_of(device) if any(meta.get("cublaslt") for meta in partitions.values()) else 0
+    lt = lt_size_of(device) if any(spec.cublaslt for spec in partitions.values()) else 0
     return size_of(device) + lt

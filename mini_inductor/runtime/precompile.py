@@ -3,9 +3,9 @@
 Triton compiles a kernel at its first launch, so a graph of 40 kernels pays 40 compiles one after
 another inside its first call. The generated module lists every launch's signature:
 
-    KERNEL_LAUNCHES = [
-        # kernel, pointer dtypes, size arguments, block sizes, warps
-        ('triton_poi_fused_add_0', (torch.float32, torch.float32), (4096,), {'XBLOCK': 1024}, 4),
+    KERNEL_LAUNCHES = [    # runtime/module_spec.py
+        KernelLaunch(kernel='triton_poi_fused_add_0', dtypes=(torch.float32, torch.float32), sizes=(4096,),
+                     meta={'XBLOCK': 1024}, num_warps=4),
     ]
 
 and `precompile` hands them all to a thread pool through `JITFunction.warmup` (inside Triton's
@@ -39,6 +39,7 @@ import torch
 
 from ..config import interpreting
 from . import kernel_store, static_launch
+from .module_spec import KernelLaunch
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -187,19 +188,10 @@ def precompile(module, threads: int, store_dir: str | None = None, static: bool 
         from .. import config as config_module
         static = config_module.current().static_launch
     static = static and static_launch.c_api() is not None
-    jobs: dict[tuple, CompileJob] = {}
-    for name, dtypes, sizes, meta, num_warps in launches:
-        fn = getattr(module, name, None)
-        if not hasattr(fn, "warmup"):   # a FastKernel (runtime/launcher.py) wraps the JITFunction; a JITFunction's
-            fn = getattr(fn, "fn", None)  # own `.fn` is the plain Python function (unwrapping it dropped every job)
-        if hasattr(fn, "warmup"):
-            args = (*dtypes, *sizes)
-            key = kernel_store.spec_key(args, num_warps, meta)
-            jobs.setdefault((id(fn), key), CompileJob(fn, args, dict(meta, num_warps=num_warps), key))
     device = _device(module)
     reloaded = 0
     pending = []
-    for job in jobs.values():
+    for job in compile_jobs(module, launches):
         kernel = kernel_store.load(store_dir, job.fn, job.key, device) if store_dir else None
         if kernel is not None:
             kernel_store.attach(job.fn, job.key, kernel)
@@ -221,6 +213,20 @@ def precompile(module, threads: int, store_dir: str | None = None, static: bool 
                     kernel_store.save(store_dir, job.fn, job.key, kernel, device)
     module._mini_inductor_precompiled = True
     return reloaded, compiled
+
+
+def compile_jobs(module, launches: Sequence[KernelLaunch]) -> list[CompileJob]:
+    """One job per distinct (kernel code, launch signature) among `launches` (the module's KERNEL_LAUNCHES)."""
+    jobs: dict[tuple, CompileJob] = {}
+    for launch in launches:
+        fn = getattr(module, launch.kernel, None)
+        if not hasattr(fn, "warmup"):   # a FastKernel (runtime/launcher.py) wraps the JITFunction; a JITFunction's
+            fn = getattr(fn, "fn", None)  # own `.fn` is the plain Python function (unwrapping it dropped every job)
+        if hasattr(fn, "warmup"):
+            args = (*launch.dtypes, *launch.sizes)
+            key = kernel_store.spec_key(args, launch.num_warps, launch.meta)
+            jobs.setdefault((id(fn), key), CompileJob(fn, args, dict(launch.meta, num_warps=launch.num_warps), key))
+    return list(jobs.values())
 
 
 class CompileJob:
@@ -394,7 +400,6 @@ def _result(pending, job: CompileJob):
 
 def _device(module) -> int:
     for spec in getattr(module, "INPUT_SPECS", ()):
-        device = spec[3]
-        if device is not None and str(device).startswith("cuda"):
-            return torch.device(device).index or 0
+        if spec.device is not None and spec.device.startswith("cuda"):
+            return torch.device(spec.device).index or 0
     return torch.cuda.current_device()

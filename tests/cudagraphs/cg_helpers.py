@@ -43,10 +43,15 @@ def fake_cuda_module(devices):
     for CompiledGraph to decide whether its partitions join a tree (no kernels, nothing runs)."""
     import types
 
+    import torch
+
+    from mini_inductor.runtime.module_spec import InputSpec, PartitionSpec
+
     names = [f"arg{i}_1" for i in range(len(devices))]
     return types.SimpleNamespace(
-        call=lambda args, constants: [], PARTITIONS={"partition_0": {"inputs": names, "traces": [None]}},
-        INPUT_SPECS=[([4], [1], "torch.float32", d) for d in devices], INPUT_NAMES=names)
+        call=lambda args, constants: [], PARTITIONS={"partition_0": PartitionSpec(inputs=tuple(names), traces=(None,))},
+        INPUT_SPECS=[InputSpec(size=(4,), stride=(1,), dtype=torch.float32, device=d) for d in devices],
+        INPUT_NAMES=names)
 
 
 def pretend_cuda(monkeypatch):

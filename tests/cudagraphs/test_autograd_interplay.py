@@ -94,7 +94,7 @@ def test_compiled_autograd_backward_graph_reads_parameters_as_static_inputs(devi
     graphs = [e.compiled for e in backend._compiled.values()]
     assert len(graphs) == 1                                    # the compiled-autograd graph
     graph = graphs[0]
-    shapes = {i: spec[0] for i, spec in enumerate(graph.module.INPUT_SPECS) if spec[0] is not None}
+    shapes = {i: spec.size for i, spec in enumerate(graph.module.INPUT_SPECS) if spec.size is not None}
     static_shapes = sorted(tuple(shapes[i]) for i in graph.static_input_idxs if i in shapes)
     assert static_shapes == [(4,), (4, 6)]                      # bias and weight, not x or the seed gradient
 

@@ -29,10 +29,10 @@ def test_generated_module_lists_partition_inputs_and_source_lines(device):
     module = _last_compiled().module
     assert list(module.PARTITIONS) == ["partition_0"]
     part = module.PARTITIONS["partition_0"]
-    assert part["inputs"] == module.INPUT_NAMES == ["arg0_1", "arg1_1"]
-    assert len(part["traces"]) == 1 and "test_bookkeeping.py" in part["traces"][0] and "a * 2" in part["traces"][0]
+    assert list(part.inputs) == module.INPUT_NAMES == ["arg0_1", "arg1_1"]
+    assert len(part.traces) == 1 and "test_bookkeeping.py" in part.traces[0] and "a * 2" in part.traces[0]
     # each input's first reader, quoted when a static input moves
-    assert len(part["input_traces"]) == 2 and all("test_bookkeeping.py" in t for t in part["input_traces"])
+    assert len(part.input_traces) == 2 and all("test_bookkeeping.py" in t for t in part.input_traces)
 
 
 def test_generated_module_lists_the_unsafe_runs_with_their_reason_and_source_line(device):
@@ -47,8 +47,8 @@ def test_generated_module_lists_the_unsafe_runs_with_their_reason_and_source_lin
     assert list(module.PARTITIONS) == ["partition_0", "partition_1"]
     assert list(module.UNSAFE_PARTITIONS) == ["unsafe_0"]
     meta = module.UNSAFE_PARTITIONS["unsafe_0"]
-    assert meta["reason"] == "aten.mm.default is listed in cudagraph_unsafe_ops"
-    assert "test_bookkeeping.py" in meta["source"] and "torch.mm(h, w)" in meta["source"]
+    assert meta.reason == "aten.mm.default is listed in cudagraph_unsafe_ops"
+    assert "test_bookkeeping.py" in meta.source and "torch.mm(h, w)" in meta.source
 
 
 def test_parameters_are_static_inputs_of_the_forward_and_backward(device):

@@ -17,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from mini_inductor import config, metrics
 from mini_inductor.runtime import CompiledGraph, eager_graph_skip
 from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+from mini_inductor.runtime.module_spec import UnsafePartition
 
 backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
 
@@ -91,8 +92,8 @@ def test_partitioning_off_skips_the_whole_graph_naming_the_unsafe_op(monkeypatch
     counters.clear()
     skip_reasons.clear()
     module = fake_cuda_module(["cuda:0"])
-    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "mylib.mysin.default is tagged cudagraph_unsafe",
-                                             "source": 'File "net.py", line 3, in forward: y = mysin(x)'}}
+    module.UNSAFE_PARTITIONS = {"unsafe_0": UnsafePartition(reason="mylib.mysin.default is tagged cudagraph_unsafe",
+                                                            source='File "net.py", line 3, in forward: y = mysin(x)')}
     graph = CompiledGraph("inference_4", module, "", {}, cfg=config.current().replace(cudagraph_partition=False))
     assert graph.tree_functions == [] and graph.device is None
     assert counters["skips"] == 1
@@ -106,7 +107,7 @@ def test_with_partitioning_on_the_same_graph_has_its_safe_run_graphed(monkeypatc
     pretend_cuda(monkeypatch)
     counters.clear()
     module = fake_cuda_module(["cuda:0"])
-    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "extern kernel on the CPU (aten.add.Tensor)", "source": None}}
+    module.UNSAFE_PARTITIONS = {"unsafe_0": UnsafePartition(reason="extern kernel on the CPU (aten.add.Tensor)")}
     module.partition_0 = lambda args: []
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._guards.CompileContext, "current_compile_id", staticmethod(lambda: None))
@@ -134,13 +135,13 @@ def test_user_listed_custom_op_is_accepted_in_each_name_form(listed):
     x = torch.randn(8)
     torch.testing.assert_close(f(x), uses_scale(x))
     module = list(backend._compiled.values())[-1].compiled.module
-    reasons = [meta["reason"] for meta in module.UNSAFE_PARTITIONS.values()]
+    reasons = [run.reason for run in module.UNSAFE_PARTITIONS.values()]
     assert "mini_cg.scale.default is listed in cudagraph_unsafe_ops" in reasons
 
 
 def _unsafe_reasons():
     module = list(backend._compiled.values())[-1].compiled.module
-    return [meta["reason"] for meta in module.UNSAFE_PARTITIONS.values()]
+    return [run.reason for run in module.UNSAFE_PARTITIONS.values()]
 
 
 def test_changing_the_listed_ops_does_not_recompile_and_a_fresh_compile_follows_it():
@@ -162,7 +163,7 @@ def test_or_error_raises_where_partitioning_off_would_skip(monkeypatch):
     pretend_cuda(monkeypatch)
     counters.clear()
     module = fake_cuda_module(["cuda:0"])
-    module.UNSAFE_PARTITIONS = {"unsafe_0": {"reason": "extern kernel on the CPU (aten.add.Tensor)", "source": None}}
+    module.UNSAFE_PARTITIONS = {"unsafe_0": UnsafePartition(reason="extern kernel on the CPU (aten.add.Tensor)")}
     cfg = config.current().replace(cudagraph_partition=False, cudagraph_or_error=True)
     with pytest.raises(CudaGraphSkipped, match="skipping cudagraphs due to incompatible op: extern kernel on the CPU"):
         CompiledGraph("inference_6", module, "", {}, cfg=cfg)

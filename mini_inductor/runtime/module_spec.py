@@ -1,0 +1,92 @@
+"""The records a generated module hands the runtime: one frozen dataclass per table.
+
+Codegen (codegen/__init__.py) writes these constants into every generated module as constructor
+calls with keyword arguments, after `from mini_inductor.runtime.module_spec import ...` in its header;
+the runtime reads them back by attribute. Both sides import this module, so a field renamed on one
+side only fails when the generated module is imported (a TypeError for the unknown keyword), on any
+machine, rather than as a KeyError inside a CUDA-graph recording on a GPU.
+
+    constant           records                        one per                    read by
+    ─────────────────  ─────────────────────────────  ─────────────────────────  ──────────────────────────
+    INPUT_SPECS        list[InputSpec]                argument of call(args)     runtime/__init__.py,
+                                                                                 precompile.py, the module's
+                                                                                 make_example_inputs()
+    CONSTANT_SPECS     dict[str, ConstantSpec]        get_attr tensor            the module's benchmark()
+    PARTITIONS         dict[str, PartitionSpec]       partition function         runtime/__init__.py (trees),
+                                                                                 cublas_workspace.py
+    UNSAFE_PARTITIONS  dict[str, UnsafePartition]     run of nodes kept out of   runtime/__init__.py (logged,
+                                                      CUDA graphs                or the skip reason)
+    KERNEL_LAUNCHES    list[KernelLaunch]             launch whose pointer       precompile.py
+                                                      dtypes are all known
+
+Sizes and strides are ints (every size is static when codegen runs). Records are frozen and their
+sequences tuples: the runtime cannot edit a table by accident. This module imports nothing from the
+compiler (tests/test_import_rules.py): a generated module loads with the runtime alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One argument of `call(args)`: a tensor's size, stride, dtype (a torch.dtype) and device ("cuda:0",
+    "cpu"), or all four None for an argument that is not a tensor (a SymInt, an unused argument)."""
+
+    size: tuple[int, ...] | None
+    stride: tuple[int, ...] | None
+    dtype: Any
+    device: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantSpec:
+    """A get_attr tensor of the graph (the loader fills CONSTANTS with the real ones)."""
+
+    size: tuple[int, ...]
+    dtype: Any
+    device: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionSpec:
+    """A partition function of the module, run inside a CUDA-graph tree when they are on.
+
+    inputs: its argument names, in order (the runtime classifies static inputs by name).
+    traces: per output, the user's source line of the op that produced it (quoted in errors).
+    input_traces: per input, the user's source line of the first op that reads it (quoted when a
+        static input's address changes).
+    cublas / cublaslt: the ATen ops it calls that use cuBLAS, and those of them that run through
+        cuBLASLt (a recording allocates both workspaces: runtime/cublas_workspace.py).
+    """
+
+    inputs: tuple[str, ...]
+    traces: tuple[str | None, ...]
+    input_traces: tuple[str | None, ...] = ()
+    cublas: tuple[str, ...] = ()
+    cublaslt: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsafePartition:
+    """A run of nodes kept out of CUDA graphs: why (`reason`), and the user's source line of its first
+    op that has one (`source`, None when none has)."""
+
+    reason: str
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLaunch:
+    """One launch signature of a Triton kernel, compiled before the first call (runtime/precompile.py).
+
+    kernel: the kernel's name in the module. dtypes: a torch.dtype per pointer argument. sizes: the
+    size arguments after the pointers. meta: the block sizes (constexprs). num_warps: warps per block.
+    """
+
+    kernel: str
+    dtypes: tuple[Any, ...]
+    sizes: tuple[int, ...]
+    meta: dict[str, int]
+    num_warps: int
