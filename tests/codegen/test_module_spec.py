@@ -49,7 +49,7 @@ def test_generated_module_writes_each_table_as_spec_records(two_partition_module
     module, args = two_partition_module
     assert all(isinstance(s, InputSpec) for s in module.INPUT_SPECS)
     assert sorted((s.size, s.stride, s.dtype, s.device) for s in module.INPUT_SPECS) == \
-        sorted((tuple(a.shape), a.stride(), a.dtype, "cpu") for a in args)   # in the graph's order
+        sorted((tuple(a.shape), a.stride(), a.dtype, str(a.device)) for a in args)   # in the graph's order
     assert list(module.PARTITIONS) == ["partition_0", "partition_1"]
     assert all(isinstance(p, PartitionSpec) for p in module.PARTITIONS.values())
     first = module.PARTITIONS["partition_0"]
