@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from mini_inductor import config  # noqa: E402
-from mini_inductor.backend import decomposition_table  # noqa: E402
+from mini_inductor.lowering.decompositions import decomposition_table  # noqa: E402
 from mini_inductor.lowering import lower_graph  # noqa: E402
 from mini_inductor.scheduler import schedule  # noqa: E402
 

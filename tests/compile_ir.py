@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from mini_inductor import config
-from mini_inductor.backend import decomposition_table
+from mini_inductor.lowering.decompositions import decomposition_table
 from mini_inductor.codegen import GeneratedModule, generate
 from mini_inductor.codegen.cache import load_module
 from mini_inductor.lowering import LoweredGraph, lower_graph

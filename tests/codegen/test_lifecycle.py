@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from compile_ir import generate_fn, run_fn
 from mini_inductor import config
-from mini_inductor.backend import decomposition_table
+from mini_inductor.lowering.decompositions import decomposition_table
 from mini_inductor.codegen import generate
 from mini_inductor.codegen.cache import load_module
 from mini_inductor.codegen.memory_plan import plan_reuse, verify_lifecycle

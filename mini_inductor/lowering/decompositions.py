@@ -1,0 +1,63 @@
+"""The decomposition table aot_autograd traces with: torch's core-ATen decompositions, some composite
+ops taken apart into ops that have lowerings, the ops we lower whole kept out, and every entry
+ending in eager's output layout (eager_strides.decompositions)."""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+from . import eager_strides
+
+aten = torch.ops.aten
+
+# Composite ops we want as smaller ops; var_mean/var stay whole (lowered through Welford).
+_EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
+                  aten.native_layer_norm_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
+                  aten.gelu_backward, aten.silu, aten.silu_backward, aten.mse_loss, aten.hardswish,
+                  aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm,
+                  # to pointwise/index/reduction ops that have lowerings
+                  aten.clamp.Tensor, aten.elu, aten.arange.start_step,
+                  aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
+                  aten._adaptive_avg_pool2d]
+_KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
+               aten.take.default,  # lowered as an indirect load (its decomposition reads a size from data)
+               aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)
+               # attention stays one library call (its decompositions also change output strides)
+               aten._scaled_dot_product_flash_attention_for_cpu.default,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+               aten.scaled_dot_product_attention.default,
+               # decomposing these before functionalization leaves a mutating op in the graph
+               aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default}
+
+
+@functools.lru_cache(None)
+def decomposition_table() -> dict:
+    table = _core_aten_table()
+    table.update(get_decompositions(_EXTRA_DECOMPS))
+    for op in _KEEP_WHOLE:
+        table.pop(op, None)
+    table.update(eager_strides.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
+    return table
+
+
+def _core_aten_table() -> dict:
+    """torch's core-ATen decompositions without the CompositeImplicitAutograd entries.
+
+    `core_aten_decompositions()` (export's default table) adds some 500 CompositeImplicitAutograd ops,
+    each mapped to its own C++ decomposition, which is what tracing runs for them anyway; listing them
+    takes 0.2 s of every compile's first call (it walks the dispatcher's registrations). The
+    post-autograd table plus the six nearest-neighbour upsamplings (the other entries export's table
+    adds) is the same table in effect, in a few milliseconds.
+    """
+    from torch import _decomp
+    post_autograd = getattr(_decomp, "_core_aten_decompositions_post_autograd", None)
+    if post_autograd is None:   # an older torch: take the whole table
+        return dict(core_aten_decompositions())
+    table = dict(post_autograd())
+    table.update(get_decompositions([aten.upsample_nearest1d.default, aten._upsample_nearest_exact1d.default,
+                                     aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.default,
+                                     aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default]))
+    return table
