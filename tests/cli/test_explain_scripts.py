@@ -112,6 +112,15 @@ def test_explain_keeps_the_report_of_a_script_that_raises_and_names_the_line(tmp
     assert graph["kernels"]
 
 
+def _run_without_a_gpu(script, interpret: bool = False) -> subprocess.CompletedProcess:
+    """`python script` with no CUDA device visible, in Triton's interpreter only if `interpret`."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_dump_keeps_the_graphs_of_a_script_that_raises_and_its_kernels_say_how_to_run_on_cpu(tmp_path):
     script = tmp_path / "infer.py"
     script.write_text(RAISING_SCRIPT)
@@ -119,9 +128,7 @@ def test_dump_keeps_the_graphs_of_a_script_that_raises_and_its_kernels_say_how_t
     assert proc.returncode == 1 and "the script raised ValueError" in proc.stdout
     (kernel, *_) = sorted((tmp_path / "dump").glob("*/kernels/triton_*.py"))
     assert "TRITON_INTERPRET=1 python" in kernel.read_text()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
-    env.pop("TRITON_INTERPRET", None)
-    run = subprocess.run([sys.executable, str(kernel)], env=env, capture_output=True, text=True, timeout=300)
+    run = _run_without_a_gpu(kernel)
     assert run.returncode != 0
     assert "no CUDA GPU is visible" in run.stderr and f"TRITON_INTERPRET=1 python {kernel.name}" in run.stderr
     assert "active drivers" not in run.stderr and "Traceback" not in run.stderr
@@ -161,13 +168,10 @@ def test_a_dumped_output_code_says_how_to_run_without_a_gpu_and_runs_in_the_inte
     _cli("dump", str(script), "--out", str(tmp_path / "dump"))
     (module, *_) = sorted((tmp_path / "dump").glob("*/output_code.py"))
     assert "TRITON_INTERPRET=1 python" in module.read_text()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
-    env.pop("TRITON_INTERPRET", None)
-    run = subprocess.run([sys.executable, str(module)], env=env, capture_output=True, text=True, timeout=300)
+    run = _run_without_a_gpu(module)
     assert run.returncode != 0
     assert f"TRITON_INTERPRET=1 python {module}" in run.stderr
     assert "active drivers" not in run.stderr and "Traceback" not in run.stderr
-    env["TRITON_INTERPRET"] = "1"
-    run = subprocess.run([sys.executable, str(module)], env=env, capture_output=True, text=True, timeout=300)
+    run = _run_without_a_gpu(module, interpret=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "ms per call" in run.stdout
