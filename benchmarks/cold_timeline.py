@@ -17,7 +17,6 @@ import functools
 import importlib
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -71,12 +70,11 @@ def _wrap_triton() -> None:
 
 
 def _wrap_ours() -> None:
-    from mini_inductor.runtime import precompile
-    backend = sys.modules["mini_inductor.backend"]      # the package's `backend` attribute is the function
+    from mini_inductor.runtime import launcher, precompile
     precompile.wait_for_triton_setup = _timed(
         lambda *a, driver_only=False, **k: f"wait for Triton's {'driver' if driver_only else 'hash'}",
         precompile.wait_for_triton_setup)
-    backend.precompile = _timed("precompile (all kernels)", backend.precompile)
+    launcher.precompile = _timed("precompile (all kernels)", launcher.precompile)   # prepare_kernels calls it
 
 
 def main() -> None:

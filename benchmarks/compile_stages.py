@@ -95,9 +95,9 @@ def _run(name: str) -> list:
 
 def _profile_stage(stage: str) -> cProfile.Profile:
     """cProfile only the calls of one stage's entry, as the backend makes them."""
-    backend = sys.modules["mini_inductor.backend"]
+    pipeline = sys.modules["mini_inductor.pipeline"]
     attr = {"lowering": "lower_graph", "scheduling": "schedule", "codegen": "generate"}[stage]
-    inner, prof = getattr(backend, attr), cProfile.Profile()
+    inner, prof = getattr(pipeline, attr), cProfile.Profile()
 
     def profiled(*args, **kwargs):
         prof.enable()
@@ -105,7 +105,7 @@ def _profile_stage(stage: str) -> cProfile.Profile:
             return inner(*args, **kwargs)
         finally:
             prof.disable()
-    setattr(backend, attr, profiled)
+    setattr(pipeline, attr, profiled)
     return prof
 
 

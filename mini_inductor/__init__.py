@@ -21,7 +21,8 @@ _untested = _check_torch(_torch.__version__)      # an ImportError for a torch o
 if _untested:
     _warnings.warn(_untested, stacklevel=2)
 
-from . import config, dynamo_cache, metrics  # noqa: E402
+from . import config, metrics  # noqa: E402
+from .caching import dynamo_cache  # noqa: E402
 from .backend import mini_inductor as backend
 from .backend import reset
 from .runtime import cudagraph_trees as cudagraphs

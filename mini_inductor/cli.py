@@ -475,6 +475,20 @@ def run_why(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_cache_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default=None, help="the cache dir (default: the configured one, "
+                                                     "MINI_INDUCTOR_CACHE_DIR or ~/.cache/mini_inductor)")
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    from mini_inductor.caching import describe
+
+    if args.dir is not None and not os.path.isdir(args.dir):
+        raise CliError(f"no cache dir at {args.dir}")
+    print(describe(args.dir, process=False))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- main
 
 COMMANDS: list[Command] = [
@@ -487,6 +501,8 @@ COMMANDS: list[Command] = [
             _add_why_arguments, run_why),
     Command("dump", "write each graph's ATen graph, IR, output code and kernels as standalone scripts",
             _add_dump_arguments, run_dump),
+    Command("cache", "what the on-disk cache holds, kind by kind (compiled graphs, modules, kernels, ...)",
+            _add_cache_arguments, run_cache),
 ]
 
 

@@ -376,6 +376,21 @@ def current() -> Config:
     return config
 
 
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def for_compile(mode: str | None, options: dict | None) -> Config:
+    """The options of one torch.compile: the global config, then what `mode` implies, then `options`."""
+    if mode not in MODES:
+        raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
+    changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+    changes.update(options or {})
+    cfg = current().replace(**changes)
+    if mode == "max-autotune-no-cudagraphs":
+        cfg = cfg.replace(cudagraphs=False)
+    return cfg
+
+
 def interpreting() -> bool:
     """True when Triton kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 
 
 @dataclasses.dataclass
@@ -67,6 +68,12 @@ def _mb(nbytes: int) -> str:
 
 
 compiled_graphs: list[GraphRecord] = []
+_graph_numbers = itertools.count()   # never reset: a name stays unique within the process
+
+
+def graph_name(kind: str) -> str:
+    """A new graph's name: its kind and a process-wide number, e.g. "forward_3"."""
+    return f"{kind}_{next(_graph_numbers)}"
 
 
 def reset() -> None:

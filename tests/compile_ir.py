@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mini_inductor import config
 from mini_inductor.lowering.decompositions import decomposition_table
 from mini_inductor.codegen import GeneratedModule, generate
-from mini_inductor.codegen.cache import load_module
+from mini_inductor.caching.modules import load_module
 from mini_inductor.lowering import LoweredGraph, lower_graph
 from mini_inductor.runtime.interpreter import install as install_interpreter_shims
 from mini_inductor.scheduler import Schedule, schedule

@@ -14,15 +14,16 @@ import textwrap
 import pytest
 import torch
 
-from mini_inductor import cache_files, config, metrics
-from mini_inductor.codegen import cache as module_cache
+from mini_inductor import config, metrics
+from mini_inductor.caching import files as cache_files
+from mini_inductor.caching import PROCESS
 from mini_inductor.runtime.autotune import autotune_candidates, next_power_of_2
 from mini_inductor.runtime import autotune
 from mini_inductor.runtime.precompile import precompile
 
 
 def _module_of(record):
-    (module,) = [m for m in module_cache._loaded.values() if m.__file__ == record.source_path]
+    (module,) = [m for m in PROCESS.modules.values() if m.__file__ == record.source_path]
     return module
 
 
@@ -167,7 +168,8 @@ def test_precompile_off_still_runs(device):
 LAUNCHER_CHILD = textwrap.dedent('''
     import glob, json, os
     import torch, mini_inductor
-    from mini_inductor import cache_files, config, metrics
+    from mini_inductor import config, metrics
+from mini_inductor.caching import files as cache_files
     from mini_inductor.runtime import precompile as pc
     built = []
     real_build = pc._build_launcher

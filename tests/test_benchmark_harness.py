@@ -63,7 +63,7 @@ def test_cold_timeline_wrappers_find_what_they_wrap():
         from triton.backends.nvidia import driver
         from triton.runtime import cache
         wrapped = [triton.compiler.compile, driver.CudaLauncher.__init__, driver.CudaUtils.__init__,
-                   cache.triton_key, sys.modules["mini_inductor.backend"].precompile,
+                   cache.triton_key, sys.modules["mini_inductor.runtime.launcher"].precompile,
                    sys.modules["mini_inductor.runtime.precompile"].wait_for_triton_setup]
         print(all(hasattr(f, "__wrapped__") for f in wrapped), [e[0] for e in c.EVENTS])
     """)

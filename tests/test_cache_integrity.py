@@ -17,7 +17,8 @@ import textwrap
 import pytest
 import torch
 
-from mini_inductor import cache_files, config, front_cache, graph_cache, metrics
+from mini_inductor import config, metrics
+from mini_inductor.caching import files as cache_files, front_cache, graph_cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONSTANT = b"tl.full([1], 3.0, tl.float32)"      # how the generated kernel of _f holds its 3.0
@@ -165,7 +166,7 @@ def test_a_damaged_autotuning_winner_is_reported_and_deleted(tmp_path, caplog, d
 
 
 def test_a_damaged_dynamo_graph_is_not_unpickled():
-    from mini_inductor import dynamo_cache
+    from mini_inductor.caching import dynamo_cache
     gm = torch.fx.symbolic_trace(torch.nn.ReLU())
     graph = pickle.dumps(gm)
     kept = dynamo_cache._Reloaded("fn_0", {"graph": graph, "graph_sha256": cache_files.sha256(graph)})
@@ -190,7 +191,7 @@ def test_read_returns_what_write_wrote_and_rejects_a_file_without_its_hash(tmp_p
 
 WRITER = textwrap.dedent('''
     import json, sys
-    from mini_inductor import cache_files
+    from mini_inductor.caching import files as cache_files
     versions = [json.dumps({"v": i, "pad": str(i) * 200_000}) for i in range(2)]
     for i in range(int(sys.argv[2])):
         cache_files.write(sys.argv[1], versions[i % 2], "raced entry")

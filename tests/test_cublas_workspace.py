@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import mini_inductor  # noqa: F401  registers the backend
-from mini_inductor import graph_cache, metrics
+from mini_inductor import metrics
+from mini_inductor.caching import graph_cache
 from mini_inductor.debug import trace as debug_trace
 from mini_inductor.debug.html import graph_section
 from mini_inductor.debug.report import graph_report

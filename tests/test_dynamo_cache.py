@@ -13,7 +13,8 @@ import textwrap
 import pytest
 import torch
 
-from mini_inductor import config, dynamo_cache
+from mini_inductor import config
+from mini_inductor.caching import dynamo_cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,11 @@ from torch._dynamo.utils import counters
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from mini_inductor import config, front_cache, metrics
+from mini_inductor import config, metrics
+from mini_inductor.caching import front_cache
 
 backend = sys.modules["mini_inductor.backend"]
+from mini_inductor.caching import PROCESS  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HIT = front_cache.LABEL
 
@@ -35,7 +37,7 @@ def _compile_fresh(fn, *args, grad=False, **options):
     """Compile and run `fn` with the in-process caches emptied (torch._dynamo.reset() empties ours too),
     so only the disk can serve it: (output, the last graph record, AOT autograd calls it made)."""
     torch._dynamo.reset()
-    assert not backend._compiled
+    assert not PROCESS.graphs
     before = _aot_calls()
     with torch.set_grad_enabled(grad):
         out = torch.compile(fn, backend="mini_inductor", options=options or None)(*args)

@@ -10,7 +10,8 @@ import textwrap
 
 import torch
 
-from mini_inductor import cache_files, config, graph_cache, metrics
+from mini_inductor import config, metrics
+from mini_inductor.caching import files as cache_files, graph_cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -19,15 +20,15 @@ CHILD = textwrap.dedent('''
     import json, sys
     import torch, mini_inductor
     from mini_inductor import metrics
-    backend = sys.modules["mini_inductor.backend"]
+    pipeline = sys.modules["mini_inductor.pipeline"]
     calls = {"lower": 0, "schedule": 0, "codegen": 0}
 
     def counting(name, stage):
-        real = getattr(backend, name)
+        real = getattr(pipeline, name)
         def wrapper(*args, **kwargs):
             calls[stage] += 1
             return real(*args, **kwargs)
-        setattr(backend, name, wrapper)
+        setattr(pipeline, name, wrapper)
 
     counting("lower_graph", "lower"); counting("schedule", "schedule"); counting("generate", "codegen")
 

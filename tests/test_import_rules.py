@@ -1,10 +1,13 @@
 """The import rules between mini_inductor's packages, read from the source (a back edge fails CI).
 
-    runtime     knows compiled modules only: never lowering, scheduler, codegen, debug or the backend
-    lowering    never scheduler, codegen, debug or the backend
-    scheduler   never codegen, debug or the backend
-    codegen     never debug or the backend
-    base        config, errors, metrics, fx_source, cache_files, timing, examples, _version: none of the above
+    runtime           knows compiled modules only: never lowering, scheduler, codegen, debug, the
+                      pipeline, the backend, or the compiled-graph caches
+    caching storage   (caching/__init__, files, memory, modules) the same, and never the runtime
+    caching           never the pipeline or the backend (no cache reaches into the backend)
+    lowering          never scheduler, codegen, debug, the compiled-graph caches, pipeline or backend
+    scheduler         never codegen, debug, the compiled-graph caches, pipeline or backend
+    codegen           never debug, the compiled-graph caches, pipeline or backend
+    base              config, errors, metrics, fx_source, timing, examples, _version: none of the above
 (ARCHITECTURE.md draws these layers.)
 """
 import ast
@@ -14,16 +17,19 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mini_inductor"
 
+GRAPH_CACHES = ("caching.graph_cache", "caching.front_cache", "caching.dynamo_cache", "caching.lookup")
+TOP = ("debug", "pipeline", "backend", "cli", *GRAPH_CACHES)
 FORBIDDEN = {
-    "runtime": ("lowering", "scheduler", "codegen", "debug", "backend", "graph_cache", "front_cache",
-                "dynamo_cache", "cli"),
-    "lowering": ("scheduler", "codegen", "debug", "backend", "cli"),
-    "scheduler": ("codegen", "debug", "backend", "cli"),
-    "codegen": ("debug", "backend", "cli"),
+    "runtime": ("lowering", "scheduler", "codegen", *TOP),
+    "caching storage": ("lowering", "scheduler", "codegen", "runtime", *TOP),
+    "caching": ("pipeline", "backend", "cli"),
+    "lowering": ("scheduler", "codegen", *TOP),
+    "scheduler": ("codegen", *TOP),
+    "codegen": TOP,
 }
-BASE_MODULES = ("config", "errors", "metrics", "fx_source", "cache_files", "timing", "examples", "_version")
-ABOVE_BASE = ("lowering", "scheduler", "codegen", "runtime", "debug", "backend", "graph_cache", "front_cache",
-              "dynamo_cache", "cli")
+CACHING_STORAGE = ("__init__", "files", "memory", "modules")
+BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version")
+ABOVE_BASE = ("lowering", "scheduler", "codegen", "runtime", "caching", *TOP)
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
@@ -50,13 +56,24 @@ def imports_of(source: str, package: str) -> set[str]:
     return {m for m in found if m == "mini_inductor" or m.startswith("mini_inductor.")}
 
 
+def _below(module: str, names) -> bool:
+    """Whether `module` (dotted, from mini_inductor) is one of `names` (relative to the package) or inside one."""
+    return any(module == f"mini_inductor.{n}" or module.startswith(f"mini_inductor.{n}.") for n in names)
+
+
 def forbidden(layer: str, imported: set[str]) -> list[str]:
-    return sorted(m for m in imported if len(m.split(".")) > 1 and m.split(".")[1] in FORBIDDEN[layer])
+    return sorted(m for m in imported if _below(m, FORBIDDEN[layer]))
+
+
+def _files(layer: str) -> list[pathlib.Path]:
+    if layer == "caching storage":
+        return [PACKAGE / "caching" / f"{name}.py" for name in CACHING_STORAGE]
+    return sorted((PACKAGE / layer).rglob("*.py"))
 
 
 def _violations(layer: str) -> list[str]:
     return [f"{path.relative_to(PACKAGE.parent)} imports {target}"
-            for path in sorted((PACKAGE / layer).rglob("*.py"))
+            for path in _files(layer)
             for target in forbidden(layer, imported_modules(path))]
 
 
@@ -69,7 +86,7 @@ def test_a_package_imports_no_package_above_it(layer):
 def test_a_base_module_imports_no_package_of_the_compiler(name):
     path = PACKAGE / f"{name}.py"
     imported = imported_modules(path)
-    assert sorted(m for m in imported if len(m.split(".")) > 1 and m.split(".")[1] in ABOVE_BASE) == []
+    assert sorted(m for m in imported if _below(m, ABOVE_BASE)) == []
 
 
 def test_the_rule_reader_sees_relative_and_function_level_imports():
@@ -80,3 +97,9 @@ def test_the_rule_reader_sees_relative_and_function_level_imports():
     assert forbidden("runtime", imported) == ["mini_inductor.codegen", "mini_inductor.codegen.wrapper",
                                               "mini_inductor.lowering", "mini_inductor.lowering.ir"]
     assert "mini_inductor.runtime.launcher" in imported and "mini_inductor.config" in imported
+
+
+def test_a_cache_that_reaches_into_the_backend_is_a_violation():
+    # the Dynamo cache once imported the backend's private rebuild function (and the backend it)
+    imported = imports_of("def build():\n    from ..backend import _rebuild\n", "mini_inductor.caching")
+    assert forbidden("caching", imported) == ["mini_inductor.backend", "mini_inductor.backend._rebuild"]

@@ -12,8 +12,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mini_inductor import front_cache, metrics
-from mini_inductor.codegen import cache as module_cache
+from mini_inductor import metrics
+from mini_inductor.caching import front_cache
+from mini_inductor.caching import PROCESS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def _stack(layers: int) -> nn.Module:
 
 
 def _module_of(record):
-    (module,) = [m for m in module_cache._loaded.values() if m.__file__ == record.source_path]
+    (module,) = [m for m in PROCESS.modules.values() if m.__file__ == record.source_path]
     return module
 
 
@@ -70,7 +71,7 @@ CHILD = textwrap.dedent('''
     import json, sys
     import torch, torch.nn as nn, mini_inductor
     from mini_inductor import metrics
-    from mini_inductor.codegen import cache as module_cache
+    from mini_inductor.caching import PROCESS
     torch.manual_seed(0)
     mods = []
     for _ in range(6):
@@ -81,7 +82,7 @@ CHILD = textwrap.dedent('''
         out = torch.compile(model, backend="mini_inductor", options={"cudagraphs": False})(x)
         ref = model(x)
     rec = metrics.compiled_graphs[-1]
-    (module,) = [m for m in module_cache._loaded.values() if m.__file__ == rec.source_path]
+    (module,) = [m for m in PROCESS.modules.values() if m.__file__ == rec.source_path]
     fns = {id(f): f for f in (getattr(getattr(module, n), "fn", None) for n in rec.kernel_names) if f is not None}
     jit_compiled = sum(len(f.device_caches[0][0]) for f in fns.values())
     print("RESULT " + json.dumps({"cache": rec.cache, "stages": sorted(rec.stage_seconds), "kernels": len(fns),

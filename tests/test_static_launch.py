@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from mini_inductor import config, metrics
-from mini_inductor.codegen import cache as module_cache
+from mini_inductor.caching import PROCESS
 from mini_inductor.runtime import static_launch
 from mini_inductor.runtime.launcher import FastKernel
 
@@ -114,7 +114,7 @@ def test_every_kernel_mini_inductor_generates_has_a_signature_the_static_launche
     h = torch.randn(4, 300, device=device, dtype=torch.float16)
     torch.compile(f, backend="mini_inductor")(x, y, i, h)
     rec = metrics.compiled_graphs[-1]
-    (module,) = [m for m in module_cache._loaded.values() if m.__file__ == rec.source_path]
+    (module,) = [m for m in PROCESS.modules.values() if m.__file__ == rec.source_path]
     assert len(module.KERNEL_LAUNCHES) >= 4
     kinds = set()
     for launch in module.KERNEL_LAUNCHES:

@@ -39,7 +39,7 @@ class CompiledGraph:
         # wrapper could never let go of an input before the call returns.
         self._boxed_call = True
         self.name = name
-        self.graph_key: str | None = None    # the graph-cache key it was compiled or loaded under (backend.py)
+        self.graph_key: str | None = None    # the graph-cache key it was compiled or loaded under (pipeline.py)
         # arguments that are generators of checkpointed random ops: each call passes a seed drawn
         # from the generator instead, so the graph (and a CUDA graph's replay) reads a fresh seed
         self.generator_idxs = tuple(generator_idxs)

@@ -3,7 +3,7 @@
     site(*args, num_warps=4, XBLOCK=1024)             # a generated launch, with the heuristic's config
       → Autotuner.tune(fn, grid, args, 4, {"XBLOCK": 1024})
           a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device;
-                                                               a content hash line: cache_files.py)
+                                                               a content hash line: caching/files.py)
           else: the candidates (autotune_candidates below), compiled concurrently,
                 each timed the do_bench way on copies of the arguments (kernels that write in
                 place or accumulate leave the real tensors alone); the fastest written to disk
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .. import cache_files
+from ..caching import files as cache_files
 from .precompile import CompileJob, compile_all
 
 log = logging.getLogger("mini_inductor.autotuning")

@@ -14,7 +14,7 @@ those files and hands it to the launch site (runtime/launcher.py), which launche
 kernel Triton compiled: the same binary, found by a cheaper path.
 
 Anything missing (Triton's cache was cleared, a file moved) is a miss: that kernel compiles through
-Triton as before. A record is written behind a content hash (cache_files.py): a damaged one is
+Triton as before. A record is written behind a content hash (caching/files.py): a damaged one is
 deleted with a warning, and is a miss too.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .. import cache_files
+from ..caching import files as cache_files
 
 log = logging.getLogger("mini_inductor.schedule")
 

@@ -23,11 +23,19 @@ Under Triton's interpreter (CPU) everything goes through the plain path.
 """
 from __future__ import annotations
 
+import logging
+import os
+import time
+
 import torch
 
+from ..caching.files import KERNELS
 from ..config import interpreting
 from . import kernel_store, static_launch
-from .precompile import triton_launcher
+from .autotune import Autotuner
+from .precompile import precompile, triton_launcher
+
+schedule_log = logging.getLogger("mini_inductor.schedule")
 
 
 class _Site:
@@ -185,3 +193,23 @@ def accelerate(module, tuner=None, static: bool | None = None) -> None:
         if name.startswith("triton_") and isinstance(value, JITFunction):
             setattr(module, name, FastKernel(value, tuner, static))
     module._mini_inductor_fast = True
+
+
+def prepare_kernels(module, name: str, cfg, record) -> None:
+    """GPU only: compile every kernel of a freshly loaded module now, concurrently (precompile.py), the
+    seconds into `record`; under max-autotune, tune each at its first launch (autotune.py)."""
+    if interpreting():
+        return
+    began = time.perf_counter()
+    reloaded, compiled = precompile(module, cfg.compile_threads, os.path.join(cfg.cache_dir, KERNELS),
+                                    static=cfg.static_launch)
+    took = time.perf_counter() - began
+    if compiled:
+        record.stage_seconds["kernel compile"] = took
+        schedule_log.info("%s: %d Triton kernels compiled on %d threads in %.2f s%s", name, compiled,
+                          cfg.compile_threads, took, f" ({reloaded} more reloaded)" if reloaded else "")
+    elif reloaded:
+        record.stage_seconds["kernel load"] = took
+        schedule_log.info("%s: %d compiled Triton kernels reloaded from the cache in %.2f s", name, reloaded, took)
+    if cfg.max_autotune:
+        accelerate(module, tuner=Autotuner(cfg.cache_dir, cfg.compile_threads), static=cfg.static_launch)

@@ -18,7 +18,7 @@ from common import check, compile_fn
 from compile_ir import generate_fn, lower_fn
 from mini_inductor import metrics
 from mini_inductor.codegen import generate
-from mini_inductor.codegen.cache import load_module
+from mini_inductor.caching.modules import load_module
 from mini_inductor.runtime import CompiledGraph
 from mini_inductor.runtime.interpreter import install as install_interpreter_shims
 from mini_inductor.scheduler import schedule

@@ -14,7 +14,7 @@ from compile_ir import generate_fn, run_fn
 from mini_inductor import config
 from mini_inductor.lowering.decompositions import decomposition_table
 from mini_inductor.codegen import generate
-from mini_inductor.codegen.cache import load_module
+from mini_inductor.caching.modules import load_module
 from mini_inductor.codegen.memory_plan import plan_reuse, verify_lifecycle
 from mini_inductor.codegen.wrapper import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, PartitionCallLine,
                                            ReturnLine, ReuseLine)

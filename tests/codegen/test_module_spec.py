@@ -2,7 +2,6 @@
 spec records, the runtime reads every field it needs from them, and a field renamed on one side
 fails on the CPU, when the module is imported, not only inside a CUDA-graph recording on a GPU."""
 import dataclasses
-import importlib
 import pathlib
 
 import pytest
@@ -17,7 +16,7 @@ from mini_inductor.runtime.module_spec import (ConstantSpec, InputSpec, KernelLa
                                                UnsafePartition)
 from mini_inductor.scheduler import partition
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
 assert mini_inductor
 
 
@@ -41,7 +40,7 @@ def two_partition_module(monkeypatch):
     args = (torch.randn(4, 16), torch.randn(16, 8), torch.randn(8), torch.randn(8, 4))
     f = torch.compile(addmm_mm_cos, backend="mini_inductor", options={"cudagraph_unsafe_ops": "aten.mm"})
     torch.testing.assert_close(f(*args), addmm_mm_cos(*args))
-    yield list(backend._compiled.values())[-1].compiled.module, args
+    yield list(PROCESS.graphs.values())[-1].compiled.module, args
     torch._dynamo.reset()
 
 

@@ -4,7 +4,6 @@ under create_graph) and compiled autograd, whose backward graph reads parameters
 The accumulation test runs on the CPU too (no graphs there: it checks the compiled semantics); on
 the GPU the compiled graphs run from CUDA-graph trees and the same assertions hold.
 """
-import importlib
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ import torch.nn as nn
 import mini_inductor
 from mini_inductor.runtime.cudagraph_utils import counters
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
 
 
 def _grad_twice(fn, x, grad_output, create_graph):
@@ -91,7 +90,7 @@ def test_compiled_autograd_backward_graph_reads_parameters_as_static_inputs(devi
     for grads in got:
         for g, w in zip(grads, want):
             torch.testing.assert_close(g, w)
-    graphs = [e.compiled for e in backend._compiled.values()]
+    graphs = [e.compiled for e in PROCESS.graphs.values()]
     assert len(graphs) == 1                                    # the compiled-autograd graph
     graph = graphs[0]
     shapes = {i: spec.size for i, spec in enumerate(graph.module.INPUT_SPECS) if spec.size is not None}

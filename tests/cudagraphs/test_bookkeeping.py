@@ -1,7 +1,6 @@
 """The parts of the CUDA-graph trees that need no GPU: what codegen hands the runtime, generation
 counting, the shape warning, and trees staying off under Triton's interpreter. (The tree itself is
 tested on the GPU: test_tree_runtime.py, test_compiled_cudagraphs.py.)"""
-import importlib
 import logging
 
 import pytest
@@ -12,11 +11,11 @@ import mini_inductor
 from mini_inductor import metrics
 from mini_inductor.runtime import cudagraph_trees as trees
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
 
 
 def _last_compiled():
-    return list(backend._compiled.values())[-1].compiled
+    return list(PROCESS.graphs.values())[-1].compiled
 
 
 def test_generated_module_lists_partition_inputs_and_source_lines(device):
@@ -55,7 +54,7 @@ def test_parameters_are_static_inputs_of_the_forward_and_backward(device):
     lin = nn.Linear(4, 3).to(device)
     f = torch.compile(lin, backend="mini_inductor")
     f(torch.randn(2, 4, device=device, requires_grad=True)).sum().backward()
-    compiled = [entry.compiled for entry in backend._compiled.values()]
+    compiled = [entry.compiled for entry in PROCESS.graphs.values()]
     forward = next(c for c in compiled if c.kind == "forward")
     backward = next(c for c in compiled if c.kind == "backward")
     names = forward.module.INPUT_NAMES

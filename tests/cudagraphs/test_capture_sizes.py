@@ -5,7 +5,6 @@ interpreter there are no CUDA graphs, but the listed sizes still get their stati
 others run eagerly with a counted skip); the GPU tests count recordings.
 """
 import copy
-import importlib
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from mini_inductor.config import Config, normalize_capture_sizes
 from mini_inductor.runtime.capture_sizes import sizes_key
 from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
 
 
 def _dynamic(x, *dims):
@@ -29,7 +28,7 @@ def _dynamic(x, *dims):
 
 def _specialized_keys():
     """The sizes keys of the static specializations compiled so far."""
-    return {entry.compiled.sizes_key for entry in backend._compiled.values()} - {None}
+    return {entry.compiled.sizes_key for entry in PROCESS.graphs.values()} - {None}
 
 
 def _size_skips():
@@ -136,7 +135,7 @@ def test_training_step_with_a_dynamic_batch_specializes_forward_and_backward(dev
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
             p.grad = q.grad = None
-    kinds = {(e.compiled.kind, e.compiled.sizes_key) for e in backend._compiled.values()}
+    kinds = {(e.compiled.kind, e.compiled.sizes_key) for e in PROCESS.graphs.values()}
     assert {("forward", 2), ("backward", 2)} <= kinds
     assert len(_size_skips()) == 2                              # forward and backward at size 3
 

@@ -4,7 +4,6 @@ N GPU partitions give N graphs, cudagraph_unsafe custom ops, buffers across part
 RNG, streams, capture hazards, or-error, and op smoke tests. Messages are read from the perf-hints
 logger. The item number of the spec is in a comment above each group.
 """
-import importlib
 import logging
 import os
 import subprocess
@@ -22,7 +21,7 @@ from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
 
 pytestmark = pytest.mark.gpu
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
 HAS_UNSAFE_TAG = hasattr(torch.Tag, "cudagraph_unsafe")
 
 
@@ -36,7 +35,7 @@ def compiled(fn, **options):
 
 def graphed_partitions() -> int:
     """Partitions run from CUDA graphs, over every graph compiled in this test."""
-    return sum(len(e.compiled.tree_functions) for e in backend._compiled.values()
+    return sum(len(e.compiled.tree_functions) for e in PROCESS.graphs.values()
                if isinstance(e.compiled, CompiledGraph))
 
 

@@ -7,7 +7,6 @@ their GPU counterparts are in test_ported_behaviours.py.)
 The graphs are captured through Dynamo and aot_autograd on the CPU; their inputs are then made
 fake CUDA tensors, which is all the message builder looks at.
 """
-import importlib
 
 import pytest
 import torch
@@ -19,7 +18,8 @@ from mini_inductor.runtime import CompiledGraph, eager_graph_skip
 from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
 from mini_inductor.runtime.module_spec import UnsafePartition
 
-backend = importlib.import_module("mini_inductor.backend")   # the package's `backend` is the function
+from mini_inductor.caching import PROCESS  # noqa: E402
+from mini_inductor.pipeline import DYNAMIC_SHAPES  # noqa: E402
 
 
 def traced_aten_graph(fn, *args, dynamic=False):
@@ -52,7 +52,7 @@ def add(x, y):
 
 def test_graph_with_symbolic_shape_inputs_is_skipped_naming_the_line_that_reads_them():
     gm = aten_graph(add, torch.randn(4), torch.randn(4), dynamic=True)
-    reason, line = eager_graph_skip(gm, backend.DYNAMIC_SHAPES, dynamic=True)
+    reason, line = eager_graph_skip(gm, DYNAMIC_SHAPES, dynamic=True)
     assert reason == "graph with symbolic shapes inputs"
     assert "test_skip_messages.py" in line and "return x + y" in line
 
@@ -73,7 +73,7 @@ def test_data_dependent_op_skip_names_the_op_and_its_line():
 
 def test_graph_without_cuda_inputs_gets_no_cudagraph_skip():
     gm = traced_aten_graph(add, torch.randn(4, device="cpu"), torch.randn(4, device="cpu"), dynamic=True)
-    assert eager_graph_skip(gm, backend.DYNAMIC_SHAPES, dynamic=True) is None
+    assert eager_graph_skip(gm, DYNAMIC_SHAPES, dynamic=True) is None
 
 
 def test_eager_graph_on_the_cpu_logs_no_skip():
@@ -134,13 +134,13 @@ def test_user_listed_custom_op_is_accepted_in_each_name_form(listed):
     f = torch.compile(uses_scale, backend="mini_inductor", options={"cudagraph_unsafe_ops": listed})
     x = torch.randn(8)
     torch.testing.assert_close(f(x), uses_scale(x))
-    module = list(backend._compiled.values())[-1].compiled.module
+    module = list(PROCESS.graphs.values())[-1].compiled.module
     reasons = [run.reason for run in module.UNSAFE_PARTITIONS.values()]
     assert "mini_cg.scale.default is listed in cudagraph_unsafe_ops" in reasons
 
 
 def _unsafe_reasons():
-    module = list(backend._compiled.values())[-1].compiled.module
+    module = list(PROCESS.graphs.values())[-1].compiled.module
     return [run.reason for run in module.UNSAFE_PARTITIONS.values()]
 
 

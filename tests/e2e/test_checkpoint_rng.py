@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils.checkpoint import checkpoint
 
 from mini_inductor import config
-from mini_inductor.backend import compile_graph
+from mini_inductor.pipeline import compile_graph
 from mini_inductor.runtime import CompiledGraph
 
 aten = torch.ops.aten

@@ -126,7 +126,7 @@ def test_deterministic_mode_falls_back(device):
 
 def test_deterministic_mode_is_part_of_the_graph_cache_key():
     from mini_inductor.config import config
-    from mini_inductor.graph_cache import graph_key
+    from mini_inductor.caching.graph_cache import graph_key
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     saved = torch.are_deterministic_algorithms_enabled()
     try:

@@ -123,7 +123,7 @@ def test_a_pointwise_op_of_scalars_only_runs_in_aten(device):
     tensor, as eager's wrapped scalars give) and the rest of the graph is generated."""
     from mini_inductor import config
     from mini_inductor.codegen import generate
-    from mini_inductor.codegen.cache import load_module
+    from mini_inductor.caching.modules import load_module
     from mini_inductor.lowering import lower_graph
     from mini_inductor.runtime.interpreter import install
     from mini_inductor.scheduler import schedule

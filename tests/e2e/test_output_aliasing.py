@@ -126,7 +126,7 @@ def _compile_fresh(fn, x, grad: bool, **options):
 @pytest.mark.parametrize("case", ["transpose_before_its_column_major_base", "views_of_a_matmul",
                                   "view_of_input_and_a_fresh_output"])
 def test_a_graph_served_from_disk_aliases_its_outputs_as_eager_does(case, front_cache, grad):
-    from mini_inductor import front_cache as front
+    from mini_inductor.caching import front_cache as front
     fn, x = CASES[case], torch.randn(4, 4)
     expected, eager_inputs = _run(fn, [x], grad)
     _, _, cold = _compile_fresh(fn, x, grad, front_cache=front_cache)

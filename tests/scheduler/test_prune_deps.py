@@ -14,7 +14,7 @@ import torch
 
 from compile_ir import lower_fn
 from mini_inductor.codegen import generate
-from mini_inductor.codegen.cache import load_module
+from mini_inductor.caching.modules import load_module
 from mini_inductor.runtime.interpreter import install as install_interpreter_shims
 from mini_inductor.scheduler import schedule
 from mini_inductor.scheduler import scheduler as scheduler_module

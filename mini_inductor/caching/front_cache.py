@@ -5,7 +5,7 @@ functionalization, decompositions) can produce: a warm start still pays for AOT 
 keys on the graph the backend receives from Dynamo, so that a hit calls no AOT autograd at all:
 
     front = Front(gm, example_inputs, cfg)     # the key, or `front.reason` why this graph gets none
-    forward = front.load(rebuild)              # a hit: the callable Dynamo gets; None: a miss
+    forward = front.load()                     # a hit: the callable Dynamo gets; None: a miss
     compilers = {kind: front.watch(kind, compiler) ...}   # sees what AOT autograd compiles
     front.store()                              # after AOT autograd: an entry, when one is safe
 
@@ -23,7 +23,7 @@ hashes (versions, options). The entry names the ATen-graph entry (graph_cache.py
 generated module:
 
     cache_dir/front/ab/ab12….json  →  {"graph_key": …, "static_input_idxs": […], "num_outputs": …}
-                                      (behind a content hash line: cache_files.py)
+                                      (behind a content hash line: files.py)
 """
 from __future__ import annotations
 
@@ -38,11 +38,13 @@ from typing import Any, Callable
 import torch
 from torch._dynamo import disable
 
-from . import cache_files, graph_cache
-from .config import Config
-from .debug import trace as debug_trace
-from .debug import wants_debug_files
-from .runtime import CompiledGraph
+from .. import metrics
+from ..config import Config
+from ..debug import trace as debug_trace
+from ..debug import wants_debug_files
+from ..runtime import CompiledGraph
+from ..runtime.interpreter import install as install_interpreter_shims
+from . import files, graph_cache, lookup
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -165,7 +167,7 @@ class Front:
             if id(x) in seen:
                 return f"{name} is passed twice"
             seen.add(id(x))
-            parts.append(f"{name}: {type(x).__name__} {graph_cache._tensor_meta(x)} requires_grad={x.requires_grad} "
+            parts.append(f"{name}: {type(x).__name__} {graph_cache.tensor_meta(x)} requires_grad={x.requires_grad} "
                          f"conj={x.is_conj()} neg={x.is_neg()} inference={x.is_inference()}")
         if torch.is_grad_enabled() and any(x.requires_grad for _, x in named):
             return "autograd is needed (an input requires grad and grad mode is on)"
@@ -175,14 +177,11 @@ class Front:
         return None
 
     # ── a hit ────────────────────────────────────────────────────────────────────────────────
-    def load(self, rebuild: Callable[..., CompiledGraph | None]) -> Callable | None:
-        """The callable Dynamo gets, from the entry and the ATen-graph entry it names; None on a miss.
-
-        `rebuild(graph_key, num_fx_nodes=, static_input_idxs=, began=)` (backend.py) loads the
-        generated module as a disk hit does and returns the CompiledGraph, or None."""
+    def load(self) -> Callable | None:
+        """The callable Dynamo gets, from the entry and the ATen-graph entry it names; None on a miss."""
         if self.key is None:
             return None
-        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began, rebuild)
+        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began)
 
     # ── a miss: watch AOT autograd, then write ────────────────────────────────────────────────
     def watch(self, kind: str, compiler: Callable) -> Callable:
@@ -241,7 +240,7 @@ class Front:
         if reason is not None:
             schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
             return None
-        path = cache_files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
+        path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
         if path:
             schedule_log.info("%s: front cache entry written at %s (a warm start skips AOT autograd)",
                               entry.graph, path)
@@ -249,7 +248,7 @@ class Front:
 
 
 def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], began: float,
-          rebuild: Callable[..., CompiledGraph | None]) -> Callable | None:
+          label: str = LABEL) -> Callable | None:
     """The callable for front cache entry `key` (a graph of `num_inputs` inputs, `params` the graph
     module's own parameters and buffers among them), or None when the entry or the compiled graph it
     names cannot be loaded (logged). Front.load, and dynamo_cache.py for a graph from Dynamo's cache."""
@@ -261,8 +260,7 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
     if entry is None:
         schedule_log.info("front cache miss (key %s…): through AOT autograd", key[:12])
         return None
-    compiled = rebuild(entry.graph_key, num_fx_nodes=entry.num_fx_nodes,
-                       static_input_idxs=entry.static_input_idxs, began=began)
+    compiled = _rebuild(entry, cfg, began, label)
     if compiled is None:
         schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
                           "AOT autograd", key[:12], entry.graph_key[:12])
@@ -270,6 +268,23 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
     schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
                       compiled.name, key[:12], entry.graph)
     return disable(_aot_runtime(compiled, params, entry.num_outputs), reason="mini_inductor's generated graph")
+
+
+def _rebuild(entry: FrontEntry, cfg: Config, began: float, label: str) -> CompiledGraph | None:
+    """The inference graph `entry` names, rebuilt as a disk hit is (lookup.rebuild) but without the ATen
+    graph, and recorded under `label`; None when it cannot be loaded."""
+    name = metrics.graph_name("inference")
+    record = metrics.GraphRecord(name, num_fx_nodes=entry.num_fx_nodes)
+    install_interpreter_shims()
+    graph_args = dict(kind="inference", static_input_idxs=tuple(entry.static_input_idxs), cfg=cfg,
+                      sizes_key=None, generator_idxs=())
+    compiled = lookup.rebuild(entry.graph_key, name, record, graph_args, label=label)
+    if compiled is None:
+        return None
+    record.compile_seconds = time.perf_counter() - began
+    metrics.compiled_graphs.append(record)
+    log.info("%s", record.summary())
+    return compiled
 
 
 def runtime_wrapping(meta) -> str | None:
@@ -358,10 +373,10 @@ def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_output
 
 # ── the files ────────────────────────────────────────────────────────────────────────────────
 def entry_path(cache_dir: str, key: str) -> str:
-    return os.path.join(cache_dir, "front", key[:2], f"{key}.json")
+    return files.keyed_path(cache_dir, "front", key)
 
 
 def load_entry(cache_dir: str, key: str) -> FrontEntry | None:
     """The entry for `key`, or None: missing, or damaged or of an old format (deleted with a warning)."""
-    return cache_files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd",
+    return files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd",
                             lambda data: FrontEntry.from_json(data.decode("utf-8")))

@@ -46,9 +46,10 @@ import time
 from typing import Any, Callable
 
 import torch
+from torch._dynamo.backends.registry import lookup_backend
 
-from . import cache_files, front_cache, graph_cache
-from .config import Config
+from . import files, front_cache, graph_cache
+from ..config import Config, for_compile
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -126,7 +127,7 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
             content = {"format": FORMAT, "front_key": front_key, "compiler": compiler_hash(cfg),
                        "mode": mode, "options": dict(options) if options else None,
                        "num_inputs": sum(1 for n in gm.graph.nodes if n.op == "placeholder"),
-                       "graph": graph, "graph_sha256": cache_files.sha256(graph)}
+                       "graph": graph, "graph_sha256": files.sha256(graph)}
             from torch._dynamo.precompile_context import PrecompileContext
             PrecompileContext.record_artifact(GraphArtifact(key=backend_id, content=content))
         except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
@@ -255,16 +256,13 @@ class _Reloaded:
         return self._run(*args)
 
     def _build(self, args: list) -> Callable:
-        from .backend import _rebuild_inference_graph, config_for, mini_inductor
         began = time.perf_counter()
         content = self.content
         try:
-            cfg = config_for(content.get("mode"), content.get("options"))
+            cfg = for_compile(content.get("mode"), content.get("options"))
             reason = self._why_not_served(cfg, args)
             if reason is None:
-                served = front_cache.serve(cfg, content["front_key"], len(args), [], began,
-                                           lambda key, **kw: _rebuild_inference_graph(
-                                               key, cfg=cfg, label=LABEL, **kw))
+                served = front_cache.serve(cfg, content["front_key"], len(args), [], began, label=LABEL)
                 if served is not None:
                     self.rebuilt_from = "front cache"
                     schedule_log.info("%s: rebuilt from Dynamo's cache and the front cache entry in %.3f s "
@@ -277,12 +275,14 @@ class _Reloaded:
         log.warning("mini_inductor: graph %s from Dynamo's cache cannot be rebuilt from the front cache (%s); "
                     "compiling its Dynamo graph again", self.backend_id, reason)
         self.rebuilt_from = "compile"
-        return mini_inductor(self._kept_graph(), args, content.get("mode"), content.get("options"))
+        # the backend by its registered name (mini_inductor's import registered it): no import of backend.py
+        backend = lookup_backend("mini_inductor")
+        return backend(self._kept_graph(), args, content.get("mode"), content.get("options"))
 
     def _kept_graph(self) -> torch.fx.GraphModule:
         """The Dynamo graph the entry keeps, unpickled only once its hash matched."""
         graph = self.content.get("graph")
-        if not isinstance(graph, bytes) or cache_files.sha256(graph) != self.content.get("graph_sha256"):
+        if not isinstance(graph, bytes) or files.sha256(graph) != self.content.get("graph_sha256"):
             raise RuntimeError(f"mini_inductor: the Dynamo graph kept for {self.backend_id} in Dynamo's cache is "
                                f"damaged (its content hash does not match); it is not loaded. Delete "
                                f"$TORCHINDUCTOR_CACHE_DIR/dynamo (torch's cache of compiled functions) and run again")

@@ -1,4 +1,11 @@
-"""Every file mini_inductor keeps under its cache dir is written and read back through here.
+"""Every file mini_inductor keeps under its cache dir is written and read back through here, and laid out here.
+
+    cache_dir/graphs/ab/ab12….json     compiled graphs, keyed on the ATen graph     (graph_cache.py)
+    cache_dir/front/ab/ab12….json      Dynamo graph → compiled inference graph      (front_cache.py)
+    cache_dir/ab/mi_ab12….py           generated modules, named after their source  (modules.py)
+    cache_dir/ab/mi_ab12….*.code       their bytecode                              (modules.py)
+    cache_dir/kernels/….json           compiled Triton kernels' records             (runtime: kernel_store.py)
+    cache_dir/autotune/ab/ab12….json   autotuning winners                          (runtime: autotune.py)
 
     write(path, payload, what)                 # a temporary file in the same folder, then os.replace:
                                                # a reader sees the old file or the new one, never half
@@ -31,6 +38,20 @@ import torch
 log = logging.getLogger("mini_inductor")
 
 HEADER = b"# mini_inductor sha256="
+KERNELS = "kernels"               # the kernel store's folder under cache_dir (flat: its own names)
+LAYOUT = {                        # what each folder under cache_dir holds (caching.describe)
+    "graphs": "compiled graphs, keyed on the ATen graph (graph_cache.py)",
+    "front": "Dynamo graph → compiled inference graph (front_cache.py)",
+    "modules": "generated modules and their bytecode, at the top: ab/mi_ab12….py (modules.py)",
+    KERNELS: "compiled Triton kernels' records (kernel_store.py)",
+    "autotune": "autotuning winners (runtime/autotune.py)",
+}
+
+
+def keyed_path(cache_dir: str, folder: str, key: str, *, prefix: str = "", suffix: str = ".json") -> str:
+    """Where the entry `key` of `folder` lives: cache_dir/folder/<first two hex digits>/prefix+key+suffix
+    (folder "" for generated modules, which sit at the top)."""
+    return os.path.join(cache_dir, folder, key[:2], f"{prefix}{key}{suffix}")
 
 
 def sha256(data: bytes | str) -> str:
@@ -136,7 +157,7 @@ def versions() -> tuple[str, ...]:
 
 @functools.lru_cache(None)
 def package_source_hash() -> str:
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the package, not this folder
     h = hashlib.sha256()
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -2,7 +2,7 @@
 
     key = graph_key(gm, example_inputs, cfg)       # the same in every process for the same graph
     entry = load(cfg.cache_dir, key)               # a CacheEntry, or None (missing, damaged, old format)
-    store(cfg.cache_dir, key, entry)               # atomic, with a content hash (cache_files.py)
+    store(cfg.cache_dir, key, entry)               # atomic, with a content hash (files.py)
 
 The key hashes the ATen graph's structure (ops, arguments and node names, not object ids), the
 inputs' sizes, strides, dtypes and devices, the metadata of its get_attr constants, the options
@@ -12,24 +12,22 @@ what the compile record and the fusion log show (kernels, extern calls, fallback
 decisions); the constants' values are not stored, they are read from the graph module again.
 Triton's own cache (TRITON_CACHE_DIR) keeps the kernel binaries.
 
-    cache_dir/graphs/ab/ab12….json     (a hash line, then the JSON: cache_files.py)
+    cache_dir/graphs/ab/ab12….json     (a hash line, then the JSON: files.py)
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
-import os
 
 import torch
 
-from . import cache_files
-from .config import Config
-from .metrics import GraphRecord
-from .scheduler.fusion import FusionDecision
+from . import files
+from ..config import Config
+from ..metrics import GraphRecord
+from ..scheduler.fusion import FusionDecision
 
 log = logging.getLogger("mini_inductor")
 
@@ -102,28 +100,28 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     for node in gm.graph.nodes:
         parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":
-            parts.append(_tensor_meta(getattr(gm, node.target)))
+            parts.append(tensor_meta(getattr(gm, node.target)))
     for x in example_inputs:
         if isinstance(x, torch.Generator):   # its identity does not reach the code, its device does
             parts.append(f"generator {x.device}")
         else:
-            parts.append(_tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
+            parts.append(tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
     for name, buf in gm.named_buffers():
-        parts.append(f"{name}:{_tensor_meta(buf)}")
+        parts.append(f"{name}:{tensor_meta(buf)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def compiler_key_parts(cfg: Config) -> list[str]:
     """What every key hashes besides the graph: the versions, the global state lowering reads and the
     options that change generated code (front_cache.py's key too)."""
-    return [*cache_files.versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
+    return [*files.versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]
 
 
-def _tensor_meta(t) -> str:
+def tensor_meta(t) -> str:
     if not isinstance(t, torch.Tensor):
         return repr(t)
     return f"{tuple(t.shape)}|{t.stride()}|{t.dtype}|{t.device}|{t.storage_offset()}"
@@ -131,15 +129,15 @@ def _tensor_meta(t) -> str:
 
 # ── the files ────────────────────────────────────────────────────────────────────────────────
 def entry_path(cache_dir: str, key: str) -> str:
-    return os.path.join(cache_dir, "graphs", key[:2], f"{key}.json")
+    return files.keyed_path(cache_dir, "graphs", key)
 
 
 def load(cache_dir: str, key: str) -> CacheEntry | None:
-    """The entry for `key`, or None. A damaged entry (cache_files.read) is deleted with a warning."""
-    return cache_files.read(entry_path(cache_dir, key), "compiled-graph cache entry", "compiling again",
+    """The entry for `key`, or None. A damaged entry (files.read) is deleted with a warning."""
+    return files.read(entry_path(cache_dir, key), "compiled-graph cache entry", "compiling again",
                             lambda data: CacheEntry.from_json(data.decode("utf-8")))
 
 
 def store(cache_dir: str, key: str, entry: CacheEntry) -> str | None:
     """Write `entry` atomically, behind its content hash; its path, or None on an OS error."""
-    return cache_files.write(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")
+    return files.write(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")

@@ -1,0 +1,226 @@
+"""One ATen graph → a callable: the compile pipeline, in the order it runs.
+
+    compile_graph(gm, example_inputs, kind="forward", cfg=cfg)
+      runs eagerly?  a graph we cannot compile here becomes a runtime.EagerGraph (why_eager)
+      cached?        this process's memory, then the graph cache on disk (caching/lookup.py)
+      lower          ATen FX graph → IR buffers                     lowering.lower_graph
+      schedule       IR → fused groups, memory plan, partitions     scheduler.schedule
+      generate       groups → Triton kernels + the wrapper source   codegen.generate
+      load           source → module, kernels compiled             caching.modules, runtime.launcher
+      → runtime.CompiledGraph, kept in the caches (caching/lookup.py keep)
+
+Each stage is a timing span: its seconds go to the graph's metrics.GraphRecord (`stage_seconds`,
+what `explain` shows) and a start and an end line to the `schedule` log (MINI_INDUCTOR_LOGS=schedule).
+backend.py calls compile_graph once per graph that AOT autograd produces.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+
+import torch
+
+from . import metrics
+from .caching import graph_cache, lookup
+from .caching.modules import load_module
+from .codegen import generate
+from .config import Config, interpreting
+from .debug import debug_root, dump_graph, wants_debug_files
+from .debug import structured as debug_structured
+from .debug import trace as debug_trace
+from .errors import CodegenError, MiniInductorError, SchedulingError
+from .lowering import lower_graph
+from .lowering.graph import unsupported_graph_reason
+from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
+from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
+from .runtime.capture_sizes import SizeSpecializedGraph
+from .runtime.interpreter import install as install_interpreter_shims
+from .runtime.launcher import prepare_kernels
+from .scheduler import schedule
+
+log = logging.getLogger("mini_inductor")
+perf_log = logging.getLogger("mini_inductor.perf_hints")
+schedule_log = logging.getLogger("mini_inductor.schedule")
+
+DYNAMIC_SHAPES = "dynamic shapes are not supported yet"
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config,
+                  static_input_idxs: tuple[int, ...] | None = None, sizes_key=None):
+    """One ATen graph → a callable. `static_input_idxs` defaults to what aot_autograd knows;
+    `sizes_key` is set for a static specialization of a graph with dynamic dims (capture sizes)."""
+    name = metrics.graph_name(kind)
+    start = time.perf_counter()
+    record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+    metrics.compiled_graphs.append(record)
+    static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
+    graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key,
+                      generator_idxs=_generator_idxs(gm))
+
+    reason = why_eager(gm, example_inputs)
+    if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
+        log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
+                 list(cfg.cudagraph_capture_sizes))
+        specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static)
+        return SizeSpecializedGraph(name, gm, kind, cfg.cudagraph_capture_sizes, cfg, specialize)
+    if reason:
+        debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)   # noted for explain; warned once per reason
+        record.ran_eagerly = reason
+        log_eager_graph_skip(gm, name, reason, reason == DYNAMIC_SHAPES, cfg)
+        return EagerGraph(name, gm, reason)
+    install_interpreter_shims()
+    if kind == "inference":
+        gm = channels_last_convolutions(gm, cfg.conv_layout, name)
+        record.layout = gm.meta.get(LAYOUT_SUMMARY, "")
+
+    disk_key = graph_cache.graph_key(gm, example_inputs, cfg)
+    memory_key = lookup.memory_key(disk_key, gm, cfg)
+    # explain and debug folders need the IR of every graph: one first served from disk is compiled for real
+    needs_ir = debug_trace.capturing() or wants_debug_files(cfg)
+    compiled = lookup.from_memory(memory_key, name, record, graph_args, needs_ir=needs_ir)
+    if compiled is not None:
+        if needs_ir:
+            _keep_trace(lookup.with_name(compiled.trace, name, record), cfg)
+        compiled.graph_key = disk_key
+        return compiled
+    if cfg.graph_cache and not needs_ir:   # the disk cache keeps no IR and no schedule
+        compiled = lookup.rebuild(disk_key, name, record, graph_args, graph_cache.graph_constants(gm))
+        if compiled is not None:
+            record.compile_seconds = time.perf_counter() - start
+            lookup.keep_rebuilt(memory_key, compiled)
+            log.info("%s", record.summary())
+            return compiled
+    record.cache = "miss" if cfg.graph_cache else "off"
+
+    try:
+        compiled = run_stages(gm, example_inputs, name, record, graph_args)
+    except MiniInductorError as e:
+        if not cfg.fallback_on_error:
+            raise
+        debug_trace.warn_at_user_code(f"mini_inductor: {e}\nGraph {name} runs eagerly (fallback_on_error=True).",
+                                      debug_trace.ran_eagerly(name, str(e), gm).source)
+        record.ran_eagerly = str(e)
+        return EagerGraph(name, gm, str(e))
+    record.compile_seconds = time.perf_counter() - start
+    compiled.graph_key = disk_key
+    lookup.keep(memory_key, compiled, record, compiled.trace, cfg)
+    log.info("%s", record.summary())
+    return compiled
+
+
+def run_stages(gm: torch.fx.GraphModule, example_inputs, name: str, record: metrics.GraphRecord,
+               graph_args: dict) -> CompiledGraph:
+    """lower → schedule → generate → load: the compile itself, with no cache in front of it."""
+    cfg = graph_args["cfg"]
+    with stage(name, record, "lowering", f"{record.num_fx_nodes} ATen nodes"):
+        lowered = lower_graph(gm, example_inputs, name, cfg)
+    with stage(name, record, "scheduling", f"{len(lowered.buffers)} IR buffers", SchedulingError):
+        sched = schedule(lowered, cfg)
+    with stage(name, record, "codegen", f"{len(sched.nodes)} groups", CodegenError):
+        gen = generate(sched, cfg)
+    with stage(name, record, "loading", f"{len(gen.kernel_names)} Triton kernels", CodegenError):
+        module, path = load_module(gen.source, cfg.cache_dir)
+    prepare_kernels(module, name, cfg, record)   # GPU: every kernel compiled now, concurrently
+
+    record.nodes_before_fusion = sched.nodes_before_fusion
+    record.nodes_after_fusion = len(sched.nodes)
+    record.planned_peak_bytes = gen.planned_peak_bytes
+    record.estimated_bytes_moved = gen.estimated_bytes_moved
+    record.kernel_names = list(gen.kernel_names)
+    record.extern_calls = list(gen.extern_calls)
+    record.fallback_ops = lowered.fallback_ops.copy()
+    record.source_path = path
+    if lowered.fallback_ops:
+        perf_log.info("%s: ops run as ATen fallbacks: %s", name, dict(lowered.fallback_ops))
+    trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
+    debug_structured.graph_artifacts(trace)
+    debug_structured.output_code(name, gen.source, path)
+    _keep_trace(trace, cfg)
+    compiled = CompiledGraph(name, module, path, lowered.constants, **graph_args)
+    compiled.trace = trace  # what the fusion log and `explain` show again on a cache hit
+    record.graphed_workspace_bytes = compiled.graphed_workspace_bytes
+    return compiled
+
+
+@contextlib.contextmanager
+def stage(name: str, record: metrics.GraphRecord, what: str, detail: str, error: type | None = None):
+    """A timing span: its seconds into `record.stage_seconds[what]` when it succeeds, progress lines on
+    the `schedule` log. An exception that is not a MiniInductorError becomes `error` (naming the graph)."""
+    schedule_log.info("%s: %s (%s)…", name, what, detail)
+    began = time.perf_counter()
+    try:
+        yield
+    except MiniInductorError:
+        raise
+    except Exception as e:
+        if error is None:
+            raise
+        raise error(f"{type(e).__name__}: {e}", graph=name) from e
+    took = time.perf_counter() - began
+    record.stage_seconds[what] = took
+    schedule_log.info("%s: %s done in %.2f s", name, what, took)
+
+
+def _keep_trace(trace: debug_trace.GraphTrace, cfg: Config) -> None:
+    """A compiled graph's trace to whoever wants it: explain's capture, the debug folder."""
+    if debug_trace.capturing():
+        debug_trace.record(trace)
+    root = debug_root(cfg)
+    if root is not None:
+        dump_graph(root, trace)
+
+
+def why_eager(gm, example_inputs) -> str | None:
+    """Why this graph cannot get generated code here, or None."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
+                                                  any(not isinstance(s, int) for s in val.shape)):
+                return DYNAMIC_SHAPES
+    reason = unsupported_graph_reason(gm)
+    if reason:
+        return reason
+    devices = {t.device.type for t in tensors}
+    for node in gm.graph.nodes:   # a graph without tensor inputs (torch.rand(n, device="cuda")) still runs on its ops' device
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            devices.add(val.device.type)
+    if "cuda" not in devices and not interpreting():
+        return ("mini_inductor generates code for CUDA; on the CPU set TRITON_INTERPRET=1 to run the "
+                "generated Triton kernels in Triton's interpreter")
+    return None
+
+
+def _compile_specialization(gm, example_inputs, sizes_key, *, kind: str, cfg: Config, static: tuple[int, ...]):
+    """A graph with dynamic dims retraced for one listed capture size (SizeSpecializedGraph)."""
+    compiled = compile_graph(gm, example_inputs, kind=kind, cfg=cfg, static_input_idxs=static, sizes_key=sizes_key)
+    if isinstance(compiled, EagerGraph):
+        log.warning("mini_inductor: the specialization of a %s graph for sizes %s runs eagerly: %s",
+                    kind, sizes_key, compiled.reason)
+    return compiled
+
+
+def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
+    """Inputs at fixed addresses (parameters, buffers): CUDA graphs read them in place.
+
+    aot_autograd knows them for the forward/inference graph; in the backward they are the saved
+    `primals_k` whose forward input k-1 was static (saved activations are found in the pool by address).
+    """
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    static = list(getattr(fw, "static_input_indices", None) or [])
+    if kind != "backward":
+        return tuple(static)
+    wanted = {f"primals_{i + 1}" for i in static}
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(i for i, n in enumerate(placeholders) if n in wanted)
+
+
+def _generator_idxs(gm) -> tuple[int, ...]:
+    """Positions of the generator arguments (one per checkpointed random op, see random_lowerings.py)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.Generator))
