@@ -16,8 +16,8 @@ from mini_inductor.lowering.decompositions import decomposition_table
 from mini_inductor.codegen import generate
 from mini_inductor.caching.modules import load_module
 from mini_inductor.codegen.memory_plan import plan_reuse, verify_lifecycle
-from mini_inductor.codegen.wrapper import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, PartitionCallLine,
-                                           ReturnLine, ReuseLine)
+from mini_inductor.codegen.wrapper_ir import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, PartitionCallLine,
+                                              ReturnLine, ReuseLine)
 from mini_inductor.examples import EXAMPLES
 from mini_inductor.errors import CodegenError
 from mini_inductor.lowering import lower_graph

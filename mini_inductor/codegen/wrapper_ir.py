@@ -1,4 +1,4 @@
-"""The wrapper: a list of typed lines, printed to a Python module at the end.
+"""The wrapper IR: the typed lines that WrapperCodegen builds, printed to a Python module at the end.
 
 Each line carries structured data (names, sizes, the kernel's signature); only `emit` formats text,
 so another printer could consume the same lines.
