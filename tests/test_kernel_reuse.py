@@ -51,7 +51,7 @@ def test_repeated_layers_share_one_kernel_under_every_name(device):
 
 
 def test_only_kernels_with_identical_code_become_aliases():
-    from mini_inductor.codegen import _kernel_definitions
+    from mini_inductor.codegen.wrapper import _kernel_definitions
 
     def kernel(name, const):
         return f"@triton.jit\ndef {name}(in_ptr0, out_ptr0):\n    tl.store(out_ptr0, tl.load(in_ptr0) * {const})\n"

@@ -1,6 +1,6 @@
 """The records a generated module hands the runtime: one frozen dataclass per table.
 
-Codegen (codegen/__init__.py) writes these constants into every generated module as constructor
+Codegen (codegen/wrapper.py) writes these constants into every generated module as constructor
 calls with keyword arguments, after `from mini_inductor.runtime.module_spec import ...` in its header;
 the runtime reads them back by attribute. Both sides import this module, so a field renamed on one
 side only fails when the generated module is imported (a TypeError for the unknown keyword), on any

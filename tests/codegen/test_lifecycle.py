@@ -117,7 +117,7 @@ def test_codegen_raises_when_the_plan_is_unsound(monkeypatch):
     def drop_allocations(lines, **kwargs):
         planned = plan_reuse(lines, **kwargs)
         return [ln for ln in planned if not isinstance(ln, AllocateLine)]
-    monkeypatch.setattr("mini_inductor.codegen.plan_reuse", drop_allocations)
+    monkeypatch.setattr("mini_inductor.codegen.wrapper.plan_reuse", drop_allocations)
     with pytest.raises(CodegenError, match="memory plan of partition_0 is unsound: .* before it is allocated"):
         generate_fn(lambda x: x.sin() + 1, torch.randn(4, 4), verify_memory_plan=True)
 

@@ -6,7 +6,7 @@ import torch
 
 from compile_ir import generate_fn, run_fn
 from mini_inductor import metrics
-from mini_inductor.codegen import _may_alias_inputs
+from mini_inductor.codegen.wrapper import _may_alias_inputs
 from mini_inductor.codegen.memory_plan import plan_reuse, simulate_peak
 from mini_inductor.codegen.wrapper_ir import AllocateLine, FreeLine, ReturnLine, ReuseLine
 
