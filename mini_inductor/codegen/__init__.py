@@ -4,7 +4,7 @@
 
 This file is the package's face: the entry point and what it returns. The writer is wrapper.py
 (WrapperCodegen, over the line records of wrapper_ir.py and the memory plan of memory_plan.py); each
-fused group's kernel is triton.py (TritonKernel, and TritonOps, its `ops` handler).
+fused group's kernel is triton.py (TritonKernel), whose `ops` handler is triton_ops.py (TritonOps).
 """
 from __future__ import annotations
 

@@ -1,0 +1,480 @@
+"""The `ops` handler that prints Triton: `TritonOps` turns each op of a node's body into one line of
+the kernel's current section (CSE'd through `TritonKernel.emit`), and loads, stores, reductions into
+their masked, pointer-indexed Triton forms.
+
+Also here, since the kernel (triton.py) uses them too: the index symbols the kernel's code names
+(xindex, yindex, rindex), `CSEVar` (a value an op returns) and `StoreLine` (a store the kernel may
+drop once it knows the buffer stays inside it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING
+
+import sympy
+import torch
+
+from ..errors import CodegenError
+from ..lowering.sizevars import FloorDiv, ModularIndexing, upper_bound
+from ..scheduler.dependencies import simplify
+from .recompute import recompute_load
+
+if TYPE_CHECKING:
+    from .triton import TritonKernel
+
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+YINDEX = sympy.Symbol("yindex", integer=True, nonnegative=True)
+RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
+
+TL_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TL_DTYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} in a Triton kernel") from None
+
+
+def texpr(expr: sympy.Expr) -> str:
+    """Print an index expression as Triton (integer) code."""
+    if isinstance(expr, sympy.Integer):
+        return str(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        return expr.name
+    if isinstance(expr, FloorDiv):
+        return f"({_operand(expr.args[0])} // {texpr(expr.args[1])})"
+    if isinstance(expr, ModularIndexing):
+        base, div, mod = expr.args
+        inner = _operand(base) if div == 1 else f"({_operand(base)} // {texpr(div)})"
+        return f"({inner} % {texpr(mod)})"
+    if isinstance(expr, sympy.Add):
+        return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
+    if isinstance(expr, sympy.Mul):
+        return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
+    raise NotImplementedError(f"index expression {expr}")
+
+
+def _operand(expr: sympy.Expr) -> str:
+    """`expr` as the left operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
+    if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
+        return texpr(expr)
+    return f"({texpr(expr)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class CSEVar:
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self):
+        return self.name
+
+
+@dataclasses.dataclass
+class StoreLine:
+    buffer: str
+    text: str
+
+
+def _float_literal(v: float) -> str:
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(float(v))
+
+
+def _both_bool(a, b) -> bool:
+    return getattr(a, "dtype", None) == torch.bool and getattr(b, "dtype", None) == torch.bool
+
+
+class TritonOps:
+    """The `ops` handler that writes Triton code into the kernel's current section."""
+
+    def __init__(self, kernel: TritonKernel, inside: bool):
+        self.k = kernel
+        self.inside = inside
+        self.masks: list[str] = []   # masks of the `masked` bodies being evaluated, outermost first
+
+    # memory
+    def _index(self, index: sympy.Expr) -> sympy.Expr:
+        return simplify(index, self.k.var_ranges)
+
+    def _mask(self, index: sympy.Expr, name: str | None = None) -> str:
+        mask = self.k.row_mask
+        # an indirect index (a tmp symbol) may come from a load along the reduction: mask it like one
+        indirect = any(s.name.startswith("tmp") for s in index.free_symbols)
+        if self.k.is_reduction and (RINDEX in index.free_symbols or (indirect and self.inside)):
+            mask = "xmask & rmask"
+        if name is not None and self.masks and self._in_bounds(name, index):
+            # the body's masks only keep addresses in range, and these are: the value a false mask
+            # discards is read but never used, and the loads of one index CSE across the bodies
+            return mask
+        return " & ".join([mask] + self.masks)
+
+    def _in_bounds(self, name: str, index: sympy.Expr) -> bool:
+        """Every element of the kernel reads `name` inside its storage at `index` (a linear index of
+        the kernel's own variables, no negative terms, an upper bound within the buffer's span)."""
+        span = self.k.buffer_spans.get(name)
+        ranges = self.k.var_ranges
+        if span is None or not all(s in ranges for s in index.free_symbols):
+            return False
+        bound = upper_bound(index, ranges)
+        return bound is not None and bound <= span
+
+    def load(self, name: str, index):
+        k = self.k
+        index = self._index(index)
+        hit = k.store_cache.get((name, index))
+        if hit is not None:
+            value, sec = hit
+            if sec == k.section.index or (sec % 2 == 0 and sec < k.section.index):
+                return value
+        if name in k.recomputed:
+            value = recompute_load(k.recomputed[name], index, k.var_ranges, k.buffer_dtypes[name])
+            if value is None:
+                raise CodegenError(f"{name} is read at {index}, which names no single element of it",
+                                   node=name)
+            return value
+        if name in k.stores:
+            k.load_misses.add(name)
+        elif name not in k.loads:
+            k.loads.append(name)
+        dtype = k.buffer_dtypes[name]
+        kind = "bcast" if name in k.broadcast_reads else ("loop" if k.looped and self.inside else "")
+        k.loaded_in.setdefault(name, set()).add(k.section.index)
+        return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index, name)}@evict:{name}:{kind}@)", dtype)
+
+    def _pointer(self, name: str, index, after_loop: bool = False) -> str:
+        # an index without xindex (or yindex) still needs a block of pointers to match the mask
+        if self.k.tiling is not None:
+            pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros([YBLOCK, XBLOCK], tl.int32)"
+        else:
+            pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
+        return f"@{name}@ + {_operand(self.k.wide_index(index, after_loop))}{pad}"
+
+    def store(self, name: str, index, value, mode: str | None = None, after_loop: bool = False):
+        k = self.k
+        index = self._index(index)
+        dtype = k.buffer_dtypes[name]
+        if name not in k.stores:
+            k.stores.append(name)
+        if mode == "atomic_add":
+            # other programs add to the same elements: nothing to cache, and no plain store
+            if value.dtype != dtype:
+                value = self.to_dtype(value, dtype)
+            k.load_misses.add(name)
+            k.section.lines.append(StoreLine(name, f"tl.atomic_add({self._pointer(name, index)}, {value}, "
+                                                   f"{self._mask(index)}, sem='relaxed')"))
+            return
+        if mode is not None:
+            raise NotImplementedError(f"store mode {mode!r}")
+        if after_loop:
+            # a looped reduction's result exists only after its loop: store it there
+            if value.dtype != dtype:
+                cast = k.newvar(dtype)
+                k.section.finalize.append(f"{cast} = {value}.to({tl_dtype(dtype)})")
+                value = cast
+            k.store_cache[(name, index)] = (value, k.section.index + 1)
+            k.section.finalize.append(StoreLine(name, f"tl.store({self._pointer(name, index, True)}, {value}, xmask)"))
+            return
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
+        k.store_cache[(name, index)] = (value, k.section.index)
+        k.section.lines.append(StoreLine(name, f"tl.store({self._pointer(name, index)}, {value}, {self._mask(index)})"))
+
+    def store_reduction(self, name: str, index, value):
+        self.store(name, index, value, after_loop=self.k.looped)
+
+    # values
+    def constant(self, value, dtype: torch.dtype):
+        if dtype == torch.bool:
+            lit = "1" if value else "0"
+        elif dtype.is_floating_point:
+            lit = _float_literal(float(value))
+        else:
+            lit = str(int(value))
+        return self.k.emit(f"tl.full([1], {lit}, {tl_dtype(dtype)})", dtype)
+
+    def index_expr(self, expr, dtype: torch.dtype):
+        expr = self._index(expr)
+        if not expr.free_symbols:
+            return self.constant(int(expr), dtype)
+        return self.k.emit(f"({texpr(self.k.wide_index(expr))}).to({tl_dtype(dtype)})", dtype)
+
+    def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.k.emit(f"({x} != 0)", torch.bool)
+        if dtype == torch.uint8 and x.dtype.is_floating_point:
+            # eager wraps a float into uint8 through a wider integer (-1.5 → 255); Triton's direct cast saturates
+            return self.k.emit(f"{x}.to(tl.int32).to(tl.uint8)", dtype)
+        return self.k.emit(f"{x}.to({tl_dtype(dtype)})", dtype)
+
+    def where(self, c, a, b):
+        return self.k.emit(f"tl.where({c}, {a}, {b})", a.dtype)
+
+    def masked(self, mask, body, other):
+        """`body()` where `mask` holds (its loads masked, so out-of-range addresses are never read), else `other`."""
+        self.masks.append(str(mask))
+        try:
+            value = body()
+        finally:
+            self.masks.pop()
+        if isinstance(other, CSEVar):
+            return self.k.emit(f"tl.where({mask}, {value}, {other})", value.dtype)
+        if value.dtype == torch.bool:
+            lit = "1" if other else "0"
+        elif value.dtype.is_floating_point:
+            lit = _float_literal(float(other))
+        else:
+            lit = str(int(other))
+        return self.k.emit(f"tl.where({mask}, {value}, {lit})", value.dtype)
+
+    def indirect_indexing(self, value, size, check: bool = True):
+        """A loaded integer as an index symbol (named like its variable, so deps see it as indirect).
+
+        Negative indices wrap around as in eager; an out-of-range index is a device-side assert.
+        """
+        size = int(size)
+        wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
+        if check and self.k.device_asserts:
+            row = "xmask & rmask" if self.k.is_reduction and self.inside else self.k.row_mask
+            mask = " & ".join([row] + self.masks)
+            line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size})) | ~({mask}), "
+                    f"\"index out of bounds: 0 <= {wrapped} < {size}\")")
+            if line not in self.k.section.lines:
+                self.k.section.lines.append(line)
+        symbol = sympy.Symbol(wrapped.name, integer=True, nonnegative=True)
+        self.k.indirect[symbol] = (size, wrapped.dtype)
+        return symbol
+
+    def _binary(self, fmt: str, a, b, dtype=None):
+        return self.k.emit(fmt.format(a=a, b=b), dtype or a.dtype)
+
+    def _unary(self, fmt: str, a, dtype=None):
+        return self.k.emit(fmt.format(a=a), dtype or a.dtype)
+
+    # bool sums and products are eager's `or` and `and`; Triton's 1-bit `+` wraps (True + True is False)
+    def add(self, a, b): return self._binary("{a} | {b}" if _both_bool(a, b) else "{a} + {b}", a, b)
+    def sub(self, a, b): return self._binary("{a} - {b}", a, b)
+    def mul(self, a, b): return self._binary("{a} & {b}" if _both_bool(a, b) else "{a} * {b}", a, b)
+    def truediv(self, a, b): return self._binary("{a} / {b}", a, b)
+    def truncdiv(self, a, b): return self._binary("{a} // {b}", a, b)
+
+    def floordiv(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._binary("triton_helpers.div_floor_float({a}, {b})", a, b)
+        return self._binary("triton_helpers.div_floor_integer({a}, {b})", a, b)
+
+    def remainder(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._binary("triton_helpers.remainder_float({a}, {b})", a, b)
+        return self._binary("triton_helpers.remainder_integer({a}, {b})", a, b)
+
+    def fmod(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._binary("libdevice.fmod({a}, {b})", a, b)
+        return self._binary("{a} % {b}", a, b)
+
+    def maximum(self, a, b): return self._binary("triton_helpers.maximum({a}, {b})", a, b)
+    def minimum(self, a, b): return self._binary("triton_helpers.minimum({a}, {b})", a, b)
+    def pow(self, a, b):
+        if not a.dtype.is_floating_point:
+            raise NotImplementedError("integer pow")
+        return self._binary("libdevice.pow({a}, {b})", a, b)
+    def atan2(self, a, b): return self._binary("libdevice.atan2({a}, {b})", a, b)
+    def copysign(self, a, b): return self._binary("libdevice.copysign({a}, {b})", a, b)
+    def hypot(self, a, b): return self._binary("libdevice.hypot({a}, {b})", a, b)
+    def nextafter(self, a, b): return self._binary("libdevice.nextafter({a}, {b})", a, b)
+
+    def fmax(self, a, b):  # NaN only where both are NaN
+        if not a.dtype.is_floating_point:
+            return self.maximum(a, b)
+        return self._binary("tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, triton_helpers.maximum({a}, {b})))",
+                            a, b)
+
+    def fmin(self, a, b):
+        if not a.dtype.is_floating_point:
+            return self.minimum(a, b)
+        return self._binary("tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, triton_helpers.minimum({a}, {b})))",
+                            a, b)
+
+    def neg(self, a): return self._unary("-{a}", a)
+    def abs(self, a): return self._unary("tl.abs({a})", a)
+    def reciprocal(self, a): return self._unary("1 / {a}", a)
+    def square(self, a): return self._unary("{a} * {a}", a)
+    def relu(self, a): return self._unary("tl.where({a} < 0, 0, {a})", a)
+    def exp(self, a): return self._unary("tl.exp({a})", a)
+    def exp2(self, a): return self._unary("tl.exp2({a})", a)
+    def log(self, a): return self._unary("tl.log({a})", a)
+    def log2(self, a): return self._unary("tl.log2({a})", a)
+    def sqrt(self, a): return self._unary("tl.sqrt({a})", a)
+    def rsqrt(self, a): return self._unary("tl.rsqrt({a})", a)
+    def sin(self, a): return self._unary("tl.sin({a})", a)
+    def cos(self, a): return self._unary("tl.cos({a})", a)
+    def sigmoid(self, a): return self._unary("tl.sigmoid({a})", a)
+    def erf(self, a): return self._unary("tl.erf({a})", a)
+    def floor(self, a): return self._unary("tl.floor({a})", a) if a.dtype.is_floating_point else a
+    def ceil(self, a): return self._unary("tl.ceil({a})", a) if a.dtype.is_floating_point else a
+    def trunc(self, a): return self._unary("libdevice.trunc({a})", a) if a.dtype.is_floating_point else a
+    def round(self, a): return self._unary("libdevice.nearbyint({a})", a) if a.dtype.is_floating_point else a
+
+    def sign(self, a):
+        t = tl_dtype(a.dtype)
+        return self._unary(f"(0 < {{a}}).to({t}) - ({{a}} < 0).to({t})", a)
+
+    def isnan(self, a): return self._unary("{a} != {a}", a, torch.bool)
+    def isinf(self, a): return self._unary("libdevice.isinf({a}).to(tl.int1)", a, torch.bool)
+    def signbit(self, a): return self._unary("libdevice.signbit({a}).to(tl.int1)", a, torch.bool)
+
+    def eq(self, a, b): return self._binary("{a} == {b}", a, b, torch.bool)
+    def ne(self, a, b): return self._binary("{a} != {b}", a, b, torch.bool)
+    def lt(self, a, b): return self._binary("{a} < {b}", a, b, torch.bool)
+    def le(self, a, b): return self._binary("{a} <= {b}", a, b, torch.bool)
+    def gt(self, a, b): return self._binary("{a} > {b}", a, b, torch.bool)
+    def ge(self, a, b): return self._binary("{a} >= {b}", a, b, torch.bool)
+
+    def _bool(self, a):
+        return a if a.dtype == torch.bool else self.to_dtype(a, torch.bool)
+
+    def logical_and(self, a, b): return self._binary("{a} & {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_or(self, a, b): return self._binary("{a} | {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_xor(self, a, b): return self._binary("{a} ^ {b}", self._bool(a), self._bool(b), torch.bool)
+    def logical_not(self, a): return self._unary("{a} == 0", self._bool(a), torch.bool)
+    def bitwise_and(self, a, b): return self._binary("{a} & {b}", a, b)
+    def bitwise_or(self, a, b): return self._binary("{a} | {b}", a, b)
+    def bitwise_xor(self, a, b): return self._binary("{a} ^ {b}", a, b)
+    def bitwise_not(self, a):
+        return self._unary("{a} == 0", a) if a.dtype == torch.bool else self._unary("~{a}", a)
+    def bitwise_left_shift(self, a, b): return self._binary("{a} << {b}", a, b)
+    def bitwise_right_shift(self, a, b): return self._binary("{a} >> {b}", a, b)
+    def rand(self, seed, offset): return self._binary("tl.rand({a}, {b})", seed, offset, torch.float32)
+    def randn(self, seed, offset): return self._binary("tl.randn({a}, {b})", seed, offset, torch.float32)
+
+    def __getattr__(self, name):
+        # the rest of the math library through libdevice (one source on GPU and interpreter)
+        if name in _LIBDEVICE_UNARY:
+            return lambda a: self._unary(f"libdevice.{name}({{a}})", a)
+        if name in _LIBDEVICE_RENAMED:
+            return lambda a: self._unary(f"libdevice.{_LIBDEVICE_RENAMED[name]}({{a}})", a)
+        raise NotImplementedError(f"ops.{name} has no Triton translation")
+
+    # reductions
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value):
+        k = self.k
+        key = (reduction_type, tuple(v.name for v in value) if isinstance(value, tuple) else value.name, dtype)
+        if key in k.reduction_cache:
+            return k.reduction_cache[key]
+        result = (self._looped_reduction if k.looped else self._persistent_reduction)(dtype, reduction_type, value)
+        k.reduction_cache[key] = result
+        return result
+
+    def _persistent_reduction(self, dtype, rtype, value):
+        k = self.k
+        mask = "xmask & rmask"
+        if rtype == "welford_reduce":
+            n = _float_literal(float(k.rnumel))
+            total = k.emit(f"tl.sum(tl.where({mask}, {value}, 0), 1)[:, None]", dtype)
+            mean = k.emit(f"{total} / {n}", dtype)
+            dev = k.emit(f"tl.where({mask}, {value} - {mean}, 0)", dtype)
+            m2 = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
+            weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
+            return mean, m2, weight
+        if rtype == "welford_combine":
+            parts = [k.emit(f"tl.where({mask}, {v}, 0)", dtype) for v in value]
+            out = [k.newvar(dtype) for _ in range(3)]
+            k.section.lines.append(f"{out[0]}, {out[1]}, {out[2]} = triton_helpers.welford({', '.join(map(str, parts))}, 1)")
+            k.section.lines += [f"{v} = {v}[:, None]" for v in out]
+            return tuple(out)
+        if rtype in ("argmax", "argmin"):
+            # the masked value is [XBLOCK, RBLOCK] even where `value` does not vary along r (an expanded dim)
+            masked = k.emit(f"tl.where({mask}, {value}, {self._identity(rtype, value.dtype)})", value.dtype)
+            idx = k.emit(f"tl.broadcast_to(rindex, {masked}.shape)", torch.int32)
+            # the index reduces as int32 (rindex's type); the result is cast, since it is typed int64 for
+            # what the kernel does with it next (int64 constants, an int64 reduction's identity)
+            out = k.emit(f"triton_helpers.{rtype}({masked}, {idx}, 1)[:, None]", torch.int32)
+            return self.to_dtype(out, torch.int64)
+        ident = self._identity(rtype, dtype)
+        masked = k.emit(f"tl.where({mask}, {value}, {ident})", dtype)
+        return k.emit(_REDUCE[rtype].format(v=masked, t=tl_dtype(dtype)), dtype)
+
+    def _looped_reduction(self, dtype, rtype, value):
+        k = self.k
+        sec = k.section
+        mask = "xmask & rmask"
+        shape = "[XBLOCK, RBLOCK]"
+        if rtype in ("welford_reduce", "welford_combine"):
+            mean, m2, w = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            sec.init += [f"{v} = tl.zeros({shape}, {tl_dtype(dtype)})" for v in (mean, m2, w)]
+            nm, n2, nw = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            if rtype == "welford_reduce":
+                sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_update({mean}, {m2}, {w}, {value})")
+            else:
+                sec.lines.append(f"{nm}, {n2}, {nw} = triton_helpers.welford_combine({mean}, {m2}, {w}, "
+                                 f"{', '.join(map(str, value))})")
+            sec.lines += [f"{mean} = tl.where({mask}, {nm}, {mean})", f"{m2} = tl.where({mask}, {n2}, {m2})",
+                          f"{w} = tl.where({mask}, {nw}, {w})"]
+            om, o2, ow = k.newvar(dtype), k.newvar(dtype), k.newvar(dtype)
+            sec.finalize.append(f"{om}, {o2}, {ow} = triton_helpers.welford({mean}, {m2}, {w}, 1)")
+            sec.finalize += [f"{v} = {v}[:, None]" for v in (om, o2, ow)]
+            return om, o2, ow
+        if rtype in ("argmax", "argmin"):
+            acc, acc_i = k.newvar(value.dtype), k.newvar(torch.int64)
+            ident = self._identity(rtype, value.dtype)
+            sec.init += [f"{acc} = tl.full({shape}, {ident}, {tl_dtype(value.dtype)})",
+                         f"{acc_i} = tl.full({shape}, 2147483647, tl.int64)"]
+            nv, ni = k.newvar(value.dtype), k.newvar(torch.int64)
+            sec.lines.append(f"{nv}, {ni} = triton_helpers.{rtype}_update({acc}, {acc_i}, {value}, "
+                             f"tl.broadcast_to(rindex, {acc}.shape).to(tl.int64))")
+            sec.lines += [f"{acc} = tl.where({mask}, {nv}, {acc})", f"{acc_i} = tl.where({mask}, {ni}, {acc_i})"]
+            out = k.newvar(torch.int64)
+            sec.finalize.append(f"{out} = triton_helpers.{rtype}({acc}, {acc_i}, 1)[:, None]")
+            return out
+        acc = k.newvar(dtype)
+        ident = self._identity(rtype, dtype)
+        sec.init.append(f"{acc} = tl.full({shape}, {ident}, {tl_dtype(dtype)})")
+        combine = {"sum": "{a} + {v}", "prod": "{a} * {v}", "max": "triton_helpers.maximum({a}, {v})",
+                   "min": "triton_helpers.minimum({a}, {v})", "any": "{a} | {v}"}[rtype]
+        sec.lines.append(f"{acc} = tl.where({mask}, {combine.format(a=acc, v=value)}, {acc})")
+        out = k.newvar(dtype)
+        sec.finalize.append(f"{out} = " + _REDUCE[rtype].format(v=acc, t=tl_dtype(dtype)))
+        return out
+
+    @staticmethod
+    def _identity(rtype: str, dtype: torch.dtype) -> str:
+        if rtype in ("sum", "welford_reduce"):
+            return "0"
+        if rtype == "prod":
+            return "1"
+        if rtype == "any":
+            return "0"
+        largest = rtype in ("min", "argmin")
+        if dtype.is_floating_point:
+            return 'float("inf")' if largest else 'float("-inf")'
+        if dtype == torch.bool:
+            return "1" if largest else "0"
+        info = torch.iinfo(dtype)
+        return str(info.max if largest else info.min)
+
+
+_REDUCE = {
+    "sum": "tl.sum({v}, 1)[:, None]",
+    "prod": "triton_helpers.prod({v}, 1)[:, None]",
+    "max": "triton_helpers.max2({v}, 1)[:, None]",
+    "min": "triton_helpers.min2({v}, 1)[:, None]",
+    "any": "(tl.max({v}.to(tl.int8), 1) != 0)[:, None]",
+}
+
+_LIBDEVICE_UNARY = {"tanh", "expm1", "log1p", "log10", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                    "acosh", "atanh", "erfc", "erfinv", "lgamma"}
+# ops named otherwise in libdevice (CUDA's math library)
+_LIBDEVICE_RENAMED = {"i0": "cyl_bessel_i0", "i1": "cyl_bessel_i1", "ndtri": "normcdfinv", "erfcx": "erfcx",
+                      "bessel_j0": "j0", "bessel_j1": "j1", "bessel_y0": "y0", "bessel_y1": "y1"}
