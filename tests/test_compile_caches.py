@@ -7,8 +7,9 @@ import sympy
 import torch
 
 from common import check
-from mini_inductor.lowering.sizevars import FloorDiv, ModularIndexing, clear_caches, merge_divmod
-from mini_inductor.scheduler.dependencies import MemoryDep, canonical_vars, merge_loops, simplify
+from mini_inductor.lowering.sizevars import (FloorDiv, ModularIndexing, canonical_vars, clear_caches, merge_divmod,
+                                            merge_loops, simplify)
+from mini_inductor.scheduler.dependencies import MemoryDep
 
 
 def test_simplify_answers_each_range_separately():

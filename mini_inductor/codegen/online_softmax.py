@@ -28,8 +28,8 @@ from typing import Any
 import sympy
 import torch
 
+from ..lowering.sizevars import simplify
 from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
-from ..scheduler.dependencies import simplify
 from ..scheduler.nodes import SchedulerNode
 from .recompute import element_index
 

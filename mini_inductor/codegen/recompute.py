@@ -20,9 +20,8 @@ from typing import Any
 import sympy
 
 from ..lowering.ir import Layout, Pointwise
-from ..lowering.sizevars import FloorDiv, ModularIndexing, static_int
+from ..lowering.sizevars import FloorDiv, ModularIndexing, simplify, static_int
 from ..lowering.virtualized import ops
-from ..scheduler.dependencies import simplify
 from ..scheduler.nodes import SchedulerNode
 
 # a body loading more values than this is stored once rather than re-read by every loop using it

@@ -19,8 +19,8 @@ import dataclasses
 
 import sympy
 
-from ..lowering.sizevars import product, static_int
-from ..scheduler.dependencies import MemoryDep, canonical_vars
+from ..lowering.sizevars import canonical_vars, product, static_int
+from ..scheduler.dependencies import MemoryDep
 
 # CUDA's limit on grid axis 1, which holds the X blocks (axis 0, the Y blocks, goes to 2**31 - 1)
 MAX_GRID_AXIS1 = 65535

@@ -26,9 +26,9 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, index_range, product, static_int
+from ..lowering.sizevars import FloorDiv, ModularIndexing, canonical_vars, index_range, product, static_int
 from ..lowering.virtualized import set_ops_handler
-from ..scheduler.dependencies import MemoryDep, canonical_vars
+from ..scheduler.dependencies import MemoryDep
 from ..scheduler.nodes import SchedulerNode
 from .heuristics import TILE_XBLOCK_MAX, KernelConfig, multipass_looped_config, pick_config, pick_tile_config
 from .online_softmax import OnlineSoftmax, OnlineSoftmaxOps, find_online_softmax

@@ -16,8 +16,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, upper_bound
-from ..scheduler.dependencies import simplify
+from ..lowering.sizevars import FloorDiv, ModularIndexing, simplify, upper_bound
 from .recompute import recompute_load
 
 if TYPE_CHECKING:

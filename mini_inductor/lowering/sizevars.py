@@ -1,4 +1,6 @@
-"""Sympy helpers for sizes, strides and index expressions.
+"""Sympy helpers for sizes, strides and index expressions, and the index math that the scheduler
+and codegen share: an index's canonical form over its loop ranges (`simplify`), merging the loops
+every access walks contiguously (`merge_loops`), the canonical loop variables (`canonical_vars`).
 
 Sizes and indices are sympy expressions from the start. Integer division and modulo used in
 indexing are their own functions, so that they print as integer ops and simplify:
@@ -123,6 +125,10 @@ def _index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
     return tuple(sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n))
 
 
+def canonical_vars(n: int, prefix: str = "c") -> list[sympy.Symbol]:
+    return index_vars(prefix, n)
+
+
 def strided_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = sympy.Integer(0)) -> Expr:
     return offset + sympy.Add(*[i * s for i, s in zip(index, stride)])
 
@@ -166,6 +172,8 @@ def clear_caches() -> None:
     """Forget the kept index results (they stay correct; this only frees memory)."""
     _simplify_index.cache_clear()
     _merge_divmod.cache_clear()
+    _simplify.cache_clear()
+    _loop_groups.cache_clear()
 
 
 def upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
@@ -295,3 +303,62 @@ def _merge_divmod(expr: Expr) -> Expr:
                 break
         expr = sympy.Add(*[c * r for r, c in terms.items()])
     return expr
+
+
+def simplify(expr: Expr, ranges: dict) -> Expr:
+    """The canonical form of an index over `ranges` (var -> size); kept by value (INDEX_CACHE_SIZE says why)."""
+    return _simplify(expr, tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _simplify(expr: Expr, range_items: tuple) -> Expr:
+    return merge_divmod(simplify_index(merge_divmod(sympy.expand(expr)), dict(range_items)))
+
+
+def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.Symbol]):
+    """Drop size-1 loops and merge neighbours every expression walks contiguously.
+
+    Returns the new sizes and `reindex(new_vars) -> old var values` (expressions in the new vars).
+    """
+    groups = _loop_groups(tuple(sizes), tuple(exprs), tuple(vars_))
+    new_sizes = [product(sizes[i] for i in g) for g in groups]
+
+    def reindex(new_vars):
+        out: list[Expr] = [sympy.Integer(0)] * len(sizes)
+        for v, g in zip(new_vars, groups):
+            inner = sympy.Integer(1)
+            for k in reversed(g):
+                out[k] = FloorDiv(v, inner) if k == g[0] else ModularIndexing(v, inner, sizes[k])
+                inner = inner * sizes[k]
+        return out
+    return new_sizes, reindex
+
+
+@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
+def _loop_groups(sizes: tuple[Expr, ...], exprs: tuple[Expr, ...],
+                 vars_: tuple[sympy.Symbol, ...]) -> tuple[tuple[int, ...], ...]:
+    """Loop positions in merged groups, outermost first (kept by value: INDEX_CACHE_SIZE says why)."""
+    groups = [[i] for i in range(len(sizes)) if sizes[i] != 1]
+    exprs = [sympy.expand(e) for e in exprs]
+    merged = True
+    while merged:
+        merged = False
+        for g in range(len(groups) - 1):
+            a, b = groups[g][-1], groups[g + 1][0]
+            if all(_contiguous(e, vars_[a], vars_[b], sizes, groups[g + 1]) for e in exprs):
+                groups[g] = groups[g] + groups[g + 1]
+                del groups[g + 1]
+                merged = True
+                break
+    return tuple(tuple(g) for g in groups)
+
+
+def _contiguous(expr: Expr, outer: sympy.Symbol, inner: sympy.Symbol, sizes, inner_group) -> bool:
+    """`outer` steps exactly over the whole inner group: coeff(outer) == coeff(inner) * size(inner group)."""
+    for node in expr.atoms(FloorDiv, ModularIndexing):
+        if node.free_symbols & {outer, inner}:
+            return False
+    co, ci = expr.coeff(outer), expr.coeff(inner)
+    if co.free_symbols or ci.free_symbols:
+        return False
+    return sympy.expand(co - ci * product(sizes[k] for k in inner_group)) == 0

@@ -6,7 +6,8 @@
     WeakDep(name)                   ordering only (a later mutation must wait for this reader)
 
 Canonical form: loops are simplified first (size-1 loops dropped, neighbouring loops merged when
-every access walks them contiguously), then variables are renamed c0, c1, ... in order. So a
+every access walks them contiguously), then variables are renamed c0, c1, ... in order (the index
+math, `merge_loops`, `simplify` and `canonical_vars`, is lowering/sizevars.py's). So a
 pointwise producer's write and its consumer's elementwise read compare equal whatever shapes the
 FX graph used. `normalized()` merges across the pointwise/reduction split as well, which is the
 form that decides whether a pointwise producer can feed a reduction inside its loop.
@@ -15,13 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Sequence
-
-import sympy
+from typing import Callable
 
 from ..lowering.ir import ComputedBuffer
-from ..lowering.sizevars import (INDEX_CACHE_SIZE, Expr, FloorDiv, ModularIndexing, index_vars, merge_divmod,
-                                product, simplify_index)
+from ..lowering.sizevars import INDEX_CACHE_SIZE, Expr, canonical_vars, merge_loops, simplify
 from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
 
 
@@ -93,69 +91,6 @@ class WeakDep:
 
 
 Dep = MemoryDep | StarDep | WeakDep
-
-
-def canonical_vars(n: int, prefix: str = "c") -> list[sympy.Symbol]:
-    return index_vars(prefix, n)
-
-
-def simplify(expr: Expr, ranges: dict) -> Expr:
-    """The canonical form of an index over `ranges` (var -> size); kept by value (sizevars.py says why)."""
-    return _simplify(expr, tuple(ranges.items()))
-
-
-@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
-def _simplify(expr: Expr, range_items: tuple) -> Expr:
-    return merge_divmod(simplify_index(merge_divmod(sympy.expand(expr)), dict(range_items)))
-
-
-def merge_loops(sizes: list[Expr], exprs: Sequence[Expr], vars_: Sequence[sympy.Symbol]):
-    """Drop size-1 loops and merge neighbours every expression walks contiguously.
-
-    Returns the new sizes and `reindex(new_vars) -> old var values` (expressions in the new vars).
-    """
-    groups = _loop_groups(tuple(sizes), tuple(exprs), tuple(vars_))
-    new_sizes = [product(sizes[i] for i in g) for g in groups]
-
-    def reindex(new_vars):
-        out: list[Expr] = [sympy.Integer(0)] * len(sizes)
-        for v, g in zip(new_vars, groups):
-            inner = sympy.Integer(1)
-            for k in reversed(g):
-                out[k] = FloorDiv(v, inner) if k == g[0] else ModularIndexing(v, inner, sizes[k])
-                inner = inner * sizes[k]
-        return out
-    return new_sizes, reindex
-
-
-@functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
-def _loop_groups(sizes: tuple[Expr, ...], exprs: tuple[Expr, ...],
-                 vars_: tuple[sympy.Symbol, ...]) -> tuple[tuple[int, ...], ...]:
-    """Loop positions in merged groups, outermost first (kept by value: sizevars.py says why)."""
-    groups = [[i] for i in range(len(sizes)) if sizes[i] != 1]
-    exprs = [sympy.expand(e) for e in exprs]
-    merged = True
-    while merged:
-        merged = False
-        for g in range(len(groups) - 1):
-            a, b = groups[g][-1], groups[g + 1][0]
-            if all(_contiguous(e, vars_[a], vars_[b], sizes, groups[g + 1]) for e in exprs):
-                groups[g] = groups[g] + groups[g + 1]
-                del groups[g + 1]
-                merged = True
-                break
-    return tuple(tuple(g) for g in groups)
-
-
-def _contiguous(expr: Expr, outer: sympy.Symbol, inner: sympy.Symbol, sizes, inner_group) -> bool:
-    """`outer` steps exactly over the whole inner group: coeff(outer) == coeff(inner) * size(inner group)."""
-    for node in expr.atoms(FloorDiv, ModularIndexing):
-        if node.free_symbols & {outer, inner}:
-            return False
-    co, ci = expr.coeff(outer), expr.coeff(inner)
-    if co.free_symbols or ci.free_symbols:
-        return False
-    return sympy.expand(co - ci * product(sizes[k] for k in inner_group)) == 0
 
 
 class RecordingHandler:

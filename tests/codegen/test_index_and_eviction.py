@@ -8,8 +8,7 @@ import torch.nn.functional as F
 
 from common import check
 from mini_inductor import config, metrics
-from mini_inductor.lowering.sizevars import FloorDiv, ModularIndexing
-from mini_inductor.scheduler.dependencies import simplify
+from mini_inductor.lowering.sizevars import FloorDiv, ModularIndexing, simplify
 
 X = sympy.Symbol("xindex", integer=True, nonnegative=True)
 
