@@ -172,7 +172,6 @@ LAUNCHER_CHILD = textwrap.dedent('''
     import glob, json, os
     import torch, mini_inductor
     from mini_inductor import config, metrics
-from mini_inductor.caching import files as cache_files
     from mini_inductor.runtime.launch import precompile as pc
     built = []
     real_build = pc._build_launcher
