@@ -70,7 +70,7 @@ def _wrap_triton() -> None:
 
 
 def _wrap_ours() -> None:
-    from mini_inductor.runtime import launcher, precompile
+    from mini_inductor.runtime.launch import launcher, precompile
     precompile.wait_for_triton_setup = _timed(
         lambda *a, driver_only=False, **k: f"wait for Triton's {'driver' if driver_only else 'hash'}",
         precompile.wait_for_triton_setup)

@@ -10,7 +10,7 @@ compile and warm up, then run it again between `reset_peak_memory_stats()` and
 outputs, which `GraphRecord.planned_peak_bytes` plans, and, under CUDA graphs (on by default), the
 cuBLAS workspace: the measured call is the recording, and a recorded partition that calls cuBLAS
 allocates a fresh workspace in the pool (`GraphRecord.graphed_workspace_bytes`,
-mini_inductor/runtime/cublas_workspace.py). Each graph runs twice: with CUDA graphs (measured against
+mini_inductor/runtime/cudagraphs/cublas_workspace.py). Each graph runs twice: with CUDA graphs (measured against
 planned + workspace) and with options {"cudagraphs": False} (the workspace is made in the first
 call and kept, so measured against the planned buffers alone). Sizes are large (MBs) so the
 allocator's 512-byte rounding does not matter. Prints one row per run and exits non-zero when a run

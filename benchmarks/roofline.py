@@ -90,7 +90,7 @@ def _launches(source_path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     try:
-        from mini_inductor.runtime.launcher import accelerate
+        from mini_inductor.runtime.launch.launcher import accelerate
         accelerate(module)  # the launch path the compiled graph uses
     except Exception:  # noqa: BLE001  timing plain Triton launches is still right, only slower to enqueue
         pass

@@ -1,4 +1,4 @@
-"""GPU check of the static_launch option (runtime/static_launch.py): cold starts with it on and off,
+"""GPU check of the static_launch option (runtime/launch/static_launch.py): cold starts with it on and off,
 then launch costs with it on and off. Not a test; prints what to compare.
 
     PYTHONPATH=. python3 benchmarks/static_launch_check.py [--model launch_bound] [--skip-overhead]

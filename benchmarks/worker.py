@@ -98,7 +98,7 @@ def _triton_setup(first_call_began: float) -> dict:
     does the same work inside its first call; ours overlaps whatever ran between the import and the
     first call (here: building the model, the eager reference run), so only the part left shows in
     first_call_s."""
-    from mini_inductor.runtime.precompile import setup_times
+    from mini_inductor.runtime.launch.precompile import setup_times
     out = {}
     for what, start, end in (("triton_setup", "started", "hash"), ("torch_imports", "imports_started", "imports")):
         began, ended = setup_times.get(start), setup_times.get(end)

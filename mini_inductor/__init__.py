@@ -25,12 +25,12 @@ from . import config, metrics  # noqa: E402
 from .caching import dynamo_cache  # noqa: E402
 from .backend import mini_inductor as backend
 from .backend import reset
-from .runtime import cudagraph_trees as cudagraphs
-from .runtime.cudagraph_trees import mark_step
+from .runtime.cudagraphs import trees as cudagraphs
+from .runtime.cudagraphs.trees import mark_step
 from .debug.api import explain
 from .debug.logs import configure as _configure_logs
-from .runtime.precompile import start_torch_imports as _start_torch_imports
-from .runtime.precompile import start_triton_key as _start_triton_key
+from .runtime.launch.precompile import start_torch_imports as _start_torch_imports
+from .runtime.launch.precompile import start_triton_key as _start_triton_key
 
 __all__ = ["__version__", "backend", "config", "cudagraphs", "explain", "mark_step", "metrics", "reset"]
 

@@ -22,7 +22,7 @@ from .config import for_compile
 from .debug.logs import follow_torch_logs
 from .lowering.decompositions import decomposition_table
 from .pipeline import compile_graph
-from .runtime.cudagraph_trees import reset as reset_cudagraph_trees
+from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
 
 
 def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):

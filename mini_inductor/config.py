@@ -85,7 +85,7 @@ class Config:
     online_softmax: bool = True
     # fusion candidates are looked for among this many neighbours of a node in the schedule order
     fusion_window: int = 64
-    # CUDA-graph trees (runtime/cudagraph_trees.py): every cudagraph-safe partition runs from a recorded
+    # CUDA-graph trees (runtime/cudagraphs/trees.py): every cudagraph-safe partition runs from a recorded
     # graph on CUDA; mode="max-autotune-no-cudagraphs" or cudagraphs=False turns them off
     cudagraphs: bool = True
     # record on the very first call (no warmup run)
@@ -117,7 +117,7 @@ class Config:
     cudagraph_dynamic_shape_warn_limit: int = 8
     # graph only these sizes of a graph's dynamic dims: ints (one dynamic dim) or tuples of ints (several,
     # in the order the graph takes them); other sizes, and graphs without dynamic dims, run ungraphed.
-    # A graph with dynamic dims is compiled statically per listed size (runtime/capture_sizes.py).
+    # A graph with dynamic dims is compiled statically per listed size (runtime/cudagraphs/capture_sizes.py).
     # None: every size is graphed (and graphs with dynamic dims run eagerly, as without the option)
     cudagraph_capture_sizes: tuple | None = None
     # a reduction with few, long rows (x.sum() of a big tensor) runs as two kernels: partial results
@@ -144,7 +144,7 @@ class Config:
     # backend or its options); options={"dynamo_cache": False} keeps one compile's graphs out of it
     dynamo_cache: bool = False
     # launch Triton kernels through torch's prebuilt launcher (torch._C._StaticCudaLauncher) where it can
-    # take them (runtime/static_launch.py), so that Triton builds no C launcher with gcc for them (a
+    # take them (runtime/launch/static_launch.py), so that Triton builds no C launcher with gcc for them (a
     # cold start paid 0.23-0.40 s a signature); False: Triton's own launchers, as before. GPU only
     static_launch: bool = True
     # inference graphs with 2-D convolutions: give them channels-last inputs, so that cuDNN skips its

@@ -35,7 +35,7 @@ class GraphRecord:
     planned_peak_bytes: int = 0                  # memory plan: most bytes of the graph's own buffers live at once
     estimated_bytes_moved: int = 0               # bytes the kernels and extern calls read and write
     # the cuBLAS workspace a CUDA-graph warm-up or recording of the graph allocates in the pool, besides
-    # its planned buffers (0 without CUDA graphs or without cuBLAS calls): runtime/cublas_workspace.py
+    # its planned buffers (0 without CUDA graphs or without cuBLAS calls): runtime/cudagraphs/cublas_workspace.py
     graphed_workspace_bytes: int = 0
     layout: str = ""                             # what the channels-last pass did (lowering/layout_opt.py)
 

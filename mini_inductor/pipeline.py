@@ -6,7 +6,7 @@
       lower          ATen FX graph → IR buffers                     lowering.lower_graph
       schedule       IR → fused groups, memory plan, partitions     scheduler.schedule
       generate       groups → Triton kernels + the wrapper source   codegen.generate
-      load           source → module, kernels compiled             caching.modules, runtime.launcher
+      load           source → module, kernels compiled             caching.modules, runtime.launch.launcher
       → runtime.CompiledGraph, kept in the caches (caching/lookup.py keep)
 
 Each stage is a timing span: its seconds go to the graph's metrics.GraphRecord (`stage_seconds`,
@@ -35,9 +35,9 @@ from .lowering import lower_graph
 from .lowering.graph import unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
-from .runtime.capture_sizes import SizeSpecializedGraph
+from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
 from .runtime.interpreter import install as install_interpreter_shims
-from .runtime.launcher import prepare_kernels
+from .runtime.launch.launcher import prepare_kernels
 from .scheduler import schedule
 
 log = logging.getLogger("mini_inductor")

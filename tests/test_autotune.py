@@ -1,4 +1,5 @@
-"""Kernels compiled before the first call (precompile) and mode="max-autotune" (runtime/autotune.py).
+"""Kernels compiled before the first call (precompile) and mode="max-autotune" (runtime/launch/autotune.py,
+its winners on disk: caching/autotune.py).
 
 On the CPU both are no-ops (Triton's interpreter has nothing to compile or time); the GPU tests
 check that they run the same numbers as eager, and that winners are written and read back.
@@ -15,11 +16,12 @@ import pytest
 import torch
 
 from mini_inductor import config, metrics
+from mini_inductor.caching import autotune as autotune_cache
 from mini_inductor.caching import files as cache_files
 from mini_inductor.caching import PROCESS
-from mini_inductor.runtime.autotune import autotune_candidates, next_power_of_2
-from mini_inductor.runtime import autotune
-from mini_inductor.runtime.precompile import precompile
+from mini_inductor.runtime.launch import autotune
+from mini_inductor.runtime.launch.autotune import autotune_candidates, next_power_of_2
+from mini_inductor.runtime.launch.precompile import precompile
 
 
 def _module_of(record):
@@ -113,8 +115,9 @@ def test_benchmark_copies_keep_sizes_strides_values_and_aliasing():
 
 def test_winner_file_is_read_back_in_the_kernels_argument_order(tmp_path):
     path = tmp_path / "w.json"
-    autotune._write_winner(str(path), {"format": autotune.FORMAT, "meta": {"RBLOCK": 512, "XBLOCK": 4}, "num_warps": 8})
-    assert autotune._read_winner(str(path), {"XBLOCK": 1, "RBLOCK": 2048}) == (8, {"XBLOCK": 4, "RBLOCK": 512})
+    autotune_cache.write(str(path), {"format": autotune_cache.FORMAT, "meta": {"RBLOCK": 512, "XBLOCK": 4},
+                                     "num_warps": 8})
+    assert autotune_cache.read(str(path), {"XBLOCK": 1, "RBLOCK": 2048}) == (8, {"XBLOCK": 4, "RBLOCK": 512})
 
 
 @pytest.mark.parametrize("text", ['{"format": 1, "meta": {"XBLOCK": 4}, "num_w', "[1, 2]",
@@ -124,7 +127,7 @@ def test_a_corrupt_or_unfitting_winner_is_ignored_with_a_warning(tmp_path, caplo
     path = tmp_path / "w.json"
     path.write_bytes(cache_files.framed(text))   # its hash matches: the content itself is rejected
     with caplog.at_level(logging.WARNING, logger="mini_inductor.autotuning"):
-        assert autotune._read_winner(str(path), {"XBLOCK": 1024}) is None
+        assert autotune_cache.read(str(path), {"XBLOCK": 1024}) is None
     assert "ignoring" in caplog.text
 
 
@@ -169,8 +172,7 @@ LAUNCHER_CHILD = textwrap.dedent('''
     import glob, json, os
     import torch, mini_inductor
     from mini_inductor import config, metrics
-from mini_inductor.caching import files as cache_files
-    from mini_inductor.runtime import precompile as pc
+    from mini_inductor.runtime.launch import precompile as pc
     built = []
     real_build = pc._build_launcher
     def counting_build(src):

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from benchmarks import worker
-from mini_inductor.runtime import precompile
+from mini_inductor.runtime.launch import precompile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -63,8 +63,8 @@ def test_cold_timeline_wrappers_find_what_they_wrap():
         from triton.backends.nvidia import driver
         from triton.runtime import cache
         wrapped = [triton.compiler.compile, driver.CudaLauncher.__init__, driver.CudaUtils.__init__,
-                   cache.triton_key, sys.modules["mini_inductor.runtime.launcher"].precompile,
-                   sys.modules["mini_inductor.runtime.precompile"].wait_for_triton_setup]
+                   cache.triton_key, sys.modules["mini_inductor.runtime.launch.launcher"].precompile,
+                   sys.modules["mini_inductor.runtime.launch.precompile"].wait_for_triton_setup]
         print(all(hasattr(f, "__wrapped__") for f in wrapped), [e[0] for e in c.EVENTS])
     """)
     assert out.startswith("True") and "'process true'" in out, out

@@ -155,13 +155,13 @@ def test_a_damaged_front_entry_is_reported_dropped_and_rebuilt(damage, caplog):
                                     lambda data: data.replace(b'"num_warps": 8', b'"num_warps": 2')],
                          ids=["non-UTF-8 bytes", "truncated", "warps edited"])
 def test_a_damaged_autotuning_winner_is_reported_and_deleted(tmp_path, caplog, damage):
-    from mini_inductor.runtime import autotune
+    from mini_inductor.caching import autotune
     path = tmp_path / "autotune" / "ab" / "ab12.json"
-    autotune._write_winner(str(path), {"format": autotune.FORMAT, "meta": {"XBLOCK": 64}, "num_warps": 8})
-    assert autotune._read_winner(str(path), {"XBLOCK": 1024}) == (8, {"XBLOCK": 64})
+    autotune.write(str(path), {"format": autotune.FORMAT, "meta": {"XBLOCK": 64}, "num_warps": 8})
+    assert autotune.read(str(path), {"XBLOCK": 1024}) == (8, {"XBLOCK": 64})
     path.write_bytes(damage(path.read_bytes()))
     with caplog.at_level(logging.WARNING, logger="mini_inductor"):
-        assert autotune._read_winner(str(path), {"XBLOCK": 1024}) is None
+        assert autotune.read(str(path), {"XBLOCK": 1024}) is None
     assert _warnings_naming(caplog, path) and not path.exists()
 
 

@@ -1,5 +1,5 @@
 """The cuBLAS workspace a CUDA-graph warm-up or recording allocates besides the planned buffers
-(runtime/cublas_workspace.py): its size as torch picks it, which partitions call cuBLAS, and the
+(runtime/cudagraphs/cublas_workspace.py): its size as torch picks it, which partitions call cuBLAS, and the
 figure on the graph record, its summary, the debug report and the on-disk cache entry."""
 import pytest
 import torch
@@ -10,9 +10,10 @@ from mini_inductor.caching import graph_cache
 from mini_inductor.debug import trace as debug_trace
 from mini_inductor.debug.html import graph_section
 from mini_inductor.debug.report import graph_report
-from mini_inductor.runtime.cublas_workspace import (LARGE_DEFAULT, LT_DEFAULT, SMALL_DEFAULT, cublas_workspace_bytes,
-                                                    cublaslt_workspace_bytes, graphed_workspace_bytes,
-                                                    lt_workspace_bytes, workspace_bytes)
+from mini_inductor.runtime.cudagraphs.cublas_workspace import (LARGE_DEFAULT, LT_DEFAULT, SMALL_DEFAULT,
+                                                               cublas_workspace_bytes, cublaslt_workspace_bytes,
+                                                               graphed_workspace_bytes, lt_workspace_bytes,
+                                                               workspace_bytes)
 from mini_inductor.runtime.module_spec import PartitionSpec
 from mini_inductor.scheduler import partition
 from tests.compile_ir import run_fn

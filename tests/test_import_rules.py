@@ -2,7 +2,11 @@
 
     runtime           knows compiled modules only: never lowering, scheduler, codegen, debug, the
                       pipeline, the backend, or the compiled-graph caches
-    caching storage   (caching/__init__, files, memory, modules) the same, and never the runtime
+    runtime.cudagraphs, runtime.launch
+                      the same, and neither imports the other (CompiledGraph, in runtime/__init__,
+                      brings them together)
+    caching storage   (caching/__init__, files, memory, modules, kernel_store, autotune) the same as the
+                      runtime, and never the runtime
     caching           never the pipeline or the backend (no cache reaches into the backend)
     lowering          never scheduler, codegen, debug, the compiled-graph caches, pipeline or backend
     scheduler         never codegen, debug, the compiled-graph caches, pipeline or backend
@@ -21,13 +25,15 @@ GRAPH_CACHES = ("caching.graph_cache", "caching.front_cache", "caching.dynamo_ca
 TOP = ("debug", "pipeline", "backend", "cli", *GRAPH_CACHES)
 FORBIDDEN = {
     "runtime": ("lowering", "scheduler", "codegen", *TOP),
+    "runtime.cudagraphs": ("runtime.launch", "lowering", "scheduler", "codegen", *TOP),
+    "runtime.launch": ("runtime.cudagraphs", "lowering", "scheduler", "codegen", *TOP),
     "caching storage": ("lowering", "scheduler", "codegen", "runtime", *TOP),
     "caching": ("pipeline", "backend", "cli"),
     "lowering": ("scheduler", "codegen", *TOP),
     "scheduler": ("codegen", *TOP),
     "codegen": TOP,
 }
-CACHING_STORAGE = ("__init__", "files", "memory", "modules")
+CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune")
 BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version")
 ABOVE_BASE = ("lowering", "scheduler", "codegen", "runtime", "caching", *TOP)
 
@@ -68,7 +74,7 @@ def forbidden(layer: str, imported: set[str]) -> list[str]:
 def _files(layer: str) -> list[pathlib.Path]:
     if layer == "caching storage":
         return [PACKAGE / "caching" / f"{name}.py" for name in CACHING_STORAGE]
-    return sorted((PACKAGE / layer).rglob("*.py"))
+    return sorted(PACKAGE.joinpath(*layer.split(".")).rglob("*.py"))
 
 
 def _violations(layer: str) -> list[str]:
@@ -82,6 +88,12 @@ def test_a_package_imports_no_package_above_it(layer):
     assert _violations(layer) == []
 
 
+def test_every_caching_module_is_storage_or_a_compiled_graph_cache():
+    # a new module of caching/ must be placed on one side of the line the runtime may not cross
+    placed = {*CACHING_STORAGE, *(m.split(".", 1)[1] for m in GRAPH_CACHES)}
+    assert sorted(p.stem for p in (PACKAGE / "caching").glob("*.py") if p.stem not in placed) == []
+
+
 @pytest.mark.parametrize("name", BASE_MODULES)
 def test_a_base_module_imports_no_package_of_the_compiler(name):
     path = PACKAGE / f"{name}.py"
@@ -92,14 +104,23 @@ def test_a_base_module_imports_no_package_of_the_compiler(name):
 def test_the_rule_reader_sees_relative_and_function_level_imports():
     # the reader itself must catch a back edge written either way
     source = "def f():\n    from ..codegen import wrapper\n    from mini_inductor.lowering import ir\n" \
-             "from . import launcher\nfrom .. import config\n"
+             "from .launch import launcher\nfrom .. import config\n"
     imported = imports_of(source, "mini_inductor.runtime")
     assert forbidden("runtime", imported) == ["mini_inductor.codegen", "mini_inductor.codegen.wrapper",
                                               "mini_inductor.lowering", "mini_inductor.lowering.ir"]
-    assert "mini_inductor.runtime.launcher" in imported and "mini_inductor.config" in imported
+    assert "mini_inductor.runtime.launch.launcher" in imported and "mini_inductor.config" in imported
 
 
 def test_a_cache_that_reaches_into_the_backend_is_a_violation():
     # the Dynamo cache once imported the backend's private rebuild function (and the backend it)
     imported = imports_of("def build():\n    from ..backend import _rebuild\n", "mini_inductor.caching")
     assert forbidden("caching", imported) == ["mini_inductor.backend", "mini_inductor.backend._rebuild"]
+
+
+def test_the_cuda_graph_trees_and_the_kernel_launch_path_are_kept_apart():
+    imported = imports_of("from ..launch.precompile import precompile\n", "mini_inductor.runtime.cudagraphs")
+    assert forbidden("runtime.cudagraphs", imported) == ["mini_inductor.runtime.launch.precompile",
+                                                         "mini_inductor.runtime.launch.precompile.precompile"]
+    imported = imports_of("from ..cudagraphs import trees\n", "mini_inductor.runtime.launch")
+    assert forbidden("runtime.launch", imported) == ["mini_inductor.runtime.cudagraphs",
+                                                     "mini_inductor.runtime.cudagraphs.trees"]

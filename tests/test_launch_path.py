@@ -1,4 +1,4 @@
-"""The launch path without CUDA graphs (runtime/launcher.py): after a call site's first launch, later
+"""The launch path without CUDA graphs (runtime/launch/launcher.py): after a call site's first launch, later
 launches go straight to a C launcher (torch's static one or the kernel's own); unaligned tensors still
 take Triton's own path."""
 import concurrent.futures
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mini_inductor import metrics
-from mini_inductor.runtime.launcher import FastKernel
+from mini_inductor.runtime.launch.launcher import FastKernel
 
 pytestmark = pytest.mark.gpu
 
@@ -83,8 +83,8 @@ class _SlowLoadingKernel:
 
 def test_triton_launchers_are_loaded_by_one_thread_at_a_time():
     # Python shares one module object among loads of `__triton_launcher`: two threads loading launchers
-    # at once could swap them, so runtime/precompile.py loads them under a lock
-    from mini_inductor.runtime.precompile import triton_launcher
+    # at once could swap them, so runtime/launch/precompile.py loads them under a lock
+    from mini_inductor.runtime.launch.precompile import triton_launcher
     kernels = [_SlowLoadingKernel(i) for i in range(8)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         got = list(pool.map(triton_launcher, kernels))

@@ -1,4 +1,4 @@
-"""Kernels launched through torch's prebuilt launcher (runtime/static_launch.py, option static_launch).
+"""Kernels launched through torch's prebuilt launcher (runtime/launch/static_launch.py, option static_launch).
 
 On the CPU: the argument-type string the static launcher gets, built from signatures that Triton's
 own argument binding produces (for a hand-written kernel and for the kernels mini_inductor
@@ -21,8 +21,8 @@ import triton.language as tl
 
 from mini_inductor import config, metrics
 from mini_inductor.caching import PROCESS
-from mini_inductor.runtime import static_launch
-from mini_inductor.runtime.launcher import FastKernel
+from mini_inductor.runtime.launch import static_launch
+from mini_inductor.runtime.launch.launcher import FastKernel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -298,7 +298,7 @@ COLD_CHILD = textwrap.dedent('''
     import glob, json, os, sys
     import torch, mini_inductor
     from mini_inductor import config, metrics
-    from mini_inductor.runtime.launcher import FastKernel
+    from mini_inductor.runtime.launch.launcher import FastKernel
     def f(x, y, i):
         a = torch.softmax(x, -1) * y + 1
         return a, torch.relu(a @ y.t()).to(torch.float16), x.gather(1, i), (x * y).sum(0)

@@ -1,5 +1,5 @@
 """Torch modules Dynamo imports at its first traced call are imported at `import mini_inductor`, in a
-background thread (runtime/precompile.start_torch_imports), unless MINI_INDUCTOR_WARM_IMPORTS=0."""
+background thread (runtime/launch/precompile.start_torch_imports), unless MINI_INDUCTOR_WARM_IMPORTS=0."""
 import json
 import os
 import pathlib
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHILD = """
 import json, sys
 import mini_inductor
-from mini_inductor.runtime import precompile
+from mini_inductor.runtime.launch import precompile
 for t in precompile._import_thread:
     t.join(60)
 import os, torch
@@ -44,7 +44,7 @@ def test_dynamos_lazy_imports_and_tokenizing_are_done_ahead_and_can_be_turned_of
 def test_the_modules_named_are_the_ones_dynamo_imports_at_its_first_traced_call():
     # a fresh process without the warm-up: after one compiled call, every named module is loaded
     code = ("import json, sys, torch, mini_inductor\n"
-            "from mini_inductor.runtime import precompile\n"
+            "from mini_inductor.runtime.launch import precompile\n"
             "names = precompile.lazy_torch_imports()\n"
             "before = [n in sys.modules for n in names]\n"
             "f = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.LayerNorm(8))\n"
@@ -61,7 +61,7 @@ def test_the_modules_named_are_the_ones_dynamo_imports_at_its_first_traced_call(
     assert not any(before) and all(after)
     # the torch sources Dynamo tokenized for this module's call nodes are among those done ahead
     import torch
-    from mini_inductor.runtime import precompile
+    from mini_inductor.runtime.launch import precompile
     torch_dir = os.path.dirname(torch.__file__)
     from_torch = {os.path.relpath(p, torch_dir) for p in tokenized if p.startswith(torch_dir)}
     assert {"nn/modules/linear.py", "nn/modules/activation.py"} <= from_torch

@@ -1,11 +1,15 @@
 """Every cache of mini_inductor, in memory and on disk (the folders: files.py).
 
-Storage, which the runtime may use (each imports only files.py and torch):
+Storage, which the runtime may use (each imports only files.py and torch; Triton inside the
+functions that need it):
     files.py          the one atomic writer and hash-checked reader; the directory layout; the versions
                       every key includes
     memory.py         PROCESS: what this process keeps between compiles (compiled graphs, loaded modules)
     modules.py        generated modules, content-addressed, loaded once per process
-    kernel_store.py   compiled Triton kernels, reloaded without Triton's compile path (runtime/ today)
+    kernel_store.py   compiled Triton kernels' records, so that a later process reloads a kernel without
+                      Triton's compile path (written and read by runtime/launch/precompile.py)
+    autotune.py       autotuning winners: the config mode="max-autotune" picked per kernel specialization
+                      (the tuning itself: runtime/launch/autotune.py)
 Compiled graphs, above the runtime and the compiler:
     graph_cache.py    keyed on the ATen graph: a new process skips lowering, scheduling and codegen
     front_cache.py    keyed on Dynamo's graph: a hit skips AOT autograd as well (inference graphs)
@@ -17,8 +21,8 @@ Compiled graphs, above the runtime and the compiler:
     print(PROCESS)                 # compiled graphs and modules held, how each compile was served
     print(describe(cache_dir))     # what the cache dir holds, folder by folder
 
-This file imports only the storage half: the runtime imports caching.files, and the compiled-graph
-modules import the runtime.
+This file imports only the storage half: the runtime imports caching.files, kernel_store and
+autotune, and the compiled-graph modules import the runtime.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
     cache_dir/front/ab/ab12….json      Dynamo graph → compiled inference graph      (front_cache.py)
     cache_dir/ab/mi_ab12….py           generated modules, named after their source  (modules.py)
     cache_dir/ab/mi_ab12….*.code       their bytecode                              (modules.py)
-    cache_dir/kernels/….json           compiled Triton kernels' records             (runtime: kernel_store.py)
-    cache_dir/autotune/ab/ab12….json   autotuning winners                          (runtime: autotune.py)
+    cache_dir/kernels/….json           compiled Triton kernels' records             (kernel_store.py)
+    cache_dir/autotune/ab/ab12….json   autotuning winners                          (autotune.py)
 
     write(path, payload, what)                 # a temporary file in the same folder, then os.replace:
                                                # a reader sees the old file or the new one, never half
@@ -44,7 +44,7 @@ LAYOUT = {                        # what each folder under cache_dir holds (cach
     "front": "Dynamo graph → compiled inference graph (front_cache.py)",
     "modules": "generated modules and their bytecode, at the top: ab/mi_ab12….py (modules.py)",
     KERNELS: "compiled Triton kernels' records (kernel_store.py)",
-    "autotune": "autotuning winners (runtime/autotune.py)",
+    "autotune": "autotuning winners (autotune.py)",
 }
 
 

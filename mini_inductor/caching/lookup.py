@@ -20,7 +20,7 @@ from ..config import Config
 from ..debug import structured as debug_structured
 from ..metrics import GraphRecord
 from ..runtime import CompiledGraph
-from ..runtime.launcher import prepare_kernels
+from ..runtime.launch.launcher import prepare_kernels
 from . import graph_cache
 from .memory import PROCESS
 from .modules import load_module

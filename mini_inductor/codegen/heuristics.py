@@ -1,10 +1,10 @@
 """Block sizes and warps for a kernel, from its sizes alone (the configs mode="max-autotune" tries
-at run time are the runtime's: runtime/autotune.py)."""
+at run time are the runtime's: runtime/launch/autotune.py)."""
 from __future__ import annotations
 
 import dataclasses
 
-from ..runtime.autotune import next_power_of_2
+from ..runtime.launch.autotune import next_power_of_2
 
 
 @dataclasses.dataclass(frozen=True)

@@ -381,7 +381,7 @@ class WrapperCodegen:
         """PARTITIONS: per partition function, its input names, one source line per output (the
         CUDA-graph runtime classifies inputs by name and quotes the line in its errors) and its
         cuBLAS calls and which of them run through cuBLASLt (a recording of it allocates the
-        workspaces of both: runtime/cublas_workspace.py).
+        workspaces of both: runtime/cudagraphs/cublas_workspace.py).
         UNSAFE_PARTITIONS: per run of cudagraph-unsafe nodes, the reason and a source line (logged)."""
         source: dict[str, str] = {}
         for group in self.sched.nodes:
@@ -429,7 +429,7 @@ def _kernel_definitions(kernels: dict[str, str]) -> list[str]:
 
 
 def _launch_table(launches) -> str:
-    """KERNEL_LAUNCHES: what runtime/precompile.py needs to compile each kernel before the first call."""
+    """KERNEL_LAUNCHES: what runtime/launch/precompile.py needs to compile each kernel before the first call."""
     rows = []
     for call, dtypes in launches:
         if any(d is None for d in dtypes):

@@ -1,4 +1,12 @@
-"""Running compiled graphs: the callable that aot_autograd receives."""
+"""Running compiled graphs: the callable that aot_autograd receives.
+
+    CompiledGraph     a generated module's `call`, its kernels launched through launch/ and its
+                      cudagraph-safe partitions run from CUDA-graph trees (cudagraphs/)
+    EagerGraph        a graph that runs as the FX module itself
+
+What generated modules import by path stays at this level: module_spec.py, triton_helpers.py,
+interpreter.py, example_inputs.py (and rng.py, the seed layout lowering and CompiledGraph share).
+"""
 from __future__ import annotations
 
 import types
@@ -9,10 +17,10 @@ import torch
 
 from ..config import interpreting
 from ..fx_source import op_name as _op_name, source_line as _source_line
-from .cublas_workspace import graphed_workspace_bytes
-from .cudagraph_trees import TreeFunction, backward_ran, note_compiled_shape
-from .cudagraph_utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
-from .launcher import accelerate
+from .cudagraphs.cublas_workspace import graphed_workspace_bytes
+from .cudagraphs.trees import TreeFunction, backward_ran, note_compiled_shape
+from .cudagraphs.utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
+from .launch.launcher import accelerate
 from .module_spec import PartitionSpec, UnsafePartition
 from .rng import checkpointed_random_ops, draw_seed
 
@@ -24,9 +32,9 @@ class CompiledGraph:
     `tree_functions` (the partitions that run inside CUDA-graph trees; empty when they are off),
     `sizes_key` (for a static specialization made under `cudagraph_capture_sizes`: its dynamic sizes),
     `graphed_workspace_bytes` (the cuBLAS workspace a warm-up or recording allocates in the pool;
-    0 without trees: runtime/cublas_workspace.py).
+    0 without trees: runtime/cudagraphs/cublas_workspace.py).
     On CUDA, every partition function of the module is routed through its device's CUDA-graph tree
-    (runtime/cudagraph_trees.py) unless `cfg.cudagraphs` is False.
+    (runtime/cudagraphs/trees.py) unless `cfg.cudagraphs` is False.
     """
 
     _boxed_call = True

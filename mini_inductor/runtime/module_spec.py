@@ -9,14 +9,15 @@ machine, rather than as a KeyError inside a CUDA-graph recording on a GPU.
     constant           records                        one per                    read by
     ─────────────────  ─────────────────────────────  ─────────────────────────  ──────────────────────────
     INPUT_SPECS        list[InputSpec]                argument of call(args)     runtime/__init__.py,
-                                                                                 precompile.py, the module's
+                                                                                 launch/precompile.py,
+                                                                                 the module's
                                                                                  make_example_inputs()
     CONSTANT_SPECS     dict[str, ConstantSpec]        get_attr tensor            the module's benchmark()
     PARTITIONS         dict[str, PartitionSpec]       partition function         runtime/__init__.py (trees),
-                                                                                 cublas_workspace.py
+                                                                                 cudagraphs/cublas_workspace.py
     UNSAFE_PARTITIONS  dict[str, UnsafePartition]     run of nodes kept out of   runtime/__init__.py (logged,
                                                       CUDA graphs                or the skip reason)
-    KERNEL_LAUNCHES    list[KernelLaunch]             launch whose pointer       precompile.py
+    KERNEL_LAUNCHES    list[KernelLaunch]             launch whose pointer       launch/precompile.py
                                                       dtypes are all known
 
 Sizes and strides are ints (every size is static when codegen runs). Records are frozen and their
@@ -58,7 +59,7 @@ class PartitionSpec:
     input_traces: per input, the user's source line of the first op that reads it (quoted when a
         static input's address changes).
     cublas / cublaslt: the ATen ops it calls that use cuBLAS, and those of them that run through
-        cuBLASLt (a recording allocates both workspaces: runtime/cublas_workspace.py).
+        cuBLASLt (a recording allocates both workspaces: runtime/cudagraphs/cublas_workspace.py).
     """
 
     inputs: tuple[str, ...]
@@ -79,7 +80,7 @@ class UnsafePartition:
 
 @dataclasses.dataclass(frozen=True)
 class KernelLaunch:
-    """One launch signature of a Triton kernel, compiled before the first call (runtime/precompile.py).
+    """One launch signature of a Triton kernel, compiled before the first call (runtime/launch/precompile.py).
 
     kernel: the kernel's name in the module. dtypes: a torch.dtype per pointer argument. sizes: the
     size arguments after the pointers. meta: the block sizes (constexprs). num_warps: warps per block.

@@ -40,7 +40,7 @@ MASK_INDEXED_OPS = {aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put
                     aten._unsafe_index_put.default, aten._index_put_impl_.default}
 _UNSAFE_TAG = getattr(torch.Tag, "cudagraph_unsafe", None)
 # ATen ops (overload packets) whose CUDA kernels run through a cuBLAS or cuBLASLt handle: a warm-up or
-# recording of a partition that calls one allocates a cuBLAS workspace (runtime/cublas_workspace.py).
+# recording of a partition that calls one allocates a cuBLAS workspace (runtime/cudagraphs/cublas_workspace.py).
 CUBLAS_OPS = frozenset({
     "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.mv", "aten.addmv",
     "aten.dot", "aten.vdot", "aten.matmul", "aten.linear", "aten._addmm_activation", "aten._int_mm",

@@ -10,8 +10,9 @@ import torch
 import mini_inductor
 import mini_inductor.runtime as runtime
 from mini_inductor import config
-from mini_inductor.runtime import CompiledGraph, precompile
-from mini_inductor.runtime.cublas_workspace import graphed_workspace_bytes
+from mini_inductor.runtime import CompiledGraph
+from mini_inductor.runtime.cudagraphs.cublas_workspace import graphed_workspace_bytes
+from mini_inductor.runtime.launch import precompile
 from mini_inductor.runtime.module_spec import (ConstantSpec, InputSpec, KernelLaunch, PartitionSpec,
                                                UnsafePartition)
 from mini_inductor.scheduler import partition

@@ -1,8 +1,8 @@
 """Helpers for the CUDA-graph tree tests: plain Python functions wrapped as tree functions."""
 
 from mini_inductor import config
-from mini_inductor.runtime import cudagraph_trees as trees
-from mini_inductor.runtime.cudagraph_utils import FunctionInfo
+from mini_inductor.runtime.cudagraphs import trees
+from mini_inductor.runtime.cudagraphs.utils import FunctionInfo
 
 
 def tree_fn(fn, name="f", *, static=(), mutated=(), mode="inference", traces=None, **options):

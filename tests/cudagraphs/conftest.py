@@ -8,7 +8,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mini_inductor.runtime import cudagraph_trees as trees  # noqa: E402
+from mini_inductor.runtime.cudagraphs import trees  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

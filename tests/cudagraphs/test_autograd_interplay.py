@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import mini_inductor
-from mini_inductor.runtime.cudagraph_utils import counters
+from mini_inductor.runtime.cudagraphs.utils import counters
 
 from mini_inductor.caching import PROCESS  # noqa: E402
 

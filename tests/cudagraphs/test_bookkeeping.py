@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import mini_inductor
 from mini_inductor import metrics
-from mini_inductor.runtime import cudagraph_trees as trees
+from mini_inductor.runtime.cudagraphs import trees
 
 from mini_inductor.caching import PROCESS  # noqa: E402
 

@@ -14,8 +14,8 @@ import torch.nn as nn
 import mini_inductor
 from mini_inductor import config as config_module
 from mini_inductor.config import Config, normalize_capture_sizes
-from mini_inductor.runtime.capture_sizes import sizes_key
-from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+from mini_inductor.runtime.cudagraphs.capture_sizes import sizes_key
+from mini_inductor.runtime.cudagraphs.utils import counters, skip_reasons
 
 from mini_inductor.caching import PROCESS  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_capture_size_tuples_follow_the_order_of_the_dynamic_dims(device):
 
 
 def test_a_failed_specialization_runs_the_graph_eagerly_with_one_counted_skip(device, monkeypatch):
-    from mini_inductor.runtime import capture_sizes
+    from mini_inductor.runtime.cudagraphs import capture_sizes
 
     def broken(gm, args):
         raise RuntimeError("retrace broke")

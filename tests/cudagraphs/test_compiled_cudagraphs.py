@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import mini_inductor
 from cg_helpers import in_pool
-from mini_inductor.runtime.cudagraph_utils import pool_segments
+from mini_inductor.runtime.cudagraphs.utils import pool_segments
 
 pytestmark = pytest.mark.gpu
 

@@ -18,7 +18,7 @@ import torch
 
 import mini_inductor
 from cg_helpers import manager, stats, tree_fn
-from mini_inductor.runtime.cudagraph_utils import capturing, pool_blocks
+from mini_inductor.runtime.cudagraphs.utils import capturing, pool_blocks
 
 POOL = (0, 7)
 

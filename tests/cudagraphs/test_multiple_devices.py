@@ -13,7 +13,7 @@ import torch.nn as nn
 from cg_helpers import run_gpu_and_cpu_inputs, train_step_matches_eager
 
 import mini_inductor
-from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+from mini_inductor.runtime.cudagraphs.utils import counters, skip_reasons
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from compile_ir import generate_fn  # noqa: E402

@@ -17,7 +17,7 @@ from cg_helpers import run_gpu_and_cpu_inputs
 
 import mini_inductor
 from mini_inductor.runtime import CompiledGraph
-from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+from mini_inductor.runtime.cudagraphs.utils import counters, skip_reasons
 
 pytestmark = pytest.mark.gpu
 

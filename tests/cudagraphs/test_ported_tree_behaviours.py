@@ -16,7 +16,7 @@ from cg_helpers import manager, tree_fn
 
 import mini_inductor
 from mini_inductor.runtime import CompiledGraph
-from mini_inductor.runtime.cudagraph_utils import counters, pool_blocks, pool_segments
+from mini_inductor.runtime.cudagraphs.utils import counters, pool_blocks, pool_segments
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from mini_inductor import config, metrics
 from mini_inductor.runtime import CompiledGraph, eager_graph_skip
-from mini_inductor.runtime.cudagraph_utils import counters, skip_reasons
+from mini_inductor.runtime.cudagraphs.utils import counters, skip_reasons
 from mini_inductor.runtime.module_spec import UnsafePartition
 
 from mini_inductor.caching import PROCESS  # noqa: E402
@@ -159,7 +159,7 @@ def test_changing_the_listed_ops_does_not_recompile_and_a_fresh_compile_follows_
 
 def test_or_error_raises_where_partitioning_off_would_skip(monkeypatch):
     from cg_helpers import fake_cuda_module, pretend_cuda
-    from mini_inductor.runtime.cudagraph_utils import CudaGraphSkipped
+    from mini_inductor.runtime.cudagraphs.utils import CudaGraphSkipped
     pretend_cuda(monkeypatch)
     counters.clear()
     module = fake_cuda_module(["cuda:0"])

@@ -12,7 +12,7 @@ import torch
 
 import mini_inductor
 from cg_helpers import in_pool, manager, stats, tree_fn
-from mini_inductor.runtime.cudagraph_utils import pool_segments
+from mini_inductor.runtime.cudagraphs.utils import pool_segments
 
 pytestmark = pytest.mark.gpu
 
@@ -348,7 +348,7 @@ def test_replay_output_held_through_a_checkpoint_becomes_allocator_owned():
 
 def test_pending_backward_warning_is_issued_once_per_function():
     f = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
-    mini_inductor.runtime.cudagraph_trees._MarkStep.counter = 0   # generations from Dynamo: none advance here
+    mini_inductor.runtime.cudagraphs.trees._MarkStep.counter = 0   # generations from Dynamo: none advance here
     keep = []
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -401,7 +401,7 @@ def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
         torch.testing.assert_close(w2.grad, torch.full_like(w2, 3 * 4.0))
     assert stats()["replays"] >= 8
     (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
-    from mini_inductor.runtime.cudagraph_nodes import _SAME_GRAPH
+    from mini_inductor.runtime.cudagraphs.nodes import _SAME_GRAPH
     assert [k[0] for k in node.kinds][1] == _SAME_GRAPH and not any(node.cacheable)
     assert not in_pool(w1.grad) and not in_pool(w2.grad)
 
@@ -454,7 +454,7 @@ def test_backward_output_in_a_forward_output_memory_is_copied_into_grads():
             Op.apply(w, scale).sum().backward()
         torch.testing.assert_close(w.grad, torch.full_like(w, 2 * 4.0))   # y = 2 * scale * w, summed
     assert stats()["replays"] >= 8
-    from mini_inductor.runtime.cudagraph_nodes import _PRIOR
+    from mini_inductor.runtime.cudagraphs.nodes import _PRIOR
     (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
     assert node.kinds[0][0] == _PRIOR
 

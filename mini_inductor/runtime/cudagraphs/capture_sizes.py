@@ -23,7 +23,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .cudagraph_utils import log_skip
+from .utils import log_skip
 
 log = logging.getLogger("mini_inductor.cudagraphs")
 

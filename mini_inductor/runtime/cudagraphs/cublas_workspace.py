@@ -1,7 +1,7 @@
 """The cuBLAS workspace that a CUDA-graph warm-up or recording of a graph allocates in the tree's pool.
 
 torch keeps one cuBLAS workspace per (handle, stream) and creates it at the first cuBLAS call on
-that stream. `capture_hygiene` (cudagraph_utils.py) drops the cached ones before and after every
+that stream. `capture_hygiene` (utils.py) drops the cached ones before and after every
 warm-up and recording, so the first cuBLAS call of a graphed partition allocates a fresh workspace,
 from the pool, while the partition's own buffers are live:
 
@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from .module_spec import PartitionSpec
+from ..module_spec import PartitionSpec
 
 KIB = 1024
 # torch's defaults (aten/src/ATen/cuda/CublasHandlePool.cpp): ":4096:8" (32 MiB) on compute capability

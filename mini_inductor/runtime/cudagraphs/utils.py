@@ -1,5 +1,5 @@
 """Pieces the CUDA-graph tree is built from: storage liveness, the private pool, output rebuilding,
-skip reasons, counters and messages. See cudagraph_trees.py for the tree itself.
+skip reasons, counters and messages. See trees.py for the tree itself.
 
 The CUDA allocator calls used here are private torch APIs; they exist in CUDA builds of torch (2.11
 and 2.13 checked) and not in CPU builds, so nothing here is called unless a GPU is in use.

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from .cudagraph_nodes import Check, GraphNode, WarmupNode, unpin
-from .cudagraph_utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
-                              log, log_skip, overwritten_message, perf_log, pool_blocks, pool_segments,
-                              skip_reasons)
+from .nodes import Check, GraphNode, WarmupNode, unpin
+from .utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
+                    log, log_skip, overwritten_message, perf_log, pool_blocks, pool_segments,
+                    skip_reasons)
 
 _UNEXPECTED_RERECORD = (Check.STATIC_MOVED, Check.MANAGED_MOVED, Check.STABLE_MOVED)
 

@@ -15,10 +15,10 @@ first launch finds it: warmup's stand-in tensors have 16-byte aligned addresses,
 allocations do, so the specialization matches.
 
 With the static_launch option, a kernel that torch's prebuilt launcher can take
-(runtime/static_launch.py) is loaded for it in its compile thread, and Triton is never asked for the
+(static_launch.py) is loaded for it in its compile thread, and Triton is never asked for the
 kernel's C launcher (`CompiledKernel.run` would build it with gcc): no launcher build is queued for a
 signature the static launcher takes, and the launch sites get the compiled kernels directly
-(through kernel_store.attach, as reloaded ones), not through Triton's launch.
+(through caching/kernel_store.py's attach, as reloaded ones), not through Triton's launch.
 
 A no-op under Triton's interpreter and when compile_threads is 0.
 """
@@ -37,9 +37,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import interpreting
-from . import kernel_store, static_launch
-from .module_spec import KernelLaunch
+from ...caching import kernel_store
+from ...config import interpreting
+from ..module_spec import KernelLaunch
+from . import static_launch
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -174,7 +175,7 @@ setup_times: dict[str, float] = {}
 def precompile(module, threads: int, store_dir: str | None = None, static: bool | None = None) -> tuple[int, int]:
     """Make every kernel `module.KERNEL_LAUNCHES` names ready before the first call: (reloaded, compiled).
 
-    A specialization `store_dir` remembers (runtime/kernel_store.py) is rebuilt from Triton's cache
+    A specialization `store_dir` remembers (caching/kernel_store.py) is rebuilt from Triton's cache
     files directly; the rest compile on `threads` threads (none when threads is 0: they compile at
     their first launch) and are remembered for the next process. Kernels with the same code (a second
     name in the module) and repeated launch specs are one job. `static`: the static_launch option (None:
@@ -185,7 +186,7 @@ def precompile(module, threads: int, store_dir: str | None = None, static: bool 
         return 0, 0
     wait_for_triton_setup(driver_only=True)     # compile_all waits for the rest before compiling
     if static is None:
-        from .. import config as config_module
+        from ... import config as config_module
         static = config_module.current().static_launch
     static = static and static_launch.c_api() is not None
     device = _device(module)
@@ -220,7 +221,7 @@ def compile_jobs(module, launches: Sequence[KernelLaunch]) -> list[CompileJob]:
     jobs: dict[tuple, CompileJob] = {}
     for launch in launches:
         fn = getattr(module, launch.kernel, None)
-        if not hasattr(fn, "warmup"):   # a FastKernel (runtime/launcher.py) wraps the JITFunction; a JITFunction's
+        if not hasattr(fn, "warmup"):   # a FastKernel (launcher.py) wraps the JITFunction; a JITFunction's
             fn = getattr(fn, "fn", None)  # own `.fn` is the plain Python function (unwrapping it dropped every job)
         if hasattr(fn, "warmup"):
             args = (*launch.dtypes, *launch.sizes)

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .cudagraph_utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, StorageRef, aligned, allocating_in_pool,
-                              capture_hygiene, capturing, check_pool, counters, empty_like_strided, expanded_dims,
-                              first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
-                              tensor_metadata, tensor_on)
+from .utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, StorageRef, aligned, allocating_in_pool,
+                    capture_hygiene, capturing, check_pool, counters, empty_like_strided, expanded_dims,
+                    first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
+                    tensor_metadata, tensor_on)
 
 if TYPE_CHECKING:
-    from .cudagraph_trees import TreeManager
+    from .trees import TreeManager
 
 
 class Check(enum.Enum):

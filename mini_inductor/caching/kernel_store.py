@@ -5,12 +5,12 @@ costs more than the load itself: the first lookup of the process hashes Triton's
 its 500 MB shared library (`triton_key`), and each kernel's key is computed again from its source.
 On a warm start that was most of our first call.
 
-So when a kernel is compiled (runtime/precompile.py), its specialization is written down here, under
+So when a kernel is compiled (runtime/launch/precompile.py), its specialization is written down here, under
 `cache_dir/kernels/<key>.json`: the files Triton's cache keeps for it (binary and metadata), its hash
 and the signature and constants its launcher needs. The key is a hash of the kernel's source, the
 launch spec (argument dtypes and sizes, block sizes, warps), the GPU's compute capability and the
 torch/Triton/mini_inductor versions. A later process rebuilds the `CompiledKernel` straight from
-those files and hands it to the launch site (runtime/launcher.py), which launches it as it would a
+those files and hands it to the launch site (runtime/launch/launcher.py), which launches it as it would a
 kernel Triton compiled: the same binary, found by a cheaper path.
 
 Anything missing (Triton's cache was cleared, a file moved) is a miss: that kernel compiles through
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..caching import files as cache_files
+from . import files as cache_files
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -109,7 +109,7 @@ def _record(data) -> dict:
 
 
 def attach(fn, key: tuple, kernel) -> None:
-    """Give the launch sites of `fn` the compiled kernel for `key` (runtime/launcher.py looks here)."""
+    """Give the launch sites of `fn` the compiled kernel for `key` (runtime/launch/launcher.py looks here)."""
     table = getattr(fn, "_mini_inductor_compiled", None)
     if table is None:
         table = {}

@@ -11,12 +11,12 @@ a call with an unaligned tensor, or a site first compiled for unaligned ones, go
 own path.
 
 With the static_launch option (on by default), a kernel torch's prebuilt launcher can take
-(runtime/static_launch.py) goes through that instead, from its first launch on: Triton then never
+(static_launch.py) goes through that instead, from its first launch on: Triton then never
 builds the kernel's C launcher with the host compiler (a cold Triton cache paid 0.23-0.40 s a
 signature for those on the H100 machine). The first launch asks Triton for the compiled kernel
 without launching it (`JITFunction.run(..., warmup=True)`), which compiles it if nothing did before.
 
-Under mode="max-autotune" a site's first launch asks the Autotuner (runtime/autotune.py) for the
+Under mode="max-autotune" a site's first launch asks the Autotuner (autotune.py) for the
 grid, block sizes and warps; every later launch reuses them.
 
 Under Triton's interpreter (CPU) everything goes through the plain path.
@@ -29,9 +29,10 @@ import time
 
 import torch
 
-from ..caching.files import KERNELS
-from ..config import interpreting
-from . import kernel_store, static_launch
+from ...caching import kernel_store
+from ...caching.files import KERNELS
+from ...config import interpreting
+from . import static_launch
 from .autotune import Autotuner
 from .precompile import precompile, triton_launcher
 
@@ -54,7 +55,7 @@ class _Site:
         self.fixed = ()          # its arguments between the stream and the kernel's own
         self.use_static = use_static   # the static_launch option
         # torch's static launcher, with what it takes besides the grid, arguments and stream (the two
-        # Nones after the arguments are Triton's scratch pointers: runtime/static_launch.py)
+        # Nones after the arguments are Triton's scratch pointers: static_launch.py)
         self.static = None
         self.kept = 0            # the site's arguments the binary takes: the first `kept`, or these positions
 
@@ -132,7 +133,7 @@ class _Site:
                           kernel.packed_metadata, None, None, None)
 
     def _reloaded(self, args, num_warps, meta) -> bool:
-        """Take the kernel that runtime/kernel_store.py rebuilt for this launch spec, if there is one and
+        """Take the kernel that caching/kernel_store.py rebuilt for this launch spec, if there is one and
         every pointer is a 16-byte aligned CUDA address (what it was compiled for)."""
         if not hasattr(self.fn, "_mini_inductor_compiled"):
             return False
@@ -173,7 +174,7 @@ def accelerate(module, tuner=None, static: bool | None = None) -> None:
     if interpreting():
         return
     if static is None:
-        from .. import config as config_module
+        from ... import config as config_module
         static = config_module.current().static_launch
     if getattr(module, "_mini_inductor_fast", False):
         for value in vars(module).values():

@@ -38,7 +38,7 @@ import tempfile
 
 import torch
 
-from ..config import interpreting
+from ...config import interpreting
 
 log = logging.getLogger("mini_inductor.schedule")
 

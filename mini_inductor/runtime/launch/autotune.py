@@ -2,8 +2,8 @@
 
     site(*args, num_warps=4, XBLOCK=1024)             # a generated launch, with the heuristic's config
       → Autotuner.tune(fn, grid, args, 4, {"XBLOCK": 1024})
-          a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device;
-                                                               a content hash line: caching/files.py)
+          a winner on disk?   cache_dir/autotune/ab/ab12….json   (kernel source, sizes, dtypes, device:
+                                                               caching/autotune.py)
           else: the candidates (autotune_candidates below), compiled concurrently,
                 each timed the do_bench way on copies of the arguments (kernels that write in
                 place or accumulate leave the real tensors alone); the fastest written to disk
@@ -14,21 +14,16 @@ for other grids only num_warps varies. Nothing is tuned while a CUDA graph is be
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import os
 from typing import Any
 
 import torch
 
-from ..caching import files as cache_files
+from ...caching import autotune as autotune_cache
 from .precompile import CompileJob, compile_all
 
 log = logging.getLogger("mini_inductor.autotuning")
-
-FORMAT = 1
 
 
 def next_power_of_2(n: int) -> int:
@@ -82,7 +77,7 @@ def autotune_candidates(xnumel: int, rnumel: int | None, meta: dict[str, int], n
 
 
 class Autotuner:
-    """Picks and remembers each kernel's config. Key methods: `tune`, `winner_path`.
+    """Picks and remembers each kernel's config (the winners on disk: caching/autotune.py). Key method: `tune`.
 
     `tuned` counts kernels benchmarked in this process, `from_disk` those whose winner was read back.
     """
@@ -103,9 +98,8 @@ class Autotuner:
         xnumel = sizes.get("xnumel")
         tune_blocks = (xnumel is not None and "XBLOCK" in meta and grid[1:] == (1, 1)
                        and grid[0] == math.ceil(xnumel / meta["XBLOCK"]))
-        key = self.key(fn, args, num_warps, meta)
-        path = self.winner_path(key)
-        winner = _read_winner(path, meta)
+        path = autotune_cache.path(self.cache_dir, autotune_cache.key(fn, args, num_warps, meta))
+        winner = autotune_cache.read(path, meta)
         if winner is not None:
             self.from_disk += 1
             warps, best = winner
@@ -130,25 +124,10 @@ class Autotuner:
         self.tuned += 1
         log.info("%s: %s num_warps=%d, %.4f ms (heuristic %s num_warps=%d: %.4f ms; %d configs)",
                  _name(fn), best, warps, best_ms, meta, num_warps, timings[0][0], len(timings))
-        _write_winner(path, {"format": FORMAT, "kernel": _name(fn), "meta": best,
-                             "num_warps": warps, "ms": best_ms,
-                             "tried": [[m, w, t if math.isfinite(t) else None] for t, m, w in timings]})
+        autotune_cache.write(path, {"format": autotune_cache.FORMAT, "kernel": _name(fn), "meta": best,
+                                    "num_warps": warps, "ms": best_ms,
+                                    "tried": [[m, w, t if math.isfinite(t) else None] for t, m, w in timings]})
         return self._grid(grid, xnumel, best, tune_blocks), warps, best
-
-    def key(self, fn, args: tuple, num_warps: int, meta: dict) -> str:
-        """Kernel source, size arguments, pointer dtypes, the heuristic config, device and Triton version."""
-        import triton
-
-        device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda),
-                      torch.device("cuda", torch.cuda.current_device()))
-        parts = [getattr(fn, "src", repr(fn)), repr(sorted(meta.items())), str(num_warps),
-                 torch.cuda.get_device_name(device), str(torch.cuda.get_device_capability(device)),
-                 triton.__version__]
-        parts += [str(a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args]
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-    def winner_path(self, key: str) -> str:
-        return os.path.join(self.cache_dir, "autotune", key[:2], f"{key}.json")
 
     @staticmethod
     def _grid(grid: tuple, xnumel, meta: dict, tune_blocks: bool) -> tuple:
@@ -194,23 +173,3 @@ def _copy_args(args: tuple) -> tuple:
             out.append(a)
     return tuple(out)
 
-
-def _read_winner(path: str, meta: dict) -> tuple[int, dict] | None:
-    """(num_warps, meta) of the winner at `path`, or None: missing, or damaged or not fitting this kernel
-    (deleted with a warning by cache_files.read; the kernel is tuned again)."""
-    return cache_files.read(path, "autotuning entry", "tuning the kernel again",
-                            lambda data: _winner(json.loads(data.decode("utf-8")), meta))
-
-
-def _winner(data, meta: dict) -> tuple[int, dict]:
-    if not isinstance(data, dict):
-        raise ValueError("not an object")
-    best, warps = data.get("meta"), data.get("num_warps")
-    if (data.get("format") != FORMAT or not isinstance(best, dict) or best.keys() != meta.keys()
-            or not all(isinstance(v, int) and v > 0 for v in best.values()) or not isinstance(warps, int)):
-        raise ValueError(f"does not fit this kernel (block sizes {list(meta)})")
-    return warps, {k: best[k] for k in meta}   # the kernel's own order of block-size arguments
-
-
-def _write_winner(path: str, data: dict) -> None:
-    cache_files.write(path, json.dumps(data, indent=1), "autotuning entry")
