@@ -2,7 +2,7 @@
 (``version = attr:``) and ``mini-inductor --version`` read it without importing torch."""
 __version__ = "0.1.0"
 
-# torch>=2.11,<2.16, as setup.cfg's install_requires says (tests/test_packaging.py checks they agree)
+# torch>=2.11,<2.16, as setup.cfg's install_requires says (tests/packaging/test_packaging.py checks they agree)
 TORCH_MIN = (2, 11)
 TORCH_BELOW = (2, 16)
 

@@ -22,7 +22,7 @@ machine, rather than as a KeyError inside a CUDA-graph recording on a GPU.
 
 Sizes and strides are ints (every size is static when codegen runs). Records are frozen and their
 sequences tuples: the runtime cannot edit a table by accident. This module imports nothing from the
-compiler (tests/test_import_rules.py): a generated module loads with the runtime alone.
+compiler (tests/packaging/test_import_rules.py): a generated module loads with the runtime alone.
 """
 from __future__ import annotations
 

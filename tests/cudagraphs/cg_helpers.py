@@ -1,4 +1,5 @@
-"""Helpers for the CUDA-graph tree tests: plain Python functions wrapped as tree functions."""
+"""Helpers for the CUDA-graph tree tests: plain Python functions wrapped as tree functions, compiled
+functions and what their trees recorded."""
 
 from mini_inductor import config
 from mini_inductor.runtime.cudagraphs import trees
@@ -27,6 +28,46 @@ def manager():
 
 def stats():
     return trees.stats(0)
+
+
+def compiled(fn, **options):
+    """`fn` under torch.compile with mini_inductor, static shapes, and these options."""
+    import torch
+
+    return torch.compile(fn, backend="mini_inductor", dynamic=False, options=options or None)
+
+
+def step():
+    """Start a new CUDA-graph iteration, as a user's mini_inductor.mark_step() does."""
+    import mini_inductor
+
+    mini_inductor.mark_step()
+
+
+def leaf(*shape):
+    """A CUDA leaf tensor that requires grad (20 x 20 unless a shape is given)."""
+    import torch
+
+    return torch.rand(*(shape or (20, 20)), device="cuda", requires_grad=True)
+
+
+def graphed_partitions() -> int:
+    """Partitions run from CUDA graphs, over every graph compiled in this test."""
+    from mini_inductor.caching import PROCESS
+    from mini_inductor.runtime import CompiledGraph
+
+    return sum(len(e.compiled.tree_functions) for e in PROCESS.graphs.values()
+               if isinstance(e.compiled, CompiledGraph))
+
+
+def tree_roots() -> list[list[int]]:
+    """The device-0 tree's shape: for each function with roots, the descendant count of each root; sorted."""
+    return sorted(manager().tree_shape().values())
+
+
+def skip_messages(caplog, text: str) -> list[str]:
+    """The log messages caplog recorded that contain `text`."""
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
 def in_pool(t) -> bool:

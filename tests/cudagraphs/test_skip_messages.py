@@ -1,18 +1,24 @@
-"""CUDA-graph skip messages built without a GPU: a graph that runs eagerly (symbolic shapes,
-data-dependent ops) says why it runs without CUDA graphs and quotes the user's line; with
-cudagraph_partition off a graph holding an unsafe op is skipped whole, naming it; a user-listed
-custom op is accepted in its "namespace::name" form. (cudagraph-tests.md §5 #17, #29, #32, #40;
-their GPU counterparts are in test_ported_behaviours.py.)
+"""CUDA-graph skip messages: a graph that runs eagerly (symbolic shapes, data-dependent ops) says why it
+runs without CUDA graphs and quotes the user's line; with cudagraph_partition off a graph holding an
+unsafe op or a CPU input is skipped whole, naming it; cudagraph_or_error raises instead of skipping; a
+user-listed custom op is accepted in its "namespace::name" form. (cudagraph-tests.md §5 #17, #27, #29,
+#32, #38, #40; see TOP40.md.)
 
-The graphs are captured through Dynamo and aot_autograd on the CPU; their inputs are then made
-fake CUDA tensors, which is all the message builder looks at.
+Without a GPU the graphs are captured through Dynamo and aot_autograd on the CPU; their inputs are then
+made fake CUDA tensors, which is all the message builder looks at. The tests marked `gpu` at the end take
+the same skips on real CUDA inputs: the graph runs ungraphed, the skip is counted and logged once on the
+perf-hints logger. The item number of the spec is in a comment above each of those groups.
 """
+
+import logging
 
 import pytest
 import torch
+from cg_helpers import compiled, run_gpu_and_cpu_inputs, skip_messages
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
+import mini_inductor
 from mini_inductor import config, metrics
 from mini_inductor.runtime import CompiledGraph, eager_graph_skip
 from mini_inductor.runtime.cudagraphs.utils import counters, skip_reasons
@@ -168,3 +174,103 @@ def test_or_error_raises_where_partitioning_off_would_skip(monkeypatch):
     with pytest.raises(CudaGraphSkipped, match="skipping cudagraphs due to incompatible op: extern kernel on the CPU"):
         CompiledGraph("inference_6", module, "", {}, cfg=cfg)
     assert counters["skips"] == 0
+
+
+# ── on a GPU: the same skips taken by compiled graphs on CUDA inputs ─────────────────────────────
+
+
+# --- #17 symbolic shapes -------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_graph_with_symbolic_shape_inputs_runs_ungraphed_with_one_counted_skip_naming_the_line(caplog):
+    f = torch.compile(add, backend="mini_inductor", dynamic=True)
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for _ in range(3):
+            x, y = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
+            torch.testing.assert_close(f(x, y), x + y)
+    msgs = skip_messages(caplog, "skipping cudagraphs due to graph with symbolic shapes inputs")
+    assert len(msgs) == 1 and "Found from" in msgs[0] and "return x + y" in msgs[0]
+    assert counters["skips"] == 1
+    assert mini_inductor.cudagraphs.get_manager(0) is None
+
+
+# --- #27 a CPU input with partitioning off --------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cpu_input_with_partitioning_off_skips_the_graph_with_a_message_and_the_line(caplog):
+    def fn(x, y):
+        return x + 1, y + 2
+    f = compiled(fn, cudagraph_partition=False)
+    run_gpu_and_cpu_inputs(f, caplog)
+    msgs = skip_messages(caplog, "skipping cudagraphs due to incompatible op")
+    assert len(msgs) == 1 and "cudagraph_partition is off" in msgs[0] and "return x + 1, y + 2" in msgs[0]
+    assert counters["skips"] == 1 and mini_inductor.cudagraphs.get_manager(0) is None
+
+
+# --- #32 data-dependent ops ------------------------------------------------------------------------
+
+def nonzero_of(x):
+    return x.nonzero()
+
+
+@pytest.mark.gpu
+def test_nonzero_runs_ungraphed_with_a_skip_naming_the_op_and_the_line(caplog):
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \
+            caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        f = torch.compile(nonzero_of, backend="mini_inductor")
+        for values in ([1, 0, 2, 0], [0, 3, 0, 4], [5, 6, 0, 7]):
+            x = torch.tensor(values, device="cuda")
+            torch.testing.assert_close(f(x), nonzero_of(x))
+    msgs = skip_messages(caplog, "skipping cudagraphs due to incompatible op aten.nonzero.default")
+    assert len(msgs) == 1 and "return x.nonzero()" in msgs[0]
+    assert counters["skips"] == 1
+
+
+def item_plus_one(x):
+    return (x + 1).item()
+
+
+@pytest.mark.gpu
+def test_item_runs_ungraphed_with_a_skip_naming_the_op():
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        f = torch.compile(item_plus_one, backend="mini_inductor")
+        assert f(torch.tensor(2, device="cuda")) == 3
+        assert f(torch.tensor(5, device="cuda")) == 6
+    msgs = [r for r in skip_reasons if "_local_scalar_dense" in r]
+    assert len(msgs) == 1 and msgs[0].startswith("skipping cudagraphs due to incompatible op aten._local_scalar_dense")
+    assert counters["skips"] == 1
+
+
+def two_nonzeros(x):
+    y = x.nonzero().float()
+    torch._dynamo.graph_break()
+    return y.nonzero()
+
+
+@pytest.mark.gpu
+def test_nonzero_on_both_sides_of_a_graph_break_counts_one_skip_per_compiled_graph():
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f = torch.compile(two_nonzeros, backend="mini_inductor")
+        for values in ([1, 0, 2, 0], [5, 6, 7, 0]):   # the second graph sees 2, then 3 rows
+            x = torch.tensor(values, device="cuda")
+            torch.testing.assert_close(f(x), two_nonzeros(x))
+    # graph 1 holds nonzero; graph 2 takes nonzero's output, whose row count Dynamo keeps symbolic
+    # from the first compile (measured on the H100: two graphs, no recompile), so its skip is for shapes
+    graphs = [g for g in mini_inductor.metrics.compiled_graphs if g.ran_eagerly]
+    assert counters["skips"] == len(graphs) == 2, skip_reasons
+    assert skip_reasons[0].startswith("skipping cudagraphs due to incompatible op aten.nonzero.default")
+    assert "y = x.nonzero().float()" in skip_reasons[0]
+    assert skip_reasons[1].startswith("skipping cudagraphs due to graph with symbolic shapes inputs")
+    assert "return y.nonzero()" in skip_reasons[1]
+
+
+# --- #38 or-error --------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_or_error_raises_instead_of_running_a_graph_without_cuda_graphs():
+    f = compiled(lambda x, y: (x + 1, y + 2), cudagraph_partition=False, cudagraph_or_error=True)
+    with pytest.raises(RuntimeError, match="skipping cudagraphs due to incompatible op"):
+        f(torch.randn(4, device="cuda"), torch.randn(4, device="cpu"))
+    g = torch.compile(add, backend="mini_inductor", dynamic=True, options={"cudagraph_or_error": True})
+    with pytest.raises(RuntimeError, match="skipping cudagraphs due to graph with symbolic shapes inputs"):
+        g(torch.randn(8, device="cuda"), torch.randn(8, device="cuda"))

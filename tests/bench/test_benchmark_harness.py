@@ -10,7 +10,7 @@ import textwrap
 from benchmarks import worker
 from mini_inductor.runtime.launch import precompile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _python(code: str) -> str:

@@ -183,7 +183,7 @@ LAUNCHER_CHILD = textwrap.dedent('''
         a = torch.softmax(x, -1) * y + 1
         return a, torch.relu(a @ y.t()).to(torch.float16)
     x, y = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
-    # static_launch off: Triton's own launchers (with it on, none is built: tests/test_static_launch.py)
+    # static_launch off: Triton's own launchers (with it on, none is built: tests/runtime/test_static_launch.py)
     with config.patch(compile_threads=4, cudagraphs=False, static_launch=False):
         outs = torch.compile(f, backend="mini_inductor")(x, y)
     # relative to the size: the fp16 output of a matmul is off by an ulp where the rounding differs
@@ -198,7 +198,7 @@ LAUNCHER_CHILD = textwrap.dedent('''
 def test_launchers_build_alongside_their_kernels_and_are_the_ones_triton_loads(tmp_path):
     """A cold Triton cache: every C launcher the kernels load is one `precompile` built ahead, once per
     signature (a launcher source that differed from Triton's would leave a second library behind)."""
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]),
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]),
                MINI_INDUCTOR_CACHE_DIR=str(tmp_path / "mini"), TRITON_CACHE_DIR=str(tmp_path / "triton"))
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run([sys.executable, "-c", LAUNCHER_CHILD], env=env, capture_output=True, text=True,

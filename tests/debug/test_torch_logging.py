@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KERNEL_DEF = re.compile(r"def (triton_(?:poi|red|per)_fused_\w+)\(")
 GRAPH_FILES = ("aten_graph.txt", "ir_pre_fusion.txt", "schedule.txt", "output_code.py", "fusion_graph.dot")
 

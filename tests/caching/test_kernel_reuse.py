@@ -16,7 +16,7 @@ from mini_inductor import metrics
 from mini_inductor.caching import front_cache
 from mini_inductor.caching import PROCESS
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _stack(layers: int) -> nn.Module:

@@ -10,7 +10,7 @@ import torch
 
 from mini_inductor import config, metrics
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _compile(**options):

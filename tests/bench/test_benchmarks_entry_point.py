@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import __main__ as entry
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # modules of benchmarks/ that other modules import and nobody runs
 LIBRARY_MODULES = {"__init__", "__main__", "models", "package_files"}
 SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in LIBRARY_MODULES)

@@ -16,7 +16,7 @@ from mini_inductor import _version
 from mini_inductor.cli import main
 from mini_inductor.examples import EXAMPLES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _setup_cfg() -> configparser.ConfigParser:

@@ -19,7 +19,7 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mini_inductor"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "mini_inductor"
 
 GRAPH_CACHES = ("caching.graph_cache", "caching.front_cache", "caching.dynamo_cache", "caching.lookup")
 TOP = ("debug", "pipeline", "backend", "cli", *GRAPH_CACHES)

@@ -21,7 +21,7 @@ from mini_inductor.caching import front_cache
 
 backend = sys.modules["mini_inductor.backend"]
 from mini_inductor.caching import PROCESS  # noqa: E402
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 HIT = front_cache.LABEL
 
 

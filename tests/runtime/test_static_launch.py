@@ -24,7 +24,7 @@ from mini_inductor.caching import PROCESS
 from mini_inductor.runtime.launch import static_launch
 from mini_inductor.runtime.launch.launcher import FastKernel
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

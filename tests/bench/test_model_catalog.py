@@ -10,7 +10,7 @@ from torch import nn
 import mini_inductor.examples as catalog
 from benchmarks import model_zoo_report, models
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _defined_in_catalog(obj) -> bool:

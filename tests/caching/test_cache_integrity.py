@@ -1,4 +1,4 @@
-"""A damaged or altered on-disk cache is never trusted (mini_inductor/cache_files.py).
+"""A damaged or altered on-disk cache is never trusted (mini_inductor/caching/files.py).
 
 Every file under $MINI_INDUCTOR_CACHE_DIR carries a content hash (a keyed entry: a first line; a generated
 module: its name). A file failing it, or whose content its reader rejects, is a warning naming the file, is
@@ -20,7 +20,7 @@ import torch
 from mini_inductor import config, metrics
 from mini_inductor.caching import files as cache_files, front_cache, graph_cache
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONSTANT = b"tl.full([1], 3.0, tl.float32)"      # how the generated kernel of _f holds its 3.0
 EDITED = b"tl.full([1], 5.0, tl.float32)"        # still importable, and a wrong answer if it ran
 

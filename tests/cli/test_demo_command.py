@@ -10,7 +10,7 @@ import torch
 
 from mini_inductor.cli import main
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _demo(*args: str, interpret: bool) -> subprocess.CompletedProcess:

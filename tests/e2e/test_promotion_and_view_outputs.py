@@ -1,7 +1,8 @@
-"""Classes of wrong answers the differential fuzzer (tests/fuzz) found, one test per class, each
-compared with eager: result dtypes under torch's type promotion with Python scalars, an argmax index
-read by an argmin in the same kernel, outputs that eager returns as views of each other, and the
-strides of size-1 dims."""
+"""Dtypes that come from torch's type promotion, and outputs whose views and strides eager fixes, are
+eager's: result dtypes under type promotion with Python scalars, an argmax index read by an argmin in
+the same kernel, outputs that eager returns as views of each other, and the strides of size-1 dims.
+Each test is a class of wrong answers that the differential fuzzer (tests/fuzz) found, compared with
+eager."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -18,7 +18,7 @@ from tests.fuzz.workers import WorkerPool
 SEED = 0
 PER_TEST = 50
 SIZE = 4
-KNOWN_FILE = os.path.join(os.path.dirname(__file__), "fuzz", "known_failures.txt")
+KNOWN_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "known_failures.txt")
 
 
 def known_failures(device: str) -> dict[int, str]:

@@ -16,7 +16,7 @@ import torch
 from mini_inductor import config
 from mini_inductor.caching import dynamo_cache
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(dynamo_cache.torch_support() is not None,
                                 reason=f"this torch has no usable Dynamo cache: {dynamo_cache.torch_support()}")

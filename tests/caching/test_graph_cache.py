@@ -13,7 +13,7 @@ import torch
 from mini_inductor import config, metrics
 from mini_inductor.caching import files as cache_files, graph_cache
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # A child process: counts lowering / scheduling / codegen calls, checks the output against eager.
 CHILD = textwrap.dedent('''
@@ -69,7 +69,7 @@ def _f(x):
 
 def _compile_fresh(fn, *args, **options):
     """Compile in this process with the in-process caches emptied, so only the disk can serve it: the
-    ATen-graph level, as the level before AOT autograd is off unless asked for (tests/test_front_cache.py)."""
+    ATen-graph level, as the level before AOT autograd is off unless asked for (tests/caching/test_front_cache.py)."""
     options.setdefault("front_cache", False)
     torch._dynamo.reset()
     out = torch.compile(fn, backend="mini_inductor", options=options)(*args)

@@ -13,7 +13,7 @@ from mini_inductor.errors import LoweringError
 from mini_inductor.lowering.graph import GraphLowering
 from mini_inductor.lowering.lowerings import LOWERINGS
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 aten = torch.ops.aten
 
 

@@ -1,0 +1,73 @@
+"""Dynamic shapes under CUDA-graph trees (cudagraph-tests.md §5 #15; see TOP40.md): a graph's body runs
+at warmup and recording only, once per shape; a backward over dynamic shapes matches eager; each shape
+of a graph with a CPU op records one graph per GPU partition.
+"""
+import pytest
+import torch
+from cg_helpers import compiled, graphed_partitions, stats
+
+pytestmark = pytest.mark.gpu
+
+
+# --- #15 dynamic shapes --------------------------------------------------------------------------
+
+_BODY_RUNS = [0]
+
+
+@torch.library.custom_op("mini_cg_test::counted_add", mutates_args=())
+def counted_add(x: torch.Tensor) -> torch.Tensor:
+    _BODY_RUNS[0] += 1
+    return x + 1
+
+
+@counted_add.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_graph_body_runs_at_warmup_and_recording_only_once_per_shape():
+    _BODY_RUNS[0] = 0
+    f = compiled(lambda x: torch.ops.mini_cg_test.counted_add(x) * 2)
+
+    def calls(n, times):
+        for _ in range(times):
+            x = torch.randn(n, device="cuda")
+            torch.testing.assert_close(f(x), (x + 1) * 2)
+    calls(4, 4)
+    assert _BODY_RUNS[0] == 2                     # warmup and recording; replays run no Python
+    calls(6, 3)
+    assert _BODY_RUNS[0] == 4                     # a new shape: warmup and recording again
+    calls(4, 2)
+    calls(6, 2)
+    assert _BODY_RUNS[0] == 4
+
+
+def test_dynamic_shapes_backward_matches_eager():
+    def fn(x):
+        y = torch.cat([x, x])
+        return torch.addmm(y, y, y).relu(), y.size(0)
+    with torch._dynamo.config.patch(assume_static_by_default=False):
+        f = torch.compile(fn, backend="mini_inductor")
+        for shape in [(2, 4), (2, 4), (3, 6), (3, 6)]:
+            x = torch.randn(*shape, device="cuda", requires_grad=True)
+            x_ref = x.detach().clone().requires_grad_()
+            out, n = f(x)
+            want, want_n = fn(x_ref)
+            assert n == want_n
+            torch.testing.assert_close(out, want, atol=1e-3, rtol=1e-3)
+            out.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-3, rtol=1e-3)
+
+
+def test_each_shape_of_a_graph_with_a_cpu_op_records_one_graph_per_gpu_partition():
+    def fn(x):
+        a = x.sin()
+        b = (a.cpu() * 2).cuda()
+        return (b + a).cos()
+    f = compiled(fn)
+    for n in (3, 3, 3, 4, 4, 4, 3):
+        x = torch.randn(n, n, device="cuda")
+        torch.testing.assert_close(f(x), fn(x))
+    assert graphed_partitions() >= 4                    # two shapes, the CPU op cuts each in two
+    assert stats()["recordings"] == graphed_partitions()
