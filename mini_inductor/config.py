@@ -38,6 +38,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
 | static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
 | conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16 convolutions; "channels_last": all; "off") |
+| dynamic_shapes       | MINI_INDUCTOR_DYNAMIC_SHAPES     | "per_size" ("symbolic": one compile for every size; "eager") |
 """
 from __future__ import annotations
 
@@ -152,6 +153,11 @@ class Config:
     # "channels_last": every one (any device or dtype); "off": none. Outputs keep eager's strides.
     # H100, ResNet-18 at batch 32, fp16, with CUDA graphs: 0.67 ms a call with "auto", 1.01 ms "off"
     conv_layout: str = "auto"
+    # graphs Dynamo traced with symbolic sizes. "per_size": a static compile for each new size (with
+    # CUDA graphs); "symbolic": one compile for every size, sizes as kernel arguments (no CUDA graphs
+    # yet; a graph it cannot take is compiled per size); "eager": run them eagerly. H100, a 2-layer
+    # decoder over six sequence lengths: "symbolic" ran at 0.36x eager (benchmarks/dynamic_shapes.py)
+    dynamic_shapes: str = "per_size"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -171,7 +177,7 @@ class OptionError(ValueError):
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_CHOICES = {"conv_layout": ("auto", "channels_last", "off")}
+_CHOICES = {"conv_layout": ("auto", "channels_last", "off"), "dynamic_shapes": ("per_size", "symbolic", "eager")}
 _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 
 

@@ -38,6 +38,10 @@ class GraphRecord:
     # its planned buffers (0 without CUDA graphs or without cuBLAS calls): runtime/cudagraphs/cublas_workspace.py
     graphed_workspace_bytes: int = 0
     layout: str = ""                             # what the channels-last pass did (lowering/layout_opt.py)
+    # a dynamic graph: its size symbols (compiled once for every size its guards admit)
+    dynamic_symbols: list[str] = dataclasses.field(default_factory=list)
+    # a dynamic graph whose symbolic compile failed: why (it is then compiled once per size)
+    dynamic_fallback: str | None = None
 
     @property
     def num_kernels(self) -> int:
@@ -60,6 +64,8 @@ class GraphRecord:
                 f"{self.compile_seconds:.2f} s"
                 + (f" (cache hit: {self.cache})" if self.cache_hit else "")
                 + (f"; {self.layout}" if self.layout else "")
+                + (f"; dynamic in {', '.join(self.dynamic_symbols)}" if self.dynamic_symbols else "")
+                + (f" [compiled per size: {self.dynamic_fallback}]" if self.dynamic_fallback else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
 
 

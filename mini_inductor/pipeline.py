@@ -31,7 +31,7 @@ from .debug import debug_root, dump_graph, wants_debug_files
 from .debug import structured as debug_structured
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
-from .lowering import lower_graph
+from .lowering import lower_graph, symbolic
 from .lowering.graph import unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
@@ -44,7 +44,8 @@ log = logging.getLogger("mini_inductor")
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 schedule_log = logging.getLogger("mini_inductor.schedule")
 
-DYNAMIC_SHAPES = "dynamic shapes are not supported yet"
+DYNAMIC_SHAPES = "dynamic shapes run eagerly under dynamic_shapes='eager'"
+DATA_DEPENDENT_INPUTS = "data-dependent input sizes"
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config,
@@ -60,6 +61,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
                       generator_idxs=_generator_idxs(gm))
 
     reason = why_eager(gm, example_inputs)
+    if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is None and cfg.dynamic_shapes != "eager":
+        record.dynamic_symbols = [str(s) for s in symbolic.graph_symbols(gm).sources]
+        if cfg.dynamic_shapes == "symbolic":
+            return compile_dynamic(gm, example_inputs, name, record, graph_args, start)
+        record.dynamic_fallback = "dynamic_shapes='per_size'"
+        return _per_size(gm, name, graph_args)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
@@ -68,7 +75,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     if reason:
         debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)   # noted for explain; warned once per reason
         record.ran_eagerly = reason
-        log_eager_graph_skip(gm, name, reason, reason == DYNAMIC_SHAPES, cfg)
+        symbolic_inputs = reason == DYNAMIC_SHAPES or reason.startswith(DATA_DEPENDENT_INPUTS)
+        log_eager_graph_skip(gm, name, reason, symbolic_inputs, cfg)
         return EagerGraph(name, gm, reason)
     install_interpreter_shims()
     if kind == "inference":
@@ -108,6 +116,33 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     lookup.keep(memory_key, compiled, record, compiled.trace, cfg)
     log.info("%s", record.summary())
     return compiled
+
+
+def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
+    """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit."""
+    with symbolic.graph_shapes(gm):
+        record.cache = "off (dynamic)"
+        try:
+            compiled = run_stages(gm, example_inputs, name, record, graph_args)
+        except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
+            why = f"{type(e).__name__}: {e}".split("\n")[0]
+            record.dynamic_fallback = why
+            debug_trace.warn_at_user_code(
+                f"mini_inductor: graph {name} cannot be compiled once for every size ({why}); it is compiled "
+                "for each new size instead", debug_trace.first_source_line(gm))
+            log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
+            return _per_size(gm, name, graph_args)
+    record.compile_seconds = time.perf_counter() - start
+    log.info("%s", record.summary())
+    return compiled
+
+
+def _per_size(gm, name: str, graph_args: dict) -> SizeSpecializedGraph:
+    """A graph with symbolic sizes compiled statically for each size it is called with."""
+    cfg = graph_args["cfg"]
+    specialize = functools.partial(_compile_specialization, kind=graph_args["kind"], cfg=cfg,
+                                   static=graph_args["static_input_idxs"])
+    return SizeSpecializedGraph(name, gm, graph_args["kind"], None, cfg, specialize)
 
 
 def run_stages(gm: torch.fx.GraphModule, example_inputs, name: str, record: metrics.GraphRecord,
@@ -174,10 +209,13 @@ def _keep_trace(trace: debug_trace.GraphTrace, cfg: Config) -> None:
 
 def why_eager(gm, example_inputs) -> str | None:
     """Why this graph cannot get generated code here, or None."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
+            if free_unbacked_symbols(val):   # a size read from data (nonzero, .item()): new at every call
+                return f"{DATA_DEPENDENT_INPUTS} (input %{node.name})"
             if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
                                                   any(not isinstance(s, int) for s in val.shape)):
                 return DYNAMIC_SHAPES

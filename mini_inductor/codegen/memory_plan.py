@@ -17,8 +17,9 @@ its own pool.
 """
 from __future__ import annotations
 
+from ..lowering.ir import buffer_names
 from .wrapper_ir import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,
-                         ReturnLine, ReuseLine, WrapperLine, buffer_names)
+                         ReturnLine, ReuseLine, WrapperLine)
 
 
 def plan_reuse(lines: list[WrapperLine], *, outputs: set[str], never_reuse: set[str]) -> list[WrapperLine]:

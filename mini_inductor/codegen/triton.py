@@ -26,7 +26,9 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, canonical_vars, index_range, product, static_int
+from ..lowering import symbolic
+from ..lowering.sizevars import FloorDiv, ModularIndexing, canonical_vars, index_range, product
+from ..lowering.symbolic import hint, size_value
 from ..lowering.virtualized import set_ops_handler
 from ..scheduler.dependencies import MemoryDep
 from ..scheduler.nodes import SchedulerNode
@@ -60,10 +62,16 @@ class TritonKernel:
         self.name = "triton_kernel"  # the wrapper names it once the kind (poi/per/red) is known
         self.numel = numel
         self.rnumel = rnumel
-        self.is_reduction = rnumel > 1 or any(n.is_reduction() for n in nodes)
+        # a dynamic graph's sizes are sympy expressions of its size symbols: kernel arguments, not
+        # constants; heuristics read their values at the traced sizes, and choose what is right at any
+        self.dynamic = not (isinstance(numel, int) and isinstance(rnumel, int))
+        self.is_reduction = hint(rnumel) > 1 or any(n.is_reduction() for n in nodes)
         outer = self.is_reduction and is_outer_reduction(nodes)
         self.outer = outer
-        self.config: KernelConfig = pick_config(numel, rnumel if self.is_reduction else 1, persistent_limit, outer)
+        # a persistent reduction's block holds the whole row: only for a row length known here
+        persistent_limit = persistent_limit if isinstance(rnumel, int) else 0
+        self.config: KernelConfig = pick_config(hint(numel), hint(rnumel) if self.is_reduction else 1,
+                                                persistent_limit, outer)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
             self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)
@@ -86,7 +94,8 @@ class TritonKernel:
         # lanes of a loop of at most 2**31 elements still fit), or an offset the kernel forms may
         # (`wide_index`); 32-bit is kept where every offset provably fits, as it is faster
         sizes = [numel, rnumel] + ([self.tiling.ynumel, self.tiling.xnumel] if self.tiling is not None else [])
-        self.int64 = max(sizes) > INT32_MAX
+        # (int32 for a dynamic graph's kernels needs the symbols' ranges: not yet, so int64 there)
+        self.int64 = self.dynamic or max(sizes) > INT32_MAX
         self.indirect: dict[sympy.Symbol, tuple[int, torch.dtype]] = {}   # indirect index → (size, dtype)
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
@@ -98,7 +107,7 @@ class TritonKernel:
         if self.looped:
             self.recomputed = recomputable_nodes(nodes, self.kernel_local, self._inside_loop)
         if self.looped and online_softmax:
-            ranges = {XINDEX: sympy.Integer(numel), RINDEX: sympy.Integer(rnumel)}
+            ranges = {XINDEX: sympy.sympify(numel), RINDEX: sympy.sympify(rnumel)}
             self.online = find_online_softmax(self, nodes, ranges)
 
     # ── sections ──────────────────────────────────────────────────────────────────────────────
@@ -169,7 +178,7 @@ class TritonKernel:
             self.section = self._section(pos)
             self._codegen_node(node, inside, pair)
         if self.looped and not self.outer and sum(i % 2 for i in self.sections) > 1:
-            self.config = multipass_looped_config(self.rnumel)
+            self.config = multipass_looped_config(hint(self.rnumel))
         return self._render()
 
     def _inside_loop(self, node: SchedulerNode) -> bool:
@@ -177,8 +186,8 @@ class TritonKernel:
             return False
         if node.is_reduction():
             return True
-        numel = static_int(product(node.body.sizes))
-        return numel == self.numel * self.rnumel and self.rnumel > 1
+        numel = size_value(product(node.body.sizes))
+        return numel == size_value(self.numel * self.rnumel) and hint(self.rnumel) > 1
 
     def _node_vars(self, node: SchedulerNode, inside: bool):
         """Index expressions of the node's (simplified) loop variables, in kernel terms."""
@@ -200,7 +209,7 @@ class TritonKernel:
         if self.tiling is not None:
             self.var_ranges = {YINDEX: sympy.Integer(self.tiling.ynumel), XINDEX: sympy.Integer(self.tiling.xnumel)}
         else:
-            self.var_ranges = {XINDEX: sympy.Integer(self.numel), RINDEX: sympy.Integer(self.rnumel)}
+            self.var_ranges = {XINDEX: sympy.sympify(self.numel), RINDEX: sympy.sympify(self.rnumel)}
         handler: Any = TritonOps(self, inside)
         if online is not None:
             handler = OnlineSoftmaxOps(handler, online)
@@ -230,13 +239,14 @@ class TritonKernel:
         stores = [b for b in args if b in self.stores]
         argnames = {**{b: f"in_ptr{i}" for i, b in enumerate(loads)}, **{b: f"out_ptr{i}" for i, b in enumerate(stores)}}
         self.argnames = argnames
-        # sizes are static: constexpr lets Triton fold them (and its interpreter loop over them)
-        params = [argnames[b] for b in args] + ["xnumel: tl.constexpr"]
+        # static sizes are constexpr: Triton folds them (and its interpreter loops over them); a dynamic
+        # graph's sizes, and the size symbols its index expressions use, are int arguments
+        size = "" if self.dynamic else ": tl.constexpr"
+        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size}"]
         if self.tiling is not None:
-            params = [argnames[b] for b in args] + ["ynumel: tl.constexpr", "xnumel: tl.constexpr",
-                                                    "YBLOCK: tl.constexpr"]
+            params = [argnames[b] for b in args] + [f"ynumel{size}", f"xnumel{size}", "YBLOCK: tl.constexpr"]
         if self.is_reduction:
-            params.append("rnumel: tl.constexpr")
+            params.append(f"rnumel{size}")
         params.append("XBLOCK: tl.constexpr")
         if self.is_reduction:
             params.append("RBLOCK: tl.constexpr")
@@ -267,6 +277,16 @@ class TritonKernel:
                 body += self._lines(sec.lines, argnames, i) + self._lines(sec.finalize, argnames, i)
         out += ["    " + ln for ln in body]
         return "\n".join(out) + "\n"
+
+    def size_symbols(self) -> list[str]:
+        """The size symbols of a dynamic graph that the kernel's code reads (its index expressions), in
+        the graph's order: arguments after the pointers, bound by the wrapper from the graph's inputs."""
+        names = [str(s) for s in symbolic.current().sources]
+        if not names:
+            return []
+        text = "\n".join(ln.text if isinstance(ln, StoreLine) else ln for sec in self.sections.values()
+                         for ln in (*sec.init, *sec.lines, *sec.finalize))
+        return [n for n in names if re.search(rf"\b{n}\b", text)]
 
     def _lines(self, lines, argnames, section: int) -> list[str]:
         rendered = []

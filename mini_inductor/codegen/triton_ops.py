@@ -47,20 +47,22 @@ def texpr(expr: sympy.Expr) -> str:
     if isinstance(expr, sympy.Symbol):
         return expr.name
     if isinstance(expr, FloorDiv):
-        return f"({_operand(expr.args[0])} // {texpr(expr.args[1])})"
+        return f"({_operand(expr.args[0])} // {_operand(expr.args[1])})"
     if isinstance(expr, ModularIndexing):
         base, div, mod = expr.args
-        inner = _operand(base) if div == 1 else f"({_operand(base)} // {texpr(div)})"
-        return f"({inner} % {texpr(mod)})"
+        inner = _operand(base) if div == 1 else f"({_operand(base)} // {_operand(div)})"
+        return f"({inner} % {_operand(mod)})"
     if isinstance(expr, sympy.Add):
         return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
     if isinstance(expr, sympy.Mul):
         return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:   # a size symbol squared
+        return "*".join([_operand(expr.base)] * int(expr.exp))
     raise NotImplementedError(f"index expression {expr}")
 
 
 def _operand(expr: sympy.Expr) -> str:
-    """`expr` as the left operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
+    """`expr` as an operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
     if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
         return texpr(expr)
     return f"({texpr(expr)})"

@@ -15,7 +15,8 @@ import dataclasses
 from ..config import Config
 from ..errors import CodegenError
 from ..lowering.ir import Buffer, ExternKernel, InputBuffer, MultiOutput
-from ..lowering.sizevars import static_int
+from ..lowering import symbolic
+from ..lowering.symbolic import hint
 from ..scheduler import Schedule
 from ..scheduler.dependencies import MemoryDep
 from ..scheduler.nodes import ExternKernelSchedulerNode
@@ -137,7 +138,7 @@ class WrapperCodegen:
                              if isinstance(b, Buffer) and b.layout is not None and b.name not in sched.aliases
                              and all(getattr(x, "is_Integer", False) or isinstance(x, int)
                                      for x in (*b.layout.size, *b.layout.stride))}
-        self.nbytes = {b.name: storage_elements(b.layout.size, b.layout.stride) * b.layout.dtype.itemsize
+        self.nbytes = {b.name: hint(storage_elements(b.layout.size, b.layout.stride)) * b.layout.dtype.itemsize
                        for b in self.graph.buffers if b.layout is not None}
         # A view or an in-place result shares its base's storage: no bytes of its own, and neither it
         # nor its base may hand that storage to another buffer while the other name can still read it.
@@ -156,9 +157,11 @@ class WrapperCodegen:
         if self.sched.unused_inputs:   # no node reads them: the caller's references are the only ones left
             call.lines.append(FreeLine(list(self.sched.unused_inputs)))
         functions: list[tuple[GraphPartition, _Scope, PartitionCallLine]] = []
+        # a dynamic graph runs every partition inside `call` (CUDA graphs of dynamic graphs: not yet)
+        dynamic = symbolic.current().dynamic
         for part in self.sched.partitions:
             scope = call
-            if part.safe and part.has_kernels:
+            if part.safe and part.has_kernels and not dynamic:
                 scope = _Scope(part.name, set(part.outputs) | outputs)
                 line = PartitionCallLine(part.name, list(part.inputs), list(part.outputs), [])
                 functions.append((part, scope, line))
@@ -269,7 +272,8 @@ class WrapperCodegen:
         guard = next((d.index or 0 for d in devices if d.type == "cuda"), None) if len(self.cuda_devices) > 1 else None
         call = KernelCallLine(name, args, tiling.xnumel if tiling else numel, rnumel if kernel.is_reduction else None,
                               kernel.config.meta(kernel.is_reduction), kernel.config.num_warps, comment,
-                              ynumel=tiling.ynumel if tiling else None, device_guard=guard)
+                              ynumel=tiling.ynumel if tiling else None, device_guard=guard,
+                              size_symbols=kernel.size_symbols())
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
@@ -349,6 +353,7 @@ class WrapperCodegen:
         if inputs:
             body.append(", ".join(inputs) + ("," if len(inputs) == 1 else "") + " = args")
         body.append("args.clear()")
+        body += self._bind_symbols(inputs)
         for name in g.constants:
             body.append(f"{name} = constants['{name}']")
         cuda = self.cuda_devices
@@ -362,8 +367,8 @@ class WrapperCodegen:
         for b in g.inputs:
             if isinstance(b, InputBuffer):
                 lay = b.layout
-                specs.append(f"    InputSpec(size={tuple(static_int(s) for s in lay.size)}, "
-                             f"stride={tuple(static_int(s) for s in lay.stride)}, dtype={lay.dtype}, "
+                specs.append(f"    InputSpec(size={tuple(hint(s) for s in lay.size)}, "
+                             f"stride={tuple(hint(s) for s in lay.stride)}, dtype={lay.dtype}, "
                              f"device='{lay.device}'),")
             else:
                 specs.append("    InputSpec(size=None, stride=None, dtype=None, device=None),")
@@ -376,6 +381,15 @@ class WrapperCodegen:
         parts.append(_launch_table(self.launches))
         parts.append(FOOTER)
         return "".join(parts)
+
+    def _bind_symbols(self, inputs: list[str]) -> list[str]:
+        """A dynamic graph's size symbols, read from `call`'s arguments where each first appears."""
+        lines = []
+        for sym, (i, kind, dim) in symbolic.current().sources.items():
+            source = {"int": inputs[i], "size": f"{inputs[i]}.size({dim})", "stride": f"{inputs[i]}.stride({dim})",
+                      "offset": f"{inputs[i]}.storage_offset()"}[kind]
+            lines.append(f"{sym} = {source}")
+        return lines
 
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
         """PARTITIONS: per partition function, its input names, one source line per output (the
@@ -432,8 +446,8 @@ def _launch_table(launches) -> str:
     """KERNEL_LAUNCHES: what runtime/launch/precompile.py needs to compile each kernel before the first call."""
     rows = []
     for call, dtypes in launches:
-        if any(d is None for d in dtypes):
-            continue  # a pointer of unknown dtype: that kernel compiles at its first launch
+        if any(d is None for d in dtypes) or call.size_symbols or not all(isinstance(s, int) for s in call.size_args()):
+            continue  # a pointer of unknown dtype, or sizes known at run time: compiled at its first launch
         rows.append(f"    KernelLaunch(kernel={call.kernel!r}, dtypes={_tuple_source(dtypes)}, "
                     f"sizes={_tuple_source(call.size_args())}, meta={call.meta!r}, num_warps={call.num_warps}),")
     return ("# compiled concurrently before the first call (runtime/precompile.py)\n"

@@ -8,23 +8,33 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import sympy
 import torch
 
-from ..lowering.ir import Buffer, ReinterpretView
-from ..lowering.sizevars import static_int
+from ..lowering.ir import Buffer, ReinterpretView, buffer_names
+from ..lowering.symbolic import hint, size_value
+from .triton_ops import texpr
+
+
+def size_source(x) -> str:
+    """A size as Python source: its int, or (in a dynamic graph) an expression of the size symbols
+    that `call` binds from its inputs."""
+    x = size_value(x)
+    return str(x) if isinstance(x, int) else texpr(x)
 
 
 def _ints(xs) -> str:
-    vals = [static_int(x) for x in xs]
-    return "(" + ", ".join(map(str, vals)) + ("," if len(vals) == 1 else "") + ")"
+    vals = [size_source(x) for x in xs]
+    return "(" + ", ".join(vals) + ("," if len(vals) == 1 else "") + ")"
 
 
-def storage_elements(size, stride) -> int:
-    """Elements of storage a (size, stride) layout at offset 0 spans."""
-    size, stride = [static_int(s) for s in size], [static_int(s) for s in stride]
-    if any(s == 0 for s in size):
+def storage_elements(size, stride):
+    """Elements of storage a (size, stride) layout at offset 0 spans: an int, or a sympy expression of
+    the size symbols (sizes of a dynamic graph are at least 2, so none of them is 0)."""
+    size, stride = [size_value(s) for s in size], [size_value(s) for s in stride]
+    if any(isinstance(s, int) and s == 0 for s in size):
         return 0
-    return 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    return size_value(1 + sum((s - 1) * st for s, st in zip(size, stride)))
 
 
 @dataclasses.dataclass
@@ -42,7 +52,7 @@ class AllocateLine:
         return (str(self.device), self.dtype, storage_elements(self.size, self.stride))
 
     def nbytes(self) -> int:
-        return storage_elements(self.size, self.stride) * self.dtype.itemsize
+        return hint(storage_elements(self.size, self.stride)) * self.dtype.itemsize
 
     def emit(self) -> str:
         return (f"{self.name} = empty_strided({_ints(self.size)}, {_ints(self.stride)}, "
@@ -68,8 +78,8 @@ class ReuseLine:
 
     def emit(self) -> str:
         why = "in-place" if self.inplace else "reuse"
-        same = ([static_int(s) for s in self.old_size] == [static_int(s) for s in self.new.size]
-                and [static_int(s) for s in self.old_stride] == [static_int(s) for s in self.new.stride])
+        same = ([size_value(s) for s in self.old_size] == [size_value(s) for s in self.new.size]
+                and [size_value(s) for s in self.old_stride] == [size_value(s) for s in self.new.stride])
         if same:
             return f"{self.new.name} = {self.old}; del {self.old}  # {why}"
         return (f"{self.new.name} = torch.as_strided({self.old}, {_ints(self.new.size)}, "
@@ -100,12 +110,14 @@ class KernelCallLine:
     comment: str
     ynumel: int | None = None    # a 2-D tiled kernel: its Y size (then `numel` is its X size)
     device_guard: int | None = None   # launch under this GPU's device guard (graphs on several GPUs)
+    size_symbols: list[str] = dataclasses.field(default_factory=list)   # a dynamic graph's, after the pointers
 
-    def grid(self) -> tuple[int, ...]:
-        xblocks = -(-self.numel // self.meta["XBLOCK"])
+    def grid(self) -> tuple:
+        """Programs per grid axis: ints, or (a dynamic graph) Python expressions of the size symbols."""
+        xblocks = _blocks(self.numel, self.meta["XBLOCK"])
         if self.ynumel is None:
             return (xblocks,)
-        return (-(-self.ynumel // self.meta["YBLOCK"]), xblocks)
+        return (_blocks(self.ynumel, self.meta["YBLOCK"]), xblocks)
 
     def size_args(self) -> list[int]:
         """The size arguments after the pointers (what KERNEL_LAUNCHES records for precompiling)."""
@@ -114,12 +126,20 @@ class KernelCallLine:
 
     def emit(self) -> str:
         grid = "(" + ", ".join(map(str, self.grid())) + ("," if self.ynumel is None else "") + ")"
-        sizes = [str(s) for s in self.size_args()]
+        sizes = [size_source(s) for s in self.size_args()]
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
-        launch = f"{self.kernel}[{grid}]({', '.join(self.args + sizes)}, {meta}, num_warps={self.num_warps})"
+        args = ", ".join(self.args + self.size_symbols + sizes)
+        launch = f"{self.kernel}[{grid}]({args}, {meta}, num_warps={self.num_warps})"
         if self.device_guard is not None:
             launch = f"with torch.cuda._DeviceGuard({self.device_guard}):\n    {launch}"
         return f"# {self.comment}\n{launch}"
+
+
+def _blocks(numel, block: int):
+    numel = size_value(numel)
+    if isinstance(numel, int):
+        return -(-numel // block)
+    return f"({size_source(numel)} + {block - 1}) // {block}"
 
 
 def strides_guard(fresh: "AllocateLine | None") -> str:
@@ -198,19 +218,6 @@ WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | ExternCall
                | PartitionCallLine)
 
 
-def buffer_names(value) -> list[str]:
-    """Names of the IR buffers in a (nested) argument value, in order."""
-    if isinstance(value, ReinterpretView):
-        return [value.data.name]
-    if isinstance(value, Buffer):
-        return [value.name]
-    if isinstance(value, (list, tuple)):
-        return [n for v in value for n in buffer_names(v)]
-    if isinstance(value, dict):
-        return buffer_names(list(value.values()))
-    return []
-
-
 def render_op(op) -> str:
     if isinstance(op, torch._ops.OpOverload):
         return f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
@@ -221,7 +228,7 @@ def render_arg(a) -> str:
     if isinstance(a, ReinterpretView):
         lay = a.layout
         return (f"reinterpret({a.data.name}, {_ints(lay.size)}, {_ints(lay.stride)}, "
-                f"{static_int(lay.offset)})")
+                f"{size_source(lay.offset)})")
     if isinstance(a, Buffer):
         return a.name
     if isinstance(a, (list, tuple)):
@@ -235,6 +242,8 @@ def render_arg(a) -> str:
         return str(a)
     if isinstance(a, torch.layout):
         return str(a)
+    if isinstance(a, sympy.Basic):   # a dynamic graph's size (an int output, an argument of an ATen call)
+        return size_source(a)
     if isinstance(a, float):
         return repr(a) if a == a and a not in (float("inf"), float("-inf")) else f"float('{a}')"
     return repr(a)

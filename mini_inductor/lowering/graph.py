@@ -34,7 +34,8 @@ from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuff
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
-from .sizevars import sympify_seq
+from .sizevars import FloorDiv, ModularIndexing, sympify_seq
+from .symbolic import to_expr
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
@@ -172,14 +173,19 @@ class GraphLowering:
             # seed drawn from it instead (random_lowerings.py), an int64 [1] tensor on its device
             layout = Layout.contiguous(val.device, torch.int64, [1])
             return StorageBox(InputBuffer(node.name, layout, index))
+        if isinstance(val, torch.SymInt):
+            return to_expr(val)   # an int input of a dynamic graph: its symbol
         if not isinstance(val, torch.Tensor):
             return val
-        layout = Layout(val.device, val.dtype, tuple(sympify_seq(val.shape)), tuple(sympify_seq(val.stride())))
-        return StorageBox(InputBuffer(node.name, layout, index, int(val.storage_offset())))
+        layout = Layout(val.device, val.dtype, tuple(map(to_expr, val.shape)), tuple(map(to_expr, val.stride())))
+        offset = val.storage_offset()
+        return StorageBox(InputBuffer(node.name, layout, index, offset if isinstance(offset, int) else to_expr(offset)))
 
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        if target in _SIZE_ARITHMETIC and not kwargs and any(isinstance(a, sympy.Expr) for a in args):
+            return _SIZE_ARITHMETIC[target](*map(sympy.sympify, args))   # a dynamic graph's size math
         origin = _origin(node)
         self._new_buffers = []
         if _writes_its_arguments(target):
@@ -536,6 +542,12 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
         if free_unbacked_symbols(node.meta.get("val")):
             return f"data-dependent output sizes (node %{node.name}, {_op_name(node.target)})"
     return None
+
+
+# Python arithmetic on a dynamic graph's sizes (SymInts in the FX graph): sympy expressions
+_SIZE_ARITHMETIC = {operator.mul: operator.mul, operator.add: operator.add, operator.sub: operator.sub,
+                    operator.floordiv: FloorDiv, operator.neg: operator.neg,
+                    operator.mod: lambda a, b: ModularIndexing(a, sympy.Integer(1), b)}
 
 
 def _origin(node: torch.fx.Node) -> Origin:

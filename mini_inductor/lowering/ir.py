@@ -525,3 +525,16 @@ def fixed_layout_from_tensor(t: torch.Tensor) -> Layout:
 
 def static_sizes(x: IRNode) -> list[int]:
     return [static_int(s) for s in x.get_size()]
+
+
+def buffer_names(value) -> list[str]:
+    """Names of the IR buffers in a (nested) argument value, in order; a view names the buffer it views."""
+    if isinstance(value, ReinterpretView):
+        return [value.data.name]
+    if isinstance(value, Buffer):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in buffer_names(v)]
+    if isinstance(value, dict):
+        return buffer_names(list(value.values()))
+    return []

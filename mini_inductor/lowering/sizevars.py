@@ -267,6 +267,19 @@ def merge_divmod(expr: Expr) -> Expr:
     return _merge_divmod(expr)
 
 
+def _split_coeff(term: Expr) -> tuple[Expr, Expr]:
+    """term = coefficient * rest, the coefficient its numbers and size symbols (positive: a dynamic
+    graph's), the rest its index part (loop variables, divisions and moduli of them)."""
+    coeff, rest = [], []
+    for f in sympy.Mul.make_args(term):
+        (coeff if f.is_Number or (f.is_Symbol and f.is_positive) else rest).append(f)
+    return sympy.Mul(*coeff), sympy.Mul(*rest)
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    return a == b or sympy.expand(a - b) == 0
+
+
 @functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
 def _merge_divmod(expr: Expr) -> Expr:
     changed = True
@@ -274,7 +287,7 @@ def _merge_divmod(expr: Expr) -> Expr:
         changed = False
         terms = {}
         for t in sympy.Add.make_args(sympy.expand(expr)):
-            coeff, rest = t.as_coeff_Mul()
+            coeff, rest = _split_coeff(t)
             terms[rest] = terms.get(rest, 0) + coeff
         for rest, coeff in list(terms.items()):
             if not isinstance(rest, ModularIndexing) or rest not in terms:
@@ -282,7 +295,7 @@ def _merge_divmod(expr: Expr) -> Expr:
             x, d, m = rest.args
             # partner 1: floor division at the next level
             fd = FloorDiv(x, d * m)
-            if fd in terms and terms[fd] == coeff * m:
+            if fd in terms and _same(terms[fd], coeff * m):
                 del terms[fd]
                 del terms[rest]
                 merged = FloorDiv(x, d)
@@ -292,7 +305,7 @@ def _merge_divmod(expr: Expr) -> Expr:
             # partner 2: a modular index at the next level
             for other, oc in list(terms.items()):
                 if (isinstance(other, ModularIndexing) and other.args[0] == x and other.args[1] == d * m
-                        and oc == coeff * m and other is not rest):
+                        and _same(oc, coeff * m) and other is not rest):
                     del terms[other]
                     del terms[rest]
                     merged = ModularIndexing(x, d, m * other.args[2])
@@ -359,6 +372,7 @@ def _contiguous(expr: Expr, outer: sympy.Symbol, inner: sympy.Symbol, sizes, inn
         if node.free_symbols & {outer, inner}:
             return False
     co, ci = expr.coeff(outer), expr.coeff(inner)
-    if co.free_symbols or ci.free_symbols:
+    # coefficients may hold a dynamic graph's size symbols (positive), never loop variables (nonnegative)
+    if not all(s.is_positive for s in co.free_symbols | ci.free_symbols):
         return False
     return sympy.expand(co - ci * product(sizes[k] for k in inner_group)) == 0

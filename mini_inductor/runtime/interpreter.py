@@ -75,7 +75,24 @@ def install() -> None:
             setattr(libdevice, name, _standin(name, fn))
     _patch_casts_and_constants()
     _vectorize_helper_reductions()
+    _patch_scalar_index()
     _INSTALLED = True
+
+
+def _patch_scalar_index() -> None:
+    """An int argument of a kernel (a dynamic graph's sizes) is a one-element array in the interpreter;
+    `range(0, rnumel, RBLOCK)` takes its `__index__`, which the interpreter computes with `int(array)`:
+    numpy 2.x refuses that for an array of one dimension. Read the element instead."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0])
+                       if self.handle.data.size == 1 else int(self.handle.data))
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
 
 
 def _patch_casts_and_constants() -> None:

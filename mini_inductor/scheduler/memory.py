@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..lowering.graph import LoweredGraph
 from ..lowering.ir import InputBuffer, MultiOutput
-from ..lowering.sizevars import product, static_int
+from ..lowering.sizevars import product
+from ..lowering.symbolic import hint
 from .nodes import BaseSchedulerNode, SchedulerNode
 
 
@@ -88,7 +89,7 @@ def estimate_bytes_moved(nodes: list[BaseSchedulerNode], buffers: dict[str, tupl
             if dep.name not in internal:
                 accesses[dep.name] = accesses.get(dep.name, 0) + 1
         if isinstance(node, SchedulerNode):
-            iterations = static_int(product(node.body.sizes + node.body.reduction_sizes))
+            iterations = hint(product(node.body.sizes + node.body.reduction_sizes))
             for name, count in accesses.items():
                 numel, itemsize = buffers.get(name, (0, 0))
                 total += min(numel, iterations * count) * itemsize

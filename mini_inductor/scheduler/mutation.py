@@ -14,20 +14,9 @@ version chain is its group's list of mutating nodes, in program order.
 """
 from __future__ import annotations
 
-from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, ReinterpretView
+from ..lowering.ir import ComputedBuffer, ExternKernel, MultiOutput, buffer_names
 from .dependencies import WeakDep
 from .nodes import BaseSchedulerNode
-
-
-def _buffer_names(value) -> list[str]:
-    """Names of the buffers an extern argument passes (views resolved to the buffer they view)."""
-    if isinstance(value, ReinterpretView):
-        return [value.data.name]
-    if isinstance(value, Buffer):
-        return [value.name]
-    if isinstance(value, (list, tuple)):
-        return [n for v in value for n in _buffer_names(v)]
-    return []
 
 
 def _schema_arguments(kernel: ExternKernel):
@@ -49,7 +38,7 @@ def mutated_buffers(kernel: ExternKernel) -> list[str]:
     names = []
     for arg, value in _schema_arguments(kernel):
         if arg.alias_info is not None and arg.alias_info.is_write:
-            names += [n for n in _buffer_names(value) if n not in names]
+            names += [n for n in buffer_names(value) if n not in names]
     return names
 
 
@@ -71,7 +60,7 @@ def aliased_buffers(kernel: ExternKernel) -> list[str]:
     for arg, value in _schema_arguments(kernel):
         info = arg.alias_info
         if info is not None and (any_set or sets & (set(info.before_set) | set(info.after_set))):
-            names += [n for n in _buffer_names(value) if n not in names]
+            names += [n for n in buffer_names(value) if n not in names]
     return names
 
 

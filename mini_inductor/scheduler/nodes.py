@@ -10,7 +10,8 @@ import torch
 
 from ..errors import SchedulingError
 from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, Origin
-from ..lowering.sizevars import product, static_int
+from ..lowering.sizevars import product
+from ..lowering.symbolic import size_value
 from .dependencies import Dep, LoopBody, MemoryDep, StarDep, analyze_body
 
 
@@ -79,8 +80,8 @@ class SchedulerNode(BaseSchedulerNode):
     def group(self) -> tuple:
         """(device, numel, rnumel); computed once, as fusion asks for it per candidate pair."""
         if self._group is None:
-            numel = static_int(product(self.body.sizes))
-            rnumel = static_int(product(self.body.reduction_sizes)) if self.is_reduction() else 1
+            numel = size_value(product(self.body.sizes))
+            rnumel = size_value(product(self.body.reduction_sizes)) if self.is_reduction() else 1
             self._group = (self.get_device(), numel, rnumel)
         return self._group
 

@@ -16,7 +16,7 @@ import time
 from ..config import Config
 from ..lowering.graph import LoweredGraph
 from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
-from ..lowering.sizevars import static_int
+from ..lowering.symbolic import hint
 from .dependencies import Dep, WeakDep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
@@ -194,7 +194,7 @@ class Scheduler:
         sizes = {}
         for b in list(self.graph.buffers) + [b for b in self.graph.inputs if isinstance(b, InputBuffer)]:
             if b.layout is not None:
-                sizes[b.name] = (static_int(b.layout.numel()), b.layout.dtype.itemsize)
+                sizes[b.name] = (hint(b.layout.numel()), b.layout.dtype.itemsize)
         for name, t in self.graph.constants.items():
             sizes[name] = (t.numel(), t.element_size())
         return sizes

@@ -1,6 +1,7 @@
 """`mini-inductor explain / dump SCRIPT` on scripts as users write them: ending in sys.exit(main()),
 raising after compiling, with a graph that runs eagerly, or missing. Real subprocesses."""
 import io
+import html
 import json
 import os
 import pathlib
@@ -11,12 +12,14 @@ import textwrap
 import pytest
 
 from mini_inductor.cli import Output
+from mini_inductor.pipeline import DYNAMIC_SHAPES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# `layer` compiles; `scaled` (dynamic=True) runs eagerly; main's result is the exit code
+# `layer` compiles; `scaled` (dynamic=True, with dynamic_shapes='eager') runs eagerly; main's result is
+# the exit code
 EXITING_SCRIPT = textwrap.dedent("""\
-    import sys
+    import sys; import mini_inductor; mini_inductor.config.dynamic_shapes = "eager"  # noqa: E401, E702
     import torch
 
 
@@ -84,19 +87,19 @@ def test_explain_lists_a_graph_that_ran_eagerly_with_reason_and_user_line(exitin
     folder, proc = exiting
     report = json.loads((folder / "report" / "report.json").read_text())
     (eager,) = [r for r in report if "ran_eagerly" in r]
-    assert eager["ran_eagerly"]["reason"] == "dynamic shapes are not supported yet"
+    assert eager["ran_eagerly"]["reason"] == DYNAMIC_SHAPES
     assert eager["ran_eagerly"]["source"] == f'File "{folder / "train.py"}", line 10, in scaled: return torch.relu(x) * 3'
-    assert "dynamic=False" in eager["ran_eagerly"]["hint"]
+    assert "'dynamic_shapes': 'eager'" in eager["ran_eagerly"]["hint"]
     assert "Graphs run eagerly" in proc.stdout and "train.py:10 (scaled)" in proc.stdout
     page = (folder / "report" / "report.html").read_text()
-    assert "Graphs run eagerly" in page and eager["graph"] in page and "dynamic shapes are not supported yet" in page
+    assert "Graphs run eagerly" in page and eager["graph"] in page and html.escape(DYNAMIC_SHAPES) in page
 
 
 def test_eager_graph_warning_points_at_the_users_line_and_says_what_to_do(exiting):
     folder, proc = exiting
     warning = next(line for line in proc.stderr.splitlines() if "runs eagerly" in line)
     assert warning.startswith(f"{folder / 'train.py'}:10: UserWarning: mini_inductor: graph ")
-    assert "To compile it: compile with torch.compile(..., dynamic=False)" in warning
+    assert "To compile it: drop options={'dynamic_shapes': 'eager'}" in warning
 
 
 def test_explain_keeps_the_report_of_a_script_that_raises_and_names_the_line(tmp_path):

@@ -83,7 +83,7 @@ def test_graph_without_cuda_inputs_gets_no_cudagraph_skip():
 
 
 def test_eager_graph_on_the_cpu_logs_no_skip():
-    f = torch.compile(add, backend="mini_inductor", dynamic=True)
+    f = torch.compile(add, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "eager"})
     x, y = torch.randn(5, device="cpu"), torch.randn(5, device="cpu")
     torch.testing.assert_close(f(x, y), x + y)   # Dynamo's first call is static: the second is dynamic
     x, y = torch.randn(6, device="cpu"), torch.randn(6, device="cpu")
@@ -183,7 +183,7 @@ def test_or_error_raises_where_partitioning_off_would_skip(monkeypatch):
 
 @pytest.mark.gpu
 def test_graph_with_symbolic_shape_inputs_runs_ungraphed_with_one_counted_skip_naming_the_line(caplog):
-    f = torch.compile(add, backend="mini_inductor", dynamic=True)
+    f = torch.compile(add, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "eager"})
     with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for _ in range(3):
             x, y = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
@@ -271,6 +271,7 @@ def test_or_error_raises_instead_of_running_a_graph_without_cuda_graphs():
     f = compiled(lambda x, y: (x + 1, y + 2), cudagraph_partition=False, cudagraph_or_error=True)
     with pytest.raises(RuntimeError, match="skipping cudagraphs due to incompatible op"):
         f(torch.randn(4, device="cuda"), torch.randn(4, device="cpu"))
-    g = torch.compile(add, backend="mini_inductor", dynamic=True, options={"cudagraph_or_error": True})
+    g = torch.compile(add, backend="mini_inductor", dynamic=True,
+                      options={"cudagraph_or_error": True, "dynamic_shapes": "eager"})
     with pytest.raises(RuntimeError, match="skipping cudagraphs due to graph with symbolic shapes inputs"):
         g(torch.randn(8, device="cuda"), torch.randn(8, device="cuda"))

@@ -7,6 +7,7 @@ import torch
 
 import mini_inductor
 from mini_inductor.debug import trace
+from mini_inductor.pipeline import DYNAMIC_SHAPES
 from mini_inductor.lowering.graph import GraphLowering
 from mini_inductor.lowering.lowerings import LOWERINGS
 
@@ -30,11 +31,11 @@ def test_dynamic_shapes_warning_points_at_the_users_op_and_says_what_to_do(fresh
     torch._dynamo.mark_dynamic(x, 0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.compile(scaled, backend="mini_inductor")(x)
+        torch.compile(scaled, backend="mini_inductor", options={"dynamic_shapes": "eager"})(x)
     (w,) = [w for w in caught if "runs eagerly" in str(w.message)]
     assert (w.filename, w.lineno) == (__file__, RELU_LINE)
-    assert "dynamic shapes are not supported yet" in str(w.message)
-    assert "To compile it: compile with torch.compile(..., dynamic=False)" in str(w.message)
+    assert DYNAMIC_SHAPES in str(w.message)
+    assert "To compile it: drop options={'dynamic_shapes': 'eager'}" in str(w.message)
 
 
 def test_fallback_on_error_warning_points_at_the_users_op_and_explain_lists_the_graph(monkeypatch, fresh_warnings,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import mini_inductor
+from mini_inductor.pipeline import DYNAMIC_SHAPES
 
 
 def layer(x, w):
@@ -45,10 +46,11 @@ def test_explain_compiles_again_a_function_compiled_before_in_the_process(device
 def test_explain_lists_graphs_that_ran_eagerly_with_reason_and_source(device):
     x = torch.randn(6, 4, device=device)
     torch._dynamo.mark_dynamic(x, 0)
-    r = mini_inductor.explain(lambda t: torch.relu(t) * 2, x)
+    with mini_inductor.config.patch(dynamic_shapes="eager"):
+        r = mini_inductor.explain(lambda t: torch.relu(t) * 2, x)
     (eager,) = r.ran_eagerly
-    assert eager["reason"] == "dynamic shapes are not supported yet"
-    assert "test_explain_api.py" in eager["source"] and "dynamic=False" in eager["hint"]
+    assert eager["reason"] == DYNAMIC_SHAPES
+    assert "test_explain_api.py" in eager["source"] and "'dynamic_shapes': 'eager'" in eager["hint"]
     assert "Graphs run eagerly" in str(r) and eager["name"] in str(r)
 
 

@@ -1,9 +1,9 @@
-"""Option `cudagraph_capture_sizes`: CUDA graphs only for the listed sizes of a graph's dynamic dims.
+"""A graph with symbolic sizes compiled statically per size: option `dynamic_shapes='per_size'` (every
+size), and `cudagraph_capture_sizes` (CUDA graphs only for the listed sizes of a graph's dynamic dims).
 
-mini_inductor generates code for static shapes. A graph that Dynamo traced with symbolic sizes
-(`mark_dynamic`, `dynamic=True`, or the recompile after a shape change) runs eagerly, unless this
-option is set: then the graph is specialized at run time, one static compile per listed size, and
-each specialization runs inside the CUDA-graph tree like any other compiled graph.
+A graph that Dynamo traced with symbolic sizes (`mark_dynamic`, `dynamic=True`, or the recompile after
+a shape change) is specialized at run time, one static compile per size, each running inside the
+CUDA-graph tree like any other compiled graph. With `cudagraph_capture_sizes` set, only listed sizes are:
 
     call with dynamic sizes k ──► k listed?  yes: static compile for k (kept), graphed
                                              no:  the ATen graph runs eagerly; "skipping
@@ -75,7 +75,7 @@ class SizeSpecializedGraph:
 
     _boxed_call = True
 
-    def __init__(self, name: str, gm: torch.fx.GraphModule, kind: str, capture_sizes: tuple, cfg,
+    def __init__(self, name: str, gm: torch.fx.GraphModule, kind: str, capture_sizes: tuple | None, cfg,
                  compile_static: Callable[[torch.fx.GraphModule, list, Any], Any]):
         self.name, self.gm, self.kind, self.cfg = name, gm, kind, cfg
         self._boxed_call = True   # also on the instance: aot_autograd's functools.wraps copies only __dict__
@@ -88,7 +88,7 @@ class SizeSpecializedGraph:
     def __call__(self, *args):
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
         key = sizes_key(self.where, args)
-        if key in self.capture_sizes:
+        if self.capture_sizes is None or key in self.capture_sizes:
             if key not in self.specialized:
                 self.specialized[key] = self._compile(key, args)
             graph = self.specialized[key]
@@ -105,8 +105,8 @@ class SizeSpecializedGraph:
     def _compile(self, key, args: list):
         """The static compile for `key`, or None (the graph then runs eagerly at this size) when
         retracing or compiling fails: a logged and counted skip, not an error in the user's step."""
-        log.info("%s: compiling a static specialization for dynamic sizes %s (cudagraph_capture_sizes)",
-                 self.name, key)
+        log.info("%s: compiling a static specialization for dynamic sizes %s (%s)", self.name, key,
+                 "cudagraph_capture_sizes" if self.capture_sizes is not None else "dynamic_shapes='per_size'")
         try:
             static, examples = specialize(self.gm, args)
             return self.compile_static(static, examples, key)
