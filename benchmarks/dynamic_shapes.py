@@ -22,7 +22,7 @@ import torch
 from mini_inductor.examples import DecoderStack, MLPWithNorm
 
 LENGTHS = (64, 96, 128, 192, 256, 384)
-BACKENDS = ("eager", "inductor", "inductor_reduce_overhead", "mini_inductor")
+BACKENDS = ("eager", "inductor", "inductor_reduce_overhead", "mini_inductor", "mini_inductor_symbolic")
 
 
 def _compile(model, backend: str):
@@ -33,7 +33,8 @@ def _compile(model, backend: str):
     if backend == "inductor_reduce_overhead":
         return torch.compile(model, mode="reduce-overhead")
     import mini_inductor  # noqa: F401  registers the backend
-    return torch.compile(model, backend="mini_inductor")
+    options = {"dynamic_shapes": "symbolic"} if backend == "mini_inductor_symbolic" else None
+    return torch.compile(model, backend="mini_inductor", options=options)
 
 
 def _sync_time(fn) -> float:
@@ -100,7 +101,7 @@ def main(argv=None) -> None:
             counters.clear()
             row = {"serve": serve, "train": train}[case](backend)
             row["frames_compiled"] = counters["stats"]["unique_graphs"]
-            if backend == "mini_inductor":
+            if backend.startswith("mini_inductor"):
                 from mini_inductor import metrics
                 row["mi_graphs"] = len(metrics.compiled_graphs)
                 row["mi_dynamic_graphs"] = sum(bool(r.dynamic_symbols) for r in metrics.compiled_graphs)
