@@ -116,7 +116,8 @@ def test_attention_with_a_dynamic_sequence_length():
 def test_causal_mask_built_from_a_dynamic_arange():
     def masked(x):
         t = x.shape[-1]
-        return x.masked_fill(torch.arange(t) > torch.arange(t)[:, None], float("-inf")).softmax(-1)
+        i = torch.arange(t, device=x.device)
+        return x.masked_fill(i > i[:, None], float("-inf")).softmax(-1)
     assert_dynamic(run_sizes(masked, lambda n: (torch.randn(3, n, n),)))
 
 
