@@ -30,7 +30,7 @@ from .sizevars import Expr, FloorDiv, ModularIndexing
 
 
 class SymbolicUnsupported(NotImplementedError):
-    """A step of the compiler that needs a concrete size met a symbolic one. `symbol` names it."""
+    """A step of the compiler that needs a concrete size met a symbolic one: `what` and the size `expr`."""
 
     def __init__(self, what: str, expr: Any):
         self.what, self.expr = what, expr
@@ -46,6 +46,7 @@ class GraphShapes:
     order the graph takes them. `shape_env` is None for a static graph."""
     shape_env: Any = None
     sources: dict[sympy.Symbol, tuple[int, str, int | None]] = field(default_factory=dict)
+    hints: dict[sympy.Symbol, sympy.Integer] = field(default_factory=dict)   # symbol → its traced value
 
     @property
     def dynamic(self) -> bool:
@@ -78,6 +79,11 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
             for dim, s in enumerate(val.stride()):
                 _note(shapes, s, (i, "stride", dim))
             _note(shapes, val.storage_offset(), (i, "offset", None))
+    if shapes.shape_env is not None:
+        env = shapes.shape_env
+        values = getattr(env, "backed_var_to_val", None) or env.var_to_val   # torch 2.13 renamed it
+        shapes.hints = {symbol(s.name): sympy.Integer(int(v)) for s, v in values.items()
+                        if getattr(v, "is_Integer", True)}
     return shapes
 
 
@@ -140,24 +146,10 @@ def _convert(e: sympy.Basic) -> Expr:
     raise SymbolicUnsupported(f"a size expression with {type(e).__name__}", e)
 
 
-def is_static(expr) -> bool:
-    return isinstance(expr, int) or not getattr(expr, "free_symbols", None)
-
-
 def size_value(expr):
     """An int for a static size, the sympy expression for a symbolic one (what kernels are grouped by)."""
     expr = sympy.sympify(expr)
     return int(expr) if not expr.free_symbols else expr
-
-
-def hints() -> dict[sympy.Symbol, int]:
-    """symbol → its value at the traced sizes."""
-    shapes = current()
-    env = shapes.shape_env
-    if env is None:
-        return {}
-    values = getattr(env, "backed_var_to_val", None) or env.var_to_val
-    return {symbol(s.name): int(v) for s, v in values.items() if getattr(v, "is_Integer", True)}
 
 
 def hint(expr) -> int:
@@ -167,7 +159,7 @@ def hint(expr) -> int:
     expr = sympy.sympify(expr)
     if not expr.free_symbols:
         return int(expr)
-    value = expr.xreplace({s: sympy.Integer(v) for s, v in hints().items()})   # FloorDiv and ModularIndexing evaluate themselves on integers
+    value = expr.xreplace(current().hints)   # FloorDiv and ModularIndexing evaluate themselves on integers
     if value.free_symbols:
         raise SymbolicUnsupported("no hint for a size", expr)
     return int(value)
