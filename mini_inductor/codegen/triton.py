@@ -251,7 +251,13 @@ class TritonKernel:
         if self.is_reduction:
             params.append("RBLOCK: tl.constexpr")
         idx = ".to(tl.int64)" if self.int64 else ""
-        out = ["@triton.jit", f"def {self.name}({', '.join(params)}):"]
+        jit = "@triton.jit"
+        if self.dynamic:
+            # one binary for every size: Triton would otherwise specialize an int argument on its value
+            # (== 1, divisible by 16), and a launch site keeps the binary of its first launch
+            ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))]
+            jit = f"@triton.jit(do_not_specialize={ints!r})"
+        out = [jit, f"def {self.name}({', '.join(params)}):"]
         body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
         if self.tiling is not None:
             # Y blocks on grid axis 0 (no 65535 limit), X blocks on axis 1

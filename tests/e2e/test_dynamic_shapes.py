@@ -75,6 +75,7 @@ def test_pointwise_over_a_dynamic_batch_is_one_kernel_with_its_size_as_an_argume
     assert_dynamic(records)
     source = open(records[0].source_path).read()
     assert "xnumel: tl.constexpr" not in source     # the size is an argument, not baked into the kernel
+    assert "do_not_specialize=['xnumel']" in source  # and one binary serves every value of it
 
 
 @pytest.mark.parametrize("dim", [0, 1])
