@@ -147,6 +147,9 @@ class WrapperCodegen:
         self.never_reuse |= set(sched.aliases) | set(sched.aliases.values())
         # the GPUs the graph touches: one, and the whole call runs under its device guard; several,
         # and each kernel launch runs under its own (Triton launches on the current device)
+        # a dynamic graph's size symbols: `call` binds them, and passes them to each partition after its
+        # buffers (a CUDA-graph tree records a partition once per distinct value of them)
+        self.symbols = [str(s) for s in symbolic.current().sources]
         self.cuda_devices = sorted({b.layout.device.index or 0 for b in list(self.graph.inputs) + list(self.graph.buffers)
                                     if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
 
@@ -157,13 +160,11 @@ class WrapperCodegen:
         if self.sched.unused_inputs:   # no node reads them: the caller's references are the only ones left
             call.lines.append(FreeLine(list(self.sched.unused_inputs)))
         functions: list[tuple[GraphPartition, _Scope, PartitionCallLine]] = []
-        # a dynamic graph runs every partition inside `call` (CUDA graphs of dynamic graphs: not yet)
-        dynamic = symbolic.current().dynamic
         for part in self.sched.partitions:
             scope = call
-            if part.safe and part.has_kernels and not dynamic:
+            if part.safe and part.has_kernels:
                 scope = _Scope(part.name, set(part.outputs) | outputs)
-                line = PartitionCallLine(part.name, list(part.inputs), list(part.outputs), [])
+                line = PartitionCallLine(part.name, list(part.inputs), list(part.outputs), [], self.symbols)
                 functions.append((part, scope, line))
                 at = len(call.lines)
                 call.lines.append(line)
@@ -343,8 +344,9 @@ class WrapperCodegen:
         parts += _kernel_definitions(self.kernels)
         for part, scope in functions:
             body = []
-            if part.inputs:
-                body.append(", ".join(part.inputs) + ("," if len(part.inputs) == 1 else "") + " = args")
+            names = list(part.inputs) + self.symbols
+            if names:
+                body.append(", ".join(names) + ("," if len(names) == 1 else "") + " = args")
             body.append("args.clear()")
             body += _body(scope.lines)
             parts.append(f"\n\ndef {scope.name}(args):\n" + "\n".join("    " + ln for ln in body) + "\n")
@@ -374,6 +376,8 @@ class WrapperCodegen:
                 specs.append("    InputSpec(size=None, stride=None, dtype=None, device=None),")
         parts.append("\nINPUT_SPECS = [\n" + "\n".join(specs) + "\n]\n")
         parts.append(f"INPUT_NAMES = {[n if not n.startswith('_unused') else None for n in inputs]!r}\n")
+        if self.symbols:
+            parts.append(f"SIZE_SYMBOLS = {self.symbols!r}\n")
         parts.append(self._partition_table(functions))
         consts = ", ".join(f"'{n}': ConstantSpec(size={tuple(t.shape)}, dtype={t.dtype}, device='{t.device}')"
                            for n, t in g.constants.items())
@@ -404,9 +408,9 @@ class WrapperCodegen:
                 if lines:   # the op that produced the buffer comes first (the others were inlined into it)
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: PartitionSpec(\n"
-                f"        inputs={tuple(part.inputs)!r},\n"
+                f"        inputs={tuple(part.inputs) + tuple(self.symbols)!r},\n"
                 f"        traces={tuple(source.get(n) for n in part.outputs)!r},\n"
-                f"        input_traces={self._input_traces(part, source)!r},\n"
+                f"        input_traces={self._input_traces(part, source) + (None,) * len(self.symbols)!r},\n"
                 f"        cublas={tuple(part.cublas_calls)!r}, cublaslt={tuple(part.cublaslt_calls)!r}),"
                 for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one

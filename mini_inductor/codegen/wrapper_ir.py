@@ -202,10 +202,11 @@ class PartitionCallLine:
     inputs: list[str]
     outputs: list[str]
     freed_inside: list[str]      # inputs whose last use is inside: the caller lets go of them
+    symbols: list[str] = dataclasses.field(default_factory=list)   # a dynamic graph's sizes, after them
 
     def emit(self) -> str:
         args = f"{self.function}_args"
-        lines = [f"{args} = [{', '.join(self.inputs)}]"]
+        lines = [f"{args} = [{', '.join(self.inputs + self.symbols)}]"]
         if self.freed_inside:
             lines.append("del " + ", ".join(self.freed_inside))
         call = f"{self.function}({args})"

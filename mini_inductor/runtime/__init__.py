@@ -106,7 +106,7 @@ class CompiledGraph:
                                 mode=self.kind, static_idxs=tuple(j for j, n in enumerate(inputs) if n in static_names),
                                 input_names=list(inputs), output_traces=list(spec.traces),
                                 input_traces=list(spec.input_traces),
-                                constants=cuda_constants)
+                                constants=cuda_constants, dynamic=bool(getattr(self.module, "SIZE_SYMBOLS", ())))
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
         self._log_partitions(partitions, unsafe)

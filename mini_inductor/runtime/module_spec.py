@@ -18,9 +18,12 @@ machine, rather than as a KeyError inside a CUDA-graph recording on a GPU.
     UNSAFE_PARTITIONS  dict[str, UnsafePartition]     run of nodes kept out of   runtime/__init__.py (logged,
                                                       CUDA graphs                or the skip reason)
     KERNEL_LAUNCHES    list[KernelLaunch]             launch whose pointer       launch/precompile.py
-                                                      dtypes are all known
+                                                      dtypes and sizes are known
+    SIZE_SYMBOLS       list[str] (dynamic graphs only) size symbol, passed to     runtime/__init__.py (trees
+                                                      every partition after      record per distinct size)
+                                                      its buffers
 
-Sizes and strides are ints (every size is static when codegen runs). Records are frozen and their
+Sizes and strides are ints: a dynamic graph's INPUT_SPECS hold the sizes it was traced with. Records are frozen and their
 sequences tuples: the runtime cannot edit a table by accident. This module imports nothing from the
 compiler (tests/packaging/test_import_rules.py): a generated module loads with the runtime alone.
 """

@@ -71,3 +71,20 @@ def test_each_shape_of_a_graph_with_a_cpu_op_records_one_graph_per_gpu_partition
         torch.testing.assert_close(f(x), fn(x))
     assert graphed_partitions() >= 4                    # two shapes, the CPU op cuts each in two
     assert stats()["recordings"] == graphed_partitions()
+
+
+def test_one_symbolic_compile_records_once_per_size_and_replays_each():
+    import mini_inductor
+
+    def fn(x, w):
+        return torch.softmax(x @ w, -1) * 2 + x.sum(-1, keepdim=True)
+    f = torch.compile(fn, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "symbolic"})
+    w = torch.randn(16, 16, device="cuda")
+    for n in (4, 4, 4, 7, 7, 7, 4, 4, 7):
+        x = torch.randn(n, 16, device="cuda")
+        torch.testing.assert_close(f(x, w), fn(x, w), atol=1e-4, rtol=1e-4)
+    (record,) = mini_inductor.metrics.compiled_graphs
+    assert record.dynamic_symbols and record.dynamic_fallback is None and record.ran_eagerly is None
+    s = stats()
+    assert s["recordings"] == 2 * graphed_partitions() and graphed_partitions() >= 1, s   # one per size
+    assert s["replays"] >= 4, s

@@ -36,6 +36,7 @@ class Check(enum.Enum):
     STATIC_MOVED = "static input data pointer changed"
     STABLE_MOVED = "address-stable input data pointer changed"
     DEAD_BEFORE_LIVE = "expected dead indices before graph are live"
+    OTHER_SIZES = "a dynamic function called at sizes other than the recording's"
 
 
 # output kinds, decided once at recording
@@ -145,6 +146,7 @@ class GraphNode:
         self.cached_outputs: list[torch.Tensor | None] = []
         self.pinned: list[torch.Tensor] = []
         self.pinned_rebuilt: dict[int, torch.Tensor] = {}   # a backward replay's pinned rebuilt outputs
+        self.sizes = info.sizes_key(inputs)   # a dynamic function's: the sizes this recording serves
         self._classify_inputs(inputs, stable_idxs)
         if parent is not None:
             now = liveness(parent.path_refs)
@@ -288,6 +290,8 @@ class GraphNode:
     def check(self, inputs: list) -> Check:
         """Can this recording replay for `inputs` now? On success drops the caller's managed inputs."""
         ptrs_equal = torch._C._tensors_data_ptrs_at_indices_equal
+        if self.sizes is not None and self.info.sizes_key(inputs) != self.sizes:
+            return Check.OTHER_SIZES
         if not ptrs_equal(inputs, self.ptrs, self.managed_idxs):
             return Check.MANAGED_MOVED
         path = self.path_refs

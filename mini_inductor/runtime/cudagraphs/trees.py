@@ -73,7 +73,7 @@ class TreeManager:
         torch._C._set_cached_tensors_enabled(True)
         self.roots: dict[int, list[GraphNode]] = collections.defaultdict(list)
         self.functions: dict[int, FunctionInfo] = {}
-        self.warmed_up: set[int] = set()
+        self.warmed_up: set = set()   # fids warmed up; (fid, sizes) for a dynamic function
         self.warned_pending: set[int] = set()
         self.warned_mutation: set[int] = set()
         self.mutation_hint: dict[tuple, bool] = {}
@@ -148,7 +148,8 @@ class TreeManager:
             return self._run_without_graph(inputs, fid)
         info = self.functions[fid]
         cfg = info.cfg
-        if (fid not in self.warmed_up and not cfg.cudagraph_skip_warmup) or self.state == "warmup" \
+        if (self._warm_key(fid, inputs) not in self.warmed_up and not cfg.cudagraph_skip_warmup) \
+                or self.state == "warmup" \
                 or cfg.cudagraph_force_warmup:
             if self.state == "execution":
                 self._apply_checkpoint()
@@ -193,16 +194,22 @@ class TreeManager:
     # --- the three ways to run -------------------------------------------------------------------
 
     def _warmup(self, inputs: list, fid: int) -> list:
-        already = fid in self.warmed_up
+        warm_key = self._warm_key(fid, inputs)
+        already = warm_key in self.warmed_up
         log.debug("Running %s of function %d", "eager" if already else "warmup", fid)
         self.warmup_ids -= 1
         node = WarmupNode(self, self.functions[fid], fid, self.current, self.warmup_ids, already)
-        self.warmed_up.add(fid)
+        self.warmed_up.add(warm_key)
         self.current, self.state = node, "warmup"
         self.current_gen = _current_generation()
         self.num_warmups += 1
         self._last_ptrs[fid] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
         return node.run(inputs)
+
+    def _warm_key(self, fid: int, inputs: list):
+        """A function is warmed up once before its first recording; a dynamic one once per sizes."""
+        sizes = self.functions[fid].sizes_key(inputs)
+        return fid if sizes is None else (fid, sizes)
 
     def _record(self, inputs: list, fid: int) -> list:
         assert not isinstance(self.current, WarmupNode)

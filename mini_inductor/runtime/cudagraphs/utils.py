@@ -324,6 +324,15 @@ class FunctionInfo:
     input_traces: list[str | None] | None = None   # the user line of each input's first reader
     constants: list[torch.Tensor] = dataclasses.field(default_factory=list)
     cfg: Any = None                              # the compile's Config (its cudagraph_* options)
+    # a dynamic graph's partition: its last inputs are size ints; a recording serves only the sizes
+    # (those ints and its tensors' shapes) it was made with
+    dynamic: bool = False
+
+    def sizes_key(self, inputs: list) -> tuple | None:
+        """What a recording of a dynamic function is specialized to: its ints and its tensors' shapes."""
+        if not self.dynamic:
+            return None
+        return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in inputs)
 
     def trace_of(self, i: int) -> str | None:
         return self.output_traces[i] if self.output_traces and i < len(self.output_traces) else None
