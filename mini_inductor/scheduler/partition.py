@@ -22,6 +22,7 @@ import heapq
 import sympy
 import torch
 
+from ..lowering import symbolic
 from ..lowering.ir import ExternKernel, MultiOutput
 from .nodes import BaseSchedulerNode
 
@@ -121,7 +122,11 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
         return f"syncs with the device ({buf.op_name})"
     if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
         return f"{buf.op_name} is tagged cudagraph_unsafe"
-    if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols for s in buf.layout.size):
+    # sizes of symbols the graph's inputs give (a dynamic graph's) are known before the call; others
+    # come from data
+    known = symbolic.current().sources
+    if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols - known.keys()
+                                      for s in buf.layout.size):
         return f"data-dependent output sizes ({buf.op_name})"
     if buf.get_device().type == "cpu":
         return f"extern kernel on the CPU ({buf.op_name})"
