@@ -78,6 +78,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         symbolic_inputs = reason == DYNAMIC_SHAPES or reason.startswith(DATA_DEPENDENT_INPUTS)
         log_eager_graph_skip(gm, name, reason, symbolic_inputs, cfg)
         return EagerGraph(name, gm, reason)
+    return _compile(gm, example_inputs, name, record, graph_args, start)
+
+
+def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
+    """The caches (this process's memory, then the disk), else the stages; kept in the caches after."""
+    cfg, kind = graph_args["cfg"], graph_args["kind"]
     install_interpreter_shims()
     if kind == "inference":
         gm = channels_last_convolutions(gm, cfg.conv_layout, name)
@@ -121,10 +127,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
 def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
     """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit."""
     with symbolic.graph_shapes(gm):
-        record.cache = "off (dynamic)"
-        try:
-            compiled = run_stages(gm, example_inputs, name, record, graph_args)
+        try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
+            compiled = _compile(gm, example_inputs, name, record, graph_args, start)
+            if not isinstance(compiled, EagerGraph):   # (fallback_on_error's answer to a failed compile)
+                return compiled
+            raise MiniInductorError(compiled.reason)
         except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
+            record.ran_eagerly = None
             why = f"{type(e).__name__}: {e}".split("\n")[0]
             record.dynamic_fallback = why
             debug_trace.warn_at_user_code(
@@ -132,9 +141,6 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
                 "for each new size instead", debug_trace.first_source_line(gm))
             log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
             return _per_size(gm, name, graph_args)
-    record.compile_seconds = time.perf_counter() - start
-    log.info("%s", record.summary())
-    return compiled
 
 
 def _per_size(gm, name: str, graph_args: dict) -> SizeSpecializedGraph:

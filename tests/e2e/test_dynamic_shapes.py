@@ -188,3 +188,18 @@ def test_by_default_a_dynamic_graph_is_compiled_once_per_size_it_meets():
     dynamic, *per_size = metrics.compiled_graphs
     assert dynamic.dynamic_symbols and dynamic.dynamic_fallback == "dynamic_shapes='per_size'"
     assert len(per_size) == 3 and all(r.num_kernels >= 1 and not r.dynamic_symbols for r in per_size)
+
+
+def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
+    def f(x):
+        return torch.relu(x * 2 + 1).sum(-1)
+    options = {**SYMBOLIC, "front_cache": False}   # the ATen-graph level of the cache (test_graph_cache.py)
+    torch.compile(f, backend="mini_inductor", dynamic=True, options=options)(torch.randn(5, 8))
+    cold = metrics.compiled_graphs[-1]
+    torch._dynamo.reset()   # this process's compiled graphs are gone: only the disk can serve it
+    x = torch.randn(11, 8)
+    out = torch.compile(f, backend="mini_inductor", dynamic=True, options=options)(x)
+    warm = metrics.compiled_graphs[-1]
+    assert (cold.cache, warm.cache) == ("miss", "disk") and "lowering" not in warm.stage_seconds
+    assert warm.dynamic_symbols and warm.kernel_names == cold.kernel_names
+    assert_same_tensor(out, f(x), "size 11 from the disk cache")
