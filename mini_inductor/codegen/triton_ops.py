@@ -61,6 +61,25 @@ def texpr(expr: sympy.Expr) -> str:
     raise NotImplementedError(f"index expression {expr}")
 
 
+def _float_expr(expr: sympy.Expr) -> str:
+    """A float made of sizes (n / (n - 1)) as Triton arithmetic on the size arguments."""
+    if expr.is_Number:
+        return repr(float(expr))
+    if isinstance(expr, sympy.Symbol):
+        return expr.name
+    if isinstance(expr, sympy.Add):
+        return "(" + " + ".join(_float_expr(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Mul):
+        return "(" + " * ".join(_float_expr(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
+        e = int(expr.exp)
+        power = " * ".join([_float_expr(expr.base)] * abs(e))
+        return f"(1.0 / ({power}))" if e < 0 else f"({power})"
+    if expr.is_integer:
+        return texpr(expr)
+    raise NotImplementedError(f"a float made of sizes: {expr}")
+
+
 def _operand(expr: sympy.Expr) -> str:
     """`expr` as an operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
     if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
@@ -195,6 +214,10 @@ class TritonOps:
 
     # values
     def constant(self, value, dtype: torch.dtype):
+        if isinstance(value, sympy.Basic) and value.free_symbols:   # made of a dynamic graph's sizes
+            if value.is_integer:
+                return self.index_expr(value, dtype)
+            return self.k.emit(f"tl.full([1], 0, {tl_dtype(dtype)}) + ({_float_expr(value)})", dtype)
         if dtype == torch.bool:
             lit = "1" if value else "0"
         elif dtype.is_floating_point:

@@ -341,6 +341,8 @@ class WrapperCodegen:
     def _render(self, functions: list[tuple[GraphPartition, _Scope]], call: _Scope) -> str:
         g = self.graph
         parts = [HEADER.format(graph=g.name)]
+        if any(getattr(getattr(n, "op", None), "__module__", None) == "_operator" for n in self.graph.buffers):
+            parts.append("import operator  # noqa: E402  (a dynamic graph's size arithmetic)\n")
         parts += _kernel_definitions(self.kernels)
         for part, scope in functions:
             body = []

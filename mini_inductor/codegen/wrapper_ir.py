@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from ..lowering.ir import Buffer, ReinterpretView, buffer_names
-from ..lowering.symbolic import hint, size_value
+from ..lowering.symbolic import hint, size_value, to_expr
 from .triton_ops import texpr
 
 
@@ -222,6 +222,8 @@ WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | ExternCall
 def render_op(op) -> str:
     if isinstance(op, torch._ops.OpOverload):
         return f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+    if op.__module__ == "_operator":   # size arithmetic of a dynamic graph (n / (n - 1) of a batch norm)
+        return f"operator.{op.__name__}"
     return f"{op.__module__}.{op.__qualname__}"
 
 
@@ -244,7 +246,8 @@ def render_arg(a) -> str:
     if isinstance(a, torch.layout):
         return str(a)
     if isinstance(a, sympy.Basic):   # a dynamic graph's size (an int output, an argument of an ATen call)
-        return size_source(a)
+        a = to_expr(a)   # (torch's own functions of sizes, in a float made of them, become ours)
+        return size_source(a) if a.is_integer else f"({sympy.pycode(a)})"   # or a float made of sizes
     if isinstance(a, float):
         return repr(a) if a == a and a not in (float("inf"), float("-inf")) else f"float('{a}')"
     return repr(a)

@@ -34,7 +34,8 @@ from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuff
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
-from .sizevars import FloorDiv, ModularIndexing, sympify_seq
+from .sizevars import sympify_seq
+from . import symbolic
 from .symbolic import to_expr
 
 aten = torch.ops.aten
@@ -184,8 +185,9 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
-        if target in _SIZE_ARITHMETIC and not kwargs and any(isinstance(a, sympy.Expr) for a in args):
-            return _SIZE_ARITHMETIC[target](*map(sympy.sympify, args))   # a dynamic graph's size math
+        size = _size_value(node)
+        if size is not None:
+            return size
         origin = _origin(node)
         self._new_buffers = []
         if _writes_its_arguments(target):
@@ -340,7 +342,7 @@ class GraphLowering:
     def _realize_output(self, value, meta):
         if not isinstance(value, IRNode):
             return value
-        want = list(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
+        want = sympify_seq(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
         if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
             return _with_unit_strides_of(value.realize(stride=want), meta)
         tensor = ir.realize_as_tensor(value)
@@ -358,7 +360,7 @@ def _with_unit_strides_of(tensor, meta):
     if not isinstance(meta, torch.Tensor) or not isinstance(tensor, (Buffer, ReinterpretView)) or layout is None \
             or len(layout.size) != meta.dim():
         return tensor
-    stride = tuple(sympy.Integer(m) if s == 1 else st for s, st, m in zip(layout.size, layout.stride, meta.stride()))
+    stride = tuple(m if s == 1 else st for s, st, m in zip(layout.size, layout.stride, sympify_seq(meta.stride())))
     if stride == tuple(layout.stride):
         return tensor
     base = tensor.data if isinstance(tensor, ReinterpretView) else tensor
@@ -544,10 +546,17 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-# Python arithmetic on a dynamic graph's sizes (SymInts in the FX graph): sympy expressions
-_SIZE_ARITHMETIC = {operator.mul: operator.mul, operator.add: operator.add, operator.sub: operator.sub,
-                    operator.floordiv: FloorDiv, operator.neg: operator.neg,
-                    operator.mod: lambda a, b: ModularIndexing(a, sympy.Integer(1), b)}
+def _size_value(node: torch.fx.Node):
+    """A node that computes a size of a dynamic graph (a SymInt or SymFloat: sym_size, arithmetic on
+    sizes): its value as an expression of the symbols the graph's inputs give, or None."""
+    val = node.meta.get("val")
+    if not isinstance(val, (torch.SymInt, torch.SymFloat)):
+        return None
+    try:
+        expr = to_expr(val)
+    except NotImplementedError:
+        return None
+    return expr if expr.free_symbols <= symbolic.current().sources.keys() else None
 
 
 def _origin(node: torch.fx.Node) -> Origin:

@@ -458,7 +458,9 @@ class View(IRNode):
         offset = flat.subs({v: 0 for v in idx})
         if sympy.expand(offset + sum(st * v for st, v in zip(stride, idx)) - flat) != 0:
             return None  # not linear in the index
-        if any(not (st.is_Integer and int(st) >= 0) for st in stride) or not offset.is_Integer:
+        # non-negative integers, or (a dynamic graph's) products and sums of its positive size symbols
+        if any(not (st.is_integer and st.is_nonnegative) for st in stride) \
+                or not (offset.is_integer and offset.is_nonnegative):
             return None
         layout = Layout(inner_layout.device, inner_layout.dtype, tuple(self.size), tuple(stride), offset)
         return ReinterpretView(base_buf, layout)

@@ -100,7 +100,18 @@ def _is_multiple(term: Expr, n: int) -> bool:
 
 
 def sympify_seq(xs: Iterable) -> list[Expr]:
-    return [sympy.Integer(x) if isinstance(x, int) else sympy.sympify(x) for x in xs]
+    """Sizes as sympy: ints, sympy expressions, and a dynamic graph's SymInts as expressions of its
+    symbols (never their traced values: that would bake one size into code that serves every size)."""
+    out = []
+    for x in xs:
+        if isinstance(x, int):
+            out.append(sympy.Integer(x))
+        elif isinstance(x, sympy.Basic):
+            out.append(x)
+        else:
+            from .symbolic import to_expr   # (symbolic.py builds on this module)
+            out.append(to_expr(x))
+    return out
 
 
 def product(xs: Iterable[Expr]) -> Expr:

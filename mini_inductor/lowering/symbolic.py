@@ -117,7 +117,7 @@ def to_expr(x) -> Expr:
         return sympy.Integer(int(x))
     if isinstance(x, int):
         return sympy.Integer(x)
-    if isinstance(x, torch.SymInt):
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
         x = x.node.expr
     if not isinstance(x, sympy.Basic):
         return sympy.sympify(x)
@@ -130,12 +130,20 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, sympy.Symbol):
         return symbol(e.name)
     args = [_convert(a) for a in e.args]
+    if isinstance(e, (FloorDiv, ModularIndexing)):   # ours already
+        return e.func(*args)
     if isinstance(e, torch_fns.FloorDiv):
         return FloorDiv(*args)
     if isinstance(e, torch_fns.ModularIndexing):
         return ModularIndexing(*args)
     if isinstance(e, (torch_fns.Mod, torch_fns.PythonMod)) or isinstance(e, sympy.Mod):
         return ModularIndexing(args[0], sympy.Integer(1), args[1])
+    if isinstance(e, (torch_fns.IntTrueDiv, torch_fns.FloatTrueDiv)):   # a float made of sizes
+        return args[0] / args[1]
+    if isinstance(e, torch_fns.ToFloat):
+        return args[0]
+    if e.is_Float:
+        return e
     if isinstance(e, torch_fns.CeilDiv):
         return FloorDiv(args[0] + args[1] - 1, args[1])
     if isinstance(e, (sympy.Add, sympy.Mul, torch_fns.Max, torch_fns.Min, sympy.Max, sympy.Min)):

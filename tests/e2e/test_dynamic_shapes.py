@@ -167,17 +167,22 @@ def test_summary_line_names_the_graphs_symbols():
 
 
 def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_warning_naming_why():
-    # torch.roll's lowering needs its shift modulo a concrete size (today: not symbolic)
-    f = torch.compile(lambda x: x.roll(1, 0) + 1, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    # avg_pool's output length is max(1, ...) of the input's: an index expression codegen cannot print
+    def f(x):
+        return torch.nn.functional.avg_pool1d(x[None], 2) + 1
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
     with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
-        x = torch.randn(5, 6)
-        torch.testing.assert_close(f(x), x.roll(1, 0) + 1)
-    for n in (9, 5):
+        x = torch.randn(6, 6)
+        assert_same_tensor(compiled(x), f(x), "size 6")
+    for n in (10, 6, 10):
         x = torch.randn(n, 6)
-        torch.testing.assert_close(f(x), x.roll(1, 0) + 1)
-    dynamic, *per_size = metrics.compiled_graphs
-    assert dynamic.dynamic_fallback and "compiled per size" in dynamic.summary()
-    assert len(per_size) == 2 and all(r.ran_eagerly is None and r.num_kernels >= 1 for r in per_size)
+        assert_same_tensor(compiled(x), f(x), f"size {n}")
+    records = metrics.compiled_graphs
+    fell_back = [r for r in records if r.dynamic_fallback]
+    assert fell_back and all("index expression" in r.dynamic_fallback and "compiled per size" in r.summary()
+                             for r in fell_back)
+    compiled_per_size = [r for r in records if not r.dynamic_fallback]
+    assert compiled_per_size and all(r.ran_eagerly is None and r.num_kernels >= 1 for r in compiled_per_size)
 
 
 def test_by_default_a_dynamic_graph_is_compiled_once_per_size_it_meets():
@@ -203,3 +208,30 @@ def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never
     assert (cold.cache, warm.cache) == ("miss", "disk") and "lowering" not in warm.stage_seconds
     assert warm.dynamic_symbols and warm.kernel_names == cold.kernel_names
     assert_same_tensor(out, f(x), "size 11 from the disk cache")
+
+
+def test_a_view_of_an_offset_input_is_returned_as_a_view_of_it():
+    # found by the fuzzer (--dynamic): a copy in its place made AOT autograd rebuild the view from the
+    # input's base at the copy's offset, 0, where eager's is 1
+    def f(x):
+        return x.unflatten(0, (1, -1))
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n in (3, 6):
+        base = torch.randn(n + 1, dtype=torch.float16)
+        x = base[1:].view(1, n)
+        out = compiled(x)
+        assert_same_tensor(out, f(x), f"size {n}")
+        assert out.untyped_storage().data_ptr() == base.untyped_storage().data_ptr() and out.storage_offset() == 1
+
+
+def test_batch_norm_training_uses_a_float_made_of_sizes():
+    # the unbiased running variance scales by n / (n - 1): a SymFloat the wrapper computes from the sizes
+    def f(x, mean, var):
+        return torch.nn.functional.batch_norm(x, mean, var, training=True, momentum=0.1), mean, var
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n in (5, 8):
+        x = torch.randn(n, 3, 4)
+        ours, theirs = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
+        for i, (a, e) in enumerate(zip(compiled(x, *ours), f(x, *theirs))):
+            assert_same_tensor(a, e, f"size {n} output {i}", atol=1e-5, rtol=1e-5)
+    assert len(metrics.compiled_graphs) == 1 and metrics.compiled_graphs[0].dynamic_fallback is None

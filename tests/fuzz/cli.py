@@ -145,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help="index of the first program")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--autograd", action="store_true", help="also compare input gradients")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile with dynamic=True and dynamic_shapes='symbolic' (one compile for every size)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--out", default=None, help="folder for repro scripts and summary.json")
     ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
@@ -153,6 +155,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager and aot_eager_decomp_partition")
     ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
     args = ap.parse_args(argv)
+    if args.dynamic:
+        os.environ["MINI_FUZZ_DYNAMIC"] = "1"   # read by every worker (execute.py)
     device = args.device or _default_device()
     start = time.monotonic()
     pool = WorkerPool(args.jobs, args.timeout, device)
@@ -160,7 +164,8 @@ def main(argv=None) -> int:
         results = run_programs(pool, args.seed, range(args.start, args.start + args.n), args.autograd,
                                args.size, not args.no_triage, _progress(start))
         print(f"\n{len(results)} programs, seed {args.seed}, start {args.start}, device {device}"
-              f"{', autograd' if args.autograd else ''}, {time.monotonic() - start:.0f} s\n")
+              f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}, "
+              f"{time.monotonic() - start:.0f} s\n")
         print(table(results))
         if not args.no_shrink:
             shrink_failures(pool, results, args.shrink_budget)

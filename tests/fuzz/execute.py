@@ -9,6 +9,7 @@ type); eager_error (eager itself raised: the program is invalid). The workers ad
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import traceback
 
@@ -91,7 +92,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
         return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
 
     torch._dynamo.reset()
-    compiled = torch.compile(f, backend=_backend(backend), fullgraph=True)
+    compiled = torch.compile(f, backend=_backend(backend), fullgraph=True, **_dynamic_args(backend))
     for run in range(runs):
         inputs = make_inputs(device)
         try:
@@ -116,3 +117,11 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
             category, why = bad
             return Outcome("wrong", category, (f"(call {run + 1}) " if run else "") + why)
     return Outcome("ok")
+
+
+def _dynamic_args(backend: str) -> dict:
+    """Under `--dynamic` (MINI_FUZZ_DYNAMIC=1, which the worker processes inherit): every size a symbol,
+    and mini_inductor's one compile for every size."""
+    if os.environ.get("MINI_FUZZ_DYNAMIC") != "1":
+        return {}
+    return {"dynamic": True, **({"options": {"dynamic_shapes": "symbolic"}} if backend == "mini_inductor" else {})}
