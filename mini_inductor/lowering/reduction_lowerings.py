@@ -188,10 +188,15 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
     n = product([x.get_size()[d] for d in dims])
     total = make_reduction(x, dims, "sum", keepdim=keepdim)  # kept in the accumulation dtype
-    return _divide(total, float(n), x.get_dtype())
+    return _divide(total, _count(n), x.get_dtype())
 
 
-def _divide(x: IRNode, divisor: float, out_dtype) -> IRNode:
+def _count(n):
+    """A count of elements as the divisor of a mean: a float, or (a dynamic graph's) its expression."""
+    return float(n) if not n.free_symbols else n
+
+
+def _divide(x: IRNode, divisor, out_dtype) -> IRNode:
     """x / divisor in out_dtype's compute dtype (float32 for fp16/bf16/float32, float64 for float64)."""
     ld = x.make_loader()
     src = x.get_dtype()
@@ -210,7 +215,10 @@ def _welford(x: IRNode, dims, keepdim, correction):
     n = product([x.get_size()[d] for d in dims])
     mean_ = make_reduction(x, dims, "welford_reduce", output_index=0, keepdim=keepdim)
     m2 = make_reduction(x, dims, "welford_reduce", output_index=1, keepdim=keepdim)
-    denom = float(max(int(n) - correction, 0))
+    if n.free_symbols and correction > 1:   # n - correction may go below 0 at some size
+        raise NotImplementedError(f"a variance with correction {correction} over a dynamic size")
+    # a dynamic size is at least 2 (Dynamo specializes 0 and 1), so n - correction stays positive
+    denom = _count(n - correction) if n.free_symbols else float(max(int(n) - correction, 0))
     var = _divide(m2, denom, x.get_dtype())
     return var, to_dtype(mean_, x.get_dtype())
 
