@@ -287,7 +287,7 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     the FakeTensor; (None, None) elsewhere."""
     target = node.target
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
-        return None, None   # symbolic sizes: no layout decided here
+        return _symbolic_pointwise_strides(node), None
     if target in _BATCH_NORMS:
         args, kwargs = _metas_of((node.args, node.kwargs))
         fmt = _batch_norm_output_format(target, args, kwargs, _aten_op_called(node))
@@ -305,6 +305,40 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
         return None, None
     return elementwise_strides(list(val.shape), as_iterated(target, operands, val.dtype)), None
+
+
+def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
+    """Eager's strides for a pointwise op of a dynamic graph, as SymInts: TensorIterator's order of the
+    dims, decided on the sizes the graph was traced with, over the output's symbolic sizes."""
+    val = node.meta.get("val")
+    if not _is_pointwise(node.target) or not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return None
+    mode = _fake_mode(val)
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    if mode is None or kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return None
+    operands = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
+        return None
+    try:
+        with mode:   # stand-ins of the traced sizes: deciding on the SymInts would guard on them
+            traced = [torch.empty_strided([_hint(n) for n in t.shape], [_hint(st) for st in t.stride()],
+                                          dtype=t.dtype, device=t.device) for t in operands]
+        shape = [_hint(n) for n in val.shape]
+        strides = elementwise_strides(shape, as_iterated(node.target, traced, val.dtype))
+    except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
+        log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
+        return None
+    out: list = [0] * val.dim()
+    acc = 1
+    for d in sorted(range(val.dim()), key=lambda d: (strides[d], shape[d])):   # innermost first
+        out[d] = acc
+        acc = acc * val.shape[d]
+    return out
+
+
+def _hint(n) -> int:
+    return n if isinstance(n, int) else int(n.node.hint)
 
 
 # pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:

@@ -235,3 +235,15 @@ def test_batch_norm_training_uses_a_float_made_of_sizes():
         for i, (a, e) in enumerate(zip(compiled(x, *ours), f(x, *theirs))):
             assert_same_tensor(a, e, f"size {n} output {i}", atol=1e-5, rtol=1e-5)
     assert len(metrics.compiled_graphs) == 1 and metrics.compiled_graphs[0].dynamic_fallback is None
+
+
+def test_an_elementwise_output_takes_eagers_layout_from_its_operands_at_every_size():
+    # found by the fuzzer (--dynamic): bf16 operands, one transposed and one expanded; the FakeTensor's
+    # strides are not eager's here, and the dims' order is decided on the traced sizes
+    def f(x1, x2):
+        return x2 >= x1
+
+    def make(n):
+        return (torch.randn(5, n).to(torch.bfloat16).transpose(-2, -1),
+                torch.randn(1, 5).to(torch.bfloat16).expand(n, 5))
+    assert_dynamic(run_sizes(f, make, sizes=(6, 9)))
