@@ -375,7 +375,7 @@ def _prefer_channels_last(result, meta) -> None:
         for r, m in zip(result, meta):
             _prefer_channels_last(r, m)
     elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
-        result.preferred_stride = tuple(meta.stride())
+        result.preferred_stride = tuple(sympify_seq(meta.stride()))
 
 
 def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -402,14 +402,14 @@ def _prefer_eager_strides(result, meta) -> None:
     """Realize `result`, should it be realized, with eager's strides when they are dense (see _output_bases)."""
     if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) \
             and result.preferred_stride is None:
-        result.preferred_stride = tuple(meta.stride())
+        result.preferred_stride = tuple(sympify_seq(meta.stride()))
 
 
 def _as_extern_input(x: IRNode, meta) -> IRNode:
     tensor = ir.realize_as_tensor(x)
     if not isinstance(meta, torch.Tensor) or not is_non_overlapping_and_dense(meta):
         return tensor
-    want = list(meta.stride())
+    want = sympify_seq(meta.stride())
     if _strides_match(tensor.get_size(), tensor.layout.stride, want):
         return tensor
     return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
@@ -417,7 +417,8 @@ def _as_extern_input(x: IRNode, meta) -> IRNode:
 
 
 def _strides_match(size, have, want) -> bool:
-    return all(s == 1 or h == w for s, h, w in zip(size, have, want))
+    """Equal where observable; a dynamic graph's strides compare as expressions (s*(t + 1) is s*t + s)."""
+    return all(s == 1 or h == w or sympy.expand(h - w) == 0 for s, h, w in zip(size, have, want))
 
 
 def _extern_layout(meta: torch.Tensor) -> Layout:

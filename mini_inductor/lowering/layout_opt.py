@@ -65,12 +65,33 @@ def is_channels_last(t: torch.Tensor) -> bool:
 
 def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     """Every storage element in [0, numel) is used exactly once (a permutation of a contiguous layout)."""
+    if not all(isinstance(n, int) for n in (*t.shape, *t.stride())):
+        return _symbolic_non_overlapping_and_dense(t)
     dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
     expected = 1
     for st, s in dims:
         if st != expected:
             return False
         expected *= s
+    return True
+
+
+def _symbolic_non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """The same for a dynamic graph's FakeTensor, without a guard (comparing its SymInts would add
+    guards that specialize the graph to the traced sizes): dims ordered by their strides at the traced
+    sizes, each stride compared as an expression with the product of the sizes inside it."""
+    import sympy
+    from .symbolic import to_expr
+
+    def traced(x) -> int:
+        return x if isinstance(x, int) else int(x.node.hint)
+    pairs = sorted(((st, n) for n, st in zip(t.shape, t.stride()) if to_expr(n) != 1),
+                   key=lambda d: (traced(d[0]), traced(d[1])))
+    expected = sympy.Integer(1)
+    for st, n in ((to_expr(st), to_expr(n)) for st, n in pairs):
+        if sympy.expand(st - expected) != 0:
+            return False
+        expected = expected * n
     return True
 
 

@@ -247,3 +247,19 @@ def test_an_elementwise_output_takes_eagers_layout_from_its_operands_at_every_si
         return (torch.randn(5, n).to(torch.bfloat16).transpose(-2, -1),
                 torch.randn(1, 5).to(torch.bfloat16).expand(n, 5))
     assert_dynamic(run_sizes(f, make, sizes=(6, 9)))
+
+
+def test_outputs_that_are_views_of_each_other_share_storage_as_in_eager():
+    # found by the fuzzer (--dynamic): a guard from comparing SymInts (is a slice's length 1?) had
+    # specialized the graph to the traced size, and the output was copied instead of viewed
+    def f(x):
+        v = torch.exp(x.clamp(-4, 4))
+        return v, v[1:, :]
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n in (2, 5):
+        x = torch.randn(3, n).transpose(-2, -1)
+        whole, rows = compiled(x)
+        assert_same_tensor(whole, f(x)[0], f"size {n} output 0")
+        assert_same_tensor(rows, f(x)[1], f"size {n} output 1")
+        assert whole.untyped_storage().data_ptr() == rows.untyped_storage().data_ptr()
+    assert len(metrics.compiled_graphs) == 1
