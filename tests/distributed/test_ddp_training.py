@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -22,14 +23,10 @@ def _ddp(model):
     return DDP(model, bucket_cap_mb=BUCKET_BYTES / 2 ** 20)
 
 
-def ddp_job(rank: int, wrap: str):
-    dist._DEFAULT_FIRST_BUCKET_BYTES = BUCKET_BYTES   # read by DDP and by Dynamo's DDPOptimizer alike
-    torch.manual_seed(0)
-    base = TinyGPT()
-    data = batches(rank, STEPS)
-    eager = _ddp(copy.deepcopy(base))
-    eager_losses = train(eager, eager.parameters(), data)
-
+def _compiled(base, data, wrap: str) -> dict:
+    from mini_inductor import metrics
+    torch._dynamo.reset()
+    metrics.reset()
     if wrap == "compile(DDP(model))":
         ddp = _ddp(copy.deepcopy(base))
         model = torch.compile(ddp, backend="mini_inductor")
@@ -37,40 +34,51 @@ def ddp_job(rank: int, wrap: str):
         ddp = _ddp(torch.compile(copy.deepcopy(base), backend="mini_inductor"))
         model = ddp
     losses = train(model, ddp.parameters(), data)
+    return {"losses": losses, "params": full_params(ddp), "graphs": compiled_graph_counts()}
+
+
+def ddp_job(rank: int):
+    dist._DEFAULT_FIRST_BUCKET_BYTES = BUCKET_BYTES   # read by DDP and by Dynamo's DDPOptimizer alike
+    torch.manual_seed(0)
+    base = TinyGPT()
+    data = batches(rank, STEPS)
+    eager = _ddp(copy.deepcopy(base))
+    results = {"eager": {"losses": train(eager, eager.parameters(), data), "params": full_params(eager)}}
     # DDP's bucketing at this cap (the C++ reducer's assignment), over the parameters in reverse order
-    params = [p for p in reversed(list(ddp.parameters()))]
+    params = list(reversed(list(eager.parameters())))
     assignment = dist._compute_bucket_assignment_by_size(params, [BUCKET_BYTES], [False] * len(params))
-    buckets = len(assignment[0]) if isinstance(assignment, tuple) else len(assignment)
-    return {"eager_losses": eager_losses, "losses": losses, "eager_params": full_params(eager),
-            "params": full_params(ddp), "ddp_buckets": buckets, "graphs": compiled_graph_counts()}
+    results["buckets"] = len(assignment[0]) if isinstance(assignment, tuple) else len(assignment)
+    for wrap in ("compile(DDP(model))", "DDP(compile(model))"):
+        results[wrap] = _compiled(base, data, wrap)
+    return results
 
 
 @pytest.fixture(scope="module")
-def compiled_ddp():
-    return on_two_ranks(ddp_job, "compile(DDP(model))")
+def runs():
+    return on_two_ranks(ddp_job)
 
 
-def _assert_same_training(result):
-    torch.testing.assert_close(result["losses"], result["eager_losses"], rtol=1e-4, atol=1e-5)
-    assert result["params"].keys() == result["eager_params"].keys()
+def _assert_same_training(result, reference):
+    torch.testing.assert_close(result["losses"], reference["losses"], rtol=1e-4, atol=1e-5)
+    assert result["params"].keys() == reference["params"].keys()
     for name, p in result["params"].items():
-        torch.testing.assert_close(p, result["eager_params"][name], rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(p, reference["params"][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_compiled_ddp_losses_and_parameters_equal_eager_ddp(compiled_ddp):
-    _assert_same_training(compiled_ddp)
-    assert compiled_ddp["losses"][-1] < compiled_ddp["losses"][0]   # it trained
+def test_compiled_ddp_losses_and_parameters_equal_eager_ddp(runs):
+    _assert_same_training(runs["compile(DDP(model))"], runs["eager"])
+    assert runs["eager"]["losses"][-1] < runs["eager"]["losses"][0]   # it trained
 
 
-def test_ddp_optimizer_splits_the_graph_once_per_bucket(compiled_ddp):
-    graphs = compiled_ddp["graphs"]
-    assert compiled_ddp["ddp_buckets"] > 1
-    # one forward and one backward graph per DDP bucket, every one of them compiled
-    assert graphs["kinds"] == {"forward": compiled_ddp["ddp_buckets"], "backward": compiled_ddp["ddp_buckets"]}
+@pytest.mark.parametrize("wrap", ["compile(DDP(model))", "DDP(compile(model))"])
+def test_ddp_optimizer_splits_the_graph_once_per_bucket(runs, wrap):
+    graphs = runs[wrap]["graphs"]
+    assert runs["buckets"] > 1
+    # one forward and one backward graph per DDP bucket (Dynamo sees the active DDP module in both
+    # wrappings), every one of them compiled
+    assert graphs["kinds"] == {"forward": runs["buckets"], "backward": runs["buckets"]}
     assert graphs["eager"] == [] and graphs["fallbacks"] == {}
 
 
-def test_ddp_around_a_compiled_model_equals_eager_ddp_and_splits_at_buckets():
-    result = on_two_ranks(ddp_job, "DDP(compile(model))")
-    _assert_same_training(result)
-    assert result["graphs"]["kinds"] == {"forward": result["ddp_buckets"], "backward": result["ddp_buckets"]}
+def test_ddp_around_a_compiled_model_equals_eager_ddp(runs):
+    _assert_same_training(runs["DDP(compile(model))"], runs["eager"])
