@@ -127,3 +127,26 @@ def compiled_graph_counts() -> dict:
             fallbacks[op] = fallbacks.get(op, 0) + n
     eager = [r.name for r in metrics.compiled_graphs if r.ran_eagerly]
     return {"kinds": kinds, "externs": externs, "fallbacks": fallbacks, "eager": eager}
+
+
+class GatheredParameters(nn.Module):
+    """FSDP written with DTensor (the SimpleFSDP way): every parameter of `module` is kept as a shard
+    (Shard(0) over `mesh`) and all-gathered in the forward; its gradient is reduce-scattered in the
+    backward. Unlike fully_shard's hooks, both collectives are ops of the traced graphs.
+
+    The loss is divided by the world size, so that the summed gradient shards are eager FSDP2's mean."""
+
+    def __init__(self, module: nn.Module, mesh):
+        super().__init__()
+        from torch.distributed.tensor import Shard, distribute_tensor
+        self.module = module
+        self.names = [name for name, _ in module.named_parameters()]
+        self.shards = nn.ParameterList(nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)]))
+                                       for _, p in module.named_parameters())
+        self.world = mesh.size()
+
+    def forward(self, *args):
+        from torch.distributed.tensor import Partial, Replicate
+        full = {name: p.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
+                for name, p in zip(self.names, self.shards)}
+        return torch.func.functional_call(self.module, full, args) / self.world
