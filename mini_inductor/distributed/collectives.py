@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import LoweringError
 from ..lowering import ir
 from ..lowering.ir import ExternKernel, Layout, MultiOutput, current_graph
 from ..lowering.lowerings import register_lowering
@@ -107,8 +108,10 @@ def _issue(op, args, group, layouts):
     graph = current_graph()
     tensors = [a for a in ir_leaves(args) if isinstance(a, (ir.Buffer, ir.ReinterpretView))]
     device = tensors[0].get_device()
-    if not isinstance(group, str):
-        raise NotImplementedError(f"{op}: a process group passed as {type(group).__name__}, not by name")
+    if not isinstance(group, str):   # the generated source names its group; an object has no name there
+        raise LoweringError(f"the process group is a {type(group).__name__}, not a group name: generated code "
+                            "can call a collective only on a group it names (pass group names to the "
+                            "functional collectives)")
     if isinstance(layouts, Layout):
         return _register(CollectiveKernel(graph.new_buffer_name(), layouts, op, args, {}, group=group))
     kernel = CollectiveKernel(graph.new_buffer_name(), None, op, args, {}, device=device, group=group)

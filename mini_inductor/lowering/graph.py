@@ -219,6 +219,8 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     result = lowering(*args, **kwargs)
+                except LoweringError as e:   # not even ATen can run it here: the compile stops, naming the node
+                    raise LoweringError(e.why, graph=self.name, op=_op_name(target), node=node.name) from e
                 except Exception as why:   # this case of the op runs in ATen; say why
                     result = None
                     self._declined(node, target, why)
