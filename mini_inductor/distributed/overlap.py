@@ -101,11 +101,12 @@ def _move(nodes, i: int, across: list[int], kind: str) -> OverlapMove:
                        tuple(nodes[j].name for j in across[:8]), len(across))
 
 
-def overlap_summary(nodes: Sequence) -> list[str]:
-    """A line per collective of a schedule: where it is issued, where it is waited for, and how many
-    nodes run between the two (what the schedule's description and the fusion report show)."""
+def collective_spans(nodes: Sequence) -> list[dict]:
+    """Per collective of a schedule, where it is issued and where it is waited for (positions in
+    `nodes`), and the nodes that run in between: what the schedule's description and the fusion
+    report show. A coalesced collective has a row per result it is waited for by."""
     position = {name: k for k, n in enumerate(nodes) for name in n.get_names()}
-    lines = []
+    rows = []
     for k, n in enumerate(nodes):
         kernel = _kernel(n)
         if not is_wait(kernel):
@@ -115,7 +116,17 @@ def overlap_summary(nodes: Sequence) -> list[str]:
         issued = position.get(producer.name)
         if issued is None:
             continue
-        between = k - issued - 1
-        lines.append(f"{producer.op_name.split('.')[1]} {producer.name} issued at {issued}, waited at {k} "
-                     f"({n.name}): {between} node{'s' if between != 1 else ''} overlap it")
+        rows.append({"collective": producer.name, "op": producer.op_name.split(".")[1], "wait": n.name,
+                     "issued_at": issued, "waited_at": k,
+                     "overlapped": [m.name for m in nodes[issued + 1:k] if not is_wait(_kernel(m))]})
+    return rows
+
+
+def overlap_summary(nodes: Sequence) -> list[str]:
+    """A line per collective (see collective_spans)."""
+    lines = []
+    for row in collective_spans(nodes):
+        between = len(row["overlapped"])
+        lines.append(f"{row['op']} {row['collective']} issued at {row['issued_at']}, waited at {row['waited_at']} "
+                     f"({row['wait']}): {between} node{'s' if between != 1 else ''} overlap it")
     return lines

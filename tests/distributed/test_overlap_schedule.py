@@ -76,3 +76,25 @@ def test_a_collective_its_input_and_its_wait_share_one_storage_group(one_rank_gr
     assert len(roots) == 1, sched.aliases
     assert not any(old in group for old, _ in gen.reused)
     run_fn(f, x, y)
+
+
+def test_the_fusion_report_shows_each_collective_and_what_runs_while_it_is_in_flight(one_rank_group):
+    import torch._dynamo
+    from mini_inductor.debug import trace as debug_trace
+    from mini_inductor.debug.html import graph_section
+    from mini_inductor.debug.report import graph_report
+
+    def f(x, w):
+        a = c10d.all_reduce(torch.relu(x), "sum", one_rank_group)
+        b = torch.cos(w).sum()                # a kernel of its own (another size than relu's)
+        return c10d.wait_tensor(a) * b
+    torch._dynamo.reset()
+    with debug_trace.capture() as traces:
+        torch.compile(f, backend="mini_inductor")(torch.randn(8, 8), torch.randn(4, 32))
+    (trace,) = traces
+    report = graph_report(trace)
+    (span,) = report["overlap"]["collectives"]
+    assert span["op"] == "all_reduce" and len(span["overlapped"]) == 1   # the cos·sum kernel
+    assert report["overlap"]["moves"] and report["overlap"]["moves"][0].startswith("issued")
+    page = graph_section(report)
+    assert "Collectives and overlap" in page and span["overlapped"][0] in page
