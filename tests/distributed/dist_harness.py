@@ -1,6 +1,7 @@
 """Two gloo ranks on this machine, a tiny transformer, and a training loop to compare.
 
     result = on_two_ranks(job, *args)   # job(rank, *args) runs in two spawned processes; rank 0's return value
+    result = on_two_ranks(job, *args, backend="nccl")   # one GPU a rank (cuda:0, cuda:1)
 
 The ranks are fresh Python processes (torch.multiprocessing spawn): they inherit this process's
 environment (TRITON_INTERPRET=1, the test's private MINI_INDUCTOR_CACHE_DIR) and import this module
@@ -28,9 +29,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, port: int, out: str, job, args) -> None:
+def _entry(rank: int, port: int, out: str, job, args, backend: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    backend = "nccl" if job.__name__.endswith("_nccl") else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=WORLD)
@@ -42,11 +42,11 @@ def _entry(rank: int, port: int, out: str, job, args) -> None:
         dist.destroy_process_group()
 
 
-def on_two_ranks(job, *args):
-    """Run `job(rank, *args)` on two ranks; return what rank 0 returned."""
+def on_two_ranks(job, *args, backend: str = "gloo"):
+    """Run `job(rank, *args)` on two ranks of a `backend` process group; return what rank 0 returned."""
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "rank0.pt")
-        mp.spawn(_entry, args=(free_port(), out, job, args), nprocs=WORLD, join=True)
+        mp.spawn(_entry, args=(free_port(), out, job, args, backend), nprocs=WORLD, join=True)
         return torch.load(out, weights_only=False)
 
 
@@ -90,9 +90,9 @@ def batches(rank: int, steps: int, device="cpu", batch: int = BATCH, seq: int = 
     return [(d[:, :-1].to(device), d[:, 1:].to(device)) for d in data]
 
 
-def train(model, params, data, backward=None) -> list[float]:
+def train(model, params, data, backward=None, lr: float = 0.1) -> list[float]:
     """SGD with momentum over `data`; the loss of every step. `backward(loss)` replaces loss.backward()."""
-    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(params, lr=lr, momentum=0.9)
     losses = []
     for idx, targets in data:
         loss = model(idx, targets)
