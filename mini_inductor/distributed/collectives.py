@@ -7,11 +7,11 @@
 
 What the scheduler needs to know, beyond an ordinary extern call, it reads from these kernels:
 
-- a collective reads its inputs after it returns (the transfer is asynchronous), so its inputs and its
-  output are one alias group (`aliased_inputs`): the memory plan never hands their storage to another
-  buffer, and a later write into an input is ordered after every reader of the result;
-- a wait returns its input, the same tensor (`aliased_inputs` again), so the result is never
-  mistaken for a fresh allocation;
+- a collective reads its inputs after it returns (the transfer is asynchronous): its wait reads them
+  too (`WaitKernel.inputs`), so they live until the wait, the memory plan hands their storage to no
+  other buffer before it, and a later write into one is ordered after it;
+- a wait returns its input, the same tensor (`aliased_inputs`): the collective's output and the
+  wait's are one storage group, never mistaken for a fresh allocation;
 - whether a CUDA graph may capture the call (`capture_reason`, see policy.py).
 
 Collectives are never dead code: every rank must issue the same ones in the same order (extern calls
@@ -61,10 +61,6 @@ class CollectiveKernel(ExternKernel):
         self.group = group
         self.capture_reason = capture_reason(self.op_name, group, self.get_device())
 
-    def aliased_inputs(self) -> list[str]:
-        """Its inputs: the transfer reads them until the wait (see the module's docstring)."""
-        return [b.name for b in self.inputs()]
-
 
 class WaitKernel(ExternKernel):
     """`wait_tensor(t)`: returns `t` once the collective that produced it has finished."""
@@ -72,12 +68,18 @@ class WaitKernel(ExternKernel):
     def __init__(self, name, layout, op, args, kwargs, *, origins=(), device=None):
         super().__init__(name, layout, op, args, kwargs, fallback=False, origins=origins, device=device)
         producer = args[0].data if isinstance(args[0], ir.ReinterpretView) else args[0]
-        producer = getattr(producer, "parent", producer)   # an output of a coalesced collective
-        self.group = getattr(producer, "group", "")
+        self.collective = getattr(producer, "parent", producer)   # the call (past a coalesced one's output)
+        self.group = getattr(self.collective, "group", "")
         self.capture_reason = capture_reason(self.op_name, self.group, self.get_device())
 
+    def inputs(self) -> list[ir.Buffer]:
+        """The tensor waited for, then what its collective sends: the transfer reads that until now."""
+        sent = self.collective.inputs() if isinstance(self.collective, CollectiveKernel) else []
+        return super().inputs() + [b for b in sent if b.name != self.collective.name]
+
     def aliased_inputs(self) -> list[str]:
-        return [b.name for b in self.inputs()]
+        """The tensor waited for: the wait returns it."""
+        return [b.name for b in super().inputs()]
 
 
 def _contiguous_input(x) -> ir.Buffer | ir.ReinterpretView:

@@ -57,11 +57,12 @@ def test_collectives_keep_program_order_even_when_a_later_one_is_ready_first(one
     assert "exp" in str(producer[sent[0]].origins) and "mul" in str(producer[sent[1]].origins)
 
 
-def test_a_collective_its_input_and_its_wait_share_one_storage_group(one_rank_group):
-    # The memory plan never hands a storage of an alias group to another buffer; the transfer reads
-    # the input until the wait, and the wait returns the collective's output itself. (On the CPU a
-    # collective is always outside the kernels' partitions, where no buffer could take the storage;
-    # tests/distributed/test_distributed_gpu.py runs the case where one could.)
+def test_what_a_collective_sends_lives_until_its_wait_and_its_result_is_the_waits(one_rank_group):
+    # The transfer reads the input until the wait: the input dies at the wait, not at the collective,
+    # so the memory plan cannot hand its storage to a buffer made in between. The wait returns the
+    # collective's output itself: one storage group. (On the CPU a collective is always outside the
+    # kernels' partitions, where no buffer could take the storage anyway; test_distributed_gpu.py
+    # runs the case where one could.)
     def f(x, y):
         sent = x @ x
         gathered = c10d.all_gather_into_tensor(sent, 1, one_rank_group)
@@ -69,12 +70,14 @@ def test_a_collective_its_input_and_its_wait_share_one_storage_group(one_rank_gr
         return c10d.wait_tensor(gathered) + 1, other
     x, y = torch.randn(16, 16), torch.randn(16, 16)
     sched, gen = generate_fn(f, x, y)
-    by_type = {type(n.node).__name__: n.node for n in sched.nodes if n.is_extern()}
-    collective, wait = by_type["CollectiveKernel"], by_type["WaitKernel"]
-    group = {collective.args[0].name, collective.name, wait.name}
-    roots = {sched.aliases.get(name, name) for name in group}
-    assert len(roots) == 1, sched.aliases
-    assert not any(old in group for old, _ in gen.reused)
+    at = {type(n.node).__name__: i for i, n in enumerate(sched.nodes) if n.is_extern()}
+    collective = sched.nodes[at["CollectiveKernel"]].node
+    wait = sched.nodes[at["WaitKernel"]].node
+    sent = collective.args[0].name
+    assert sent in sched.frees_after[at["WaitKernel"]]
+    assert not any(sent in names for names in sched.frees_after[:at["WaitKernel"]])
+    assert sched.aliases == {wait.name: collective.name}
+    assert not any(old in (sent, collective.name, wait.name) for old, _ in gen.reused)
     run_fn(f, x, y)
 
 
