@@ -45,9 +45,23 @@ def collectives_job(rank: int):
     return {"expected": expected, "got": list(got), "graphs": compiled_graph_counts(), "source": source}
 
 
+def both_job(rank: int):
+    """The two jobs of this file on one pair of ranks (starting ranks costs seconds)."""
+    collectives = collectives_job(rank)
+    torch._dynamo.reset()
+    from mini_inductor import metrics
+    metrics.reset()
+    return {"collectives": collectives, "simple_fsdp": simple_fsdp_job(rank)}
+
+
 @pytest.fixture(scope="module")
-def collectives():
-    return on_two_ranks(collectives_job)
+def both():
+    return on_two_ranks(both_job)
+
+
+@pytest.fixture
+def collectives(both):
+    return both["collectives"]
 
 
 def test_every_collective_compiled_equals_eager(collectives):
@@ -114,9 +128,9 @@ def simple_fsdp_job(rank: int):
     return results
 
 
-@pytest.fixture(scope="module")
-def simple_fsdp():
-    return on_two_ranks(simple_fsdp_job)
+@pytest.fixture
+def simple_fsdp(both):
+    return both["simple_fsdp"]
 
 
 def test_fsdp_with_collectives_in_the_graph_trains_as_eager(simple_fsdp):
