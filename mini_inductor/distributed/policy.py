@@ -19,15 +19,21 @@ import torch
 
 def group_backend(group_name: str, device: torch.device) -> str:
     """The backend ("nccl", "gloo", ...) that runs `group_name`'s collectives on `device`; "" if unknown."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return ""
     try:
-        import torch.distributed as dist
         from torch.distributed.distributed_c10d import _resolve_process_group
-        if not dist.is_available() or not dist.is_initialized():
-            return ""
         group = _resolve_process_group(group_name)
-        return str(group._get_backend(device).name()).lower() if hasattr(group, "_get_backend") \
-            else str(dist.get_backend(group)).lower()
-    except Exception:  # noqa: BLE001  (a name this process cannot resolve: unknown, so not captured)
+    except Exception:  # noqa: BLE001  (a name this process cannot resolve: unknown, so never captured)
+        return ""
+    try:   # the backend of this device type (a group may run NCCL on CUDA and gloo on the CPU)
+        return str(group._get_backend(device).name()).lower()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        return str(dist.get_backend(group)).lower()
+    except Exception:  # noqa: BLE001
         return ""
 
 
