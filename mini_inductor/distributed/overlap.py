@@ -16,7 +16,8 @@ Rules that keep it correct:
 - collectives keep their relative order (every rank must issue the same collectives in the same
   order); waits may pass each other;
 - a collective that a CUDA graph may capture (policy.py) does not move past a node that it may not
-  (`unsafe`): the move would cut a graphed partition in two.
+  (`unsafe`): the move would cut a graphed partition in two; one on CUDA that it may not capture (a
+  gloo group's) does not move at all, for the same reason (and it waits on the host anyway).
 """
 from __future__ import annotations
 
@@ -66,8 +67,13 @@ def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lamb
     for i, p in enumerate(preds):
         for j in p:
             succs[j].add(i)
-    blocks = [bool(unsafe(n)) and not k for n, k in zip(nodes, kinds)]
     capturable = [bool(k) and not getattr(_kernel(n), "capture_reason", "x") for n, k in zip(nodes, kinds)]
+    # an uncapturable collective or wait on CUDA stays where it is, and bounds the moves of the others
+    pinned = [bool(k) and not capturable[i] and _kernel(nodes[i]).get_device().type == "cuda"
+              for i, k in enumerate(kinds)]
+    blocks = [bool(unsafe(n)) and (not k or pinned[i]) for i, (n, k) in enumerate(zip(nodes, kinds))]
+    collective = [k == "collective" for k in kinds]
+    kinds = [k if not pinned[i] else "" for i, k in enumerate(kinds)]
 
     order = list(range(len(nodes)))
     moves: list[OverlapMove] = []
@@ -76,7 +82,7 @@ def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lamb
         to = at
         while to > 0:
             j = order[to - 1]
-            if j in preds[i] or kinds[j] == "collective" or (capturable[i] and blocks[j]):
+            if j in preds[i] or collective[j] or (capturable[i] and blocks[j]):
                 break
             to -= 1
         if to < at:
