@@ -53,3 +53,20 @@ def decide(op_name: str, device: torch.device, backend: str) -> str:
         return ""
     what = f"a {backend} process group" if backend else "a process group this process cannot resolve"
     return f"collective of {what} syncs with the host ({op_name})"
+
+
+def graph_key_part(node) -> str:
+    """What a graph's generated code reads of a collective node besides the node itself: the backend
+    of its group on each device its tensors are on (the partitions differ for NCCL and gloo), or ""
+    for a node that is no collective (caching/graph_cache.py adds it to the graph's key)."""
+    target = getattr(node, "target", None)
+    if getattr(target, "namespace", None) != "_c10d_functional":
+        return ""
+    names = [a.name for a in target._schema.arguments]
+    where = names.index("group_name") if "group_name" in names else None
+    group = node.kwargs.get("group_name", node.args[where] if where is not None and where < len(node.args) else None)
+    groups = [group] if isinstance(group, str) else []
+    val = node.meta.get("val")
+    devices = sorted({str(t.device) for t in (val if isinstance(val, (list, tuple)) else [val])
+                      if isinstance(t, torch.Tensor)})
+    return "|".join(f"group {g} on {d}: {group_backend(g, torch.device(d)) or '?'}" for g in groups for d in devices)

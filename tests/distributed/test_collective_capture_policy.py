@@ -80,3 +80,14 @@ def test_a_group_passed_as_an_object_is_a_lowering_error_naming_the_node(one_ran
     with pytest.raises(LoweringError, match=r"_c10d_functional.all_reduce.default \(node %all_reduce\) in graph "
                                             r"test_0: the process group is a ProcessGroup, not a group name"):
         lower_graph(gm, [torch.randn(8)], "test_0", config.current())
+
+
+def test_the_graph_cache_key_holds_the_backend_of_each_collectives_group(one_rank_group):
+    from mini_inductor.caching.graph_cache import graph_key
+    gm = make_fx(lambda x: c10d.wait_tensor(c10d.all_reduce(x * 2, "sum", one_rank_group)))(torch.randn(8))
+    node = next(n for n in gm.graph.nodes if n.target is c10d.all_reduce.default)
+    from mini_inductor.distributed.policy import graph_key_part
+    assert graph_key_part(node) == f"group {one_rank_group} on cpu: gloo"
+    before = graph_key(gm, [torch.randn(8)], config.current())
+    node.meta["val"] = torch.empty(8, device="meta")    # as if on another device: another backend to look up
+    assert graph_key(gm, [torch.randn(8)], config.current()) != before
