@@ -5,10 +5,10 @@ FSDP2's hooks (all-gather before a block, reduce-scatter after its backward) run
 per block (`block.compile`) or the whole model. The collectives inside compiled graphs are the
 subject of test_collectives_in_graph.py.
 
-Compiled autograd over FSDP2 does not train as eager FSDP2 in this torch, whatever compiles its
-graphs (with backend="eager" too: FSDP2's final post-backward callback is left out), so it is
-compared with itself: mini_inductor compiling compiled autograd's graphs against torch's eager
-backend compiling them.
+Compiled autograd over FSDP2 does not train as eager FSDP2 in torch 2.13, whatever compiles its
+graphs (backend="eager" too): FSDP2's post-backward reduce-scatter does not run under it, and the
+gradients stay unsharded (the blocks' full-size DTensors, the root's plain tensors). So it is compared
+with itself: mini_inductor compiling compiled autograd's graphs against torch's eager backend.
 """
 import copy
 
