@@ -134,7 +134,8 @@ def _assert_same_training(result, reference):
     torch.testing.assert_close(result["losses"], reference["losses"], **TOL)
     for name, p in result["params"].items():
         torch.testing.assert_close(p, reference["params"][name], **TOL, msg=name)
-    assert result["graphs"]["eager"] == [] and result["graphs"]["fallbacks"] == {}
+    assert result["graphs"]["eager"] == []
+    assert not [op for op in result["graphs"]["fallbacks"] if op.startswith(C10D)]   # collectives are extern kernels
 
 
 @pytest.fixture(scope="module")
