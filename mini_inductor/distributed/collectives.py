@@ -35,7 +35,7 @@ def _overloads(*names: str) -> list:
     return [getattr(getattr(c10d, n), "default") for n in names if hasattr(c10d, n)]
 
 
-# Collectives that return a new tensor (or a list of them), and where their group name is.
+# Collectives that return a new tensor (or a list of them).
 OUT_OF_PLACE = _overloads("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor",
                           "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
                           "reduce_scatter_tensor_coalesced", "all_to_all_single", "broadcast")
@@ -108,7 +108,7 @@ def _register(kernel: ExternKernel) -> ir.StorageBox:
 def _issue(op, args, group, layouts):
     """A CollectiveKernel for `op` on realized `args`; one output per layout (a list: several)."""
     graph = current_graph()
-    tensors = [a for a in ir_leaves(args) if isinstance(a, (ir.Buffer, ir.ReinterpretView))]
+    tensors = [a for a in _leaves(args) if isinstance(a, (ir.Buffer, ir.ReinterpretView))]
     device = tensors[0].get_device()
     if not isinstance(group, str):   # the generated source names its group; an object has no name there
         raise LoweringError(f"the process group is a {type(group).__name__}, not a group name: generated code "
@@ -126,9 +126,9 @@ def _issue(op, args, group, layouts):
     return outputs
 
 
-def ir_leaves(value) -> list:
+def _leaves(value) -> list:
     if isinstance(value, (list, tuple)):
-        return [x for v in value for x in ir_leaves(v)]
+        return [x for v in value for x in _leaves(v)]
     return [value]
 
 
