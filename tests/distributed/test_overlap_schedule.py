@@ -101,3 +101,8 @@ def test_the_fusion_report_shows_each_collective_and_what_runs_while_it_is_in_fl
     assert report["overlap"]["moves"] and report["overlap"]["moves"][0].startswith("issued")
     page = graph_section(report)
     assert "Collectives and overlap" in page and span["overlapped"][0] in page
+    # and explain's text report has the same table
+    from mini_inductor import explain
+    torch._dynamo.reset()
+    text = str(explain(f, torch.randn(8, 8), torch.randn(4, 32)))
+    assert "Collectives (issued early, waited for late)" in text and "all_reduce" in text
