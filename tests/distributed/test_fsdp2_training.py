@@ -35,7 +35,7 @@ def _compiled_autograd(backend: str):
     from torch._dynamo import compiled_autograd
 
     def backward(loss):
-        with compiled_autograd._enable(lambda gm: torch.compile(gm, backend=backend, dynamic=False)):
+        with compiled_autograd._enable(lambda gm: torch.compile(gm, backend=backend)):
             loss.backward()
     return backward
 
