@@ -32,7 +32,7 @@ from .debug import structured as debug_structured
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph, symbolic
-from .lowering.graph import unsupported_graph_reason
+from .lowering.graph import INPUT_ALIASES, unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
@@ -61,6 +61,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
                       generator_idxs=_generator_idxs(gm))
 
     reason = why_eager(gm, example_inputs)
+    if reason == DYNAMIC_SHAPES:
+        gm.meta[INPUT_ALIASES] = _input_aliases(kind)
     if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is None and cfg.dynamic_shapes != "eager":
         record.dynamic_symbols = [str(s) for s in symbolic.graph_symbols(gm).sources]
         if cfg.dynamic_shapes == "symbolic":
@@ -262,6 +264,18 @@ def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
     wanted = {f"primals_{i + 1}" for i in static}
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders) if n in wanted)
+
+
+def _input_aliases(kind: str) -> dict[int, int]:
+    """Output position → input index, for the outputs of a forward or inference graph that AOT autograd
+    regenerates as views of an input (lowering/graph.py `_input_alias`)."""
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None and kind != "backward" else None
+    if fw is None:
+        return {}
+    first = fw.num_mutated_inp_runtime_indices   # the new values of mutated inputs come first
+    return {first + j: info.base_idx for j, info in enumerate(fw.output_info)
+            if info.output_type.name == "alias_of_input" and isinstance(info.base_idx, int)}
 
 
 def _generator_idxs(gm) -> tuple[int, ...]:

@@ -108,6 +108,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
             parts.append(tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
     for name, buf in gm.named_buffers():
         parts.append(f"{name}:{tensor_meta(buf)}")
+    if gm.meta.get("mini_inductor_input_aliases"):   # outputs returned as views of inputs (lowering/graph.py)
+        parts.append(f"input aliases {sorted(gm.meta['mini_inductor_input_aliases'].items())}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -42,6 +42,9 @@ aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 log = logging.getLogger("mini_inductor")
 
+# gm.meta key: graph output position → index of the input that AOT autograd regenerates it from
+INPUT_ALIASES = "mini_inductor_input_aliases"
+
 # Library calls: extern kernels by design, not counted as fallbacks.
 EXTERN_OPS = {
     aten.mm.default, aten.bmm.default, aten.convolution.default, aten.baddbmm.default,
@@ -152,6 +155,10 @@ class GraphLowering:
                         # a node returned twice (x.add_(y) returns x) is one tensor twice, as in eager
                         outputs.append(realized[arg, id(meta)])
                         continue
+                    alias = self._input_alias(position, arg, meta, inputs)
+                    if alias is not None:
+                        outputs.append(alias)
+                        continue
                     self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))
@@ -164,6 +171,31 @@ class GraphLowering:
                         self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
                             self.extern_ops, num_fx, self.fallback_reasons)
+
+    def _input_alias(self, position: int, arg, meta, inputs: list) -> ReinterpretView | None:
+        """Output `position` as the view of a graph input that AOT autograd regenerates it from
+        (gm.meta[INPUT_ALIASES], set for dynamic graphs): eager's size, strides and storage offset on
+        the input itself. AOT autograd reads only those of such an output, and where a view it replays
+        has symbolic arguments it re-strides the input with the ones we return, so a value computed
+        into a buffer of our own layout would come back wrong (an input mutated through a strided view
+        and returned as a reshaped view of itself)."""
+        index = self.gm.meta.get(INPUT_ALIASES, {}).get(position)
+        if index is None or not isinstance(meta, torch.Tensor) or not isinstance(arg, torch.fx.Node) \
+                or not 0 <= index < len(inputs) or not isinstance(inputs[index], InputBuffer):
+            return None
+        base_meta = list(self.gm.graph.find_nodes(op="placeholder"))[index].meta.get("val")
+        root = arg   # the start of the output's chain of views: the input, or its new value (x.copy_(y))
+        while _view_source(root) is not None:
+            root = _view_source(root)
+        root_meta = root.meta.get("val")
+        if not isinstance(base_meta, torch.Tensor) or not isinstance(root_meta, torch.Tensor) \
+                or (base_meta.dtype, base_meta.device) != (meta.dtype, meta.device) \
+                or not _strides_match(sympify_seq(root_meta.shape), sympify_seq(root_meta.stride()),
+                                      sympify_seq(base_meta.stride())):
+            return None   # the graph's view chain starts from another layout than the input's
+        offset = sympify_seq([meta.storage_offset()])[0] - sympify_seq([root_meta.storage_offset()])[0]
+        return ReinterpretView(inputs[index], Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)),
+                                                     tuple(sympify_seq(meta.stride())), offset))
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")
@@ -390,12 +422,17 @@ def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
         for arg in _leaves(node.args):
             while isinstance(arg, torch.fx.Node) and arg not in found:
                 found.add(arg)
-                # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
-                is_view = arg.op == "call_function" and arg.args and (
-                    _is_view(arg.target) or (arg.target is operator.getitem and isinstance(arg.args[0], torch.fx.Node)
-                                             and _is_view(arg.args[0].target)))
-                arg = arg.args[0] if is_view else None
+                arg = _view_source(arg)
     return found
+
+
+def _view_source(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node `node` is a view of, or None when it is not a view."""
+    # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
+    is_view = node.op == "call_function" and node.args and (
+        _is_view(node.target) or (node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
+                                  and _is_view(node.args[0].target)))
+    return node.args[0] if is_view and isinstance(node.args[0], torch.fx.Node) else None
 
 
 def _prefer_eager_strides(result, meta) -> None:

@@ -263,3 +263,27 @@ def test_outputs_that_are_views_of_each_other_share_storage_as_in_eager():
         assert_same_tensor(rows, f(x)[1], f"size {n} output 1")
         assert whole.untyped_storage().data_ptr() == rows.untyped_storage().data_ptr()
     assert len(metrics.compiled_graphs) == 1
+
+
+@pytest.mark.parametrize("mode", ["per_size", "symbolic"])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_an_input_mutated_through_a_strided_view_and_returned_reshaped_is_a_view_of_it(mode, offset, device):
+    # found by the fuzzer (--dynamic): AOT autograd rebuilds such an output from the input with the
+    # strides and offset of the tensor we return (it replays no view with symbolic arguments); ours
+    # had the new value's buffer's own strides and offset 0, in both modes
+    torch.set_default_device(None)   # its function mode traces unflatten otherwise (as a replayable view)
+    def f(x, v):
+        x.copy_(v)
+        return x.unflatten(0, (1, -1))
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": mode})
+    for n in (2, 3, 5):
+        base = torch.randn(n, 3, 4, dtype=torch.float16, device=device)
+        x, v = base[..., offset::2], torch.randn((), dtype=torch.float16, device=device)
+        eager_base = base.clone()
+        expected = f(eager_base[..., offset::2], v)
+        out = compiled(x, v)
+        assert_same_tensor(out, expected, f"size {n}")
+        assert out.storage_offset() == expected.storage_offset() == offset
+        assert out.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+        assert torch.equal(base, eager_base), f"size {n}: the input's base differs from eager's"
+    assert metrics.compiled_graphs and all(r.ran_eagerly is None for r in metrics.compiled_graphs)

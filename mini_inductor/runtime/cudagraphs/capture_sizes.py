@@ -55,11 +55,16 @@ def sizes_key(where: list[tuple[int, int | None]], args: list) -> int | tuple[in
     return values[0] if len(values) == 1 else values
 
 
+# gm.meta entries the compile of a specialization reads too (lowering/graph.py INPUT_ALIASES)
+CARRIED_META = ("mini_inductor_input_aliases",)
+
+
 def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list]:
     """The graph retraced for the concrete sizes of `args` (fake tensors: nothing runs), and its
     example inputs. Source lines of the original nodes are kept."""
     with fx_traceback.preserve_node_meta():
         static = make_fx(torch.fx.Interpreter(gm).run, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    static.meta.update({k: gm.meta[k] for k in CARRIED_META if k in gm.meta})
     placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
     examples = [n.meta.get("val") if isinstance(a, torch.Tensor) else a for n, a in zip(placeholders, args)]
     return static, examples
