@@ -287,3 +287,16 @@ def test_an_input_mutated_through_a_strided_view_and_returned_reshaped_is_a_view
         assert out.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
         assert torch.equal(base, eager_base), f"size {n}: the input's base differs from eager's"
     assert metrics.compiled_graphs and all(r.ran_eagerly is None for r in metrics.compiled_graphs)
+
+
+def test_per_size_compiles_past_the_warn_limit_are_warned_of_once_with_their_count(caplog):
+    def f(x):
+        return x.relu() + 1
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True,
+                             options={"cudagraph_dynamic_shape_warn_limit": 2})
+    with caplog.at_level("WARNING", logger="mini_inductor.perf_hints"):
+        for n in (3, 4, 5, 6, 7):
+            x = torch.randn(n)
+            assert_same_tensor(compiled(x), f(x), f"size {n}")
+    msgs = [r.getMessage() for r in caplog.records if "has been compiled for" in r.getMessage()]
+    assert len(msgs) == 1 and "compiled for 3 sizes" in msgs[0] and "dynamic_shapes': 'symbolic'" in msgs[0], msgs

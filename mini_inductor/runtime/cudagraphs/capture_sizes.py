@@ -26,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .utils import log_skip
 
 log = logging.getLogger("mini_inductor.cudagraphs")
+perf_log = logging.getLogger("mini_inductor.perf_hints")
 
 
 def dynamic_dims(gm: torch.fx.GraphModule) -> list[tuple[int, int | None]]:
@@ -96,6 +97,7 @@ class SizeSpecializedGraph:
         if self.capture_sizes is None or key in self.capture_sizes:
             if key not in self.specialized:
                 self.specialized[key] = self._compile(key, args)
+                self._warn_if_many()
             graph = self.specialized[key]
             if graph is not None:
                 return graph(args)
@@ -106,6 +108,19 @@ class SizeSpecializedGraph:
         out = self.gm(*args)
         args.clear()
         return out
+
+    def _warn_if_many(self) -> None:
+        """Once, when sizes past `cudagraph_dynamic_shape_warn_limit` have each been compiled
+        (dynamic_shapes='per_size'): every new size costs a compile and a recording."""
+        limit = self.cfg.cudagraph_dynamic_shape_warn_limit
+        if self.capture_sizes is None and limit and len(self.specialized) == limit + 1:
+            perf_log.warning(
+                "mini_inductor: graph %s (%s) has been compiled for %d sizes of its dynamic dims "
+                "(dynamic_shapes='per_size' compiles each new size, and records its CUDA graphs). "
+                "options={'dynamic_shapes': 'symbolic'} compiles it once for every size; "
+                "options={'cudagraph_capture_sizes': [...]} compiles only the listed sizes. Set "
+                "options={'cudagraph_dynamic_shape_warn_limit': 0} to silence this warning.",
+                self.name, self.kind, len(self.specialized))
 
     def _compile(self, key, args: list):
         """The static compile for `key`, or None (the graph then runs eagerly at this size) when
