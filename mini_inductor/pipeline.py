@@ -32,7 +32,7 @@ from .debug import structured as debug_structured
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph, symbolic
-from .lowering.graph import INPUT_ALIASES, unsupported_graph_reason
+from .lowering.graph import DATA_DEPENDENT_OUTPUTS, INPUT_ALIASES, unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
@@ -69,6 +69,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
             return compile_dynamic(gm, example_inputs, name, record, graph_args, start)
         record.dynamic_fallback = "dynamic_shapes='per_size'"
         return _per_size(gm, name, graph_args)
+    if reason and reason.startswith(DATA_DEPENDENT_OUTPUTS) and cfg.dynamic_shapes != "eager":
+        # sizes read from data (.item(), nonzero): the symbolic compile reads them at run time
+        shapes = symbolic.graph_symbols(gm)
+        record.dynamic_symbols = [str(s) for s in (*shapes.sources, *shapes.unbacked)]
+        return compile_dynamic(gm, example_inputs, name, record, graph_args, start, per_size=False)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
@@ -126,8 +131,11 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     return compiled
 
 
-def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
-    """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit."""
+def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float,
+                    *, per_size: bool = True):
+    """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit. If that
+    fails, the graph is compiled per size, or (`per_size` False: sizes read from data, which no
+    static compile can fix) runs eagerly; either way with a warning that says why."""
     with symbolic.graph_shapes(gm):
         try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
             compiled = _compile(gm, example_inputs, name, record, graph_args, start)
@@ -137,12 +145,18 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
         except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
             record.ran_eagerly = None
             why = f"{type(e).__name__}: {e}".split("\n")[0]
-            record.dynamic_fallback = why
-            debug_trace.warn_at_user_code(
-                f"mini_inductor: graph {name} cannot be compiled once for every size ({why}); it is compiled "
-                "for each new size instead", debug_trace.first_source_line(gm))
-            log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
-            return _per_size(gm, name, graph_args)
+            log.debug("%s: the symbolic compile failed", name, exc_info=True)
+    if not per_size:
+        reason = f"{DATA_DEPENDENT_OUTPUTS}: the symbolic compile failed ({why})"
+        debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)
+        record.ran_eagerly = reason
+        return EagerGraph(name, gm, reason)
+    record.dynamic_fallback = why
+    debug_trace.warn_at_user_code(
+        f"mini_inductor: graph {name} cannot be compiled once for every size ({why}); it is compiled "
+        "for each new size instead", debug_trace.first_source_line(gm))
+    log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
+    return _per_size(gm, name, graph_args)
 
 
 def _per_size(gm, name: str, graph_args: dict) -> SizeSpecializedGraph:

@@ -287,7 +287,7 @@ class TritonKernel:
     def size_symbols(self) -> list[str]:
         """The size symbols of a dynamic graph that the kernel's code reads (its index expressions), in
         the graph's order: arguments after the pointers, bound by the wrapper from the graph's inputs."""
-        names = [str(s) for s in symbolic.current().sources]
+        names = [str(s) for s in (*symbolic.current().sources, *symbolic.current().unbacked)]
         if not names:
             return []
         text = "\n".join(ln.text if isinstance(ln, StoreLine) else ln for sec in self.sections.values()

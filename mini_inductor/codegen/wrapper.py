@@ -149,7 +149,7 @@ class WrapperCodegen:
         # and each kernel launch runs under its own (Triton launches on the current device)
         # a dynamic graph's size symbols: `call` binds them, and passes them to each partition after its
         # buffers (a CUDA-graph tree records a partition once per distinct value of them)
-        self.symbols = [str(s) for s in symbolic.current().sources]
+        self.symbols = [str(s) for s in (*symbolic.current().sources, *symbolic.current().unbacked)]
         self.cuda_devices = sorted({b.layout.device.index or 0 for b in list(self.graph.inputs) + list(self.graph.buffers)
                                     if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
 
@@ -316,7 +316,10 @@ class WrapperCodegen:
             src = sorted({o.source for o in node.origins if o.source})
             comment = f"{'fallback' if node.fallback else 'extern'} {node.op_name}" + (f"  <- {src[0]}" if src else "")
             fresh = self._fresh(node, node.op)
-            scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment, fresh))
+            unbacked = symbolic.current().unbacked
+            binds = tuple((str(sym), unbacked[sym][1]) for sym, name in self.graph.symbol_defs.items()
+                          if name == node.name)
+            scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment, fresh, binds))
         if fresh is not None:
             scope.allocated[node.name] = fresh
 
@@ -395,6 +398,8 @@ class WrapperCodegen:
             source = {"int": inputs[i], "size": f"{inputs[i]}.size({dim})", "stride": f"{inputs[i]}.stride({dim})",
                       "offset": f"{inputs[i]}.storage_offset()"}[kind]
             lines.append(f"{sym} = {source}")
+        for sym in symbolic.current().unbacked:   # bound after the call that defines each (_emit_node)
+            lines.append(f"{sym} = None")
         return lines
 
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:

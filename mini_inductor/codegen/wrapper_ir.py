@@ -161,6 +161,7 @@ class ExternCallLine:
     kwargs: dict
     comment: str
     fresh: AllocateLine | None = None   # the layout ATen allocates `name` with; None: it may alias an input
+    binds: tuple[tuple[str, str], ...] = ()   # (unbacked symbol, path in the result) read right after the call
 
     def buffer_args(self) -> list[str]:
         """Names of the buffers the call reads (views resolved to the buffer they view)."""
@@ -171,7 +172,8 @@ class ExternCallLine:
         kwargs = "".join(f", {k}={render_arg(v)}" for k, v in self.kwargs.items())
         if kwargs and not args:
             kwargs = kwargs[2:]
-        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})" + strides_guard(self.fresh)
+        binds = "".join(f"\n{sym} = {self.name}{path}" for sym, path in self.binds)
+        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})" + binds + strides_guard(self.fresh)
 
 
 @dataclasses.dataclass

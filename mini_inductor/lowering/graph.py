@@ -22,6 +22,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -36,11 +37,14 @@ from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
 from .sizevars import sympify_seq
 from . import symbolic
-from .symbolic import to_expr
+from .symbolic import stride_exprs, to_expr
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 log = logging.getLogger("mini_inductor")
+
+# why_eager's reason for a graph with sizes read from data; the symbolic compile takes such graphs
+DATA_DEPENDENT_OUTPUTS = "data-dependent output sizes"
 
 # gm.meta key: graph output position → index of the input that AOT autograd regenerates it from
 INPUT_ALIASES = "mini_inductor_input_aliases"
@@ -55,6 +59,7 @@ EXTERN_OPS = {
     aten._scaled_dot_product_cudnn_attention_backward.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten.convolution_backward.default,
+    aten._assert_scalar.default,   # torch._check on a size read from data: a host-side check, nothing to generate
 }
 
 
@@ -71,6 +76,8 @@ class LoweredGraph:
     extern_ops: list[str]
     num_fx_nodes: int
     fallback_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # op → why its lowering declined
+    # an unbacked symbol → the buffer of the extern call whose result holds it (see symbolic.unbacked)
+    symbol_defs: dict[sympy.Symbol, str] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         """The IR before fusion, one buffer a line (for the debug dir)."""
@@ -93,6 +100,7 @@ class GraphLowering:
         self.cfg = cfg
         self.buffers: list[Buffer] = []
         self.fallback_ops: collections.Counter = collections.Counter()
+        self.symbol_defs: dict[sympy.Symbol, str] = {}
         self.fallback_reasons: dict[str, str] = {}
         self.extern_ops: list[str] = []
         self.constants: dict[str, torch.Tensor] = {}
@@ -170,7 +178,7 @@ class GraphLowering:
                     if isinstance(arg, torch.fx.Node):   # a copy made for the output (eager's strides)
                         self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
-                            self.extern_ops, num_fx, self.fallback_reasons)
+                            self.extern_ops, num_fx, self.fallback_reasons, self.symbol_defs)
 
     def _input_alias(self, position: int, arg, meta, inputs: list) -> ReinterpretView | None:
         """Output `position` as the view of a graph input that AOT autograd regenerates it from
@@ -190,12 +198,12 @@ class GraphLowering:
         root_meta = root.meta.get("val")
         if not isinstance(base_meta, torch.Tensor) or not isinstance(root_meta, torch.Tensor) \
                 or (base_meta.dtype, base_meta.device) != (meta.dtype, meta.device) \
-                or not _strides_match(sympify_seq(root_meta.shape), sympify_seq(root_meta.stride()),
-                                      sympify_seq(base_meta.stride())):
+                or not _strides_match(sympify_seq(root_meta.shape), stride_exprs(root_meta),
+                                      stride_exprs(base_meta)):
             return None   # the graph's view chain starts from another layout than the input's
         offset = sympify_seq([meta.storage_offset()])[0] - sympify_seq([root_meta.storage_offset()])[0]
         return ReinterpretView(inputs[index], Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)),
-                                                     tuple(sympify_seq(meta.stride())), offset))
+                                                     tuple(stride_exprs(meta)), offset))
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")
@@ -217,6 +225,8 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        if node.meta.get("unbacked_bindings"):
+            return self._define_unbacked(node, target, args, kwargs)
         size = _size_value(node)
         if size is not None:
             return size
@@ -266,6 +276,23 @@ class GraphLowering:
         uses = sum(_count_uses(user, node) for user in node.users)
         self._mark_reuse(result, uses)
         return result
+
+    def _define_unbacked(self, node: torch.fx.Node, target, args, kwargs):
+        """A node whose result holds sizes known only once it has run (`.item()`, nonzero): an ATen call
+        whose buffer the wrapper reads each such symbol from, right after it. Later kernels take the
+        symbols as size arguments; the call itself stays outside CUDA graphs (it syncs)."""
+        self._new_buffers = []
+        try:
+            result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
+        except Exception as e:
+            raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
+        kernel = next(b for b in reversed(self._new_buffers) if isinstance(b, ExternKernel))
+        self._attach_origins(result, _origin(node), args)
+        for sym, (name, _) in symbolic.current().unbacked.items():
+            if name == node.name:
+                self.symbol_defs[sym] = kernel.name
+        meta = node.meta.get("val")
+        return to_expr(meta) if isinstance(meta, (torch.SymInt, torch.SymFloat)) else result
 
     def _declined(self, node: torch.fx.Node, target, why: Exception) -> None:
         """Record and log why `node`'s lowering gave up; the caller runs the node in ATen."""
@@ -374,7 +401,7 @@ class GraphLowering:
     def _realize_output(self, value, meta):
         if not isinstance(value, IRNode):
             return value
-        want = sympify_seq(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
+        want = stride_exprs(meta) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
         if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
             return _with_unit_strides_of(value.realize(stride=want), meta)
         tensor = ir.realize_as_tensor(value)
@@ -392,7 +419,7 @@ def _with_unit_strides_of(tensor, meta):
     if not isinstance(meta, torch.Tensor) or not isinstance(tensor, (Buffer, ReinterpretView)) or layout is None \
             or len(layout.size) != meta.dim():
         return tensor
-    stride = tuple(m if s == 1 else st for s, st, m in zip(layout.size, layout.stride, sympify_seq(meta.stride())))
+    stride = tuple(m if s == 1 else st for s, st, m in zip(layout.size, layout.stride, stride_exprs(meta)))
     if stride == tuple(layout.stride):
         return tensor
     base = tensor.data if isinstance(tensor, ReinterpretView) else tensor
@@ -407,7 +434,7 @@ def _prefer_channels_last(result, meta) -> None:
         for r, m in zip(result, meta):
             _prefer_channels_last(r, m)
     elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
-        result.preferred_stride = tuple(sympify_seq(meta.stride()))
+        result.preferred_stride = tuple(stride_exprs(meta))
 
 
 def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -439,14 +466,14 @@ def _prefer_eager_strides(result, meta) -> None:
     """Realize `result`, should it be realized, with eager's strides when they are dense (see _output_bases)."""
     if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) \
             and result.preferred_stride is None:
-        result.preferred_stride = tuple(sympify_seq(meta.stride()))
+        result.preferred_stride = tuple(stride_exprs(meta))
 
 
 def _as_extern_input(x: IRNode, meta) -> IRNode:
     tensor = ir.realize_as_tensor(x)
     if not isinstance(meta, torch.Tensor) or not is_non_overlapping_and_dense(meta):
         return tensor
-    want = sympify_seq(meta.stride())
+    want = stride_exprs(meta)
     if _strides_match(tensor.get_size(), tensor.layout.stride, want):
         return tensor
     return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
@@ -459,7 +486,7 @@ def _strides_match(size, have, want) -> bool:
 
 
 def _extern_layout(meta: torch.Tensor) -> Layout:
-    return Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)), tuple(sympify_seq(meta.stride())))
+    return Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)), tuple(stride_exprs(meta)))
 
 
 def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
@@ -559,7 +586,8 @@ def _needs_aten(meta, args, kwargs) -> bool:
         if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
             return True
         size = v.shape if isinstance(v, torch.Tensor) else v.get_size()
-        if any(s == 0 for s in size) and not 0 < i < len(outputs):
+        # a size that may be 0 only at run time (unbacked) is generated: its kernels launch no blocks
+        if any(statically_known_true(s == 0) for s in size) and not 0 < i < len(outputs):
             return True
     return False
 
@@ -580,7 +608,7 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"higher-order op {node.target.name()} (node %{node.name})"
         if free_unbacked_symbols(node.meta.get("val")):
-            return f"data-dependent output sizes (node %{node.name}, {_op_name(node.target)})"
+            return f"{DATA_DEPENDENT_OUTPUTS} (node %{node.name}, {_op_name(node.target)})"
     return None
 
 
@@ -588,13 +616,13 @@ def _size_value(node: torch.fx.Node):
     """A node that computes a size of a dynamic graph (a SymInt or SymFloat: sym_size, arithmetic on
     sizes): its value as an expression of the symbols the graph's inputs give, or None."""
     val = node.meta.get("val")
-    if not isinstance(val, (torch.SymInt, torch.SymFloat)):
+    if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return None
     try:
         expr = to_expr(val)
     except NotImplementedError:
         return None
-    return expr if expr.free_symbols <= symbolic.current().sources.keys() else None
+    return expr if expr.free_symbols <= symbolic.current().known() else None
 
 
 def _origin(node: torch.fx.Node) -> Origin:

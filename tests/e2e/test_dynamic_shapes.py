@@ -300,3 +300,46 @@ def test_per_size_compiles_past_the_warn_limit_are_warned_of_once_with_their_cou
             assert_same_tensor(compiled(x), f(x), f"size {n}")
     msgs = [r.getMessage() for r in caplog.records if "has been compiled for" in r.getMessage()]
     assert len(msgs) == 1 and "compiled for 3 sizes" in msgs[0] and "dynamic_shapes': 'symbolic'" in msgs[0], msgs
+
+
+DATA_SIZES = torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+
+
+def assert_compiled_once_with_unbacked_symbols():
+    records = metrics.compiled_graphs
+    assert len(records) == 1, [r.summary() for r in records]
+    r = records[0]
+    assert r.ran_eagerly is None and r.num_kernels >= 1, r.summary()
+    assert any(s.startswith("u") for s in r.dynamic_symbols), r.summary()
+
+
+@DATA_SIZES
+def test_an_item_feeding_a_size_is_read_at_run_time_and_the_rest_is_generated(device):
+    torch.set_default_device(None)   # its function mode makes Dynamo guard on the item's value
+    def f(x, n):   # (x[:k] would not do: FakeTensor's contiguity check makes Dynamo guard 2 <= k <= 8)
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        return torch.arange(k, device=x.device) * x.sum(), torch.ones(k, 4, device=x.device) * x[0] + k
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True)
+    x = torch.randn(8, 4, device=device)
+    for k in (5, 2, 8, 3):
+        n = torch.tensor(k, device=device)
+        for i, (a, e) in enumerate(zip(compiled(x, n), f(x, n))):
+            assert_same_tensor(a, e, f"k={k} output {i}")
+    assert_compiled_once_with_unbacked_symbols()
+    # Dynamo guards 2 <= k (FakeTensor's contiguity check of a size-k tensor): 0 compiles again
+    for i, (a, e) in enumerate(zip(compiled(x, torch.tensor(0, device=device)), f(x, torch.tensor(0, device=device)))):
+        assert_same_tensor(a, e, f"k=0 output {i}")
+
+
+@DATA_SIZES
+def test_nonzero_bounds_a_partition_and_its_length_sizes_the_kernels_after_it():
+    def f(x):
+        idx = torch.nonzero(x > 0)
+        return (idx.float() * 2).sum(0), x.relu() + 1
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True)
+    for x in (torch.randn(16), torch.randn(16).abs(), -torch.randn(16).abs(), torch.randn(16)):
+        for i, (a, e) in enumerate(zip(compiled(x), f(x))):
+            assert_same_tensor(a, e, f"{int((x > 0).sum())} nonzeros, output {i}")
+    assert_compiled_once_with_unbacked_symbols()
