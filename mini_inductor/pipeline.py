@@ -144,7 +144,8 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
             raise MiniInductorError(compiled.reason)
         except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
             record.ran_eagerly = None
-            why = f"{type(e).__name__}: {e}".split("\n")[0]
+            # (a MiniInductorError's own text without its fallback_on_error advice: the graph falls back anyway)
+            why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
             log.debug("%s: the symbolic compile failed", name, exc_info=True)
     if not per_size:
         reason = f"{DATA_DEPENDENT_OUTPUTS}: the symbolic compile failed ({why})"

@@ -219,6 +219,27 @@ def stride_exprs(t: torch.Tensor) -> list[Expr]:
     return out
 
 
+def decide(cond) -> bool | None:
+    """Whether a relation between sizes holds at every size the graph serves: True or False where
+    that is provable (from the symbols' assumptions, then from the ShapeEnv's ranges and the guards
+    Dynamo already has), None where it is not. Adds no guard."""
+    cond = sympy.sympify(cond)
+    if cond in (sympy.true, sympy.false):
+        return bool(cond)
+    env = current().shape_env
+    if env is None:
+        return None
+    theirs = {s.name: s for s in env.var_to_range}
+    if not all(s.name in theirs for s in cond.free_symbols) \
+            or any(isinstance(a, (FloorDiv, ModularIndexing)) for a in sympy.preorder_traversal(cond)):
+        return None
+    try:
+        found = env._maybe_evaluate_static(cond.xreplace({s: theirs[s.name] for s in cond.free_symbols}))
+    except Exception:  # noqa: BLE001  (a private ShapeEnv method: any failure means "not provable")
+        return None
+    return bool(found) if found in (sympy.true, sympy.false) else None
+
+
 def size_value(expr):
     """An int for a static size, the sympy expression for a symbolic one (what kernels are grouped by)."""
     expr = sympy.sympify(expr)

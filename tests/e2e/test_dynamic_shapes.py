@@ -167,9 +167,9 @@ def test_summary_line_names_the_graphs_symbols():
 
 
 def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_warning_naming_why():
-    # avg_pool's output length is max(1, ...) of the input's: an index expression codegen cannot print
+    # a float scale makes the output length trunc(1.5 * n): a size expression lowering does not take
     def f(x):
-        return torch.nn.functional.avg_pool1d(x[None], 2) + 1
+        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.5, mode="nearest") + 1
     compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
     with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
         x = torch.randn(6, 6)
@@ -179,8 +179,11 @@ def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_wa
         assert_same_tensor(compiled(x), f(x), f"size {n}")
     records = metrics.compiled_graphs
     fell_back = [r for r in records if r.dynamic_fallback]
-    assert fell_back and all("index expression" in r.dynamic_fallback and "compiled per size" in r.summary()
-                             for r in fell_back)
+    # the summary names the op, the symbol and the stage, and gives no fallback_on_error advice
+    assert fell_back and all("prims.iota" in r.dynamic_fallback and "TruncToInt" in r.dynamic_fallback
+                             and "s" in r.dynamic_symbols[0] and r.dynamic_symbols[0] in r.dynamic_fallback
+                             and "fallback_on_error" not in r.dynamic_fallback
+                             and "compiled per size" in r.summary() for r in fell_back)
     compiled_per_size = [r for r in records if not r.dynamic_fallback]
     assert compiled_per_size and all(r.ran_eagerly is None and r.num_kernels >= 1 for r in compiled_per_size)
 
@@ -343,3 +346,18 @@ def test_nonzero_bounds_a_partition_and_its_length_sizes_the_kernels_after_it():
         for i, (a, e) in enumerate(zip(compiled(x), f(x))):
             assert_same_tensor(a, e, f"{int((x > 0).sum())} nonzeros, output {i}")
     assert_compiled_once_with_unbacked_symbols()
+
+
+def test_slices_with_dynamic_bounds_are_generated_views_not_fallbacks():
+    def f(x, m):
+        t = x.shape[1]
+        return x[:, 1:] * 2, x[:, :t - 1] + m[:t, :t].sum(), x[:, -3:].relu(), x[:, 2:t:2] - 1
+    records = run_sizes(f, lambda n: (torch.randn(3, n), torch.randn(32, 32)), sizes=(5, 9, 16))
+    assert_dynamic(records)
+    assert not any(r.fallback_ops for r in records), [dict(r.fallback_ops) for r in records]
+
+
+def test_a_pooled_length_max_of_1_and_half_the_input_is_printed_in_kernels_and_wrapper():
+    def f(x):
+        return torch.nn.functional.avg_pool1d(x[None], 2) + 1
+    assert_dynamic(run_sizes(f, lambda n: (torch.randn(5, n),), sizes=(6, 10, 7)))
