@@ -52,6 +52,22 @@ class Section:
     cse: dict[str, CSEVar] = dataclasses.field(default_factory=dict)
 
 
+def always_multiple_of_16(expr) -> bool:
+    """A size expression of positive integer symbols that is a multiple of 16 whatever their values:
+    a polynomial whose every coefficient is (no floor division or modulo in it)."""
+    if expr is None or isinstance(expr, int) or not isinstance(expr, sympy.Expr) or not expr.free_symbols:
+        return False
+    expr = sympy.expand(expr)
+    if any(not isinstance(a, (sympy.Symbol, sympy.Integer, sympy.Add, sympy.Mul, sympy.Pow))
+           for a in sympy.preorder_traversal(expr)):
+        return False
+    try:
+        coeffs = sympy.Poly(expr, *sorted(expr.free_symbols, key=str)).coeffs()
+    except sympy.PolynomialError:
+        return False
+    return all(c.is_Integer and int(c) % 16 == 0 for c in coeffs)
+
+
 class TritonKernel:
     """Builds the source of one kernel from an ordered list of SchedulerNodes."""
 
@@ -241,12 +257,16 @@ class TritonKernel:
         self.argnames = argnames
         # static sizes are constexpr: Triton folds them (and its interpreter loops over them); a dynamic
         # graph's sizes, and the size symbols its index expressions use, are int arguments
-        size = "" if self.dynamic else ": tl.constexpr"
-        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size}"]
+        # (a static size of a dynamic graph's kernel stays constexpr: a runtime row length hides its
+        # divisibility from Triton, whose masked loads then go one element at a time)
+        def size(n) -> str:
+            return ": tl.constexpr" if isinstance(n, int) else ""
+        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size(self.numel)}"]
         if self.tiling is not None:
-            params = [argnames[b] for b in args] + [f"ynumel{size}", f"xnumel{size}", "YBLOCK: tl.constexpr"]
+            params = [argnames[b] for b in args] + [f"ynumel{size(self.tiling.ynumel)}",
+                                                    f"xnumel{size(self.tiling.xnumel)}", "YBLOCK: tl.constexpr"]
         if self.is_reduction:
-            params.append(f"rnumel{size}")
+            params.append(f"rnumel{size(self.rnumel)}")
         params.append("XBLOCK: tl.constexpr")
         if self.is_reduction:
             params.append("RBLOCK: tl.constexpr")
@@ -255,7 +275,13 @@ class TritonKernel:
         if self.dynamic:
             # one binary for every size: Triton would otherwise specialize an int argument on its value
             # (== 1, divisible by 16), and a launch site keeps the binary of its first launch
-            ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))]
+            # A numel that is a multiple of 16 at every size (768*s0) is left to Triton, which then
+            # knows it divisible and keeps masked loads vectorized: every size gets the same binary.
+            sizes = {"xnumel": self.numel, "rnumel": self.rnumel}
+            if self.tiling is not None:
+                sizes = {"ynumel": self.tiling.ynumel, "xnumel": self.tiling.xnumel, "rnumel": self.rnumel}
+            ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))
+                    and not always_multiple_of_16(sizes.get(p.split(":")[0]))]
             jit = f"@triton.jit(do_not_specialize={ints!r})"
         out = [jit, f"def {self.name}({', '.join(params)}):"]
         body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
