@@ -83,8 +83,8 @@ def record(trace: GraphTrace) -> None:
 
 def _hint(reason: str) -> str:
     if reason.startswith("dynamic shapes"):
-        return ("drop options={'dynamic_shapes': 'eager'}: each new input size then gets its own compiled "
-                "graph, or with 'symbolic' one compiled graph serves every size")
+        return ("drop options={'dynamic_shapes': 'eager'}: one compiled graph then serves every size "
+                "(or, with 'per_size', each new input size gets its own)")
     if reason.startswith(("higher-order op", "data-dependent")):
         return ("move that code into a function decorated with @torch.compiler.disable so the rest "
                 "of the graph compiles")

@@ -11,8 +11,15 @@ each symbol is read at run time (a dim of an input tensor, or an int input).
         hint(expr)                       its value at the traced sizes: for heuristics only, whose
                                          result is correct at any size
 
+        decide(relation)                 True/False where provable at every size the graph serves (the
+                                         symbols' assumptions, the ShapeEnv's ranges and Dynamo's
+                                         guards), else None
+
 Nothing here adds a guard: every decision the compiler makes from a symbolic size is one that is
-right at any size (looped reductions, 64-bit indices), so the graph's guards are Dynamo's own.
+right at any size (looped reductions, 64-bit indices, a slice bound clamped only where `decide`
+proves it), so the graph's guards are Dynamo's own.
+Unbacked symbols (u0: `.item()`, nonzero's row count) are in `unbacked`, with the node whose result
+holds each; their hints are guesses (UNBACKED_HINT), for heuristics only.
 A static graph has no ShapeEnv here: every size is an Integer and `hint` is `int`.
 """
 from __future__ import annotations

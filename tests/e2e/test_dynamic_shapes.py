@@ -1,5 +1,5 @@
-"""Graphs with symbolic sizes compile once and serve every size, matching eager at each
-(options={"dynamic_shapes": "symbolic"}); by default they are compiled per size.
+"""Graphs with symbolic sizes compile once and serve every size, matching eager at each (the
+default, dynamic_shapes="symbolic"; the tests name it anyway); "per_size" compiles each size.
 
 Dynamo traces a graph with symbolic sizes under `dynamic=True`, after `mark_dynamic`, or on the
 recompile after a second size. Each test calls the compiled function at several sizes and checks,
@@ -188,8 +188,9 @@ def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_wa
     assert compiled_per_size and all(r.ran_eagerly is None and r.num_kernels >= 1 for r in compiled_per_size)
 
 
-def test_by_default_a_dynamic_graph_is_compiled_once_per_size_it_meets():
-    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend="mini_inductor", dynamic=True)
+def test_per_size_compiles_a_dynamic_graph_once_per_size_it_meets():
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend="mini_inductor", dynamic=True,
+                      options={"dynamic_shapes": "per_size"})
     for n in (5, 9, 5, 9, 7):
         x = torch.randn(3, n)
         assert_same_tensor(f(x), torch.softmax(x * 2, -1), f"size {n}")
@@ -296,7 +297,7 @@ def test_per_size_compiles_past_the_warn_limit_are_warned_of_once_with_their_cou
     def f(x):
         return x.relu() + 1
     compiled = torch.compile(f, backend="mini_inductor", dynamic=True,
-                             options={"cudagraph_dynamic_shape_warn_limit": 2})
+                             options={"cudagraph_dynamic_shape_warn_limit": 2, "dynamic_shapes": "per_size"})
     with caplog.at_level("WARNING", logger="mini_inductor.perf_hints"):
         for n in (3, 4, 5, 6, 7):
             x = torch.randn(n)
@@ -368,3 +369,23 @@ def test_a_pooled_length_max_of_1_and_half_the_input_is_printed_in_kernels_and_w
     records = metrics.compiled_graphs
     assert_dynamic(records)
     assert all(r.dynamic_fallback is None and r.ran_eagerly is None for r in records), [r.summary() for r in records]
+
+
+@pytest.mark.gpu
+def test_new_sizes_reuse_each_kernels_one_triton_binary():
+    # sizes as arguments: a numel that is a multiple of 16 at every size (64*n) is specialized as
+    # such by Triton, the others not at all, so every size launches the binary of the first
+    from mini_inductor.caching import PROCESS
+
+    def f(x, w):
+        return torch.softmax(x * 2, -1).sum(-1) + (x @ w).relu().mean(-1)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options={**SYMBOLIC, "cudagraphs": False})
+    w = torch.randn(64, 64)
+    for n in (5, 16, 33, 7, 48):
+        x = torch.randn(n, 64)
+        assert_same_tensor(compiled(x, w), f(x, w), f"size {n}", atol=1e-4, rtol=1e-4)
+    (record,) = metrics.compiled_graphs
+    (module,) = [m for m in PROCESS.modules.values() if m.__file__ == record.source_path]
+    fns = {id(k.fn): k.fn for k in (getattr(module, n) for n in record.kernel_names) if hasattr(k, "fn")}
+    assert fns and all(len(fn.device_caches[0][0]) == 1 for fn in fns.values()), \
+        {fn.__name__: len(fn.device_caches[0][0]) for fn in fns.values()}

@@ -1,5 +1,5 @@
 """A graph with symbolic sizes compiled statically per size: option `dynamic_shapes='per_size'` (every
-size), and `cudagraph_capture_sizes` (CUDA graphs only for the listed sizes of a graph's dynamic dims).
+size; also where the symbolic compile failed), and `cudagraph_capture_sizes` (CUDA graphs only for the listed sizes of a graph's dynamic dims).
 
 A graph that Dynamo traced with symbolic sizes (`mark_dynamic`, `dynamic=True`, or the recompile after
 a shape change) is specialized at run time, one static compile per size, each running inside the
