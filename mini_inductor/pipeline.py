@@ -153,9 +153,7 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
         record.ran_eagerly = reason
         return EagerGraph(name, gm, reason)
     record.dynamic_fallback = why
-    debug_trace.warn_at_user_code(
-        f"mini_inductor: graph {name} cannot be compiled once for every size ({why}); it is compiled "
-        "for each new size instead", debug_trace.first_source_line(gm))
+    debug_trace.compiled_per_size(name, why, gm)   # warned, and listed by explain
     log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
     return _per_size(gm, name, graph_args)
 

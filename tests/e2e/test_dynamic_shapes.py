@@ -389,3 +389,18 @@ def test_new_sizes_reuse_each_kernels_one_triton_binary():
     fns = {id(k.fn): k.fn for k in (getattr(module, n) for n in record.kernel_names) if hasattr(k, "fn")}
     assert fns and all(len(fn.device_caches[0][0]) == 1 for fn in fns.values()), \
         {fn.__name__: len(fn.device_caches[0][0]) for fn in fns.values()}
+
+
+def test_explain_lists_a_graph_compiled_per_size_with_the_op_and_the_symbol():
+    def f(x):
+        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.5, mode="nearest") + 1
+    x = torch.randn(10, 6)
+    torch._dynamo.mark_dynamic(x, 0)   # (explain compiles f itself: the mark makes its first trace symbolic)
+    with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
+        report = mini_inductor.explain(f, x)
+    assert_same_tensor(report.output, f(x), "explain's call")
+    (note,) = report.compiled_per_size
+    symbol = metrics.compiled_graphs[0].dynamic_symbols[0]
+    assert "prims.iota" in note["reason"] and symbol in note["reason"] and "interpolate" in note["source"]
+    text = str(report)
+    assert "Dynamic graphs compiled per size" in text and "prims.iota" in text
