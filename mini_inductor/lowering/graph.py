@@ -299,6 +299,9 @@ class GraphLowering:
     def _declined(self, node: torch.fx.Node, target, why: Exception) -> None:
         """Record and log why `node`'s lowering gave up; the caller runs the node in ATen."""
         op = _op_name(target)
+        if isinstance(why, TypeError) and "Cannot convert symbols to int" in str(why):
+            # int() of a dynamic graph's size: a lowering written for static sizes declines it
+            why = NotImplementedError(f"a static size where this dynamic graph has a symbolic one ({why})")
         reason = str(why) if isinstance(why, NotImplementedError) else f"{type(why).__name__}: {why}"
         self.fallback_reasons.setdefault(op, reason)
         if isinstance(why, NotImplementedError):   # a case the lowering does not generate

@@ -404,3 +404,19 @@ def test_explain_lists_a_graph_compiled_per_size_with_the_op_and_the_symbol():
     assert "prims.iota" in note["reason"] and symbol in note["reason"] and "interpolate" in note["source"]
     text = str(report)
     assert "Dynamic graphs compiled per size" in text and "prims.iota" in text
+
+
+def test_scatter_add_index_put_and_cumsum_along_a_dynamic_dimension():
+    def f(x, idx):
+        out = torch.zeros(4, x.shape[1]).scatter_add(0, idx, x)
+        y, z, w = x.clone(), x.clone(), x.clone()
+        y[:, 0] = 1.0
+        z[:, 1:] = 2.0
+        w[:, ::2] = 0.5
+        return out, torch.cumsum(x, 1), y, z, w, torch.nn.functional.pad(x, (1, 2))
+    records = run_sizes(f, lambda n: (torch.randn(3, n), torch.randint(0, 4, (3, n))), sizes=(5, 9, 6))
+    assert_dynamic(records)
+    # pads and slice assignments are generated; a scatter over a symbolic span and a scan over a
+    # symbolic length run in ATen (counted)
+    fallbacks = {op for r in records for op in r.fallback_ops}
+    assert fallbacks <= {"aten.scatter_add.default", "aten.cumsum.default"}, fallbacks
