@@ -110,8 +110,11 @@ class TritonKernel:
         # lanes of a loop of at most 2**31 elements still fit), or an offset the kernel forms may
         # (`wide_index`); 32-bit is kept where every offset provably fits, as it is faster
         sizes = [numel, rnumel] + ([self.tiling.ynumel, self.tiling.xnumel] if self.tiling is not None else [])
-        # (int32 for a dynamic graph's kernels needs the symbols' ranges: not yet, so int64 there)
-        self.int64 = self.dynamic or max(sizes) > INT32_MAX
+        # a dynamic graph's sizes by their greatest values, where the ShapeEnv bounds every symbol in
+        # them (mark_dynamic(max=...), torch._check); None where one is unbounded: then int64
+        self.size_bounds = {s: sympy.Integer(b + 1) for s, b in symbolic.current().bounds.items()}
+        greatest = [_greatest(s, self.size_bounds) for s in sizes]
+        self.int64 = any(g is None or g > INT32_MAX for g in greatest)
         self.indirect: dict[sympy.Symbol, tuple[int, torch.dtype]] = {}   # indirect index → (size, dtype)
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
@@ -152,6 +155,9 @@ class TritonKernel:
         computes its indices in int64 and the 32-bit indirect indices in it are widened before any
         multiplication: a loaded int32 index times a stride would wrap around."""
         ranges = {**self.var_ranges, **{s: sympy.Integer(size) for s, (size, _) in self.indirect.items()}}
+        if self.dynamic:   # each loop's length, and each size symbol, by its greatest value (a bound)
+            ranges = {**{v: sympy.Integer(g + 1) for v, r in ranges.items()
+                         if (g := _greatest(r - 1, self.size_bounds)) is not None}, **self.size_bounds}
         if _fits_int32(index, ranges):
             return index
         self.int64 = True
@@ -351,6 +357,15 @@ class TritonKernel:
 
 
 _EVICT = re.compile(r"@evict:(\w+):(\w*)@")
+
+
+def _greatest(size, bounds: dict) -> int | None:
+    """The greatest value of a size (an int, or an expression of symbols bounded by `bounds`: symbol →
+    its greatest value + 1), or None."""
+    if isinstance(size, int) or getattr(size, "is_Integer", False):
+        return int(size)
+    span = index_range(sympy.sympify(size), bounds)
+    return None if span is None else span[1]
 
 
 def _fits_int32(index: sympy.Expr, ranges: dict) -> bool:

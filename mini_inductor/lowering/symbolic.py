@@ -59,6 +59,9 @@ class GraphShapes:
     # unbacked symbols (a value read from data: .item(), nonzero's length): symbol → (the FX node that
     # defines it, the path from that node's value to the symbol's, as `keystr` prints it: "" or ".size()[0]")
     unbacked: dict[sympy.Symbol, tuple[str, str]] = field(default_factory=dict)
+    # symbol → its greatest value, where the ShapeEnv bounds it (mark_dynamic(max=...), torch._check):
+    # what lets a kernel of a dynamic graph index in 32 bits
+    bounds: dict[sympy.Symbol, int] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
@@ -111,6 +114,11 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
                         if getattr(v, "is_Integer", True)}
         for sym in shapes.unbacked:
             shapes.hints.setdefault(sym, _unbacked_hint(env, sym))
+        ranges = {s.name: r for s, r in env.var_to_range.items()}
+        for sym in (*shapes.sources, *shapes.unbacked):
+            r = ranges.get(sym.name)
+            if r is not None and isinstance(r.upper, sympy.Integer):   # (torch's int_oo is no Integer)
+                shapes.bounds[sym] = int(r.upper)
     return shapes
 
 

@@ -420,3 +420,20 @@ def test_scatter_add_index_put_and_cumsum_along_a_dynamic_dimension():
     # symbolic length run in ATen (counted)
     fallbacks = {op for r in records for op in r.fallback_ops}
     assert fallbacks <= {"aten.scatter_add.default", "aten.cumsum.default"}, fallbacks
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_index_math_is_32_bit_where_the_symbols_ranges_bound_every_offset(bounded):
+    # mark_dynamic(max=...) bounds the symbol: every offset then provably fits int32; unbounded, int64
+    def f(x):
+        return torch.softmax(x * 2, -1) + x.sum(0)
+    x = torch.randn(64, 48)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=4096) if bounded else torch._dynamo.mark_dynamic(x, 0)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    assert_same_tensor(compiled(x), f(x), "size 64")
+    y = torch.randn(100, 48)
+    assert_same_tensor(compiled(y), f(y), "size 100")
+    (record,) = metrics.compiled_graphs
+    assert record.dynamic_symbols and record.num_kernels >= 1
+    source = open(record.source_path).read()
+    assert ("tl.int64" in source) is not bounded
