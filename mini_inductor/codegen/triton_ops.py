@@ -239,7 +239,12 @@ class TritonOps:
         expr = self._index(expr)
         if not expr.free_symbols:
             return self.constant(int(expr), dtype)
-        return self.k.emit(f"({texpr(self.k.wide_index(expr))}).to({tl_dtype(dtype)})", dtype)
+        text = texpr(self.k.wide_index(expr))
+        if not expr.free_symbols & {XINDEX, YINDEX, RINDEX}:
+            # only size symbols (n // 2 of a dynamic graph): a block, as a constant is (a bare scalar
+            # argument mixed with blocks trips Triton's interpreter)
+            text = f"tl.full([1], {text}, tl.int64)"
+        return self.k.emit(f"({text}).to({tl_dtype(dtype)})", dtype)
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):
         if x.dtype == dtype:

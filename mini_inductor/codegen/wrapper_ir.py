@@ -247,6 +247,8 @@ def render_arg(a) -> str:
         return str(a)
     if isinstance(a, torch.layout):
         return str(a)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):   # a FakeTensor's size, given as is
+        a = a.node.expr
     if isinstance(a, sympy.Basic):   # a dynamic graph's size (an int output, an argument of an ATen call)
         a = to_expr(a)   # (torch's own functions of sizes, in a float made of them, become ours)
         return size_source(a) if a.is_integer else f"({sympy.pycode(a)})"   # or a float made of sizes

@@ -437,3 +437,21 @@ def test_index_math_is_32_bit_where_the_symbols_ranges_bound_every_offset(bounde
     assert record.dynamic_symbols and record.num_kernels >= 1
     source = open(record.source_path).read()
     assert ("tl.int64" in source) is not bounded
+
+
+def test_group_norm_forward_and_backward_with_a_dynamic_length():
+    # found by the fuzzer: the backward's count of elements per group, n // 2 of the size symbols, was
+    # a bare scalar in a kernel (Triton's interpreter refused to mix it with blocks)
+    def f(x, w, b):
+        return F.group_norm(x, 2, w, b)
+    records = run_sizes(f, lambda n: (torch.randn(2, 6, n), torch.rand(6) + 0.5, torch.randn(6)), sizes=(5, 9, 6),
+                        grad=True, atol=1e-4, rtol=1e-4)
+    assert_dynamic(records)
+
+
+def test_an_empty_slice_of_a_dynamic_tensor_allocates_with_its_symbolic_strides():
+    # found by the fuzzer: the FakeTensor's stride Max(1, s - 1) was printed as Python that cannot run
+    def f(x):
+        v = x[:0, 1:]
+        return torch.remainder(v, v.abs() + 1), x + 1
+    assert_dynamic(run_sizes(f, lambda n: (torch.randn(3, n),), sizes=(5, 9, 6)))
