@@ -84,10 +84,19 @@ class TritonKernel:
         self.is_reduction = hint(rnumel) > 1 or any(n.is_reduction() for n in nodes)
         outer = self.is_reduction and is_outer_reduction(nodes)
         self.outer = outer
-        # a persistent reduction's block holds the whole row: only for a row length known here
-        persistent_limit = persistent_limit if isinstance(rnumel, int) else 0
-        self.config: KernelConfig = pick_config(hint(numel), hint(rnumel) if self.is_reduction else 1,
-                                                persistent_limit, outer)
+        # a dynamic graph's symbols by their greatest values + 1, where the ShapeEnv bounds them
+        # (mark_dynamic(max=...), torch._check): 32-bit indices and persistent rows need them
+        self.size_bounds = {s: sympy.Integer(b + 1) for s, b in symbolic.current().bounds.items()}
+        # a persistent reduction's block holds the whole row: for a row length known here, or bounded
+        # (then its block is the bound's)
+        rows = hint(rnumel) if self.is_reduction else 1
+        if not isinstance(rnumel, int):
+            longest = _greatest(rnumel, self.size_bounds)
+            if longest is not None and longest <= persistent_limit:
+                rows = longest
+            else:
+                persistent_limit = 0
+        self.config: KernelConfig = pick_config(hint(numel), rows, persistent_limit, outer)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
             self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)
@@ -110,9 +119,7 @@ class TritonKernel:
         # lanes of a loop of at most 2**31 elements still fit), or an offset the kernel forms may
         # (`wide_index`); 32-bit is kept where every offset provably fits, as it is faster
         sizes = [numel, rnumel] + ([self.tiling.ynumel, self.tiling.xnumel] if self.tiling is not None else [])
-        # a dynamic graph's sizes by their greatest values, where the ShapeEnv bounds every symbol in
-        # them (mark_dynamic(max=...), torch._check); None where one is unbounded: then int64
-        self.size_bounds = {s: sympy.Integer(b + 1) for s, b in symbolic.current().bounds.items()}
+        # the sizes by their greatest values; None where a symbol in one is unbounded: then int64
         greatest = [_greatest(s, self.size_bounds) for s in sizes]
         self.int64 = any(g is None or g > INT32_MAX for g in greatest)
         self.indirect: dict[sympy.Symbol, tuple[int, torch.dtype]] = {}   # indirect index → (size, dtype)

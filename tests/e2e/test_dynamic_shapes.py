@@ -455,3 +455,19 @@ def test_an_empty_slice_of_a_dynamic_tensor_allocates_with_its_symbolic_strides(
         v = x[:0, 1:]
         return torch.remainder(v, v.abs() + 1), x + 1
     assert_dynamic(run_sizes(f, lambda n: (torch.randn(3, n),), sizes=(5, 9, 6)))
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_row_length_bounded_by_its_range_gets_a_persistent_reduction(bounded):
+    # max=1024: one block holds any row (RBLOCK 1024), correct at every length up to it; unbounded, a loop
+    def f(x):
+        return torch.softmax(x * 2, -1)
+    x = torch.randn(8, 64)
+    torch._dynamo.mark_dynamic(x, 1, min=2, max=1024) if bounded else torch._dynamo.mark_dynamic(x, 1)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    for n in (64, 100, 1000, 3):
+        y = x if n == 64 else torch.randn(8, n)
+        assert_same_tensor(compiled(y), f(y), f"row length {n}", atol=1e-5, rtol=1e-5)
+    (record,) = metrics.compiled_graphs
+    assert record.dynamic_symbols and all(k.startswith("triton_per" if bounded else "triton_red")
+                                          for k in record.kernel_names), record.kernel_names
