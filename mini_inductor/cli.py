@@ -362,12 +362,13 @@ def run_explain(args: argparse.Namespace) -> int:
         return 0
     traces, timings, title, ending = ran
     eager = list(getattr(traces, "eager", []))
+    per_size = list(getattr(traces, "per_size", []))
     if not traces and not eager:
         out.line("no graph was compiled by mini_inductor (does the script call torch.compile?)")
         _say_how_it_ended(out, ending)
         return 1
     reports = explain.build_reports(traces, timings)
-    print_explain(out, reports, eager)
+    print_explain(out, reports, eager, per_size)
     paths = explain.write_reports(reports, traces, args.out, f"mini_inductor explain: {title}")
     from mini_inductor.debug.graphviz import GRAPHVIZ_HINT, render_svg
 
@@ -377,10 +378,16 @@ def run_explain(args: argparse.Namespace) -> int:
     return _say_how_it_ended(out, ending)
 
 
-def print_explain(out: Output, reports, eager) -> None:
-    """What explain prints: each compiled graph's report, then the graphs that ran eagerly."""
+def print_explain(out: Output, reports, eager, per_size=()) -> None:
+    """What explain prints: each compiled graph's report, then the dynamic graphs compiled per size
+    (the symbolic compile failed: why), then the graphs that ran eagerly."""
     for report in reports:
         _print_report(out, report)
+    if per_size:
+        from mini_inductor.debug.why import short_source
+
+        out.table("Dynamic graphs compiled per size (not once for every size)", ["graph", "reason", "source"],
+                  [[e.name, e.reason, short_source(e.source)] for e in per_size])
     if eager:
         from mini_inductor.debug.why import short_source
 

@@ -14,9 +14,8 @@ class MiniInductorError(RuntimeError):
                 where += f" (node %{node})"
         if graph:
             where += f" in graph {graph}"
-        msg = f"{type(self).__name__} [{self.stage}]: {where + ': ' if where else ''}{why}."
-        msg += ' Set options={"fallback_on_error": True} to run this graph eagerly.'
-        super().__init__(msg)
+        self.where = f"{type(self).__name__} [{self.stage}]: {where + ': ' if where else ''}{why}."
+        super().__init__(self.where + ' Set options={"fallback_on_error": True} to run this graph eagerly.')
 
 
 class LoweringError(MiniInductorError):

@@ -32,7 +32,7 @@ from .debug import structured as debug_structured
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
 from .lowering import lower_graph, symbolic
-from .lowering.graph import unsupported_graph_reason
+from .lowering.graph import DATA_DEPENDENT_OUTPUTS, INPUT_ALIASES, unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
@@ -61,12 +61,19 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
                       generator_idxs=_generator_idxs(gm))
 
     reason = why_eager(gm, example_inputs)
+    if reason == DYNAMIC_SHAPES:
+        gm.meta[INPUT_ALIASES] = _input_aliases(kind)
     if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is None and cfg.dynamic_shapes != "eager":
         record.dynamic_symbols = [str(s) for s in symbolic.graph_symbols(gm).sources]
         if cfg.dynamic_shapes == "symbolic":
             return compile_dynamic(gm, example_inputs, name, record, graph_args, start)
         record.dynamic_fallback = "dynamic_shapes='per_size'"
         return _per_size(gm, name, graph_args)
+    if reason and reason.startswith(DATA_DEPENDENT_OUTPUTS) and cfg.dynamic_shapes != "eager":
+        # sizes read from data (.item(), nonzero): the symbolic compile reads them at run time
+        shapes = symbolic.graph_symbols(gm)
+        record.dynamic_symbols = [str(s) for s in (*shapes.sources, *shapes.unbacked)]
+        return compile_dynamic(gm, example_inputs, name, record, graph_args, start, per_size=False)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
@@ -124,8 +131,11 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     return compiled
 
 
-def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
-    """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit."""
+def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float,
+                    *, per_size: bool = True):
+    """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit. If that
+    fails, the graph is compiled per size, or (`per_size` False: sizes read from data, which no
+    static compile can fix) runs eagerly; either way with a warning that says why."""
     with symbolic.graph_shapes(gm):
         try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
             compiled = _compile(gm, example_inputs, name, record, graph_args, start)
@@ -134,13 +144,18 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
             raise MiniInductorError(compiled.reason)
         except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
             record.ran_eagerly = None
-            why = f"{type(e).__name__}: {e}".split("\n")[0]
-            record.dynamic_fallback = why
-            debug_trace.warn_at_user_code(
-                f"mini_inductor: graph {name} cannot be compiled once for every size ({why}); it is compiled "
-                "for each new size instead", debug_trace.first_source_line(gm))
-            log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
-            return _per_size(gm, name, graph_args)
+            # (a MiniInductorError's own text without its fallback_on_error advice: the graph falls back anyway)
+            why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
+            log.debug("%s: the symbolic compile failed", name, exc_info=True)
+    if not per_size:
+        reason = f"{DATA_DEPENDENT_OUTPUTS}: the symbolic compile failed ({why})"
+        debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)
+        record.ran_eagerly = reason
+        return EagerGraph(name, gm, reason)
+    record.dynamic_fallback = why
+    debug_trace.compiled_per_size(name, why, gm)   # warned, and listed by explain
+    log.info("%s: symbolic compile failed (%s); compiled per size", name, why)
+    return _per_size(gm, name, graph_args)
 
 
 def _per_size(gm, name: str, graph_args: dict) -> SizeSpecializedGraph:
@@ -262,6 +277,18 @@ def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
     wanted = {f"primals_{i + 1}" for i in static}
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders) if n in wanted)
+
+
+def _input_aliases(kind: str) -> dict[int, int]:
+    """Output position → input index, for the outputs of a forward or inference graph that AOT autograd
+    regenerates as views of an input (lowering/graph.py `_input_alias`)."""
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None and kind != "backward" else None
+    if fw is None:
+        return {}
+    first = fw.num_mutated_inp_runtime_indices   # the new values of mutated inputs come first
+    return {first + j: info.base_idx for j, info in enumerate(fw.output_info)
+            if info.output_type.name == "alias_of_input" and isinstance(info.base_idx, int)}
 
 
 def _generator_idxs(gm) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ import torch
 from . import files
 from ..config import Config
 from ..distributed.policy import graph_key_part as collective_key_part
+from ..lowering import symbolic
 from ..metrics import GraphRecord
 from ..scheduler.fusion import FusionDecision
 
@@ -111,6 +112,10 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
             parts.append(tensor_meta(x) if isinstance(x, torch.Tensor) else repr(x))
     for name, buf in gm.named_buffers():
         parts.append(f"{name}:{tensor_meta(buf)}")
+    if symbolic.current().bounds:   # a dynamic graph's symbols' ranges decide 32- or 64-bit indices
+        parts.append(f"bounds {sorted((str(s), b) for s, b in symbolic.current().bounds.items())}")
+    if gm.meta.get("mini_inductor_input_aliases"):   # outputs returned as views of inputs (lowering/graph.py)
+        parts.append(f"input aliases {sorted(gm.meta['mini_inductor_input_aliases'].items())}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

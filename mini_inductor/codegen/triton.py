@@ -52,6 +52,22 @@ class Section:
     cse: dict[str, CSEVar] = dataclasses.field(default_factory=dict)
 
 
+def always_multiple_of_16(expr) -> bool:
+    """A size expression of positive integer symbols that is a multiple of 16 whatever their values:
+    a polynomial whose every coefficient is (no floor division or modulo in it)."""
+    if expr is None or isinstance(expr, int) or not isinstance(expr, sympy.Expr) or not expr.free_symbols:
+        return False
+    expr = sympy.expand(expr)
+    if any(not isinstance(a, (sympy.Symbol, sympy.Integer, sympy.Add, sympy.Mul, sympy.Pow))
+           for a in sympy.preorder_traversal(expr)):
+        return False
+    try:
+        coeffs = sympy.Poly(expr, *sorted(expr.free_symbols, key=str)).coeffs()
+    except sympy.PolynomialError:
+        return False
+    return all(c.is_Integer and int(c) % 16 == 0 for c in coeffs)
+
+
 class TritonKernel:
     """Builds the source of one kernel from an ordered list of SchedulerNodes."""
 
@@ -68,10 +84,19 @@ class TritonKernel:
         self.is_reduction = hint(rnumel) > 1 or any(n.is_reduction() for n in nodes)
         outer = self.is_reduction and is_outer_reduction(nodes)
         self.outer = outer
-        # a persistent reduction's block holds the whole row: only for a row length known here
-        persistent_limit = persistent_limit if isinstance(rnumel, int) else 0
-        self.config: KernelConfig = pick_config(hint(numel), hint(rnumel) if self.is_reduction else 1,
-                                                persistent_limit, outer)
+        # a dynamic graph's symbols by their greatest values + 1, where the ShapeEnv bounds them
+        # (mark_dynamic(max=...), torch._check): 32-bit indices and persistent rows need them
+        self.size_bounds = {s: sympy.Integer(b + 1) for s, b in symbolic.current().bounds.items()}
+        # a persistent reduction's block holds the whole row: for a row length known here, or bounded
+        # (then its block is the bound's)
+        rows = hint(rnumel) if self.is_reduction else 1
+        if not isinstance(rnumel, int):
+            longest = _greatest(rnumel, self.size_bounds)
+            if longest is not None and longest <= persistent_limit:
+                rows = longest
+            else:
+                persistent_limit = 0
+        self.config: KernelConfig = pick_config(hint(numel), rows, persistent_limit, outer)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
             self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)
@@ -94,8 +119,9 @@ class TritonKernel:
         # lanes of a loop of at most 2**31 elements still fit), or an offset the kernel forms may
         # (`wide_index`); 32-bit is kept where every offset provably fits, as it is faster
         sizes = [numel, rnumel] + ([self.tiling.ynumel, self.tiling.xnumel] if self.tiling is not None else [])
-        # (int32 for a dynamic graph's kernels needs the symbols' ranges: not yet, so int64 there)
-        self.int64 = self.dynamic or max(sizes) > INT32_MAX
+        # the sizes by their greatest values; None where a symbol in one is unbounded: then int64
+        greatest = [_greatest(s, self.size_bounds) for s in sizes]
+        self.int64 = any(g is None or g > INT32_MAX for g in greatest)
         self.indirect: dict[sympy.Symbol, tuple[int, torch.dtype]] = {}   # indirect index → (size, dtype)
         self.device_asserts = True
         self.broadcast_reads: set[str] = set()          # of the node being generated (eviction hints)
@@ -136,6 +162,9 @@ class TritonKernel:
         computes its indices in int64 and the 32-bit indirect indices in it are widened before any
         multiplication: a loaded int32 index times a stride would wrap around."""
         ranges = {**self.var_ranges, **{s: sympy.Integer(size) for s, (size, _) in self.indirect.items()}}
+        if self.dynamic:   # each loop's length, and each size symbol, by its greatest value (a bound)
+            ranges = {**{v: sympy.Integer(g + 1) for v, r in ranges.items()
+                         if (g := _greatest(r - 1, self.size_bounds)) is not None}, **self.size_bounds}
         if _fits_int32(index, ranges):
             return index
         self.int64 = True
@@ -241,12 +270,16 @@ class TritonKernel:
         self.argnames = argnames
         # static sizes are constexpr: Triton folds them (and its interpreter loops over them); a dynamic
         # graph's sizes, and the size symbols its index expressions use, are int arguments
-        size = "" if self.dynamic else ": tl.constexpr"
-        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size}"]
+        # (a static size of a dynamic graph's kernel stays constexpr: a runtime row length hides its
+        # divisibility from Triton, whose masked loads then go one element at a time)
+        def size(n) -> str:
+            return ": tl.constexpr" if isinstance(n, int) else ""
+        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size(self.numel)}"]
         if self.tiling is not None:
-            params = [argnames[b] for b in args] + [f"ynumel{size}", f"xnumel{size}", "YBLOCK: tl.constexpr"]
+            params = [argnames[b] for b in args] + [f"ynumel{size(self.tiling.ynumel)}",
+                                                    f"xnumel{size(self.tiling.xnumel)}", "YBLOCK: tl.constexpr"]
         if self.is_reduction:
-            params.append(f"rnumel{size}")
+            params.append(f"rnumel{size(self.rnumel)}")
         params.append("XBLOCK: tl.constexpr")
         if self.is_reduction:
             params.append("RBLOCK: tl.constexpr")
@@ -255,7 +288,13 @@ class TritonKernel:
         if self.dynamic:
             # one binary for every size: Triton would otherwise specialize an int argument on its value
             # (== 1, divisible by 16), and a launch site keeps the binary of its first launch
-            ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))]
+            # A numel that is a multiple of 16 at every size (768*s0) is left to Triton, which then
+            # knows it divisible and keeps masked loads vectorized: every size gets the same binary.
+            sizes = {"xnumel": self.numel, "rnumel": self.rnumel}
+            if self.tiling is not None:
+                sizes = {"ynumel": self.tiling.ynumel, "xnumel": self.tiling.xnumel, "rnumel": self.rnumel}
+            ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))
+                    and not always_multiple_of_16(sizes.get(p.split(":")[0]))]
             jit = f"@triton.jit(do_not_specialize={ints!r})"
         out = [jit, f"def {self.name}({', '.join(params)}):"]
         body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
@@ -287,7 +326,7 @@ class TritonKernel:
     def size_symbols(self) -> list[str]:
         """The size symbols of a dynamic graph that the kernel's code reads (its index expressions), in
         the graph's order: arguments after the pointers, bound by the wrapper from the graph's inputs."""
-        names = [str(s) for s in symbolic.current().sources]
+        names = [str(s) for s in (*symbolic.current().sources, *symbolic.current().unbacked)]
         if not names:
             return []
         text = "\n".join(ln.text if isinstance(ln, StoreLine) else ln for sec in self.sections.values()
@@ -325,6 +364,15 @@ class TritonKernel:
 
 
 _EVICT = re.compile(r"@evict:(\w+):(\w*)@")
+
+
+def _greatest(size, bounds: dict) -> int | None:
+    """The greatest value of a size (an int, or an expression of symbols bounded by `bounds`: symbol →
+    its greatest value + 1), or None."""
+    if isinstance(size, int) or getattr(size, "is_Integer", False):
+        return int(size)
+    span = index_range(sympy.sympify(size), bounds)
+    return None if span is None else span[1]
 
 
 def _fits_int32(index: sympy.Expr, ranges: dict) -> bool:

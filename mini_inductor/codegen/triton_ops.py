@@ -58,6 +58,15 @@ def texpr(expr: sympy.Expr) -> str:
         return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:   # a size symbol squared
         return "*".join([_operand(expr.base)] * int(expr.exp))
+    if isinstance(expr, (sympy.Max, sympy.Min)):   # max(1, n // 2) of a pooled size
+        # a + (b - a) * (b > a): the same text is Python (the wrapper) and Triton (a kernel), where
+        # max() of runtime values is not
+        first, *rest = sorted(expr.args, key=sympy.default_sort_key)
+        out = _operand(first)
+        for b in rest:
+            rel = ">" if isinstance(expr, sympy.Max) else "<"
+            out = f"({out} + ({texpr(b)} - {out}) * ({_operand(b)} {rel} {out}))"
+        return out
     raise NotImplementedError(f"index expression {expr}")
 
 
@@ -230,7 +239,12 @@ class TritonOps:
         expr = self._index(expr)
         if not expr.free_symbols:
             return self.constant(int(expr), dtype)
-        return self.k.emit(f"({texpr(self.k.wide_index(expr))}).to({tl_dtype(dtype)})", dtype)
+        text = texpr(self.k.wide_index(expr))
+        if not expr.free_symbols & {XINDEX, YINDEX, RINDEX}:
+            # only size symbols (n // 2 of a dynamic graph): a block, as a constant is (a bare scalar
+            # argument mixed with blocks trips Triton's interpreter)
+            text = f"tl.full([1], {text}, tl.int64)"
+        return self.k.emit(f"({text}).to({tl_dtype(dtype)})", dtype)
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):
         if x.dtype == dtype:

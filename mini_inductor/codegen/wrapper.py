@@ -11,6 +11,7 @@ FOOTER.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ..config import Config
 from ..errors import CodegenError
@@ -149,7 +150,8 @@ class WrapperCodegen:
         # and each kernel launch runs under its own (Triton launches on the current device)
         # a dynamic graph's size symbols: `call` binds them, and passes them to each partition after its
         # buffers (a CUDA-graph tree records a partition once per distinct value of them)
-        self.symbols = [str(s) for s in symbolic.current().sources]
+        self.symbols = [str(s) for s in (*symbolic.current().sources, *symbolic.current().unbacked)]
+        self.part_symbols: dict[str, list[str]] = {}   # partition → the symbols it takes (_partition_symbols)
         self.cuda_devices = sorted({b.layout.device.index or 0 for b in list(self.graph.inputs) + list(self.graph.buffers)
                                     if getattr(b, "layout", None) is not None and b.layout.device.type == "cuda"})
 
@@ -178,6 +180,8 @@ class WrapperCodegen:
                 if not_passed:
                     call.lines.insert(at, FreeLine(not_passed))
         call.lines.append(ReturnLine(self.graph.outputs))
+        for part, scope, line in functions:
+            line.symbols = self.part_symbols[part.name] = self._partition_symbols(scope)
 
         sub_peaks = {}
         for part, scope, _ in functions:
@@ -194,6 +198,15 @@ class WrapperCodegen:
         return GeneratedModule(self.graph.name, source, list(self.kernels), dict(self.kernels), self.extern_calls,
                                set(self.removed), peak, self.sched.estimated_bytes_moved, reused,
                                list(self.inplace), [sc.name for _, sc, _ in functions])
+
+    def _partition_symbols(self, scope: _Scope) -> list[str]:
+        """The size symbols a partition takes: every one the inputs give, and the unbacked ones its code
+        reads (bound by then; one it does not read may not be bound yet when it runs)."""
+        unbacked = {str(s) for s in symbolic.current().unbacked}
+        if not unbacked:
+            return self.symbols
+        text = "\n".join(_body(scope.lines))
+        return [s for s in self.symbols if s not in unbacked or re.search(rf"\b{s}\b", text)]
 
     def _call_inputs(self) -> set[str]:
         return {b.name for b in self.graph.inputs if isinstance(b, InputBuffer)} | set(self.graph.constants)
@@ -316,7 +329,10 @@ class WrapperCodegen:
             src = sorted({o.source for o in node.origins if o.source})
             comment = f"{'fallback' if node.fallback else 'extern'} {node.op_name}" + (f"  <- {src[0]}" if src else "")
             fresh = self._fresh(node, node.op)
-            scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment, fresh))
+            unbacked = symbolic.current().unbacked
+            binds = tuple((str(sym), unbacked[sym][1]) for sym, name in self.graph.symbol_defs.items()
+                          if name == node.name)
+            scope.lines.append(ExternCallLine(node.name, node.op, node.args, node.kwargs, comment, fresh, binds))
         if fresh is not None:
             scope.allocated[node.name] = fresh
 
@@ -346,7 +362,7 @@ class WrapperCodegen:
         parts += _kernel_definitions(self.kernels)
         for part, scope in functions:
             body = []
-            names = list(part.inputs) + self.symbols
+            names = list(part.inputs) + self.part_symbols[part.name]
             if names:
                 body.append(", ".join(names) + ("," if len(names) == 1 else "") + " = args")
             body.append("args.clear()")
@@ -395,7 +411,7 @@ class WrapperCodegen:
             source = {"int": inputs[i], "size": f"{inputs[i]}.size({dim})", "stride": f"{inputs[i]}.stride({dim})",
                       "offset": f"{inputs[i]}.storage_offset()"}[kind]
             lines.append(f"{sym} = {source}")
-        return lines
+        return lines   # (unbacked ones are bound right after the call that defines each: _extern)
 
     def _partition_table(self, functions: list[tuple[GraphPartition, _Scope]]) -> str:
         """PARTITIONS: per partition function, its input names, one source line per output (the
@@ -410,9 +426,9 @@ class WrapperCodegen:
                 if lines:   # the op that produced the buffer comes first (the others were inlined into it)
                     source[member.node.name] = lines[0]
         rows = [f"    {part.name!r}: PartitionSpec(\n"
-                f"        inputs={tuple(part.inputs) + tuple(self.symbols)!r},\n"
+                f"        inputs={tuple(part.inputs) + tuple(self.part_symbols[part.name])!r},\n"
                 f"        traces={tuple(source.get(n) for n in part.outputs)!r},\n"
-                f"        input_traces={self._input_traces(part, source) + (None,) * len(self.symbols)!r},\n"
+                f"        input_traces={self._input_traces(part, source) + (None,) * len(self.part_symbols[part.name])!r},\n"
                 f"        cublas={tuple(part.cublas_calls)!r}, cublaslt={tuple(part.cublaslt_calls)!r}),"
                 for part, _ in functions]
         # the runs that stay outside CUDA graphs: why, and the user line of their first op that has one

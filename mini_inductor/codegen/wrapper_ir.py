@@ -161,6 +161,7 @@ class ExternCallLine:
     kwargs: dict
     comment: str
     fresh: AllocateLine | None = None   # the layout ATen allocates `name` with; None: it may alias an input
+    binds: tuple[tuple[str, str], ...] = ()   # (unbacked symbol, path in the result) read right after the call
 
     def buffer_args(self) -> list[str]:
         """Names of the buffers the call reads (views resolved to the buffer they view)."""
@@ -171,7 +172,8 @@ class ExternCallLine:
         kwargs = "".join(f", {k}={render_arg(v)}" for k, v in self.kwargs.items())
         if kwargs and not args:
             kwargs = kwargs[2:]
-        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})" + strides_guard(self.fresh)
+        binds = "".join(f"\n{sym} = {self.name}{path}" for sym, path in self.binds)
+        return f"# {self.comment}\n{self.name} = {render_op(self.op)}({args}{kwargs})" + binds + strides_guard(self.fresh)
 
 
 @dataclasses.dataclass
@@ -247,6 +249,8 @@ def render_arg(a) -> str:
         return str(a)
     if isinstance(a, torch.layout):
         return str(a)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):   # a FakeTensor's size, given as is
+        a = a.node.expr
     if isinstance(a, sympy.Basic):   # a dynamic graph's size (an int output, an argument of an ATen call)
         a = to_expr(a)   # (torch's own functions of sizes, in a float made of them, become ours)
         return size_source(a) if a.is_integer else f"({sympy.pycode(a)})"   # or a float made of sizes

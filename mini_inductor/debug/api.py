@@ -5,6 +5,7 @@
     print(report)              # the text summary `mini-inductor explain` prints
     report.kernels             # [{graph, name, kind, nodes, ops, sources, bytes_read, bytes_written, time_ms}, ...]
     report.fused, report.refused, report.ran_eagerly, report.compile_seconds, report.output
+    report.compiled_per_size   # dynamic graphs the symbolic compile could not take, and why
     report.graphs              # the per-graph data of report.json
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ExplainReport:
     output: Any
     title: str = "mini_inductor explain"
     _traces: Any = dataclasses.field(default=None, repr=False)
+    compiled_per_size: list[dict[str, str]] = dataclasses.field(default_factory=list)   # dynamic graphs: why
 
     @property
     def kernels(self) -> list[dict[str, Any]]:
@@ -56,7 +58,8 @@ class ExplainReport:
         text = io.StringIO()
         if not self.graphs and not self.ran_eagerly:
             text.write("no graph reached mini_inductor (was this function compiled before in this process?)\n")
-        print_explain(Output(file=text), self.graphs, [EagerGraphNote(**e) for e in self.ran_eagerly])
+        print_explain(Output(file=text), self.graphs, [EagerGraphNote(**e) for e in self.ran_eagerly],
+                      [EagerGraphNote(**e) for e in self.compiled_per_size])
         return f"{self.title}\n{text.getvalue()}"
 
     def __repr__(self) -> str:
@@ -102,4 +105,5 @@ def explain(fn, *args, **kwargs) -> ExplainReport:
     reports = explain_module.build_reports(traces, timings)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return ExplainReport(reports, [e.as_dict() for e in traces.eager], output,
-                         f"mini_inductor explain: {name}", traces)
+                         f"mini_inductor explain: {name}", traces,
+                         compiled_per_size=[e.as_dict() for e in traces.per_size])

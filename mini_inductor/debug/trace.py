@@ -53,11 +53,13 @@ class EagerGraphNote:
 
 
 class Traces(list):
-    """The GraphTraces of the compiled graphs, in order, plus `eager`: the graphs that ran eagerly."""
+    """The GraphTraces of the compiled graphs, in order, plus `eager`: the graphs that ran eagerly, and
+    `per_size`: the dynamic graphs compiled per size because the symbolic compile failed."""
 
     def __init__(self):
         super().__init__()
         self.eager: list[EagerGraphNote] = []
+        self.per_size: list[EagerGraphNote] = []
 
 
 @contextlib.contextmanager
@@ -83,8 +85,8 @@ def record(trace: GraphTrace) -> None:
 
 def _hint(reason: str) -> str:
     if reason.startswith("dynamic shapes"):
-        return ("drop options={'dynamic_shapes': 'eager'}: each new input size then gets its own compiled "
-                "graph, or with 'symbolic' one compiled graph serves every size")
+        return ("drop options={'dynamic_shapes': 'eager'}: one compiled graph then serves every size "
+                "(or, with 'per_size', each new input size gets its own)")
     if reason.startswith(("higher-order op", "data-dependent")):
         return ("move that code into a function decorated with @torch.compiler.disable so the rest "
                 "of the graph compiles")
@@ -103,6 +105,21 @@ def ran_eagerly(name: str, reason: str, gm, warn_key: str | None = None) -> Eage
         _warned.add(warn_key)
         warn_at_user_code(f"mini_inductor: graph {name} runs eagerly (no generated code): {reason}. "
                           f"To compile it: {note.hint}.", note.source)
+    return note
+
+
+PER_SIZE_HINT = ("each new size gets its own compile; the reason names the op and the size expression "
+                 "the symbolic compile could not take")
+
+
+def compiled_per_size(name: str, reason: str, gm) -> EagerGraphNote:
+    """Note, for every capture(), that dynamic graph `name` is compiled per size, and why; warn at the
+    user's source line of the graph."""
+    note = EagerGraphNote(name, reason, first_source_line(gm), PER_SIZE_HINT)
+    for traces in _active:
+        traces.per_size.append(note)
+    warn_at_user_code(f"mini_inductor: graph {name} cannot be compiled once for every size ({reason}); it is "
+                      "compiled for each new size instead", note.source)
     return note
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -36,11 +37,17 @@ from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
 from .sizevars import sympify_seq
 from . import symbolic
-from .symbolic import to_expr
+from .symbolic import stride_exprs, to_expr
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
 log = logging.getLogger("mini_inductor")
+
+# why_eager's reason for a graph with sizes read from data; the symbolic compile takes such graphs
+DATA_DEPENDENT_OUTPUTS = "data-dependent output sizes"
+
+# gm.meta key: graph output position → index of the input that AOT autograd regenerates it from
+INPUT_ALIASES = "mini_inductor_input_aliases"
 
 # Library calls: extern kernels by design, not counted as fallbacks.
 EXTERN_OPS = {
@@ -52,6 +59,7 @@ EXTERN_OPS = {
     aten._scaled_dot_product_cudnn_attention_backward.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten.convolution_backward.default,
+    aten._assert_scalar.default,   # torch._check on a size read from data: a host-side check, nothing to generate
 }
 
 
@@ -68,6 +76,8 @@ class LoweredGraph:
     extern_ops: list[str]
     num_fx_nodes: int
     fallback_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # op → why its lowering declined
+    # an unbacked symbol → the buffer of the extern call whose result holds it (see symbolic.unbacked)
+    symbol_defs: dict[sympy.Symbol, str] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         """The IR before fusion, one buffer a line (for the debug dir)."""
@@ -90,6 +100,7 @@ class GraphLowering:
         self.cfg = cfg
         self.buffers: list[Buffer] = []
         self.fallback_ops: collections.Counter = collections.Counter()
+        self.symbol_defs: dict[sympy.Symbol, str] = {}
         self.fallback_reasons: dict[str, str] = {}
         self.extern_ops: list[str] = []
         self.constants: dict[str, torch.Tensor] = {}
@@ -152,6 +163,10 @@ class GraphLowering:
                         # a node returned twice (x.add_(y) returns x) is one tensor twice, as in eager
                         outputs.append(realized[arg, id(meta)])
                         continue
+                    alias = self._input_alias(position, arg, meta, inputs)
+                    if alias is not None:
+                        outputs.append(alias)
+                        continue
                     self._new_buffers = []
                     try:
                         outputs.append(self._realize_output(value, meta))
@@ -163,7 +178,32 @@ class GraphLowering:
                     if isinstance(arg, torch.fx.Node):   # a copy made for the output (eager's strides)
                         self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
-                            self.extern_ops, num_fx, self.fallback_reasons)
+                            self.extern_ops, num_fx, self.fallback_reasons, self.symbol_defs)
+
+    def _input_alias(self, position: int, arg, meta, inputs: list) -> ReinterpretView | None:
+        """Output `position` as the view of a graph input that AOT autograd regenerates it from
+        (gm.meta[INPUT_ALIASES], set for dynamic graphs): eager's size, strides and storage offset on
+        the input itself. AOT autograd reads only those of such an output, and where a view it replays
+        has symbolic arguments it re-strides the input with the ones we return, so a value computed
+        into a buffer of our own layout would come back wrong (an input mutated through a strided view
+        and returned as a reshaped view of itself)."""
+        index = self.gm.meta.get(INPUT_ALIASES, {}).get(position)
+        if index is None or not isinstance(meta, torch.Tensor) or not isinstance(arg, torch.fx.Node) \
+                or not 0 <= index < len(inputs) or not isinstance(inputs[index], InputBuffer):
+            return None
+        base_meta = list(self.gm.graph.find_nodes(op="placeholder"))[index].meta.get("val")
+        root = arg   # the start of the output's chain of views: the input, or its new value (x.copy_(y))
+        while _view_source(root) is not None:
+            root = _view_source(root)
+        root_meta = root.meta.get("val")
+        if not isinstance(base_meta, torch.Tensor) or not isinstance(root_meta, torch.Tensor) \
+                or (base_meta.dtype, base_meta.device) != (meta.dtype, meta.device) \
+                or not _strides_match(sympify_seq(root_meta.shape), stride_exprs(root_meta),
+                                      stride_exprs(base_meta)):
+            return None   # the graph's view chain starts from another layout than the input's
+        offset = sympify_seq([meta.storage_offset()])[0] - sympify_seq([root_meta.storage_offset()])[0]
+        return ReinterpretView(inputs[index], Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)),
+                                                     tuple(stride_exprs(meta)), offset))
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")
@@ -187,9 +227,13 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        if node.meta.get("unbacked_bindings"):
+            return self._define_unbacked(node, target, args, kwargs)
         size = _size_value(node)
         if size is not None:
             return size
+        if target is aten._assert_scalar.default and args and args[0] is sympy.true:
+            return None   # torch._check of a fact the symbols' assumptions already give (u0 >= 0)
         origin = _origin(node)
         self._new_buffers = []
         if _writes_its_arguments(target):
@@ -239,9 +283,29 @@ class GraphLowering:
         self._mark_reuse(result, uses)
         return result
 
+    def _define_unbacked(self, node: torch.fx.Node, target, args, kwargs):
+        """A node whose result holds sizes known only once it has run (`.item()`, nonzero): an ATen call
+        whose buffer the wrapper reads each such symbol from, right after it. Later kernels take the
+        symbols as size arguments; the call itself stays outside CUDA graphs (it syncs)."""
+        self._new_buffers = []
+        try:
+            result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
+        except Exception as e:
+            raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
+        kernel = next(b for b in reversed(self._new_buffers) if isinstance(b, ExternKernel))
+        self._attach_origins(result, _origin(node), args)
+        for sym, (name, _) in symbolic.current().unbacked.items():
+            if name == node.name:
+                self.symbol_defs[sym] = kernel.name
+        meta = node.meta.get("val")
+        return to_expr(meta) if isinstance(meta, (torch.SymInt, torch.SymFloat)) else result
+
     def _declined(self, node: torch.fx.Node, target, why: Exception) -> None:
         """Record and log why `node`'s lowering gave up; the caller runs the node in ATen."""
         op = _op_name(target)
+        if isinstance(why, TypeError) and "Cannot convert symbols to int" in str(why):
+            # int() of a dynamic graph's size: a lowering written for static sizes declines it
+            why = NotImplementedError(f"a static size where this dynamic graph has a symbolic one ({why})")
         reason = str(why) if isinstance(why, NotImplementedError) else f"{type(why).__name__}: {why}"
         self.fallback_reasons.setdefault(op, reason)
         if isinstance(why, NotImplementedError):   # a case the lowering does not generate
@@ -346,7 +410,7 @@ class GraphLowering:
     def _realize_output(self, value, meta):
         if not isinstance(value, IRNode):
             return value
-        want = sympify_seq(meta.stride()) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
+        want = stride_exprs(meta) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
         if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
             return _with_unit_strides_of(value.realize(stride=want), meta)
         tensor = ir.realize_as_tensor(value)
@@ -373,7 +437,7 @@ def _with_unit_strides_of(tensor, meta):
     if not isinstance(meta, torch.Tensor) or not isinstance(tensor, (Buffer, ReinterpretView)) or layout is None \
             or len(layout.size) != meta.dim():
         return tensor
-    stride = tuple(m if s == 1 else st for s, st, m in zip(layout.size, layout.stride, sympify_seq(meta.stride())))
+    stride = tuple(m if s == 1 else st for s, st, m in zip(layout.size, layout.stride, stride_exprs(meta)))
     if stride == tuple(layout.stride):
         return tensor
     base = tensor.data if isinstance(tensor, ReinterpretView) else tensor
@@ -388,7 +452,7 @@ def _prefer_channels_last(result, meta) -> None:
         for r, m in zip(result, meta):
             _prefer_channels_last(r, m)
     elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
-        result.preferred_stride = tuple(sympify_seq(meta.stride()))
+        result.preferred_stride = tuple(stride_exprs(meta))
 
 
 def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -403,26 +467,31 @@ def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
         for arg in _leaves(node.args):
             while isinstance(arg, torch.fx.Node) and arg not in found:
                 found.add(arg)
-                # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
-                is_view = arg.op == "call_function" and arg.args and (
-                    _is_view(arg.target) or (arg.target is operator.getitem and isinstance(arg.args[0], torch.fx.Node)
-                                             and _is_view(arg.args[0].target)))
-                arg = arg.args[0] if is_view else None
+                arg = _view_source(arg)
     return found
+
+
+def _view_source(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node `node` is a view of, or None when it is not a view."""
+    # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
+    is_view = node.op == "call_function" and node.args and (
+        _is_view(node.target) or (node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
+                                  and _is_view(node.args[0].target)))
+    return node.args[0] if is_view and isinstance(node.args[0], torch.fx.Node) else None
 
 
 def _prefer_eager_strides(result, meta) -> None:
     """Realize `result`, should it be realized, with eager's strides when they are dense (see _output_bases)."""
     if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) \
             and result.preferred_stride is None:
-        result.preferred_stride = tuple(sympify_seq(meta.stride()))
+        result.preferred_stride = tuple(stride_exprs(meta))
 
 
 def _as_extern_input(x: IRNode, meta) -> IRNode:
     tensor = ir.realize_as_tensor(x)
     if not isinstance(meta, torch.Tensor) or not is_non_overlapping_and_dense(meta):
         return tensor
-    want = sympify_seq(meta.stride())
+    want = stride_exprs(meta)
     if _strides_match(tensor.get_size(), tensor.layout.stride, want):
         return tensor
     return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
@@ -435,7 +504,7 @@ def _strides_match(size, have, want) -> bool:
 
 
 def _extern_layout(meta: torch.Tensor) -> Layout:
-    return Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)), tuple(sympify_seq(meta.stride())))
+    return Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)), tuple(stride_exprs(meta)))
 
 
 def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
@@ -535,7 +604,8 @@ def _needs_aten(meta, args, kwargs) -> bool:
         if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
             return True
         size = v.shape if isinstance(v, torch.Tensor) else v.get_size()
-        if any(s == 0 for s in size) and not 0 < i < len(outputs):
+        # a size that may be 0 only at run time (unbacked) is generated: its kernels launch no blocks
+        if any(statically_known_true(s == 0) for s in size) and not 0 < i < len(outputs):
             return True
     return False
 
@@ -556,7 +626,7 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"higher-order op {node.target.name()} (node %{node.name})"
         if free_unbacked_symbols(node.meta.get("val")):
-            return f"data-dependent output sizes (node %{node.name}, {_op_name(node.target)})"
+            return f"{DATA_DEPENDENT_OUTPUTS} (node %{node.name}, {_op_name(node.target)})"
     return None
 
 
@@ -564,13 +634,13 @@ def _size_value(node: torch.fx.Node):
     """A node that computes a size of a dynamic graph (a SymInt or SymFloat: sym_size, arithmetic on
     sizes): its value as an expression of the symbols the graph's inputs give, or None."""
     val = node.meta.get("val")
-    if not isinstance(val, (torch.SymInt, torch.SymFloat)):
+    if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return None
     try:
         expr = to_expr(val)
     except NotImplementedError:
         return None
-    return expr if expr.free_symbols <= symbolic.current().sources.keys() else None
+    return expr if expr.free_symbols <= symbolic.current().known() else None
 
 
 def _origin(node: torch.fx.Node) -> Origin:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+import sympy
 import torch
 
 from .ir import IRNode, Pointwise, static_sizes
@@ -27,11 +28,15 @@ MAX_CAT_INPUTS = 8
 
 def _in_range(expr, lo: int | None, hi: int | None):
     """An `ops` bool: lo <= expr < hi (either bound may be None)."""
+    def bound(b):   # a dynamic graph's bound is an expression of its size symbols
+        if isinstance(b, sympy.Basic) and b.free_symbols:
+            return ops.index_expr(b, torch.int64)
+        return ops.constant(int(b), torch.int64)
     conds = []
     if lo is not None:
-        conds.append(ops.ge(ops.index_expr(expr, torch.int64), ops.constant(lo, torch.int64)))
+        conds.append(ops.ge(ops.index_expr(expr, torch.int64), bound(lo)))
     if hi is not None:
-        conds.append(ops.lt(ops.index_expr(expr, torch.int64), ops.constant(hi, torch.int64)))
+        conds.append(ops.lt(ops.index_expr(expr, torch.int64), bound(hi)))
     return functools.reduce(ops.logical_and, conds)
 
 
@@ -45,19 +50,22 @@ def _fill_value(value, dtype: torch.dtype):
 
 @register_lowering(aten.constant_pad_nd)
 def constant_pad_nd(x: IRNode, pad, value=0):
-    size = static_sizes(x)
-    ndim = len(size)
+    ndim = len(x.get_size())
     if len(pad) % 2 or len(pad) // 2 > ndim:
         raise NotImplementedError("malformed padding")
     pads = {ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
-    # negative pads cut the input: slices first, then only non-negative pads remain
-    for d, (lo, hi) in pads.items():
-        if lo < 0 or hi < 0:
-            x = slice_(x, d, max(-lo, 0), size[d] - max(-hi, 0))
-    size = static_sizes(x)
-    pads = {d: (max(lo, 0), max(hi, 0)) for d, (lo, hi) in pads.items()}
-    if any(s + lo + hi < 0 for d, (lo, hi) in pads.items() for s in [size[d]]):
-        raise NotImplementedError("padding larger than the input")
+    if all(lo >= 0 and hi >= 0 for lo, hi in pads.values()):
+        size = list(x.get_size())   # (a dynamic graph's symbolic sizes too: nothing is cut)
+    else:
+        size = static_sizes(x)
+        # negative pads cut the input: slices first, then only non-negative pads remain
+        for d, (lo, hi) in pads.items():
+            if lo < 0 or hi < 0:
+                x = slice_(x, d, max(-lo, 0), size[d] - max(-hi, 0))
+        size = static_sizes(x)
+        pads = {d: (max(lo, 0), max(hi, 0)) for d, (lo, hi) in pads.items()}
+        if any(s + lo + hi < 0 for d, (lo, hi) in pads.items() for s in [size[d]]):
+            raise NotImplementedError("padding larger than the input")
     out_size = [s + pads.get(d, (0, 0))[0] + pads.get(d, (0, 0))[1] for d, s in enumerate(size)]
     loader, dtype = x.make_loader(), x.get_dtype()
     fill = _fill_value(value, dtype)

@@ -27,6 +27,7 @@ from .sizevars import (Expr, FloorDiv, ModularIndexing, contiguous_strides, inde
                        product, static_int, strided_index, sympify_seq)
 from .virtualized import CountingHandler, ops, set_ops_handler
 from . import layout_opt
+from .symbolic import stride_exprs
 
 Loader = Callable[[Sequence[Expr]], Any]
 
@@ -529,7 +530,7 @@ class OpaqueInput:
 
 
 def fixed_layout_from_tensor(t: torch.Tensor) -> Layout:
-    return Layout(t.device, t.dtype, tuple(sympify_seq(t.shape)), tuple(sympify_seq(t.stride())),
+    return Layout(t.device, t.dtype, tuple(sympify_seq(t.shape)), tuple(stride_exprs(t)),
                   sympy.Integer(t.storage_offset()))
 
 

@@ -81,14 +81,12 @@ def _symbolic_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     guards that specialize the graph to the traced sizes): dims ordered by their strides at the traced
     sizes, each stride compared as an expression with the product of the sizes inside it."""
     import sympy
-    from .symbolic import to_expr
+    from .symbolic import hint, stride_exprs, to_expr
 
-    def traced(x) -> int:
-        return x if isinstance(x, int) else int(x.node.hint)
-    pairs = sorted(((st, n) for n, st in zip(t.shape, t.stride()) if to_expr(n) != 1),
-                   key=lambda d: (traced(d[0]), traced(d[1])))
+    pairs = sorted(((st, to_expr(n)) for n, st in zip(t.shape, stride_exprs(t)) if to_expr(n) != 1),
+                   key=lambda d: (hint(d[0]), hint(d[1])))   # (an unbacked size's hint is a guess)
     expected = sympy.Integer(1)
-    for st, n in ((to_expr(st), to_expr(n)) for st, n in pairs):
+    for st, n in pairs:
         if sympy.expand(st - expected) != 0:
             return False
         expected = expected * n

@@ -36,12 +36,12 @@ import math
 import sympy
 import torch
 
-from .indexing_lowerings import index_positions
+from .indexing_lowerings import _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph, static_sizes
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
 from .pooling_lowerings import _geometry
 from .sizevars import FloorDiv, ModularIndexing
-from .view_lowerings import _norm_dim, slice_bounds
+from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -171,7 +171,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
         for jh in range(tries[0]):
             for jw in range(tries[1]):
                 oh, ow = top[0] - jh, top[1] - jw
-                valid = _all(_within(oh, 0, out[0]), _within(ow, 0, out[1]),
+                valid = _all(_in_range(oh, 0, out[0]), _in_range(ow, 0, out[1]),
                              # the window starting at oh*s - p reaches this position
                              ops.ge(ops.index_expr(oh * s[0] - p[0] + k[0] - 1 - ih, torch.int64),
                                     ops.constant(0, torch.int64)),
@@ -193,14 +193,19 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim = _norm_dim(dim, len(size))
-    n = int(size[dim])
-    start, end = slice_bounds(n, start, end)
+    if isinstance(size[dim], sympy.Integer) and not isinstance(start, sympy.Basic) \
+            and not isinstance(end, sympy.Basic):
+        start, end = slice_bounds(int(size[dim]), start, end)
+    else:   # a dynamic graph's: each bound where the ShapeEnv proves it, else ATen
+        start, end = symbolic_slice_bounds(size[dim], start, end)
+        if step > 1 and start.free_symbols:
+            raise NotImplementedError(f"a strided slice_scatter from a symbolic start {start}")
     dtype = x.get_dtype()
     load_x, load_src = x.make_loader(), to_dtype(src, dtype).make_loader()
 
     def inner_fn(idx):
         i = idx[dim]
-        conds = [_within(i, start, end)]
+        conds = [_in_range(i, start, end)]
         if step > 1:   # (i - start) % step == 0, on a non-negative operand
             phase = ModularIndexing(i + step - start % step, 1, step)
             conds.append(ops.eq(ops.index_expr(phase, torch.int64), ops.constant(0, torch.int64)))
@@ -213,11 +218,6 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
 
 def _zero(dtype: torch.dtype):
     return False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
-
-
-def _within(expr, lo: int, hi: int):
-    e = ops.index_expr(expr, torch.int64)
-    return ops.logical_and(ops.ge(e, ops.constant(lo, torch.int64)), ops.lt(e, ops.constant(hi, torch.int64)))
 
 
 def _all(*conds):

@@ -11,8 +11,15 @@ each symbol is read at run time (a dim of an input tensor, or an int input).
         hint(expr)                       its value at the traced sizes: for heuristics only, whose
                                          result is correct at any size
 
+        decide(relation)                 True/False where provable at every size the graph serves (the
+                                         symbols' assumptions, the ShapeEnv's ranges and Dynamo's
+                                         guards), else None
+
 Nothing here adds a guard: every decision the compiler makes from a symbolic size is one that is
-right at any size (looped reductions, 64-bit indices), so the graph's guards are Dynamo's own.
+right at any size (looped reductions, 64-bit indices, a slice bound clamped only where `decide`
+proves it), so the graph's guards are Dynamo's own.
+Unbacked symbols (u0: `.item()`, nonzero's row count) are in `unbacked`, with the node whose result
+holds each; their hints are guesses (UNBACKED_HINT), for heuristics only.
 A static graph has no ShapeEnv here: every size is an Integer and `hint` is `int`.
 """
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import Any, Iterator
 import sympy
 import torch
 import torch.utils._sympy.functions as torch_fns
+from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
+from torch.utils._pytree import keystr
 
 from .sizevars import Expr, FloorDiv, ModularIndexing
 
@@ -47,10 +56,20 @@ class GraphShapes:
     shape_env: Any = None
     sources: dict[sympy.Symbol, tuple[int, str, int | None]] = field(default_factory=dict)
     hints: dict[sympy.Symbol, sympy.Integer] = field(default_factory=dict)   # symbol → its traced value
+    # unbacked symbols (a value read from data: .item(), nonzero's length): symbol → (the FX node that
+    # defines it, the path from that node's value to the symbol's, as `keystr` prints it: "" or ".size()[0]")
+    unbacked: dict[sympy.Symbol, tuple[str, str]] = field(default_factory=dict)
+    # symbol → its greatest value, where the ShapeEnv bounds it (mark_dynamic(max=...), torch._check):
+    # what lets a kernel of a dynamic graph index in 32 bits
+    bounds: dict[sympy.Symbol, int] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
-        return bool(self.sources)
+        return bool(self.sources or self.unbacked)
+
+    def known(self) -> set[sympy.Symbol]:
+        """Every symbol the generated code can read: from the inputs, or bound once its node has run."""
+        return set(self.sources) | set(self.unbacked)
 
 
 _current: contextvars.ContextVar[GraphShapes] = contextvars.ContextVar("mini_inductor_graph_shapes",
@@ -79,12 +98,54 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
             for dim, s in enumerate(val.stride()):
                 _note(shapes, s, (i, "stride", dim))
             _note(shapes, val.storage_offset(), (i, "offset", None))
+    for node in gm.graph.nodes:   # symbols that data defines, where the graph reads them
+        bindings = node.meta.get("unbacked_bindings") if node.op == "call_function" else None
+        val = node.meta.get("val")
+        if bindings:
+            shapes.shape_env = shapes.shape_env or _shape_env_of(val)
+            if shapes.shape_env is None:
+                raise SymbolicUnsupported(f"no ShapeEnv for the unbacked sizes of node %{node.name}", bindings)
+            for sym, path in resolve_unbacked_bindings(shapes.shape_env, bindings).items():
+                shapes.unbacked.setdefault(to_expr(sym), (node.name, keystr(path)))
     if shapes.shape_env is not None:
         env = shapes.shape_env
-        values = getattr(env, "backed_var_to_val", None) or env.var_to_val   # torch 2.13 renamed it
+        values = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val   # 2.13 renamed it
         shapes.hints = {symbol(s.name): sympy.Integer(int(v)) for s, v in values.items()
                         if getattr(v, "is_Integer", True)}
+        for sym in shapes.unbacked:
+            shapes.hints.setdefault(sym, _unbacked_hint(env, sym))
+        ranges = {s.name: r for s, r in env.var_to_range.items()}
+        for sym in (*shapes.sources, *shapes.unbacked):
+            r = ranges.get(sym.name)
+            if r is not None and isinstance(r.upper, sympy.Integer):   # (torch's int_oo is no Integer)
+                shapes.bounds[sym] = int(r.upper)
     return shapes
+
+
+# what heuristics take an unbacked size to be (within its range): Inductor's default guess too
+UNBACKED_HINT = 8192
+
+
+def _unbacked_hint(env, sym: sympy.Symbol) -> sympy.Integer:
+    value = UNBACKED_HINT
+    bounds = {s.name: r for s, r in env.var_to_range.items()}.get(sym.name)
+    if bounds is not None:
+        if bounds.upper.is_finite:
+            value = min(value, int(bounds.upper))
+        if bounds.lower.is_finite:
+            value = max(value, int(bounds.lower))
+    return sympy.Integer(value)
+
+
+def _shape_env_of(val):
+    for x in (val if isinstance(val, (list, tuple)) else [val]):
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return x.node.shape_env
+        if isinstance(x, torch.Tensor):
+            for s in (*x.shape, *x.stride()):
+                if isinstance(s, torch.SymInt):
+                    return s.node.shape_env
+    return None
 
 
 def _note(shapes: GraphShapes, value, where: tuple[int, str, int | None]) -> None:
@@ -107,7 +168,10 @@ def graph_shapes(gm: torch.fx.GraphModule) -> Iterator[GraphShapes]:
 
 
 def symbol(name: str) -> sympy.Symbol:
-    """Our symbol for a ShapeEnv symbol: sizes are positive integers."""
+    """Our symbol for a ShapeEnv symbol: an input's sizes are positive integers (Dynamo specializes 0
+    and 1); a value read from data (unbacked, u0) may be 0."""
+    if name.startswith("u"):
+        return sympy.Symbol(name, integer=True, nonnegative=True)
     return sympy.Symbol(name, integer=True, positive=True)
 
 
@@ -117,7 +181,7 @@ def to_expr(x) -> Expr:
         return sympy.Integer(int(x))
     if isinstance(x, int):
         return sympy.Integer(x)
-    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         x = x.node.expr
     if not isinstance(x, sympy.Basic):
         return sympy.sympify(x)
@@ -142,8 +206,10 @@ def _convert(e: sympy.Basic) -> Expr:
         return args[0] / args[1]
     if isinstance(e, torch_fns.ToFloat):
         return args[0]
-    if e.is_Float:
+    if e.is_Float or e in (sympy.true, sympy.false):
         return e
+    if isinstance(e, (sympy.core.relational.Relational, sympy.And, sympy.Or, sympy.Not)):   # a SymBool (torch._check)
+        return e.func(*args)
     if isinstance(e, torch_fns.CeilDiv):
         return FloorDiv(args[0] + args[1] - 1, args[1])
     if isinstance(e, (sympy.Add, sympy.Mul, torch_fns.Max, torch_fns.Min, sympy.Max, sympy.Min)):
@@ -152,6 +218,41 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, (sympy.Pow, torch_fns.PowByNatural)) and args[1].is_Integer and int(args[1]) >= 0:
         return sympy.Pow(args[0], args[1])
     raise SymbolicUnsupported(f"a size expression with {type(e).__name__}", e)
+
+
+def stride_exprs(t: torch.Tensor) -> list[Expr]:
+    """A tensor's strides as expressions. A FakeTensor with an unbacked size u0 has strides such as
+    Max(1, u0) (never 0); at u0 = 0 the tensor is empty and no stride is observable, so it is u0
+    wherever it matters, and compares equal to the products of sizes that eager's strides are."""
+    out = []
+    for x in t.stride():
+        e = sympy.Integer(x) if isinstance(x, int) else to_expr(x)
+        if e.free_symbols and any(s.name.startswith("u") for s in e.free_symbols):
+            e = e.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and sympy.Integer(1) in a.args,
+                          lambda a: next(x for x in a.args if x != 1))
+        out.append(e)
+    return out
+
+
+def decide(cond) -> bool | None:
+    """Whether a relation between sizes holds at every size the graph serves: True or False where
+    that is provable (from the symbols' assumptions, then from the ShapeEnv's ranges and the guards
+    Dynamo already has), None where it is not. Adds no guard."""
+    cond = sympy.sympify(cond)
+    if cond in (sympy.true, sympy.false):
+        return bool(cond)
+    env = current().shape_env
+    if env is None:
+        return None
+    theirs = {s.name: s for s in env.var_to_range}
+    if not all(s.name in theirs for s in cond.free_symbols) \
+            or any(isinstance(a, (FloorDiv, ModularIndexing)) for a in sympy.preorder_traversal(cond)):
+        return None
+    try:
+        found = env._maybe_evaluate_static(cond.xreplace({s: theirs[s.name] for s in cond.free_symbols}))
+    except Exception:  # noqa: BLE001  (a private ShapeEnv method: any failure means "not provable")
+        return None
+    return bool(found) if found in (sympy.true, sympy.false) else None
 
 
 def size_value(expr):

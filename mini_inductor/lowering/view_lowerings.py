@@ -1,12 +1,15 @@
 """Views: index remaps over their input, never copies."""
 from __future__ import annotations
 
+import sys
+
 import sympy
 import torch
 
 from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout
 from .lowerings import register_lowering
 from .sizevars import FloorDiv, ModularIndexing, product, sympify_seq
+from .symbolic import decide
 
 aten = torch.ops.aten
 
@@ -61,9 +64,15 @@ def expand(x, size, implicit=False):
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim = _norm_dim(dim, len(size))
-    start, end = slice_bounds(int(size[dim]), start, end)
+    if isinstance(size[dim], sympy.Integer) and not isinstance(start, sympy.Basic) \
+            and not isinstance(end, sympy.Basic):
+        start, end = slice_bounds(int(size[dim]), start, end)
+        length = sympy.Integer((end - start + step - 1) // step)
+    else:
+        start, end = symbolic_slice_bounds(size[dim], start, end)
+        length = FloorDiv(end - start + step - 1, step) if step != 1 else end - start
     new = list(size)
-    new[dim] = sympy.Integer((end - start + step - 1) // step)
+    new[dim] = length
 
     def reindex(idx):
         idx = list(idx)
@@ -78,6 +87,34 @@ def slice_bounds(n: int, start, end) -> tuple[int, int]:
     end = n if end is None else end
     start = max(0, min(n, start + n if start < 0 else start))
     return start, max(start, min(n, end + n if end < 0 else end))
+
+
+def symbolic_slice_bounds(n, start, end) -> tuple:
+    """slice_bounds for a dynamic size or bound: each clamp decided at every size the graph serves
+    (symbolic.decide), else NotImplementedError (the slice then runs in ATen)."""
+    n = sympify_seq([n])[0]
+    start = sympy.Integer(0) if start is None else sympify_seq([start])[0]
+    end = n if end is None or end == sys.maxsize else sympify_seq([end])[0]
+
+    def clamp(b):
+        if decide(b < 0):
+            b = b + n
+        elif decide(b >= 0) is not True:
+            raise NotImplementedError(f"slice bound {b} of a dim of {n}: its sign is not known")
+        if decide(b <= n) is True and decide(b >= 0) is True:
+            return b
+        if decide(b >= n) is True:
+            return n
+        if decide(b <= 0) is True:
+            return sympy.Integer(0)
+        raise NotImplementedError(f"slice bound {b} of a dim of {n}: not provably within it")
+    start = clamp(start)
+    end = clamp(end)
+    if decide(end >= start) is True:
+        return start, end
+    if decide(end <= start) is True:
+        return start, start
+    raise NotImplementedError(f"slice [{start}:{end}]: not provably ordered")
 
 
 @register_lowering(aten.select.int)

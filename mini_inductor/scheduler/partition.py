@@ -122,10 +122,10 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
         return f"syncs with the device ({buf.op_name})"
     if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
         return f"{buf.op_name} is tagged cudagraph_unsafe"
-    # sizes of symbols the graph's inputs give (a dynamic graph's) are known before the call; others
-    # come from data
-    known = symbolic.current().sources
-    if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols - known.keys()
+    # sizes of symbols the graph's inputs give (a dynamic graph's) are known before the call, unbacked
+    # ones once the (unsafe) call that defines them has run; others come from data
+    known = symbolic.current().known()
+    if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols - known
                                       for s in buf.layout.size):
         return f"data-dependent output sizes ({buf.op_name})"
     if getattr(buf, "capture_reason", ""):   # a collective or its wait (distributed/policy.py)

@@ -14,12 +14,15 @@ import dataclasses
 import logging
 import time
 
+import sympy
+from torch.utils._pytree import tree_leaves
+
 from ..config import Config
 from ..distributed.overlap import OverlapMove, overlap_summary, reorder_for_overlap
 from ..lowering.graph import LoweredGraph
-from ..lowering.ir import Buffer, InputBuffer, MultiOutput, ReinterpretView
+from ..lowering.ir import Buffer, InputBuffer, Layout, MultiOutput, ReinterpretView
 from ..lowering.symbolic import hint
-from .dependencies import Dep, WeakDep
+from .dependencies import Dep, MemoryDep, WeakDep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
@@ -103,6 +106,7 @@ class Scheduler:
         output_names = self._output_names()
         nodes, removed = self._eliminate_dead(nodes, output_names)
         self._compute_dependencies(nodes)
+        self._order_after_symbol_defs(nodes)
         groups = alias_groups(nodes)
         mutations = add_mutation_deps(nodes, groups)
         aliases = groups.aliases()
@@ -171,6 +175,16 @@ class Scheduler:
         produced = {n.name for n in nodes}
         for n in nodes:
             n.unmet_dependencies = {d for d in n.reads if d.name in produced and d.name != n.name}
+
+    def _order_after_symbol_defs(self, nodes) -> None:
+        """A node whose sizes or indices use an unbacked symbol (u0 = x.item()) runs after the extern call
+        that the wrapper reads the symbol from: an ordering dep, as the node reads no buffer of it."""
+        defs = {str(sym): name for sym, name in self.graph.symbol_defs.items()}
+        if not defs:
+            return
+        for n in nodes:
+            used = {str(s) for s in _symbols_of(n)} & defs.keys()
+            n.unmet_dependencies |= {WeakDep(defs[s]) for s in used if defs[s] != n.name}
 
     def _topological_sort(self, nodes):
         """Depth-first, dependencies by name, so the order is deterministic and close to the input's."""
@@ -314,6 +328,22 @@ class Scheduler:
         for n in nodes:
             visit(n)
         return order
+
+
+def _symbols_of(n: BaseSchedulerNode) -> set:
+    """The free symbols of a node's layout, loop ranges, accesses and (an extern call's) arguments."""
+    buf = n.node
+    exprs = []
+    layout = getattr(buf, "layout", None)
+    if layout is not None:
+        exprs += [*layout.size, *layout.stride, layout.offset]
+    data = getattr(buf, "data", None)
+    exprs += [*getattr(data, "ranges", ()), *getattr(data, "reduction_ranges", ())]
+    exprs += [e for d in n.reads if isinstance(d, MemoryDep) for e in (d.index, *d.sizes)]
+    exprs += [a for a in tree_leaves((getattr(buf, "args", ()), getattr(buf, "kwargs", {}))) if isinstance(a, sympy.Basic)]
+    exprs += [e for a in tree_leaves(getattr(buf, "args", ())) if isinstance(getattr(a, "layout", None), Layout)
+              for e in (*a.layout.size, *a.layout.stride, a.layout.offset)]
+    return set().union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Basic)))
 
 
 def _all_unmet(n: BaseSchedulerNode) -> set[Dep]:

@@ -88,3 +88,26 @@ def test_one_symbolic_compile_records_once_per_size_and_replays_each():
     s = stats()
     assert s["recordings"] == 2 and s["warmups"] == 2, s   # the graph is one partition: once per size
     assert s["replays"] == 5, s                            # the calls after each size's first two
+
+
+def test_kernels_after_nonzero_record_once_per_row_count_and_nonzero_stays_outside():
+    # nonzero's row count is an unbacked symbol: the call that defines it runs outside CUDA graphs,
+    # the partition after it takes the count as a size and is recorded once per count (0 included:
+    # its kernels launch no blocks)
+    import mini_inductor
+
+    def fn(x):
+        idx = torch.nonzero(x > 0)
+        return (idx.float() * 2).sum(0), x.relu() + 1
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f = torch.compile(fn, backend="mini_inductor", fullgraph=True)
+        rows = [[1.0, -1.0, 2.0, -2.0], [-1.0, -1.0, -1.0, -1.0], [1.0, -1.0, 2.0, -2.0], [3.0, 1.0, 2.0, -2.0]]
+        for values in rows * 2:
+            x = torch.tensor(values, device="cuda")
+            for a, e in zip(f(x), fn(x)):
+                torch.testing.assert_close(a, e)
+    (record,) = mini_inductor.metrics.compiled_graphs
+    assert record.ran_eagerly is None and "u0" in record.dynamic_symbols and record.num_kernels >= 2
+    s = stats()
+    # three distinct counts (2, 0, 3) of the partition after nonzero, one size for the one before it
+    assert s["recordings"] == 1 + 3, s

@@ -114,6 +114,18 @@ def test_compare_reports_strides_only_where_observable():
     assert compare_run((torch.zeros(1, 4),), (torch.zeros(4, 1).t(),), [], []) is None
 
 
+def test_a_float64_output_of_float32_inputs_is_compared_at_float32s_tolerance():
+    # found by the fuzzer: layer_norm(float32).to(float64), 2 ulp of float32 apart from eager's
+    import torch
+    from tests.fuzz.compare import compare_run
+
+    e = torch.tensor([1.0, -0.5], dtype=torch.float64)
+    a = e + 2.4e-7
+    x32, x64 = torch.zeros(2), torch.zeros(2, dtype=torch.float64)
+    assert compare_run((a,), (e,), [x32], [x32]) is None
+    assert compare_run((a,), (e,), [x64], [x64])[0] == "value"
+
+
 def test_worker_pool_replaces_a_worker_that_hangs_or_dies_and_goes_on():
     import dataclasses
 

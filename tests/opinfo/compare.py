@@ -100,15 +100,17 @@ def _flat_reference(reference: Callable[[], Any], n: int) -> list:
     return refs if len(refs) == n else []
 
 
-def against_reference(a: torch.Tensor, e: torch.Tensor, r: torch.Tensor) -> str | None:
-    """None when compiled `a` is at least about as close to the float64 reference `r` as eager's `e`."""
+def against_reference(a: torch.Tensor, e: torch.Tensor, r: torch.Tensor,
+                      tolerance: tuple[float, float] | None = None) -> str | None:
+    """None when compiled `a` is at least about as close to the float64 reference `r` as eager's `e`
+    (or within `tolerance`, default the dtype's)."""
     a, e = a.detach().cpu(), e.detach().cpu()
     # the reference rounded to the output dtype: where the true value overflows, inf is right
     r = r.detach().cpu().to(a.dtype).to(torch.float64)
     if not (_same_nonfinite(a, e) or _same_nonfinite(a, r)):
         return "NaN/inf placement differs from eager's and from the reference's"
     a64, e64 = a.to(torch.float64), e.to(torch.float64)
-    atol, rtol = TOLERANCES[a.dtype]
+    atol, rtol = tolerance or TOLERANCES[a.dtype]
     # finite where the true value overflows (eager finite there too): the reference cannot judge it
     beyond = torch.isfinite(a64) & ~torch.isfinite(r)
     if beyond.any() and not torch.allclose(a64[beyond], e64[beyond], atol=atol, rtol=rtol):

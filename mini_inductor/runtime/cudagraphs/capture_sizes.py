@@ -1,5 +1,5 @@
 """A graph with symbolic sizes compiled statically per size: option `dynamic_shapes='per_size'` (every
-size), and `cudagraph_capture_sizes` (CUDA graphs only for the listed sizes of a graph's dynamic dims).
+size; also where the symbolic compile failed), and `cudagraph_capture_sizes` (CUDA graphs only for the listed sizes of a graph's dynamic dims).
 
 A graph that Dynamo traced with symbolic sizes (`mark_dynamic`, `dynamic=True`, or the recompile after
 a shape change) is specialized at run time, one static compile per size, each running inside the
@@ -26,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .utils import log_skip
 
 log = logging.getLogger("mini_inductor.cudagraphs")
+perf_log = logging.getLogger("mini_inductor.perf_hints")
 
 
 def dynamic_dims(gm: torch.fx.GraphModule) -> list[tuple[int, int | None]]:
@@ -55,11 +56,16 @@ def sizes_key(where: list[tuple[int, int | None]], args: list) -> int | tuple[in
     return values[0] if len(values) == 1 else values
 
 
+# gm.meta entries the compile of a specialization reads too (lowering/graph.py INPUT_ALIASES)
+CARRIED_META = ("mini_inductor_input_aliases",)
+
+
 def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list]:
     """The graph retraced for the concrete sizes of `args` (fake tensors: nothing runs), and its
     example inputs. Source lines of the original nodes are kept."""
     with fx_traceback.preserve_node_meta():
         static = make_fx(torch.fx.Interpreter(gm).run, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    static.meta.update({k: gm.meta[k] for k in CARRIED_META if k in gm.meta})
     placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
     examples = [n.meta.get("val") if isinstance(a, torch.Tensor) else a for n, a in zip(placeholders, args)]
     return static, examples
@@ -91,6 +97,7 @@ class SizeSpecializedGraph:
         if self.capture_sizes is None or key in self.capture_sizes:
             if key not in self.specialized:
                 self.specialized[key] = self._compile(key, args)
+                self._warn_if_many()
             graph = self.specialized[key]
             if graph is not None:
                 return graph(args)
@@ -101,6 +108,19 @@ class SizeSpecializedGraph:
         out = self.gm(*args)
         args.clear()
         return out
+
+    def _warn_if_many(self) -> None:
+        """Once, when sizes past `cudagraph_dynamic_shape_warn_limit` have each been compiled
+        (dynamic_shapes='per_size'): every new size costs a compile and a recording."""
+        limit = self.cfg.cudagraph_dynamic_shape_warn_limit
+        if self.capture_sizes is None and limit and len(self.specialized) == limit + 1:
+            perf_log.warning(
+                "mini_inductor: graph %s (%s) has been compiled for %d sizes of its dynamic dims "
+                "(dynamic_shapes='per_size' compiles each new size, and records its CUDA graphs). "
+                "options={'dynamic_shapes': 'symbolic'} compiles it once for every size; "
+                "options={'cudagraph_capture_sizes': [...]} compiles only the listed sizes. Set "
+                "options={'cudagraph_dynamic_shape_warn_limit': 0} to silence this warning.",
+                self.name, self.kind, len(self.specialized))
 
     def _compile(self, key, args: list):
         """The static compile for `key`, or None (the graph then runs eagerly at this size) when

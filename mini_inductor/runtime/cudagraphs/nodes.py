@@ -287,10 +287,11 @@ class GraphNode:
 
     # --- replay ----------------------------------------------------------------------------------
 
-    def check(self, inputs: list) -> Check:
-        """Can this recording replay for `inputs` now? On success drops the caller's managed inputs."""
+    def check(self, inputs: list, sizes: tuple | None = None) -> Check:
+        """Can this recording replay for `inputs` (of sizes key `sizes`, if the caller has it) now?
+        On success drops the caller's managed inputs."""
         ptrs_equal = torch._C._tensors_data_ptrs_at_indices_equal
-        if self.sizes is not None and self.info.sizes_key(inputs) != self.sizes:
+        if self.sizes is not None and (sizes if sizes is not None else self.info.sizes_key(inputs)) != self.sizes:
             return Check.OTHER_SIZES
         if not ptrs_equal(inputs, self.ptrs, self.managed_idxs):
             return Check.MANAGED_MOVED

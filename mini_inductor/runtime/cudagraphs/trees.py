@@ -98,8 +98,10 @@ class TreeManager:
         self.num_unmatched = 0          # in execution, no recorded child matched: had to record
         self.num_failed_captures = 0    # each one dropped the recordings and opened a new pool
         # "beyond Inductor": inputs that arrive at the same address call after call are used in place
-        self._last_ptrs: dict[int, list] = {}
-        self._moved: dict[int, set[int]] = collections.defaultdict(set)
+        # per function (a dynamic one: per function and sizes, see _warm_key): input addresses at its
+        # last warm-up, and inputs seen moving
+        self._last_ptrs: dict[Any, list] = {}
+        self._moved: dict[Any, set[int]] = collections.defaultdict(set)
 
     def _open_pool(self) -> None:
         with torch.cuda.device(self.device):
@@ -148,7 +150,9 @@ class TreeManager:
             return self._run_without_graph(inputs, fid)
         info = self.functions[fid]
         cfg = info.cfg
-        if (self._warm_key(fid, inputs) not in self.warmed_up and not cfg.cudagraph_skip_warmup) \
+        warm_key = self._warm_key(fid, inputs)
+        sizes = warm_key[1] if isinstance(warm_key, tuple) else None
+        if (warm_key not in self.warmed_up and not cfg.cudagraph_skip_warmup) \
                 or self.state == "warmup" \
                 or cfg.cudagraph_force_warmup:
             if self.state == "execution":
@@ -158,13 +162,13 @@ class TreeManager:
         if self.state != "recording":
             candidates = self.roots.get(fid, []) if self.current is None else self.current.children.get(fid, [])
             for node in candidates:
-                status = node.check(inputs)
+                status = node.check(inputs, sizes)
                 if status is Check.SUCCESS:
                     return self._replay(node, inputs)
                 if status in _UNEXPECTED_RERECORD and not node.other_static_tensor(status, inputs):
                     unexpected = (node, status)
                     if status is Check.STABLE_MOVED:
-                        self._moved[fid] |= {i for i in node.stable_idxs
+                        self._moved[warm_key] |= {i for i in node.stable_idxs
                                              if inputs[i].data_ptr() != node.ptrs[i]}
             if self.current is not None and fid in self.roots:
                 if self._try_end_execution():
@@ -203,7 +207,7 @@ class TreeManager:
         self.current, self.state = node, "warmup"
         self.current_gen = _current_generation()
         self.num_warmups += 1
-        self._last_ptrs[fid] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
+        self._last_ptrs[warm_key] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
         return node.run(inputs)
 
     def _warm_key(self, fid: int, inputs: list):
@@ -258,12 +262,14 @@ class TreeManager:
         return self.functions[fid].fn(inputs)
 
     def _stable_inputs(self, inputs: list, fid: int) -> set[int]:
-        """Dynamic inputs seen at the same address on the previous call and never seen moving."""
+        """Dynamic inputs seen at the same address on the previous call and never seen moving (of a
+        dynamic function: the previous call at the same sizes, whose recording this one is)."""
         if not self.functions[fid].cfg.cudagraph_stable_inputs:
             return set()
-        last = self._last_ptrs.get(fid) or []
+        key = self._warm_key(fid, inputs)
+        last = self._last_ptrs.get(key) or []
         return {i for i, x in enumerate(inputs) if i < len(last) and isinstance(x, torch.Tensor) and x.is_cuda
-                and x.data_ptr() == last[i] and aligned(x) and i not in self._moved[fid]}
+                and x.data_ptr() == last[i] and aligned(x) and i not in self._moved[key]}
 
     # --- mutation, generations, ending paths -----------------------------------------------------
 

@@ -328,11 +328,20 @@ class FunctionInfo:
     # (those ints and its tensors' shapes) it was made with
     dynamic: bool = False
 
+    def __post_init__(self) -> None:
+        self._static = frozenset(self.static_idxs)   # (membership tests on every call: sizes_key)
+
     def sizes_key(self, inputs: list) -> tuple | None:
-        """What a recording of a dynamic function is specialized to: its ints and its tensors' shapes."""
+        """What a recording of a dynamic function is specialized to: its ints and its tensors' shapes
+        (but the static inputs', which never change: parameters are most of a partition's inputs, and
+        the tree asks for the key on every call)."""
         if not self.dynamic:
             return None
-        return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in inputs)
+        static = self._static
+        if not static:
+            return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in inputs)
+        return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x
+                     for i, x in enumerate(inputs) if i not in static)
 
     def trace_of(self, i: int) -> str | None:
         return self.output_traces[i] if self.output_traces and i < len(self.output_traces) else None
