@@ -430,6 +430,12 @@ def _print_report(out: Output, report) -> None:
     if report["partitions"]:
         out.table("Partitions", ["partition", "cudagraph-safe", "reason"],
                   [[p.get("name"), p.get("safe"), p.get("reason") or ""] for p in report["partitions"]])
+    overlap = report.get("overlap") or {}
+    if overlap.get("collectives"):
+        out.table("Collectives (issued early, waited for late)", ["collective", "op", "issued at", "waited at",
+                                                                  "nodes that run meanwhile"],
+                  [[c["collective"], c["op"], c["issued_at"], c["waited_at"], " ".join(c["overlapped"]) or "none"]
+                   for c in overlap["collectives"]])
 
 
 def run_dump(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ import torch
 
 from . import files
 from ..config import Config
+from ..distributed.policy import graph_key_part as collective_key_part
 from ..lowering import symbolic
 from ..metrics import GraphRecord
 from ..scheduler.fusion import FusionDecision
@@ -102,6 +103,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
         parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":
             parts.append(tensor_meta(getattr(gm, node.target)))
+        if node.op == "call_function" and collective_key_part(node):   # its group's backend decides the partitions
+            parts.append(collective_key_part(node))
     for x in example_inputs:
         if isinstance(x, torch.Generator):   # its identity does not reach the code, its device does
             parts.append(f"generator {x.device}")

@@ -11,7 +11,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..lowering.ir import Buffer, ReinterpretView, buffer_names
+from ..lowering.ir import Buffer, OpaqueInput, ReinterpretView, buffer_names
 from ..lowering.symbolic import hint, size_value, to_expr
 from .triton_ops import texpr
 
@@ -230,6 +230,8 @@ def render_op(op) -> str:
 
 
 def render_arg(a) -> str:
+    if isinstance(a, OpaqueInput):   # the argument, by the name `call` unpacks it as (wrapper.py)
+        return f"_unused_arg{a.index}"
     if isinstance(a, ReinterpretView):
         lay = a.layout
         return (f"reinterpret({a.data.name}, {_ints(lay.size)}, {_ints(lay.stride)}, "

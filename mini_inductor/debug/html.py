@@ -127,6 +127,13 @@ def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None 
                  + _table(["partition", "cudagraph-safe", "reason", "inputs", "outputs"],
                           [[p.get("name"), p.get("safe"), p.get("reason") or "", ", ".join(p.get("inputs") or []),
                             ", ".join(p.get("outputs") or [])] for p in g["partitions"]]))
+    overlap = g.get("overlap") or {}
+    if overlap.get("collectives"):
+        parts.append("<h3>Collectives and overlap</h3>" + _table(
+            ["collective", "op", "issued at", "waited at", "nodes that run meanwhile"],
+            [[c["collective"], c["op"], c["issued_at"], c["waited_at"], ", ".join(c["overlapped"]) or "none"]
+             for c in overlap["collectives"]])
+            + "".join(f'<p class="note">{escape(m)}</p>' for m in overlap.get("moves", [])))
     parts.append(f"<details><summary>Every refused fusion candidate ({len(g['refused'])} pairs of scheduler "
                  "nodes, as the scheduler saw them)</summary>" + _table(
                      ["node 1", "node 2", "reason", "outcome"],

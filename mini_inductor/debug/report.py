@@ -13,12 +13,15 @@
     report["externs"]   [{name, op, sources}, ...]
     report["memory"]    {planned_peak_bytes, estimated_bytes_moved, graphed_workspace_bytes} where known
     report["partitions"][{name, safe, reason, nodes, inputs, outputs}, ...] where it gives them
+    report["overlap"]   {collectives: [{collective, op, wait, issued_at, waited_at, overlapped}, ...],
+                         moves: [str, ...]}   each collective's span, and what the overlap pass moved
 """
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from ..distributed.overlap import collective_spans
 from ..lowering.ir import InputBuffer
 from . import boundaries as bnd
 from ..lowering.lowerings import LOWERINGS
@@ -148,6 +151,8 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         "never_fuse": bnd.never_fuse_summary(flow, kernels, externs, sched.decisions), "bandwidth": rate,
         "order": unit_names, "edges": [{"src": s, "dst": d, "buffers": b} for (s, d), b in flow.edges.items()],
         "fallbacks": fallbacks, "memory": memory, "partitions": partitions,
+        "overlap": {"collectives": collective_spans(sched.nodes),
+                    "moves": [str(m) for m in getattr(sched, "overlap_moves", [])]},
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
         "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
     }

@@ -216,6 +216,8 @@ class GraphLowering:
             return StorageBox(InputBuffer(node.name, layout, index))
         if isinstance(val, torch.SymInt):
             return to_expr(val)   # an int input of a dynamic graph: its symbol
+        if _is_opaque(val):
+            return ir.OpaqueInput(index)
         if not isinstance(val, torch.Tensor):
             return val
         layout = Layout(val.device, val.dtype, tuple(map(to_expr, val.shape)), tuple(map(to_expr, val.stride())))
@@ -261,6 +263,8 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     result = lowering(*args, **kwargs)
+                except LoweringError as e:   # not even ATen can run it here: the compile stops, naming the node
+                    raise LoweringError(e.why, graph=self.name, op=_op_name(target), node=node.name) from e
                 except Exception as why:   # this case of the op runs in ATen; say why
                     result = None
                     self._declined(node, target, why)
@@ -414,6 +418,15 @@ class GraphLowering:
             return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                         tensor.get_size(), value.origins)).realize(stride=want)
         return _with_unit_strides_of(tensor, meta)
+
+
+def _is_opaque(value) -> bool:
+    """A script object or opaque object (real, or the fake one AOT autograd traces with)."""
+    from torch._library.fake_class_registry import FakeScriptObject
+    if isinstance(value, (torch.ScriptObject, FakeScriptObject)):
+        return True
+    opaque = getattr(getattr(torch._library, "opaque_object", None), "is_opaque_value", None)
+    return bool(opaque is not None and opaque(value))
 
 
 def _with_unit_strides_of(tensor, meta):

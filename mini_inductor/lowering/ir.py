@@ -521,6 +521,14 @@ def realize_as_tensor(x: IRNode) -> Buffer | ReinterpretView:
     return box.realize()
 
 
+@dataclasses.dataclass(frozen=True)
+class OpaqueInput:
+    """A graph argument that is an object, not a tensor or a literal (a process group or device mesh
+    that DTensor code passes, a script object): the generated code hands the caller's object on."""
+
+    index: int   # its position in the call's arguments
+
+
 def fixed_layout_from_tensor(t: torch.Tensor) -> Layout:
     return Layout(t.device, t.dtype, tuple(sympify_seq(t.shape)), tuple(stride_exprs(t)),
                   sympy.Integer(t.storage_offset()))

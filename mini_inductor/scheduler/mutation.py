@@ -45,8 +45,11 @@ def mutated_buffers(kernel: ExternKernel) -> list[str]:
 def aliased_buffers(kernel: ExternKernel) -> list[str]:
     """Buffers whose storage the call's output(s) share: the arguments in an alias set of a return.
 
-    An op without a schema may alias anything it is given.
+    An op without a schema may alias anything it is given. A kernel that knows better says so itself
+    (`aliased_inputs`: a collective and its wait, distributed/collectives.py).
     """
+    if hasattr(kernel, "aliased_inputs"):
+        return kernel.aliased_inputs()
     schema = getattr(kernel.op, "_schema", None)
     if schema is None:
         return [b.name for b in kernel.inputs()]

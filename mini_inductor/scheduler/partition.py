@@ -128,6 +128,8 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
     if buf.layout is not None and any(isinstance(s, sympy.Expr) and s.free_symbols - known
                                       for s in buf.layout.size):
         return f"data-dependent output sizes ({buf.op_name})"
+    if getattr(buf, "capture_reason", ""):   # a collective or its wait (distributed/policy.py)
+        return buf.capture_reason
     if buf.get_device().type == "cpu":
         return f"extern kernel on the CPU ({buf.op_name})"
     if buf.cudagraph_unsafe:

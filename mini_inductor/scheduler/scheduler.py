@@ -5,6 +5,7 @@
     → fusion rounds (legality with reasons, cycle check, score; ordering deps made redundant by a
     round pruned before the next) → partition-aware reorder
     → last-use freeing (graph inputs too, where the caller hands them over) → bytes-moved estimate
+    → overlap: collectives issued early, waits done late (distributed/overlap.py)
     → partitions (cudagraph-safe runs, with their inputs and outputs)
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sympy
 from torch.utils._pytree import tree_leaves
 
 from ..config import Config
+from ..distributed.overlap import OverlapMove, overlap_summary, reorder_for_overlap
 from ..lowering.graph import LoweredGraph
 from ..lowering.ir import Buffer, InputBuffer, Layout, MultiOutput, ReinterpretView
 from ..lowering.symbolic import hint
@@ -25,7 +27,8 @@ from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_c
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
-from .partition import GraphPartition, PartitionMove, partition_nodes, reorder_for_partitions
+from .partition import (GraphPartition, PartitionMove, cudagraph_unsafe_reason, partition_nodes,
+                        reorder_for_partitions)
 
 fusion_log = logging.getLogger("mini_inductor.fusion")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -51,6 +54,7 @@ class Schedule:
     mutations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # storage root → mutating nodes
     partition_moves: list[PartitionMove] = dataclasses.field(default_factory=list)  # the partition-aware reorder
     unused_inputs: list[str] = dataclasses.field(default_factory=list)  # graph inputs no node reads: dropped first
+    overlap_moves: list[OverlapMove] = dataclasses.field(default_factory=list)  # collectives early, waits late
 
     def mutated_inputs(self) -> list[int]:
         """Positions of the graph inputs that the graph writes in place."""
@@ -77,6 +81,8 @@ class Schedule:
             lines.append(f"# {root}{which} mutated by {', '.join(nodes)}")
         lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
         lines += [f"# reorder for partitions: {move}" for move in self.partition_moves]
+        lines += [f"# overlap: {move}" for move in self.overlap_moves]
+        lines += [f"# collective: {line}" for line in overlap_summary(self.nodes)]
         for p in self.partitions:
             why = f" ({p.reason})" if p.reason else ""
             lines.append(f"# {p.name}{why}: nodes {', '.join(p.nodes)}; inputs {', '.join(p.inputs) or '-'}; "
@@ -122,6 +128,9 @@ class Scheduler:
                                   moves[0].reason.rsplit("(", 1)[-1].rstrip(")"))
             for move in moves:
                 schedule_log.debug("%s: %s", self.graph.name, move)
+        nodes, overlap = reorder_for_overlap(nodes, lambda n: cudagraph_unsafe_reason(n, user_unsafe))
+        for move in overlap:
+            schedule_log.debug("%s: %s", self.graph.name, move)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}
         input_order.update({name: len(input_order) + i for i, name in enumerate(self.graph.constants)})
         released = releasable_inputs(self.graph, output_names, aliases, set(mutations))
@@ -131,7 +140,8 @@ class Scheduler:
         moved = estimate_bytes_moved(nodes, self._buffer_sizes(), output_names)
         partitions = partition_nodes(nodes, frees, output_names, input_order, user_unsafe)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
-                          time.perf_counter() - start, partitions, moved, aliases, mutations, moves, unused_inputs)
+                          time.perf_counter() - start, partitions, moved, aliases, mutations, moves, unused_inputs,
+                          overlap)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 

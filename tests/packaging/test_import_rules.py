@@ -10,6 +10,8 @@
     caching           never the pipeline or the backend (no cache reaches into the backend)
     lowering          never scheduler, codegen, debug, the compiled-graph caches, pipeline or backend
     scheduler         never codegen, debug, the compiled-graph caches, pipeline or backend
+    distributed       beside the scheduler: never codegen, debug, the compiled-graph caches, pipeline
+                      or backend
     codegen           never debug, the compiled-graph caches, pipeline or backend
     base              config, errors, metrics, fx_source, timing, examples, _version: none of the above
 (ARCHITECTURE.md draws these layers.)
@@ -31,11 +33,12 @@ FORBIDDEN = {
     "caching": ("pipeline", "backend", "cli"),
     "lowering": ("scheduler", "codegen", *TOP),
     "scheduler": ("codegen", *TOP),
+    "distributed": ("codegen", *TOP),
     "codegen": TOP,
 }
 CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune")
 BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version")
-ABOVE_BASE = ("lowering", "scheduler", "codegen", "runtime", "caching", *TOP)
+ABOVE_BASE = ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP)
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
