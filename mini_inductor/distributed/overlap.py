@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+from ..scheduler.partition import predecessors
 from .collectives import is_collective, is_wait
 
 
@@ -57,12 +58,7 @@ def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lamb
     kinds = ["collective" if is_collective(_kernel(n)) else "wait" if is_wait(_kernel(n)) else "" for n in nodes]
     if "collective" not in kinds:
         return list(nodes), []
-    owner = {name: i for i, n in enumerate(nodes) for name in n.get_names()}
-    preds: list[set[int]] = []
-    for i, n in enumerate(nodes):
-        deps = {owner[d.name] for m in n.get_nodes() for d in m.unmet_dependencies if d.name in owner}
-        deps.discard(i)
-        preds.append(deps)
+    preds = predecessors(nodes)
     succs: list[set[int]] = [set() for _ in nodes]
     for i, p in enumerate(preds):
         for j in p:

@@ -230,6 +230,17 @@ def count_runs(safe: list[bool]) -> tuple[int, int]:
     return sum(runs), len(runs) - sum(runs)
 
 
+def predecessors(nodes: list[BaseSchedulerNode]) -> list[set[int]]:
+    """For each node of a schedule, the positions of the nodes it depends on (data and ordering deps)."""
+    owner = {name: i for i, n in enumerate(nodes) for name in n.get_names()}
+    preds: list[set[int]] = []
+    for i, n in enumerate(nodes):
+        deps = {owner[d.name] for m in n.get_nodes() for d in m.unmet_dependencies if d.name in owner}
+        deps.discard(i)
+        preds.append(deps)
+    return preds
+
+
 def reorder_for_partitions(nodes: list[BaseSchedulerNode], user_unsafe: frozenset[str] = frozenset()
                            ) -> tuple[list[BaseSchedulerNode], list[PartitionMove]]:
     """Reorder independent safe and unsafe work so that the nodes fall into as few partitions as possible.
@@ -250,12 +261,7 @@ def reorder_for_partitions(nodes: list[BaseSchedulerNode], user_unsafe: frozense
     before = count_runs(kinds)
     if before[0] <= 1 and before[1] <= 1:
         return nodes, []
-    owner = {name: i for i, n in enumerate(nodes) for name in n.get_names()}
-    preds: list[set[int]] = []
-    for i, n in enumerate(nodes):
-        deps = {owner[d.name] for m in n.get_nodes() for d in m.unmet_dependencies if d.name in owner}
-        deps.discard(i)
-        preds.append(deps)
+    preds = predecessors(nodes)
     unsafe = [i for i, s in enumerate(kinds) if not s]
     for a, b in zip(unsafe, unsafe[1:]):
         preds[b].add(a)

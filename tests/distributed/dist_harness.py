@@ -150,3 +150,11 @@ class GatheredParameters(nn.Module):
         full = {name: p.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
                 for name, p in zip(self.names, self.shards)}
         return torch.func.functional_call(self.module, full, args) / self.world
+
+
+def assert_same_training(result, reference, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """A run's losses and parameters ({"losses", "params"}) equal a reference run's."""
+    torch.testing.assert_close(result["losses"], reference["losses"], rtol=rtol, atol=atol)
+    assert result["params"].keys() == reference["params"].keys()
+    for name, p in result["params"].items():
+        torch.testing.assert_close(p, reference["params"][name], rtol=rtol, atol=atol, msg=name)

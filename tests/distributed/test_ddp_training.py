@@ -12,7 +12,7 @@ import torch._dynamo
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dist_harness import TinyGPT, batches, compiled_graph_counts, full_params, on_two_ranks, train
+from dist_harness import TinyGPT, assert_same_training, batches, compiled_graph_counts, full_params, on_two_ranks, train
 
 STEPS = 20
 # DDP's first bucket and its other buckets, in bytes: small enough that the tiny model has several
@@ -58,15 +58,8 @@ def runs():
     return on_two_ranks(ddp_job)
 
 
-def _assert_same_training(result, reference):
-    torch.testing.assert_close(result["losses"], reference["losses"], rtol=1e-4, atol=1e-5)
-    assert result["params"].keys() == reference["params"].keys()
-    for name, p in result["params"].items():
-        torch.testing.assert_close(p, reference["params"][name], rtol=1e-4, atol=1e-5, msg=name)
-
-
 def test_compiled_ddp_losses_and_parameters_equal_eager_ddp(runs):
-    _assert_same_training(runs["compile(DDP(model))"], runs["eager"])
+    assert_same_training(runs["compile(DDP(model))"], runs["eager"])
     assert runs["eager"]["losses"][-1] < runs["eager"]["losses"][0]   # it trained
 
 
@@ -81,4 +74,4 @@ def test_ddp_optimizer_splits_the_graph_once_per_bucket(runs, wrap):
 
 
 def test_ddp_around_a_compiled_model_equals_eager_ddp(runs):
-    _assert_same_training(runs["DDP(compile(model))"], runs["eager"])
+    assert_same_training(runs["DDP(compile(model))"], runs["eager"])

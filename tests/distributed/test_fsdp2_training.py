@@ -17,7 +17,7 @@ import torch
 import torch._dynamo
 from torch.distributed.fsdp import fully_shard
 
-from dist_harness import TinyGPT, batches, compiled_graph_counts, full_params, on_two_ranks, train
+from dist_harness import TinyGPT, assert_same_training, batches, compiled_graph_counts, full_params, on_two_ranks, train
 
 STEPS = 20
 CA_STEPS = 5
@@ -77,19 +77,12 @@ def runs():
     return on_two_ranks(fsdp2_job)
 
 
-def _assert_same_training(result, reference):
-    torch.testing.assert_close(result["losses"], reference["losses"], rtol=1e-4, atol=1e-5)
-    assert result["params"].keys() == reference["params"].keys()
-    for name, p in result["params"].items():
-        torch.testing.assert_close(p, reference["params"][name], rtol=1e-4, atol=1e-5, msg=name)
-
-
 def _all_compiled(graphs):
     assert graphs["eager"] == [] and graphs["fallbacks"] == {}
 
 
 def test_fully_shard_compiled_per_block_equals_eager_fsdp2(runs):
-    _assert_same_training(runs["per block"], runs["eager"])
+    assert_same_training(runs["per block"], runs["eager"])
     assert runs["eager"]["losses"][-1] < runs["eager"]["losses"][0]   # it trained
     # the two blocks share one compiled forward and backward (same code, parameters are inputs)
     assert runs["per block"]["graphs"]["kinds"] == {"forward": 1, "backward": 1}
@@ -97,7 +90,7 @@ def test_fully_shard_compiled_per_block_equals_eager_fsdp2(runs):
 
 
 def test_fully_shard_whole_model_compiled_equals_eager_fsdp2(runs):
-    _assert_same_training(runs["whole model"], runs["eager"])
+    assert_same_training(runs["whole model"], runs["eager"])
     kinds = runs["whole model"]["graphs"]["kinds"]
     # what Dynamo captures of a fully_shard root in this torch: the blocks' frame, one graph for both
     # (no graph break is counted; the root's own embeddings and head run in eager around it)
@@ -107,7 +100,7 @@ def test_fully_shard_whole_model_compiled_equals_eager_fsdp2(runs):
 
 def test_compiled_autograd_over_fsdp2_compiles_its_graphs_as_torch_runs_them(runs):
     ours, torchs = runs["compiled autograd, mini_inductor"], runs["compiled autograd, eager"]
-    _assert_same_training(ours, torchs)
+    assert_same_training(ours, torchs)
     # compiled autograd's backward graphs reach us as inference graphs; no AOT backward is compiled
     assert ours["graphs"]["kinds"].get("inference", 0) >= 1 and "backward" not in ours["graphs"]["kinds"]
     # compiled autograd traces its graphs with symbolic sizes: how much of them is generated code is
