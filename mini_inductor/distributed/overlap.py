@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-from ..scheduler.partition import predecessors
 from .collectives import is_collective, is_wait
 
 
@@ -58,6 +57,7 @@ def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lamb
     kinds = ["collective" if is_collective(_kernel(n)) else "wait" if is_wait(_kernel(n)) else "" for n in nodes]
     if "collective" not in kinds:
         return list(nodes), []
+    from ..scheduler.partition import predecessors   # (here: the scheduler package imports this module)
     preds = predecessors(nodes)
     succs: list[set[int]] = [set() for _ in nodes]
     for i, p in enumerate(preds):

@@ -19,6 +19,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from .ir import IRNode, Layout, Pointwise
 from .sizevars import Expr, sympify_seq
+from . import symbolic
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -73,7 +74,11 @@ def broadcast_sizes(*sizes: Sequence[Expr]) -> list[Expr]:
             j = ndim - len(size) + i
             if s != 1:
                 if out[j] != 1 and out[j] != s:
-                    raise ValueError(f"sizes {[list(map(str, z)) for z in sizes]} do not broadcast")
+                    # a dynamic graph's sizes equal by Dynamo's guards (s0 == 8) broadcast as equal
+                    if symbolic.decide(sympy.Eq(out[j], s)) is not True:
+                        raise ValueError(f"sizes {[list(map(str, z)) for z in sizes]} do not broadcast")
+                    if s.free_symbols and not out[j].free_symbols:
+                        continue   # (the static one is kept)
                 out[j] = s
     return out
 

@@ -245,11 +245,13 @@ def decide(cond) -> bool | None:
     if env is None:
         return None
     theirs = {s.name: s for s in env.var_to_range}
-    if not all(s.name in theirs for s in cond.free_symbols) \
-            or any(isinstance(a, (FloorDiv, ModularIndexing)) for a in sympy.preorder_traversal(cond)):
+    if not all(s.name in theirs for s in cond.free_symbols):
         return None
     try:
-        found = env._maybe_evaluate_static(cond.xreplace({s: theirs[s.name] for s in cond.free_symbols}))
+        cond = cond.xreplace({s: theirs[s.name] for s in cond.free_symbols})
+        cond = cond.replace(lambda a: isinstance(a, FloorDiv), lambda a: torch_fns.FloorDiv(*a.args))
+        cond = cond.replace(lambda a: isinstance(a, ModularIndexing), lambda a: torch_fns.ModularIndexing(*a.args))
+        found = env._maybe_evaluate_static(cond)
     except Exception:  # noqa: BLE001  (a private ShapeEnv method: any failure means "not provable")
         return None
     return bool(found) if found in (sympy.true, sympy.false) else None

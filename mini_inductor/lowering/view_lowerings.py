@@ -161,7 +161,10 @@ def view(x, size):
     size = list(size)
     if -1 in size:
         known = product(sympify_seq([s for s in size if s != -1]))
-        size[size.index(-1)] = product(old) / known
+        inferred = product(old) / known
+        if any(isinstance(a, sympy.Pow) and a.exp < 0 for a in sympy.preorder_traversal(inferred)):
+            inferred = FloorDiv(product(old), known)   # a dynamic graph's quotient of sizes (exact)
+        size[size.index(-1)] = inferred
     new = sympify_seq(size)
     return View(x, new, reshape_reindexer(old, new))
 
@@ -171,12 +174,8 @@ def view_dtype(x, dtype):
     raise NotImplementedError("bitcast views run as fallback")
 
 
-def reshape_reindexer(old, new):
-    """Map an index of shape `new` to one of shape `old` (same numel), dimension group by group.
-
-    Groups are the shortest runs of old and new dims with equal products; a 1→1 group passes the
-    index through, others flatten and unflatten within the group only, so indices stay simple.
-    """
+def _reshape_groups(old, new) -> list[tuple[list[int], list[int]]] | None:
+    """The shortest runs of old and new dims with equal products, or None where they cannot be found."""
     groups = []  # (old dims, new dims)
     i = j = 0
     while i < len(old) or j < len(new):
@@ -186,12 +185,28 @@ def reshape_reindexer(old, new):
             oi.append(i); po = old[i]; i += 1
         if j < len(new):
             nj.append(j); pn = new[j]; j += 1
-        while po != pn:
+        while po != pn and sympy.expand(po - pn) != 0:
             if (po.is_Integer and pn.is_Integer and int(po) < int(pn)) and i < len(old) or j >= len(new):
+                if i >= len(old):
+                    return None
                 oi.append(i); po = po * old[i]; i += 1
             else:
                 nj.append(j); pn = pn * new[j]; j += 1
         groups.append((oi, nj))
+    return groups
+
+
+def reshape_reindexer(old, new):
+    """Map an index of shape `new` to one of shape `old` (same numel), dimension group by group.
+
+    Groups are the shortest runs of old and new dims with equal products; a 1→1 group passes the
+    index through, others flatten and unflatten within the group only, so indices stay simple.
+    """
+    groups = _reshape_groups(old, new)
+    if groups is None:
+        # products of a dynamic graph's sizes that do not match term by term ([16] as [s, t] where
+        # s*t is 16 by Dynamo's guards): one group, all of old flattened and unflattened into new
+        groups = [(list(range(len(old))), list(range(len(new))))]
 
     def reindex(idx):
         out = [sympy.Integer(0)] * len(old)
