@@ -276,7 +276,7 @@ class TritonKernel:
             return ": tl.constexpr" if isinstance(n, int) else ""
         params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size(self.numel)}"]
         if self.tiling is not None:
-            params = [argnames[b] for b in args] + [f"ynumel{size(self.tiling.ynumel)}",
+            params = [argnames[b] for b in args] + self.size_symbols() + [f"ynumel{size(self.tiling.ynumel)}",
                                                     f"xnumel{size(self.tiling.xnumel)}", "YBLOCK: tl.constexpr"]
         if self.is_reduction:
             params.append(f"rnumel{size(self.rnumel)}")

@@ -471,3 +471,20 @@ def test_a_row_length_bounded_by_its_range_gets_a_persistent_reduction(bounded):
     (record,) = metrics.compiled_graphs
     assert record.dynamic_symbols and all(k.startswith("triton_per" if bounded else "triton_red")
                                           for k in record.kernel_names), record.kernel_names
+
+
+def test_a_tiled_kernel_takes_the_size_symbols_its_indices_use(device):
+    # found by the fuzzer: an in-place multiply into a strided view by a transposed operand is a 2-D
+    # tiled kernel; its parameters left out the size symbols the wrapper passes
+    torch.set_default_device(None)   # (its function mode traces the views otherwise)
+
+    def f(x0, x, y):   # (the fuzzer's program as it found it)
+        x.mul_(y)
+        y.view(6, 3)
+        return (x0,)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    base, y = torch.randn(6, 6, device=device), torch.randn(3, 6, device=device).transpose(-2, -1)
+    ours, theirs, x0 = base.clone(), base.clone(), torch.randn(1, 1, device=device)
+    assert_same_tensor(compiled(x0, ours[..., ::2], y)[0], f(x0, theirs[..., ::2], y)[0], "output")
+    assert_same_tensor(ours, theirs, "the mutated input")
+    assert_dynamic(metrics.compiled_graphs)
