@@ -400,3 +400,17 @@ def test_hooks_on_a_replayed_output_do_not_carry_over_to_the_next_iteration():
             out.register_hook(lambda g: calls.append(1))
         out.sum().backward()
     assert len(calls) == 3   # only the iterations that registered one
+
+
+def test_a_hook_registers_on_a_reused_output_object_after_one_was_dropped():
+    """FSDP2 registers a pre-backward hook on every block's output: the reused output object must
+    take a new hook (its hooks were once reset to a plain dict, which `register_hook` cannot weakref)."""
+    lin = nn.Linear(8, 8).cuda()
+    cm = compiled(lin)
+    calls = []
+    for _ in range(4):
+        out = cm(torch.randn(4, 8, device="cuda"))
+        out.register_hook(lambda g: calls.append(1))
+        out.sum().backward()
+        del out   # the next replay hands back the same output object
+    assert len(calls) == 4

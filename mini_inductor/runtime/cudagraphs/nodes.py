@@ -506,7 +506,7 @@ def _fresh_autograd_state(t: torch.Tensor) -> None:
     """A reused output object hands over no hooks, gradient or requires_grad the user gave the last
     iteration's output (autograd sets its own on the new result)."""
     if t._backward_hooks is not None:
-        t._backward_hooks = {}
+        t._backward_hooks = None   # register_hook makes a new OrderedDict (it keeps a weak reference to it)
     if t.is_leaf:
         hooks = getattr(t, "_post_accumulate_grad_hooks", None)
         if hooks:
