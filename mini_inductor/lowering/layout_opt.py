@@ -1,6 +1,6 @@
 """Channels-last convolutions in inference graphs: cuDNN gets NHWC activations, not NCHW ones.
 
-Given NCHW (contiguous) fp16 or bf16 activations, cuDNN on the H100 converts each convolution's input
+Given NCHW (contiguous) fp16 or bf16 activations (often fp32 ones too, which it runs in TF32), cuDNN on the H100 converts each convolution's input
 to NHWC and its output back (`nchwToNhwcKernel` / `nhwcToNchwKernel`): in a ResNet-18 at batch 32
 those two kernels took 38% of the GPU time of our compiled graph. A channels-last input skips them,
 and its output is channels-last too.
@@ -21,10 +21,26 @@ that is not dense (a strided view of an intermediate), or whose propagation fail
 Forward graphs of training are left alone too: their saved tensors' layouts are what the backward
 graph was traced with.
 
-Option `conv_layout`: "auto" (the default: CUDA fp16/bf16 convolutions), "channels_last" (every 2-D
-convolution, any device and dtype: the CPU tests use it), "off". H100, ResNet-18 at batch 32, fp16,
-in one process (benchmarks/call_profile.py): with CUDA graphs 0.66 ms a call with "auto" against
-1.01 ms with "off"; without them 1.32 ms against 1.37 ms (the weights were still copied by ATen then).
+Which graphs (option `conv_layout`):
+  "auto" (the default)  CUDA fp16/bf16 convolutions, always: measured on the H100 and known good.
+                        A CUDA graph of other dtypes (fp32, which cuDNN runs in TF32 by default) goes
+                        channels-last only when measured faster: at compile time each distinct
+                        convolution of the graph is timed in both layouts, and the copies channels-last
+                        adds (the image into NHWC, the weights, outputs back to eager's strides) in it;
+                        channels-last must save 3% of the NCHW total (layout_timing.py; the timings are
+                        kept in memory and under cache_dir/autotune, so a warm start measures nothing).
+                        A graph with fp16/bf16 convolutions leaves its others in NCHW. CPU graphs: none.
+  "measure"             every 2-D convolution graph, any device and dtype, decided by measurement as
+                        above (the CPU tests use it)
+  "channels_last"       every 2-D convolution, any device and dtype, unmeasured (the CPU tests use it)
+  "off"                 none
+Measured or not, the summary (gm.meta[SUMMARY]: GraphRecord.layout, `explain`, the perf_hints log)
+says what was done and, when measured, the two totals; a graph kept in NCHW by its timings keeps a
+summary saying so. Graphs with symbolic sizes are not measured (they stay NCHW).
+
+H100, ResNet-18 at batch 32, fp16, in one process (benchmarks/call_profile.py): with CUDA graphs
+0.66 ms a call with "auto" against 1.01 ms with "off"; without them 1.32 ms against 1.37 ms (the
+weights were still copied by ATen then).
 """
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ decides fp32 graphs (layout_opt.py), whose gain from NHWC depends on the GPU, cu
 
 Each distinct item is timed once per device and setup: `time_layouts` runs the convolution on random
 data of its own in both layouts (a copy: in channels-last only; NCHW has no such copy), a few
-warm-ups then the median of several samples (timing.bench: CUDA events on the current stream; on
-the CPU, perf_counter). A time is looked up first in this process's memory (PROCESS.layout_timings),
+warm-ups then the median of several samples (timing.bench: CUDA events on the current stream, the
+calls queued ahead of the GPU, so that launch gaps do not count; on the CPU, perf_counter). A time is looked up first in this process's memory (PROCESS.layout_timings),
 then on disk next to the autotuning winners (caching/autotune.py `layout_key`), keyed by the item,
 the device's name, torch's and cuDNN's versions and the flags that change what cuDNN runs
 (allow_tf32, benchmark): a warm start measures nothing.
@@ -34,7 +34,9 @@ log = logging.getLogger("mini_inductor.perf_hints")
 
 MARGIN = 0.03          # channels-last must save this fraction of the NCHW time
 WARMUP, SAMPLES = 3, 9
-CUDA_CALLS = 4         # back-to-back calls a CUDA sample: the GPU runs ahead of cuDNN's host work
+# back-to-back calls a CUDA sample, queued behind a sleep kernel (timing.bench's queue_ahead): the GPU
+# runs them without waiting for cuDNN's host work, as a CUDA graph's replay would
+CUDA_CALLS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +173,7 @@ def _median_ms(fn, device: torch.device) -> float:
     if device.type != "cuda":
         return bench(fn, warmup=WARMUP, samples=SAMPLES, device=device).wall_ms
     with torch.cuda.device(device):
-        return bench(fn, warmup=WARMUP, samples=SAMPLES, calls=CUDA_CALLS, device=device).gpu_ms
+        return bench(fn, warmup=WARMUP, samples=SAMPLES, calls=CUDA_CALLS, device=device, queue_ahead=True).gpu_ms
 
 
 def environment(device: torch.device) -> str:
