@@ -57,13 +57,13 @@ def timings(monkeypatch):
     """Replaces the measuring core: each call is counted; a convolution takes `conv` ms (NCHW,
     channels-last), a layout copy `copy` ms."""
     class Fake:
-        conv, copy, calls = (1.0, 0.5), 0.01, []
+        def __init__(self):
+            self.conv, self.copy, self.calls = (1.0, 0.5), 0.01, []
 
         def __call__(self, item, device):
             self.calls.append(item)
             return self.conv if isinstance(item, layout_timing.ConvShape) else (0.0, self.copy)
     fake = Fake()
-    fake.calls = []
     monkeypatch.setattr(layout_timing, "time_layouts", fake)
     PROCESS.layout_timings.clear()
     yield fake
@@ -104,7 +104,7 @@ def test_nchw_is_kept_when_channels_last_does_not_save_3_percent(timings):
                              f"copies (0.050 ms) ({SETUP}; channels-last must save 3%)")
 
 
-def test_the_decision_follows_real_cpu_measurements():
+def test_the_decision_follows_real_measurements():
     PROCESS.layout_timings.clear()
     model, x = _input()
     record = _run(model, x, conv_layout="measure")
@@ -220,7 +220,7 @@ def test_cuda_fp32_convolutions_are_decided_by_measurement_and_match_eager(tf32,
     model = _SmallResNet().cuda().eval()
     x = torch.randn(16, 3, 64, 64, device="cuda")
     rng = torch.cuda.get_rng_state()
-    tol = 1e-2 if tf32 else 1e-4          # TF32 keeps 10 bits of mantissa; eager runs TF32 too, differently
+    tol = 2e-2 if tf32 else 1e-4          # TF32 keeps 10 bits of mantissa; eager runs TF32 too, differently
     with torch.no_grad():
         want = model(x)
         compiled = torch.compile(model, backend="mini_inductor")
