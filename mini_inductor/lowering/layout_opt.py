@@ -1,9 +1,10 @@
 """Channels-last convolutions in inference graphs: cuDNN gets NHWC activations, not NCHW ones.
 
-Given NCHW (contiguous) fp16 or bf16 activations (often fp32 ones too, which it runs in TF32), cuDNN on the H100 converts each convolution's input
+Given NCHW (contiguous) fp16 or bf16 activations, cuDNN on the H100 converts each convolution's input
 to NHWC and its output back (`nchwToNhwcKernel` / `nhwcToNchwKernel`): in a ResNet-18 at batch 32
 those two kernels took 38% of the GPU time of our compiled graph. A channels-last input skips them,
-and its output is channels-last too.
+and its output is channels-last too. fp32 convolutions, which cuDNN runs in TF32 by default, often
+gain as well, but not always: those are measured first (below).
 
 So before lowering, an inference graph with 2-D convolutions gets a channels-last copy of each
 convolution's input (`aten.clone(memory_format=torch.channels_last)`); FakeTensor propagation then

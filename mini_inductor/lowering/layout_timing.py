@@ -9,10 +9,11 @@ decides fp32 graphs (layout_opt.py), whose gain from NHWC depends on the GPU, cu
 Each distinct item is timed once per device and setup: `time_layouts` runs the convolution on random
 data of its own in both layouts (a copy: in channels-last only; NCHW has no such copy), a few
 warm-ups then the median of several samples (timing.bench: CUDA events on the current stream, the
-calls queued ahead of the GPU, so that launch gaps do not count; on the CPU, perf_counter). A time is looked up first in this process's memory (PROCESS.layout_timings),
-then on disk next to the autotuning winners (caching/autotune.py `layout_key`), keyed by the item,
-the device's name, torch's and cuDNN's versions and the flags that change what cuDNN runs
-(allow_tf32, benchmark): a warm start measures nothing.
+calls queued ahead of the GPU, so that launch gaps do not count; on the CPU, perf_counter). A time
+is looked up first in this process's memory (PROCESS.layout_timings), then on disk next to the
+autotuning winners (caching/autotune.py `layout_key`), keyed by the item, the device's name, torch's
+and cuDNN's versions and the flags that change what cuDNN runs (allow_tf32, benchmark): a warm start
+measures nothing.
 
 Channels-last wins when its convolutions plus its copies take at least MARGIN less than the NCHW
 convolutions (whose time includes cuDNN's own layout conversions). The pointwise kernels between

@@ -214,7 +214,8 @@ def test_cuda_fp32_convolutions_are_decided_by_measurement_and_match_eager(tf32,
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
     calls = []
     real = layout_timing.time_layouts
-    monkeypatch.setattr(layout_timing, "time_layouts", lambda item, device: calls.append(item) or real(item, device))
+    monkeypatch.setattr(layout_timing, "time_layouts",
+                        lambda item, device: calls.append(item) or real(item, device))
     PROCESS.layout_timings.clear()
     torch.manual_seed(0)
     model = _SmallResNet().cuda().eval()
@@ -248,7 +249,8 @@ def test_cuda_fp32_in_either_decision_keeps_eager_values_and_strides(monkeypatch
     x = torch.randn(4, 16, 16, 16, device="cuda")
     for conv, nhwc in (((1.0, 0.5), True), ((1.0, 1.0), False)):
         PROCESS.layout_timings.clear()
-        monkeypatch.setattr(layout_timing, "time_layouts",
-                            lambda item, device, conv=conv: conv if isinstance(item, layout_timing.ConvShape) else (0.0, 0.0))
+        def fake(item, device, conv=conv):
+            return conv if isinstance(item, layout_timing.ConvShape) else (0.0, 0.0)
+        monkeypatch.setattr(layout_timing, "time_layouts", fake)
         record = _run(model, x, tol=1e-2, conv_layout="auto")
         assert record.layout.startswith("channels-last" if nhwc else "convolutions kept in NCHW"), record.layout
