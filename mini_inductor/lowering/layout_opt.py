@@ -157,12 +157,12 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = 
         return gm
     if measured and not verdict.channels_last_wins:
         gm.meta[SUMMARY] = verdict.describe()
-        log.info("%s: %s", name, gm.meta[SUMMARY])
+        log.info("%s: %s [%s]", name, gm.meta[SUMMARY], verdict.sources())
         return gm
     if measured:
         new.meta[SUMMARY] += f"; {verdict.describe()}"
     new.meta[MARK] = changed
-    log.info("%s: %s", name, new.meta[SUMMARY])
+    log.info("%s: %s%s", name, new.meta[SUMMARY], f" [{verdict.sources()}]" if measured else "")
     return new
 
 

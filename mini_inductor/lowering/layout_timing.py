@@ -21,6 +21,7 @@ convolutions are not timed: they move the same bytes in either layout.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import platform
@@ -99,6 +100,7 @@ class Verdict:
     copies_ms: float                  # of channels_last_ms: its layout copies
     convolutions: int
     setup: str                        # "float32, TF32 on", "float32, cpu"
+    served: dict[str, int] = dataclasses.field(default_factory=dict)   # items by source: measured, disk, memory
 
     @property
     def channels_last_wins(self) -> bool:
@@ -112,33 +114,44 @@ class Verdict:
                 f"{self.channels_last_ms:.3f} ms channels-last with its copies ({self.copies_ms:.3f} ms) "
                 f"({self.setup}; channels-last must save {MARGIN:.0%})")
 
+    def sources(self) -> str:
+        """Where the timings came from, for the log: "12 timings: 12 measured" (a warm start: "disk")."""
+        counts = ", ".join(f"{n} {how}" for how, n in sorted(self.served.items()))
+        return f"{sum(self.served.values())} timings: {counts}"
+
 
 def compare(convs: list[ConvShape], copies: list[LayoutCopy], device: torch.device,
             cache_dir: str | None) -> Verdict:
     """Both layouts' totals for a graph with `convs` (one entry per convolution, repeats included) and
     the `copies` channels-last adds; each distinct item measured once (or read back from the caches)."""
-    times = {item: layout_ms(item, device, cache_dir) for item in dict.fromkeys([*convs, *copies])}
+    times, served = {}, collections.Counter()
+    for item in dict.fromkeys([*convs, *copies]):
+        times[item], how = layout_ms(item, device, cache_dir)
+        served[how] += 1
     nchw = sum(times[c][0] for c in convs)
     copies_ms = sum(times[c][1] for c in copies)
     return Verdict(nchw, sum(times[c][1] for c in convs) + copies_ms, copies_ms, len(convs),
-                   _setup(convs[0].dtype if convs else torch.float32, device))
+                   _setup(convs[0].dtype if convs else torch.float32, device), dict(served))
 
 
-def layout_ms(item: ConvShape | LayoutCopy, device: torch.device, cache_dir: str | None) -> tuple[float, float]:
-    """(NCHW ms, channels-last ms) of one item: this process's memory, the disk, else `time_layouts`."""
+def layout_ms(item: ConvShape | LayoutCopy, device: torch.device,
+              cache_dir: str | None) -> tuple[tuple[float, float], str]:
+    """(NCHW ms, channels-last ms) of one item, and where it came from: "memory" (this process), "disk",
+    else "measured" (`time_layouts`; then kept in both)."""
     measured = f"{item.describe()} | {environment(device)}"
     key = autotune_cache.layout_key(measured)
     if key in PROCESS.layout_timings:
-        return PROCESS.layout_timings[key]
+        return PROCESS.layout_timings[key], "memory"
     path = autotune_cache.path(cache_dir, key) if cache_dir else None
     times = autotune_cache.read_layout(path, measured) if path else None
+    how = "disk"
     if times is None:
-        times = time_layouts(item, device)
+        times, how = time_layouts(item, device), "measured"
         log.debug("layout timing: %s: NCHW %.4f ms, channels-last %.4f ms", measured, *times)
         if path:
             autotune_cache.write_layout(path, measured, *times)
     PROCESS.layout_timings[key] = times
-    return times
+    return times, how
 
 
 def time_layouts(item: ConvShape | LayoutCopy, device: torch.device) -> tuple[float, float]:

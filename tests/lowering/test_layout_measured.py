@@ -35,9 +35,11 @@ class _Stage(nn.Module):
         return F.adaptive_avg_pool2d(self.down(y), 1).flatten(1), y
 
 
-def _run(model, x, tol=1e-5, **options):
-    """Compile `model` afresh, check values and strides against eager; the graph's record."""
-    torch._dynamo.reset()
+def _run(model, x, tol=1e-5, reset=True, **options):
+    """Compile `model` afresh, check values and strides against eager; the graph's record. `reset`:
+    torch._dynamo.reset() first (mini_inductor.reset() too, which empties caching.PROCESS)."""
+    if reset:
+        torch._dynamo.reset()
     with torch.no_grad():
         want = model(x)
         got = torch.compile(model, backend="mini_inductor", options=dict(graph_cache=False, **options))(x)
@@ -119,14 +121,18 @@ def test_the_decision_follows_real_measurements():
     assert len(PROCESS.layout_timings) == 6
 
 
-def test_a_second_compile_measures_nothing_and_a_new_process_reads_the_timings_from_disk(timings):
+def test_a_second_compile_measures_nothing_and_a_new_process_reads_the_timings_from_disk(timings, caplog):
     model, x = _input()
-    first = _run(model, x, conv_layout="measure")
+    with caplog.at_level(logging.INFO, logger="mini_inductor.perf_hints"):
+        first = _run(model, x, conv_layout="measure")
+        assert len(timings.calls) == 6
+        second = _run(lambda t: model(t), x, reset=False, conv_layout="measure")   # this process's memory
+        torch._dynamo.reset()                                      # forgets them, as a new process would
+        third = _run(model, x, conv_layout="measure")              # the disk
     assert len(timings.calls) == 6
-    second = _run(model, x, conv_layout="measure")                 # this process's memory
-    PROCESS.layout_timings.clear()
-    third = _run(model, x, conv_layout="measure")                  # as a new process: the disk
-    assert len(timings.calls) == 6
+    logged = [r.getMessage() for r in caplog.records if "timings:" in r.getMessage()]
+    assert [m.split("[")[-1] for m in logged] == ["6 timings: 6 measured]", "6 timings: 6 memory]",
+                                                  "6 timings: 6 disk]"], logged
     assert first.layout == second.layout == third.layout
     entries = list((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json"))
     assert len(entries) == 6
