@@ -404,6 +404,8 @@ def _print_report(out: Output, report) -> None:
              f"Triton kernels, {len(report['externs'])} extern calls")
     if report.get("stage_seconds"):
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
+    if report.get("layout"):
+        out.line(f"layout: {report['layout']}")
 
     def timing(k):
         if not k.get("time_ms"):

@@ -37,7 +37,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 | dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
 | static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
-| conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16 convolutions; "channels_last": all; "off") |
+| conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16; other CUDA dtypes if measured faster; "channels_last"; "measure"; "off") |
 | dynamic_shapes       | MINI_INDUCTOR_DYNAMIC_SHAPES     | "symbolic" ("per_size": a compile for each size; "eager") |
 """
 from __future__ import annotations
@@ -149,9 +149,13 @@ class Config:
     # cold start paid 0.23-0.40 s a signature); False: Triton's own launchers, as before. GPU only
     static_launch: bool = True
     # inference graphs with 2-D convolutions: give them channels-last inputs, so that cuDNN skips its
-    # NCHW<->NHWC conversions (lowering/layout_opt.py). "auto": CUDA fp16/bf16 convolutions;
-    # "channels_last": every one (any device or dtype); "off": none. Outputs keep eager's strides.
-    # H100, ResNet-18 at batch 32, fp16, with CUDA graphs: 0.67 ms a call with "auto", 1.01 ms "off"
+    # NCHW<->NHWC conversions (lowering/layout_opt.py). "auto": CUDA fp16/bf16 convolutions always; a
+    # graph of other CUDA dtypes (fp32: TF32 by default) when its convolutions, timed at compile time in
+    # both layouts with channels-last's copies, are at least 3% faster (lowering/layout_timing.py; the
+    # timings are kept under cache_dir/autotune); "channels_last": every one (any device or dtype);
+    # "measure": every one when measured faster (any device or dtype: the CPU tests use it); "off": none.
+    # Outputs keep eager's strides. H100, ResNet-18 at batch 32, fp16, with CUDA graphs: 0.67 ms a call
+    # with "auto", 1.01 ms "off"
     conv_layout: str = "auto"
     # graphs Dynamo traced with symbolic sizes, and graphs with sizes read from data (.item(), nonzero).
     # "symbolic": one compile for every size, sizes as kernel arguments (a graph it cannot take is
@@ -179,7 +183,7 @@ class OptionError(ValueError):
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_CHOICES = {"conv_layout": ("auto", "channels_last", "off"), "dynamic_shapes": ("per_size", "symbolic", "eager")}
+_CHOICES = {"conv_layout": ("auto", "channels_last", "off", "measure"), "dynamic_shapes": ("per_size", "symbolic", "eager")}
 _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 
 

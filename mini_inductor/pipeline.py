@@ -93,7 +93,7 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     cfg, kind = graph_args["cfg"], graph_args["kind"]
     install_interpreter_shims()
     if kind == "inference":
-        gm = channels_last_convolutions(gm, cfg.conv_layout, name)
+        gm = channels_last_convolutions(gm, cfg.conv_layout, name, cache_dir=cfg.cache_dir)
         record.layout = gm.meta.get(LAYOUT_SUMMARY, "")
 
     disk_key = graph_cache.graph_key(gm, example_inputs, cfg)

@@ -8,7 +8,10 @@ A sample is `calls` back-to-back calls (1: one call per sample, as `triton.testi
 more: per-call host overhead shows, as in a training loop). On CUDA each sample is bracketed by CUDA
 events (device time) and perf_counter (host time up to the synchronize that ends it); on the CPU
 only perf_counter runs and `gpu_ms` is None. With flush_l2, a 256 MB buffer is zeroed before each
-sample (and waited for), so a sample does not find the previous one's data in L2.
+sample (and waited for), so a sample does not find the previous one's data in L2. With queue_ahead, a
+sleep kernel runs before each sample while the host queues the sample's calls, so the GPU runs them
+back to back: `gpu_ms` is then device time without the host's launch gaps (what a CUDA graph
+replays), and `wall_ms` includes the sleep.
 
 This module imports only torch: benchmarks load it from its file in processes that must not import
 mini_inductor (its import starts setup threads), so it imports nothing from the package.
@@ -23,6 +26,7 @@ from typing import Callable
 import torch
 
 L2_FLUSH_BYTES = 256 * 2**20      # larger than any GPU's L2 today (H100: 50 MB)
+QUEUE_AHEAD_CYCLES = 1_000_000    # queue_ahead's sleep: about 0.5 ms at an H100's clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,11 +40,12 @@ class Timing:
 
 
 def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1,
-          flush_l2: bool = False, device: str | torch.device | None = None) -> Timing:
+          flush_l2: bool = False, device: str | torch.device | None = None, queue_ahead: bool = False) -> Timing:
     """Time `fn()`: `warmup` calls, then `samples` samples of `calls` back-to-back calls each.
 
-    device: where fn runs ("cuda" or "cpu"); by default CUDA when it is available. The median of the
-    samples' per-call times is returned in milliseconds.
+    device: where fn runs ("cuda" or "cpu"); by default CUDA when it is available. queue_ahead (CUDA):
+    each sample waits behind a sleep kernel, so that its calls reach the GPU already queued. The
+    median of the samples' per-call times is returned in milliseconds.
     """
     on_cuda = (torch.device(device).type == "cuda") if device is not None else torch.cuda.is_available()
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
@@ -55,6 +60,8 @@ def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1
             sync()
         if on_cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if queue_ahead:
+                torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
         start = time.perf_counter()
         if on_cuda:
             begin.record()

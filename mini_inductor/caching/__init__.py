@@ -4,12 +4,14 @@ Storage, which the runtime may use (each imports only files.py and torch; Triton
 functions that need it):
     files.py          the one atomic writer and hash-checked reader; the directory layout; the versions
                       every key includes
-    memory.py         PROCESS: what this process keeps between compiles (compiled graphs, loaded modules)
+    memory.py         PROCESS: what this process keeps between compiles (compiled graphs, loaded modules,
+                      layout timings)
     modules.py        generated modules, content-addressed, loaded once per process
     kernel_store.py   compiled Triton kernels' records, so that a later process reloads a kernel without
                       Triton's compile path (written and read by runtime/launch/precompile.py)
     autotune.py       autotuning winners: the config mode="max-autotune" picked per kernel specialization
-                      (the tuning itself: runtime/launch/autotune.py)
+                      (the tuning itself: runtime/launch/autotune.py); and the layout timings by which
+                      conv_layout decides fp32 graphs (the timing itself: lowering/layout_timing.py)
 Compiled graphs, above the runtime and the compiler:
     graph_cache.py    keyed on the ATen graph: a new process skips lowering, scheduling and codegen
     front_cache.py    keyed on Dynamo's graph: a hit skips AOT autograd as well (inference graphs)

@@ -10,6 +10,16 @@
     read(path, meta)                 # (num_warps, meta), or None: missing, damaged or not fitting
     write(path, record)
 
+Layout timings of the channels-last pass (lowering/layout_timing.py) live in the same folder: what one
+convolution (or one layout copy) costs in NCHW and in channels-last, on one device.
+
+    {"format": 1, "measured": "conv2d x=(16, 64, 56, 56) … | cuda NVIDIA H100 … torch 2.11.0",
+     "nchw_ms": 0.041, "channels_last_ms": 0.030}
+
+    layout_key(measured)          # the sha256 of that description (the item, the device, its flags, torch)
+    read_layout(path, measured)   # (nchw_ms, channels_last_ms), or None: missing, damaged or another item's
+    write_layout(path, measured, nchw_ms, channels_last_ms)
+
 The tuning itself (candidates, timing, which one wins) is runtime/launch/autotune.py.
 """
 from __future__ import annotations
@@ -60,3 +70,29 @@ def _winner(data, meta: dict) -> tuple[int, dict]:
 
 def write(path: str, record: dict) -> None:
     cache_files.write(path, json.dumps(record, indent=1), "autotuning entry")
+
+
+def layout_key(measured: str) -> str:
+    """The key of one layout timing: `measured` says the item and everything its time depends on."""
+    return hashlib.sha256(f"layout timing {FORMAT}\n{measured}".encode()).hexdigest()
+
+
+def read_layout(path: str, measured: str) -> tuple[float, float] | None:
+    """(nchw_ms, channels_last_ms) at `path`, or None: missing, or damaged or not this item's (deleted
+    with a warning by cache_files.read; the item is measured again)."""
+    return cache_files.read(path, "layout timing", "measuring it again",
+                            lambda data: _layout_times(json.loads(data.decode("utf-8")), measured))
+
+
+def _layout_times(data, measured: str) -> tuple[float, float]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("measured") != measured:
+        raise ValueError("not a layout timing of this item")
+    times = data.get("nchw_ms"), data.get("channels_last_ms")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf") for t in times):
+        raise ValueError(f"times {times} are not milliseconds")
+    return float(times[0]), float(times[1])
+
+
+def write_layout(path: str, measured: str, nchw_ms: float, channels_last_ms: float) -> None:
+    cache_files.write(path, json.dumps({"format": FORMAT, "measured": measured, "nchw_ms": nchw_ms,
+                                        "channels_last_ms": channels_last_ms}, indent=1), "layout timing")

@@ -5,7 +5,7 @@
     cache_dir/ab/mi_ab12….py           generated modules, named after their source  (modules.py)
     cache_dir/ab/mi_ab12….*.code       their bytecode                              (modules.py)
     cache_dir/kernels/….json           compiled Triton kernels' records             (kernel_store.py)
-    cache_dir/autotune/ab/ab12….json   autotuning winners                          (autotune.py)
+    cache_dir/autotune/ab/ab12….json   autotuning winners, layout timings          (autotune.py)
 
     write(path, payload, what)                 # a temporary file in the same folder, then os.replace:
                                                # a reader sees the old file or the new one, never half
@@ -14,7 +14,7 @@
                                                # after the hash of its source): no header line
 
 A keyed entry (compiled graphs, front cache entries, generated modules' bytecode, autotuning winners,
-compiled-kernel records) starts with one line giving the sha256 of the rest of the file:
+layout timings, compiled-kernel records) starts with one line giving the sha256 of the rest of the file:
 
     # mini_inductor sha256=9f2c…
     {"format": 1, …}
@@ -44,7 +44,7 @@ LAYOUT = {                        # what each folder under cache_dir holds (cach
     "front": "Dynamo graph → compiled inference graph (front_cache.py)",
     "modules": "generated modules and their bytecode, at the top: ab/mi_ab12….py (modules.py)",
     KERNELS: "compiled Triton kernels' records (kernel_store.py)",
-    "autotune": "autotuning winners (autotune.py)",
+    "autotune": "autotuning winners and convolution layout timings (autotune.py)",
 }
 
 

@@ -4,6 +4,7 @@
     PROCESS.graphs        # in-process key → the compiled graph, its cache entry and trace (lookup.py)
     PROCESS.modules       # a generated module's source hash → the module, executed once (modules.py)
     PROCESS.hits          # how each compile of this process was served: memory, disk, miss, ...
+    PROCESS.layout_timings  # a layout timing's key → (NCHW ms, channels-last ms) (lowering/layout_timing.py)
     print(PROCESS)        # a one-line summary; PROCESS.clear() forgets it all (mini_inductor.reset())
 """
 from __future__ import annotations
@@ -19,11 +20,13 @@ class ProcessCache:
     graphs: dict[str, Any] = dataclasses.field(default_factory=dict)
     modules: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict)
     hits: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    layout_timings: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def clear(self) -> None:
         self.graphs.clear()
         self.modules.clear()
         self.hits.clear()
+        self.layout_timings.clear()
 
     def __repr__(self) -> str:
         served = ", ".join(f"{how} {n}" for how, n in sorted(self.hits.items())) or "nothing compiled yet"

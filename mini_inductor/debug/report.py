@@ -155,6 +155,7 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
                     "moves": [str(m) for m in getattr(sched, "overlap_moves", [])]},
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
         "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
+        "layout": getattr(trace.record, "layout", ""),   # the channels-last pass (lowering/layout_opt.py)
     }
 
 

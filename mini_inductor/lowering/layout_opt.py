@@ -3,7 +3,8 @@
 Given NCHW (contiguous) fp16 or bf16 activations, cuDNN on the H100 converts each convolution's input
 to NHWC and its output back (`nchwToNhwcKernel` / `nhwcToNchwKernel`): in a ResNet-18 at batch 32
 those two kernels took 38% of the GPU time of our compiled graph. A channels-last input skips them,
-and its output is channels-last too.
+and its output is channels-last too. fp32 convolutions, which cuDNN runs in TF32 by default, often
+gain as well, but not always: those are measured first (below).
 
 So before lowering, an inference graph with 2-D convolutions gets a channels-last copy of each
 convolution's input (`aten.clone(memory_format=torch.channels_last)`); FakeTensor propagation then
@@ -21,10 +22,26 @@ that is not dense (a strided view of an intermediate), or whose propagation fail
 Forward graphs of training are left alone too: their saved tensors' layouts are what the backward
 graph was traced with.
 
-Option `conv_layout`: "auto" (the default: CUDA fp16/bf16 convolutions), "channels_last" (every 2-D
-convolution, any device and dtype: the CPU tests use it), "off". H100, ResNet-18 at batch 32, fp16,
-in one process (benchmarks/call_profile.py): with CUDA graphs 0.66 ms a call with "auto" against
-1.01 ms with "off"; without them 1.32 ms against 1.37 ms (the weights were still copied by ATen then).
+Which graphs (option `conv_layout`):
+  "auto" (the default)  CUDA fp16/bf16 convolutions, always: measured on the H100 and known good.
+                        A CUDA graph of other dtypes (fp32, which cuDNN runs in TF32 by default) goes
+                        channels-last only when measured faster: at compile time each distinct
+                        convolution of the graph is timed in both layouts, and the copies channels-last
+                        adds (the image into NHWC, the weights, outputs back to eager's strides) in it;
+                        channels-last must save 3% of the NCHW total (layout_timing.py; the timings are
+                        kept in memory and under cache_dir/autotune, so a warm start measures nothing).
+                        A graph with fp16/bf16 convolutions leaves its others in NCHW. CPU graphs: none.
+  "measure"             every 2-D convolution graph, any device and dtype, decided by measurement as
+                        above (the CPU tests use it)
+  "channels_last"       every 2-D convolution, any device and dtype, unmeasured (the CPU tests use it)
+  "off"                 none
+Measured or not, the summary (gm.meta[SUMMARY]: GraphRecord.layout, `explain`, the perf_hints log)
+says what was done and, when measured, the two totals; a graph kept in NCHW by its timings keeps a
+summary saying so. Graphs with symbolic sizes are not measured (they stay NCHW).
+
+H100, ResNet-18 at batch 32, fp16, in one process (benchmarks/call_profile.py): with CUDA graphs
+0.66 ms a call with "auto" against 1.01 ms with "off"; without them 1.32 ms against 1.37 ms (the
+weights were still copied by ATen then).
 """
 from __future__ import annotations
 
@@ -33,10 +50,12 @@ import logging
 import torch
 import torch.fx
 
+from . import layout_timing
+
 aten = torch.ops.aten
 log = logging.getLogger("mini_inductor.perf_hints")
 
-MODES = ("auto", "channels_last", "off")
+MODES = ("auto", "channels_last", "measure", "off")
 MARK = "mini_inductor_channels_last"     # gm.meta key: how many convolutions the pass changed
 SUMMARY = "mini_inductor_channels_last_summary"   # gm.meta key: what it did, in words (GraphRecord.layout)
 
@@ -45,18 +64,20 @@ def _val(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _conv2d_inputs(gm: torch.fx.GraphModule, mode: str) -> list[torch.fx.Node]:
+def _plan(gm: torch.fx.GraphModule, mode: str) -> tuple[list[torch.fx.Node], bool]:
+    """The convolutions the pass gives channels-last inputs, and whether to measure before it does."""
     convs = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is not aten.convolution.default:
             continue
         x = _val(node.args[0])
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or node.args[6]:   # 2-D, not transposed
-            continue
-        if mode == "auto" and not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
-            continue
-        convs.append(node)
-    return convs
+        if isinstance(x, torch.Tensor) and x.dim() == 4 and not node.args[6]:   # 2-D, not transposed
+            convs.append(node)
+    if mode != "auto":
+        return convs, mode == "measure"
+    cuda = [c for c in convs if _val(c.args[0]).is_cuda]
+    halves = [c for c in cuda if _val(c.args[0]).dtype in (torch.float16, torch.bfloat16)]
+    return (halves, False) if halves else (cuda, True)
 
 
 def is_channels_last(t: torch.Tensor) -> bool:
@@ -97,12 +118,15 @@ def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(s == 1 or x == y for s, x, y in zip(a.shape, a.stride(), b.stride()))
 
 
-def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = "") -> torch.fx.GraphModule:
+def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = "", *,
+                               cache_dir: str | None = None) -> torch.fx.GraphModule:
     """`gm` with channels-last convolutions (a new GraphModule; `gm` itself is not changed), or `gm`
-    where there is nothing to do or the pass cannot keep every output's strides."""
+    where there is nothing to do, measurement says NCHW is as fast (then `gm.meta[SUMMARY]` says so),
+    or the pass cannot keep every output's strides. `cache_dir`: where measured layout timings are kept."""
     if mode not in MODES:
         raise ValueError(f"conv_layout must be one of {MODES}, not {mode!r}")
-    if mode == "off" or not _conv2d_inputs(gm, mode):
+    convs, measured = _plan(gm, mode) if mode != "off" else ([], False)
+    if not convs:
         return gm
     output = next(n for n in gm.graph.nodes if n.op == "output")
     results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
@@ -113,28 +137,47 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, mode: str, name: str = 
     fake_mode = torch._guards.detect_fake_mode([_val(p) for p in placeholders])
     if fake_mode is None:
         return gm
+    shapes = [layout_timing.ConvShape.of(c) for c in convs] if measured else []
+    if measured and (None in shapes or _capturing()):
+        log.info("%s: convolutions keep NCHW: not measured (%s)", name,
+                 "symbolic sizes" if None in shapes else "a CUDA graph is being captured")
+        return gm
     graph = torch.fx.Graph()
-    copies = {}
-    out = graph.graph_copy(gm.graph, copies)
+    node_copies = {}
+    out = graph.graph_copy(gm.graph, node_copies)
     graph.output(out)
     new = torch.fx.GraphModule(gm, graph)
     try:
-        changed = _rewrite(new, mode, fake_mode, [_val(p) for p in placeholders])
+        changed, layout_copies = _rewrite(new, [node_copies[c] for c in convs], fake_mode,
+                                          [_val(p) for p in placeholders])
+        if measured:
+            verdict = layout_timing.compare(shapes, layout_copies, _val(convs[0].args[0]).device, cache_dir)
     except Exception as e:  # noqa: BLE001  (the graph as it was is still right, only slower)
         log.info("%s: convolutions keep NCHW: %s: %s", name, type(e).__name__, e)
         return gm
+    if measured and not verdict.channels_last_wins:
+        gm.meta[SUMMARY] = verdict.describe()
+        log.info("%s: %s [%s]", name, gm.meta[SUMMARY], verdict.sources())
+        return gm
+    if measured:
+        new.meta[SUMMARY] += f"; {verdict.describe()}"
     new.meta[MARK] = changed
-    log.info("%s: %s", name, new.meta[SUMMARY])
+    log.info("%s: %s%s", name, new.meta[SUMMARY], f" [{verdict.sources()}]" if measured else "")
     return new
 
 
-def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _rewrite(gm: torch.fx.GraphModule, convs: list[torch.fx.Node], fake_mode, inputs) -> tuple[int, list]:
+    """Give `convs` (nodes of `gm`) channels-last inputs and weights, in place; how many, and the layout
+    copies the graph makes for that (LayoutCopy: the inputs', the weights', the outputs' back)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     graph = gm.graph
     output = next(n for n in graph.nodes if n.op == "output")
     results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     before = {r: _val(r) for r in results if isinstance(_val(r), torch.Tensor)}
-    convs = _conv2d_inputs(gm, mode)
     copies = []
     for conv in convs:
         x = conv.args[0]
@@ -156,13 +199,16 @@ def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
                 weights[w] = graph.call_function(aten.clone.default, (w,), {"memory_format": torch.channels_last})
         conv.update_arg(1, weights[w])
     FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*inputs)
-    dropped = 0
+    kept = []
     for copy in copies:
         x = copy.args[0]
         if is_channels_last(_val(x)):
             copy.replace_all_uses_with(x)
             graph.erase_node(copy)
-            dropped += 1
+        else:
+            kept.append(copy)
+    dropped = len(copies) - len(kept)
+    layout_copies = [layout_timing.LayoutCopy.of(_val(c.args[0]), _val(c)) for c in (*kept, *weights.values())]
     restored = 0
     for r, old in before.items():
         new = _val(r)
@@ -183,8 +229,9 @@ def _rewrite(gm: torch.fx.GraphModule, mode: str, fake_mode, inputs) -> int:
         if not _same_strides(old, back.meta["val"]):
             raise RuntimeError(f"cannot give output {r.name} its strides {old.stride()} back")
         output.replace_input_with(r, back)
+        layout_copies.append(layout_timing.LayoutCopy.of(new, back.meta["val"]))
     graph.lint()
     gm.recompile()
     gm.meta[SUMMARY] = (f"channels-last convolutions: {len(convs)} (inputs copied {len(copies) - dropped}, "
                         f"weights copied {len(weights)}, outputs copied back to eager's strides {restored})")
-    return len(convs)
+    return len(convs), layout_copies

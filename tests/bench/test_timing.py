@@ -34,3 +34,12 @@ def test_on_cuda_each_sample_has_a_gpu_time_with_the_l2_flushed_before_it():
     t = timing.bench(lambda: x.mul_(1.0), warmup=2, samples=5, calls=3, flush_l2=True, device="cuda")
     assert len(t.gpu_samples_ms) == 5 and t.gpu_ms == statistics.median(t.gpu_samples_ms)
     assert all(ms > 0 for ms in t.gpu_samples_ms)
+
+
+@pytest.mark.gpu
+def test_on_cuda_queue_ahead_leaves_the_launch_gaps_out_of_the_gpu_time():
+    import torch
+    x = torch.randn(1024, device="cuda")          # a kernel far shorter than its launch
+    gapped = timing.bench(lambda: x.add_(1.0), warmup=2, samples=5, calls=50, device="cuda")
+    queued = timing.bench(lambda: x.add_(1.0), warmup=2, samples=5, calls=50, device="cuda", queue_ahead=True)
+    assert len(queued.gpu_samples_ms) == 5 and 0 < queued.gpu_ms <= gapped.gpu_ms * 1.1
