@@ -161,7 +161,7 @@ class TritonKernel:
         each indirect index over the size of the dimension it indexes) may leave int32, the kernel
         computes its indices in int64 and the 32-bit indirect indices in it are widened before any
         multiplication: a loaded int32 index times a stride would wrap around."""
-        ranges = {**self.var_ranges, **{s: sympy.Integer(size) for s, (size, _) in self.indirect.items()}}
+        ranges = {**self.var_ranges, **{s: sympy.sympify(size) for s, (size, _) in self.indirect.items()}}
         if self.dynamic:   # each loop's length, and each size symbol, by its greatest value (a bound)
             ranges = {**{v: sympy.Integer(g + 1) for v, r in ranges.items()
                          if (g := _greatest(r - 1, self.size_bounds)) is not None}, **self.size_bounds}

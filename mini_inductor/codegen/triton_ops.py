@@ -281,12 +281,13 @@ class TritonOps:
 
         Negative indices wrap around as in eager; an out-of-range index is a device-side assert.
         """
-        size = int(size)
-        wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size}, {value})", value.dtype)
+        size = sympy.sympify(size)   # a dynamic graph's: an expression of its size symbols (kernel arguments)
+        size_text = str(int(size)) if not size.free_symbols else f"({texpr(size)})"
+        wrapped = self.k.emit(f"tl.where({value} < 0, {value} + {size_text}, {value})", value.dtype)
         if check and self.k.device_asserts:
             row = "xmask & rmask" if self.k.is_reduction and self.inside else self.k.row_mask
             mask = " & ".join([row] + self.masks)
-            line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size})) | ~({mask}), "
+            line = (f"tl.device_assert((({wrapped} >= 0) & ({wrapped} < {size_text})) | ~({mask}), "
                     f"\"index out of bounds: 0 <= {wrapped} < {size}\")")
             if line not in self.k.section.lines:
                 self.k.section.lines.append(line)

@@ -84,7 +84,7 @@ def constant_pad_nd(x: IRNode, pad, value=0):
 @register_lowering(aten.cat)
 def cat(tensors, dim=0):
     # legacy behaviour: 1-D empty tensors are skipped whatever the other inputs' rank
-    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and static_sizes(t) == [0])]
+    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
     if not tensors:
         raise NotImplementedError("cat of empty tensors")
     if len(tensors) > MAX_CAT_INPUTS:
@@ -93,13 +93,15 @@ def cat(tensors, dim=0):
     tensors = [to_dtype(t, dtype) for t in tensors]
     ndim = len(tensors[0].get_size())
     dim = _norm_dim(dim, ndim)
-    sizes = [static_sizes(t) for t in tensors]
-    starts = [0]
+    # a dynamic graph's parts have symbolic lengths (never 0: Dynamo specializes sizes 0 and 1), and
+    # the boundaries between them are expressions of its symbols
+    sizes = [list(t.get_size()) for t in tensors]
+    starts = [sympy.Integer(0)]
     for s in sizes:
         starts.append(starts[-1] + s[dim])
     out_size = list(sizes[0])
     out_size[dim] = starts[-1]
-    parts = [(t.make_loader(), starts[i], starts[i + 1]) for i, t in enumerate(tensors) if sizes[i][dim] > 0]
+    parts = [(t.make_loader(), starts[i], starts[i + 1]) for i, t in enumerate(tensors) if sizes[i][dim] != 0]
     if len(parts) == 1:
         loader, start, _ = parts[0]
         return Pointwise.create(tensors[0].get_device(), dtype,
@@ -140,7 +142,7 @@ def _indirect(index_value, size):
 
 @register_lowering(aten.gather)
 def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
-    size = static_sizes(x)
+    size = x.get_size()
     if not size:
         if len(index.get_size()) > 1:
             raise NotImplementedError("gather of a 0-d input with a multi-dim index")
@@ -170,8 +172,7 @@ def index_positions(x: IRNode, indices) -> tuple[list, Callable]:
 
     index_put writes through the same map: element `idx` of the values goes to `source(idx)`.
     """
-    size = x.get_size()
-    static_sizes(x)
+    size = x.get_size()   # a dynamic graph's symbolic sizes too: a loaded index wraps by them
     if len(indices) > len(size):
         raise NotImplementedError("more indices than dims")
     positions = [d for d, t in enumerate(indices) if t is not None]

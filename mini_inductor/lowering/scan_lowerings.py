@@ -4,7 +4,8 @@
 
 Each output element reduces the whole scanned dim with the later positions masked out: n² work
 instead of n, but it is an ordinary reduction (fusable, persistent when the row fits in a block)
-and needs no scan support in the scheduler. Long dims run in ATen.
+and needs no scan support in the scheduler. Long dims run in ATen; so does a dynamic graph's
+symbolic length unless the ShapeEnv bounds it within MAX_SCAN_LENGTH.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from .ir import IRNode, Pointwise
 from .lowerings import register_lowering, to_dtype
 from .reduction_lowerings import make_reduction
+from .symbolic import upper_bound
 from .view_lowerings import _norm_dim
 from .virtualized import ops
 
@@ -38,10 +40,14 @@ def _cumulative(reduction_type: str, identity):
         if not size:
             return to_dtype(Pointwise.create(x.get_device(), out_dtype, x.make_loader(), []), out_dtype)
         dim = _norm_dim(dim, len(size))
-        n = int(size[dim])
-        if n > MAX_SCAN_LENGTH:
+        n = size[dim]
+        longest = upper_bound(n)
+        if longest is None:
+            raise NotImplementedError(f"a scan over the symbolic length {n}, which has no upper bound "
+                                      f"(mark_dynamic(..., max={MAX_SCAN_LENGTH}) or torch._check gives one)")
+        if longest > MAX_SCAN_LENGTH:
             raise NotImplementedError(f"a scan over {n} > {MAX_SCAN_LENGTH} elements")
-        if n <= 1:
+        if longest <= 1:
             return Pointwise.create(x.get_device(), out_dtype, x.make_loader(), size)
         loader = x.make_loader()
         fill = identity if out_dtype.is_floating_point else int(identity)
@@ -53,7 +59,7 @@ def _cumulative(reduction_type: str, identity):
             keep = ops.le(ops.index_expr(j, torch.int64), ops.index_expr(outer[dim], torch.int64))
             return ops.masked(keep, lambda: loader(src), fill)
 
-        squared = Pointwise.create(x.get_device(), out_dtype, square, list(size) + [sympy.Integer(n)])
+        squared = Pointwise.create(x.get_device(), out_dtype, square, list(size) + [n])
         return make_reduction(squared, [len(size)], reduction_type, out_dtype=out_dtype)
     return lowering
 

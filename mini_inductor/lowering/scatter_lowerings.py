@@ -5,9 +5,11 @@
     scatter_add                       = self[p] + the sum of src over every such m
 
 K = index.size(dim). Each output element compares its own position with K index values, so no
-store goes to a computed address and the result is an ordinary Pointwise (fused, no atomics). Long
-spans (K > MAX_SCATTER_SPAN) and index tensors smaller than self in another dim run in ATen. This is
-what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K = 1) needs.
+store goes to a computed address and the result is an ordinary Pointwise (fused, no atomics). This is
+what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K = 1) needs. A
+scatter_add along a longer span (K > MAX_SCATTER_SPAN, or a symbolic K in a dynamic graph), or with
+an index smaller than self in another dim, adds with atomics instead, as index_put does (below); a
+scatter without add there runs in ATen (of duplicate positions eager keeps one write).
 
 slice_scatter, the same way: an element in the slice reads src, the others self (torch's
 decomposition returns a contiguous result; eager's has self's strides, which an in-place op on a slice
@@ -37,10 +39,11 @@ import sympy
 import torch
 
 from .indexing_lowerings import _in_range, index_positions
-from .ir import IRNode, Pointwise, ScatterBuffer, current_graph, static_sizes
+from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
 from .pooling_lowerings import _geometry
 from .sizevars import FloorDiv, ModularIndexing
+from .symbolic import decide
 from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds
 from .virtualized import ops
 
@@ -55,16 +58,24 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def _same_size(a, b) -> bool:
+    return a == b or decide(sympy.Eq(a, b)) is True
+
+
 def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
-    size, isize = static_sizes(x), static_sizes(index)
+    size, isize = list(x.get_size()), list(index.get_size())
     if not size or len(isize) != len(size):
         raise NotImplementedError("scatter of a 0-d tensor or with an index of another rank")
     dim = _norm_dim(dim, len(size))
-    if any(i != s for d, (i, s) in enumerate(zip(isize, size)) if d != dim):
-        raise NotImplementedError("scatter with an index smaller than self outside `dim`")
     span = isize[dim]
-    if not 0 < span <= MAX_SCATTER_SPAN:
-        raise NotImplementedError(f"scatter along a span of {span} (more than {MAX_SCATTER_SPAN})")
+    short_span = isinstance(span, (int, sympy.Integer)) and 0 < int(span) <= MAX_SCATTER_SPAN
+    if not (short_span and all(_same_size(i, s) for d, (i, s) in enumerate(zip(isize, size)) if d != dim)):
+        if accumulate:   # any span, any index shape: atomic adds
+            return _scatter_add_atomic(x, dim, index, src)
+        if not short_span:
+            raise NotImplementedError(f"scatter along a span of {span} (more than {MAX_SCATTER_SPAN})")
+        raise NotImplementedError("scatter with an index smaller than self outside `dim`")
+    span = int(span)
     dtype = x.get_dtype()
     cdt = _compute_dtype(dtype)
     x_loader, index_loader = x.make_loader(), index.make_loader()
@@ -102,26 +113,35 @@ def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, accumulate=True)
 
 
-@register_lowering(aten.index_put.default, aten._unsafe_index_put.default)
-def index_put(x: IRNode, indices, values: IRNode, accumulate=False):
-    if not accumulate:
-        raise NotImplementedError("index_put without accumulate (of duplicate indices eager keeps one write)")
+def _scatter_add_atomic(x: IRNode, dim: int, index: IRNode, src) -> IRNode:
+    """scatter_add along a long span (or with an index smaller than self): out[p with dim =
+    index[q]] += src[q] for every q of index's shape, with atomic adds."""
+    isize, size = list(index.get_size()), x.get_size()
+    index_loader = index.make_loader()
+    if isinstance(src, IRNode):
+        src_loader, src_dtype = src.make_loader(), src.get_dtype()
+    else:
+        src_loader, src_dtype = (lambda idx: ops.constant(src, x.get_dtype())), x.get_dtype()
+
+    def position(idx):
+        at = list(idx)
+        at[dim] = ops.indirect_indexing(index_loader(idx), size[dim])
+        return at
+    return _atomic_add_into(x, "scatter_add", isize, src_loader, src_dtype, position)
+
+
+def _atomic_add_into(x: IRNode, what: str, out_size, values_loader, values_dtype, position) -> IRNode:
+    """A copy of `x` to which values_loader(i) is added at position(i) for every i of `out_size`
+    (a ScatterBuffer: atomic adds, so duplicate positions all count)."""
     if torch.are_deterministic_algorithms_enabled():
-        raise NotImplementedError("index_put with accumulate under torch.use_deterministic_algorithms "
-                                  "(atomic adds sum in no fixed order)")
+        raise NotImplementedError(f"{what} under torch.use_deterministic_algorithms (atomic adds sum in no "
+                                  "fixed order)")
     dtype = x.get_dtype()
     acc = _compute_dtype(dtype)
     if acc not in ATOMIC_ADD_DTYPES:
-        raise NotImplementedError(f"index_put with accumulate of {dtype} (no atomic add for it)")
-    out_size, position = index_positions(x, indices)
-    try:
-        fits = broadcast_sizes(values.get_size(), out_size) == list(out_size)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise NotImplementedError("index_put with values that do not broadcast to the indexed shape")
+        raise NotImplementedError(f"{what} of {dtype} (no atomic add for it)")
     device, size = x.get_device(), x.get_size()
-    x_loader, values_loader = x.make_loader(), broadcast_loader(values, out_size)
+    x_loader = x.make_loader()
 
     def initial(idx):
         v = x_loader(idx)
@@ -129,16 +149,31 @@ def index_put(x: IRNode, indices, values: IRNode, accumulate=False):
 
     def value(idx):
         v = values_loader(idx)
-        return v if values.get_dtype() == acc else ops.to_dtype(v, acc)
+        return v if values_dtype == acc else ops.to_dtype(v, acc)
 
     box = Pointwise.create(device, acc, initial, size)
-    if 0 in [int(s) for s in out_size]:
+    if any(s == 0 for s in out_size):
         return _cast(box, dtype)  # nothing to add
     target = box.realize()
     graph = current_graph()
     graph.register_buffer(ScatterBuffer(graph.new_buffer_name(), target, Pointwise(device, acc, value, list(out_size)),
                                         position))
     return _cast(box, dtype)
+
+
+@register_lowering(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(x: IRNode, indices, values: IRNode, accumulate=False):
+    if not accumulate:
+        raise NotImplementedError("index_put without accumulate (of duplicate indices eager keeps one write)")
+    out_size, position = index_positions(x, indices)
+    try:
+        fits = broadcast_sizes(values.get_size(), out_size) == list(out_size)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise NotImplementedError("index_put with values that do not broadcast to the indexed shape")
+    return _atomic_add_into(x, "index_put with accumulate", out_size, broadcast_loader(values, out_size),
+                            values.get_dtype(), position)
 
 
 def _cast(x: IRNode, dtype: torch.dtype) -> IRNode:

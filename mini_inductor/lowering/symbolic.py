@@ -257,6 +257,15 @@ def decide(cond) -> bool | None:
     return bool(found) if found in (sympy.true, sympy.false) else None
 
 
+def upper_bound(expr) -> int | None:
+    """The greatest value a size can take in this graph: itself if static, a symbol's bound from the
+    ShapeEnv (`mark_dynamic(max=...)`, `torch._check`), else None (unbounded, or an expression)."""
+    expr = sympy.sympify(expr)
+    if not expr.free_symbols:
+        return int(expr)
+    return current().bounds.get(expr) if isinstance(expr, sympy.Symbol) else None
+
+
 def size_value(expr):
     """An int for a static size, the sympy expression for a symbolic one (what kernels are grouped by)."""
     expr = sympy.sympify(expr)

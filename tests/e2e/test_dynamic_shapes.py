@@ -416,10 +416,35 @@ def test_scatter_add_index_put_and_cumsum_along_a_dynamic_dimension():
         return out, torch.cumsum(x, 1), y, z, w, torch.nn.functional.pad(x, (1, 2))
     records = run_sizes(f, lambda n: (torch.randn(3, n), torch.randint(0, 4, (3, n))), sizes=(5, 9, 6))
     assert_dynamic(records)
-    # pads and slice assignments are generated; a scatter over a symbolic span and a scan over a
-    # symbolic length run in ATen (counted)
+    # pads, slice assignments and the scatter (atomic adds) are generated; a scan over a symbolic
+    # length with no upper bound runs in ATen (counted)
     fallbacks = {op for r in records for op in r.fallback_ops}
-    assert fallbacks <= {"aten.scatter_add.default", "aten.cumsum.default"}, fallbacks
+    assert fallbacks == {"aten.cumsum.default"}, fallbacks
+
+
+def test_gather_index_index_add_cat_and_a_long_scatter_add_over_a_dynamic_length_are_generated():
+    def f(x, idx, src, y):
+        return (torch.gather(x, 1, idx), x[idx[:, :2] % 4], x.index_add(0, idx[:, 0] % x.shape[0], src),
+                torch.cat([x, y, x * 2], dim=1), torch.zeros_like(x).scatter_add(1, idx, src))
+    records = run_sizes(f, lambda n: (torch.randn(4, n), torch.randint(0, n, (4, n)), torch.randn(4, n),
+                                      torch.randn(4, n + 1)), sizes=(5, 9, 13))
+    assert_dynamic(records)
+    assert not [dict(r.fallback_ops) for r in records if r.fallback_ops]
+
+
+def test_a_scan_over_a_bounded_dynamic_length_is_generated():
+    def f(x):
+        return torch.cumsum(x * 2, 1), torch.cumprod(x, 1)
+    x = torch.rand(3, 40) + 0.5
+    torch._dynamo.mark_dynamic(x, 1, min=2, max=128)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    for n in (40, 7, 100):
+        x = torch.rand(3, n) + 0.5
+        torch._dynamo.mark_dynamic(x, 1, min=2, max=128)
+        for a, e in zip(compiled(x), f(x)):
+            assert_same_tensor(a, e, f"size {n}")
+    (record,) = metrics.compiled_graphs
+    assert record.dynamic_symbols and not record.fallback_ops and record.num_kernels >= 1
 
 
 @pytest.mark.parametrize("bounded", [True, False])

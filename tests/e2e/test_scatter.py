@@ -28,11 +28,25 @@ def test_scatter_add_with_repeated_targets_sums_them(device, dtype):
     assert_no_fallbacks()
 
 
-def test_scatter_along_a_long_span_runs_in_aten(device):
-    index = torch.randint(0, 64, (2, 32), device=device)
+def test_scatter_add_along_a_long_span_adds_with_atomics(device):
+    index = torch.randint(0, 64, (2, 32), device=device)   # duplicates: every one must count
     check(lambda x, src, i: x.scatter_add(1, i, src), torch.randn(2, 64, device=device),
           torch.randn(2, 32, device=device), index)
-    assert_fallback("scatter_add")
+    assert_no_fallbacks()
+
+
+def test_scatter_add_with_an_index_smaller_than_self_in_another_dim(device):
+    index = torch.randint(0, 6, (3, 2), device=device)
+    check(lambda x, src, i: x.scatter_add(0, i, src), torch.randn(6, 5, device=device),
+          torch.randn(4, 4, device=device), index)
+    assert_no_fallbacks()
+
+
+def test_scatter_without_add_along_a_long_span_runs_in_aten(device):
+    index = torch.randperm(64, device=device)[:32].repeat(2, 1)   # no duplicates: eager's result is defined
+    check(lambda x, src, i: x.scatter(1, i, src), torch.randn(2, 64, device=device),
+          torch.randn(2, 32, device=device), index)
+    assert_fallback("scatter")
 
 
 def test_cross_entropy_backward_has_no_fallback(device):
