@@ -91,6 +91,14 @@ class AttentionMatch:
         return f"{self.graph} {self.node}: not replaced: {self.reason}"
 
 
+def attention_summary(records) -> str:
+    """'attention: 2 matched (flash: 1, sdpa: 1), near misses: 1' of AttentionMatch records."""
+    matched = [r for r in records if r.target]
+    by_target = {t: sum(1 for r in matched if r.target == t) for t in ("flash", "sdpa")}
+    return (f"attention: {len(matched)} matched (flash: {by_target['flash']}, sdpa: {by_target['sdpa']}), "
+            f"near misses: {len(records) - len(matched)}")
+
+
 compiled_graphs: list[GraphRecord] = []
 attention: list[AttentionMatch] = []   # every attention found since reset(), matched or not
 _graph_numbers = itertools.count()   # never reset: a name stays unique within the process

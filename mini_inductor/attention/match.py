@@ -319,6 +319,8 @@ class _Translator:
         if x in self.memo:
             return self.memo[x]
         value = _value(x)
+        if _op(x) == "item" and isinstance(_value(x.args[0]), torch.Tensor) and _value(x.args[0]).numel() == 1:
+            return self.translate(x.args[0])     # a float Dynamo made an input (a 0-dim tensor): data
         if not isinstance(value, torch.Tensor):
             raise _Untranslatable(f"{x.name} is not a tensor (a size or scale computed at run time?)")
         if x is self.score:
@@ -1061,8 +1063,8 @@ def _choose(found: _Found):
     """("sdpa", scale, is_causal), or (the flash op, None, False); NearMiss when neither computes it."""
     form = sdpa_form(found.expr)
     score_shape = found.score_shape
-    if form is not None and form[1] and not (_static(*score_shape[-2:]) and score_shape[-1] == score_shape[-2]):
-        form = None          # is_causal only where L == S is known
+    if form is not None and form[1] and not _known_eq(score_shape[-1], score_shape[-2]):
+        form = None          # is_causal only where L == S is known (without a guard)
     if form is not None:
         return "sdpa", form[0], form[1]
     if found.dropout > 0:

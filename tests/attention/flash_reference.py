@@ -85,10 +85,9 @@ def _(q, k, v, extra, mod):
 @torch.library.custom_op("mini_inductor_test::flash_attention_reference_backward", mutates_args=())
 def flash_attention_reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, extra: list[torch.Tensor],
                                        mod: str, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    with torch.enable_grad():
-        q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-        out = reference(q, k, v, extra, mod)
-        return torch.autograd.grad(out, (q, k, v), grad)
+    # torch.func, not torch.autograd: a custom op's body runs below the autograd dispatch key
+    _, pull_back = torch.func.vjp(lambda q, k, v: reference(q, k, v, extra, mod), q, k, v)
+    return pull_back(grad)
 
 
 @flash_attention_reference_backward.register_fake
@@ -105,7 +104,7 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad):
     q, k, v, *extra = ctx.saved_tensors
     dq, dk, dv = torch.ops.mini_inductor_test.flash_attention_reference_backward(q, k, v, extra, ctx.mod, grad)
-    return dq, dk, dv, None, None
+    return dq, dk, dv, [None] * len(extra), None
 
 
 flash_attention_reference.register_autograd(_backward, setup_context=_setup)
