@@ -82,7 +82,7 @@ class AttentionMatch:
     source: str                  # the user's line of it, 'File "m.py", line 9, in forward: ...'
     target: str                  # "sdpa" or "flash"; "" for a near miss
     mod: str = ""                # the score modification (the contract's `mod`)
-    shapes: str = ""             # "q [2, 4, 16, 8], k [...], v [...]" as passed to the call
+    shapes: str = ""             # "q [2, 4, 16, 8], k [...], v [...]" as the call takes them, batch dims unfolded
     reason: str = ""             # a near miss: why it was not replaced
 
     def describe(self) -> str:

@@ -221,7 +221,8 @@ class GPT2EagerAttention(nn.Module):
 
     def __init__(self, context=16):
         super().__init__()
-        self.register_buffer("bias", torch.tril(torch.ones(context, context, dtype=torch.bool)).view(1, 1, context, context))
+        causal = torch.tril(torch.ones(context, context, dtype=torch.bool))
+        self.register_buffer("bias", causal.view(1, 1, context, context))
         self.attn_dropout = nn.Dropout(0.1)
 
     def forward(self, query, key, value, attention_mask):
@@ -332,11 +333,12 @@ def test_an_extra_tensor_requiring_grad_is_a_near_miss():
     assert record.target == "" and "requires grad" in record.reason
 
 
-def test_a_matmul_softmax_matmul_that_is_not_over_scores_is_left_alone():
-    def not_attention(x, w, v):
-        return torch.softmax(x @ w, -1) @ v         # a matmul, but then no second use of the same rows
-    compiled_like_eager(not_attention, torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 3))
-    assert [r.target for r in metrics.attention] == ["sdpa"]   # it is attention after all: [L, E] @ [E, S]
+def test_attention_without_batch_dims_and_an_untransposed_key():
+    def attention(x, w, v):
+        return torch.softmax(x @ w, -1) @ v         # [L, E] @ [E, S]: k is wᵀ, one batch and one head
+    record = only_match(compiled_like_eager(attention, torch.randn(4, 8), torch.randn(8, 6), torch.randn(6, 3)),
+                        "sdpa", "s")
+    assert record.shapes == "q [4, 8], k [6, 8], v [6, 3]"
 
 
 def test_attention_fusion_off_leaves_the_graph_alone():
