@@ -224,7 +224,7 @@ def _analyse(out, gm) -> _Found | None:
     """The attention ending at `out`, a matmul / einsum; None when `out` is not one; NearMiss when it is
     attention that cannot be replaced."""
     operands = _matmul_operands(out)
-    if operands is None:
+    if operands is None or not isinstance(value_of(out), torch.Tensor):
         return None
     left, right, letters = operands
     v_perm = None
@@ -455,7 +455,8 @@ def _rewrite(gm, found: _Found, fake_mode, choice) -> None:
             if gqa:
                 kwargs["enable_gqa"] = True
             result = emit("call_function", F.scaled_dot_product_attention, q, k, v, **kwargs)
-            result = emit("call_method", "contiguous", result)      # matmul's layout, whatever the backend's
+            # matmul's layout: CUDA's SDPA kernels return [B, L, H, E]'s (a no-op where it is contiguous)
+            result = emit("call_method", "contiguous", result)
         else:
             extras = [_extra_4d(emit, t, rank, found.score_shape) for t in found.extras]
             result = emit("call_function", target, q, k, v, extras, render(found.expr))

@@ -444,3 +444,41 @@ def test_the_stand_in_reads_the_contracts_examples():
     names = {"s": s, "i": torch.arange(3)[:, None], "j": torch.arange(3), "t0": torch.zeros(3, 3)}
     out = evaluate("where(j <= i, s * 0.125, -inf) + t0", names)
     assert torch.isinf(out[0, 0, 0, 1]) and out[0, 0, 1, 0] == s[0, 0, 1, 0] * 0.125
+
+
+# ── whole models and other dtypes ───────────────────────────────────────────────────────────────
+def test_zoo_bert_trains_through_the_flash_op_with_its_padding_bias():
+    from mini_inductor.examples import ZOO
+
+    torch.manual_seed(0)
+    zoo = ZOO["bert"]
+    model, inputs = zoo.build(False), zoo.inputs(False, "cpu")
+    with use_flash_op(OP):
+        got = torch.compile(model, backend="mini_inductor")(*inputs)
+        zoo.loss(got, inputs).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert [r.target for r in metrics.attention] == ["flash", "flash"], [r.describe() for r in metrics.attention]
+    assert metrics.attention[0].mod == "s / 4.0 + (1.0 - t0) * -3.4028234663852886e+38"
+    model.zero_grad()
+    want = model(*inputs)
+    zoo.loss(want, inputs).backward()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_causal_and_biased(dtype):
+    bias = torch.randn(L, L, dtype=dtype)
+
+    def attention(q, k, v):
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~causal, float("-inf"))
+        return s.softmax(-1) @ v, (q @ k.transpose(-2, -1) * SCALE + bias).softmax(-1) @ v
+    args = [t.to(dtype) for t in qkv()]
+    with use_flash_op(OP):
+        got = torch.compile(attention, backend="mini_inductor")(*args)
+    assert [r.target for r in metrics.attention] == ["sdpa", "flash"]
+    for g, w in zip(got, attention(*args)):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
