@@ -95,13 +95,13 @@ class _Found:
 
 
 def _matmul_operands(node):
-    """(left, right, left letters, right letters, output letters) of a matmul or two-operand einsum."""
+    """(left, right, None) of a matmul; (first, second, (its letters, the other's, the output's)) of a
+    two-operand einsum; None for anything else."""
     op = op_of(node)
     if op == "matmul":
-        args = node.args if node.op == "call_method" else node.args
-        if len(args) != 2:
+        if len(node.args) != 2 or node.kwargs:
             return None
-        return args[0], args[1], None
+        return node.args[0], node.args[1], None
     if op == "einsum":
         operands = node.args[1:]
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
@@ -246,7 +246,10 @@ def _analyse(out, gm) -> _Found | None:
         if step is not None:
             region.append(p)
             p, rate, training = step
-            dropout = rate if training else dropout
+            if training and rate > 0:
+                if dropout > 0:
+                    raise NearMiss("two dropouts of the attention weights")
+                dropout = rate
             continue
         if op_of(p) in CASTS | SAME:
             region.append(p)
@@ -305,7 +308,7 @@ def _analyse(out, gm) -> _Found | None:
         raise NearMiss(f"the modification cannot be written as an expression: {e}") from None
     for extra in translator.extras:
         value = value_of(extra)
-        if value.requires_grad:
+        if value.requires_grad and torch.is_grad_enabled():     # (Dynamo guards the graph on grad mode)
             raise NearMiss(f"{extra.name} requires grad: the flash-attention op gives extra tensors no gradient")
         shape = tuple(value.shape)
         if len(shape) > rank or any(not (known_eq(a, 1) or known_eq(a, b))

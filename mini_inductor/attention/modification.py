@@ -402,8 +402,8 @@ class Translator:
         shape = shape_of(node)
         dtype = value_of(node).dtype
         if op == "arange":
-            bounds = [a for a in args]
-            if not all(isinstance(b, (int, float)) or isinstance(b, torch.fx.Node) for b in bounds):
+            bounds = list(args)
+            if not bounds or not all(isinstance(b, (int, torch.fx.Node)) for b in bounds):
                 raise Untranslatable("arange")
             start, step = (0, 1) if len(bounds) == 1 else (bounds[0], bounds[2] if len(bounds) > 2 else 1)
             if not isinstance(start, int) or not isinstance(step, int):
