@@ -482,3 +482,37 @@ def test_low_precision_causal_and_biased(dtype):
     for g, w in zip(got, attention(*args)):
         assert g.dtype == dtype
         torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
+
+
+def repeat_kv(x, n_rep):
+    """Hugging Face's repeat_kv: each key/value head repeated for its group of query heads."""
+    b, hkv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, hkv, n_rep, s, d).reshape(b, hkv * n_rep, s, d)
+
+
+def llama_eager_attention(query, key, value, attention_mask, scaling, dropout=0.0, training=False):
+    """The structure of Hugging Face's eager_attention_forward (Llama and most decoders since 2025)."""
+    key_states, value_states = repeat_kv(key, 2), repeat_kv(value, 2)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+    attn_weights = attn_weights + causal_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hugging_face_llama_eager_attention_with_grouped_heads(dtype):
+    q = torch.randn(B, 4, L, E, dtype=dtype)
+    k, v = (torch.randn(B, 2, L, E, dtype=dtype) for _ in range(2))
+    mask = torch.full((L, L + 2), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None].expand(B, 1, L, L + 2)
+
+    def attention(q, k, v, mask):
+        return llama_eager_attention(q, k, v, mask, SCALE)
+    with use_flash_op(OP):
+        got = torch.compile(attention, backend="mini_inductor")(q, k, v, mask)
+    record = only_match(metrics.attention, "flash", "s * 0.5 + t0")
+    assert record.shapes == f"q [{B}, 4, {L}, {E}], k [{B}, 2, {L}, {E}], v [{B}, 2, {L}, {E}]"
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, attention(q, k, v, mask), atol=tol, rtol=tol)
