@@ -5,6 +5,7 @@
     torch.compile(fn, backend="mini_inductor")(x)
     metrics.total_kernels()          # Triton kernels generated since reset()
     metrics.compiled_graphs[-1]      # GraphRecord of the last compiled graph
+    metrics.attention                # AttentionMatch: attention found in Dynamo's graphs (attention/match.py)
 """
 from __future__ import annotations
 
