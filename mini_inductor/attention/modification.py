@@ -28,6 +28,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+
 class NearMiss(Exception):
     """Attention found, but not replaced: the message says why."""
 
@@ -69,7 +70,7 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mo
            "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 _UNARY_CALLS = {"tanh", "exp", "log", "sigmoid", "sqrt", "abs"}
 POINTWISE = (set(_BINARY) | _UNARY_CALLS | CASTS | SAME
-              | {"neg", "not", "where", "masked_fill", "clamp", "clamp_min", "clamp_max", "minimum", "maximum"})
+             | {"neg", "not", "where", "masked_fill", "clamp", "clamp_min", "clamp_max", "minimum", "maximum"})
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
