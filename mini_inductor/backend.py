@@ -19,6 +19,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from . import metrics
 from .caching import PROCESS, dynamo_cache, front_cache
 from .config import for_compile
+from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
 from .lowering.decompositions import decomposition_table
 from .pipeline import compile_graph
@@ -30,6 +31,8 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     cfg = for_compile(mode, options)
     _reset_by_dynamo()
     follow_torch_logs()
+    if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
+        _fuse_attention(gm, example_inputs)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
     if hit is not None:
@@ -41,6 +44,18 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
     return dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode, options)
+
+
+def _fuse_attention(gm, example_inputs) -> None:
+    """Attention written out in Dynamo's graph → one call (attention/match.py); what was found goes to
+    metrics.attention and to explain's traces."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        return
+    from .attention.match import fuse_attention
+
+    found = fuse_attention(gm, example_inputs, metrics.dynamo_graph_name())
+    metrics.attention.extend(found)
+    debug_trace.attention_found(found)
 
 
 def _note_aot_seconds(total: float, records: list) -> None:

@@ -368,7 +368,7 @@ def run_explain(args: argparse.Namespace) -> int:
         _say_how_it_ended(out, ending)
         return 1
     reports = explain.build_reports(traces, timings)
-    print_explain(out, reports, eager, per_size)
+    print_explain(out, reports, eager, per_size, list(getattr(traces, "attention", [])))
     paths = explain.write_reports(reports, traces, args.out, f"mini_inductor explain: {title}")
     from mini_inductor.debug.graphviz import GRAPHVIZ_HINT, render_svg
 
@@ -378,9 +378,11 @@ def run_explain(args: argparse.Namespace) -> int:
     return _say_how_it_ended(out, ending)
 
 
-def print_explain(out: Output, reports, eager, per_size=()) -> None:
-    """What explain prints: each compiled graph's report, then the dynamic graphs compiled per size
-    (the symbolic compile failed: why), then the graphs that ran eagerly."""
+def print_explain(out: Output, reports, eager, per_size=(), attention=()) -> None:
+    """What explain prints: the attention found in Dynamo's graphs, each compiled graph's report, then the
+    dynamic graphs compiled per size (the symbolic compile failed: why), then the graphs that ran eagerly."""
+    if attention:
+        _print_attention(out, attention)
     for report in reports:
         _print_report(out, report)
     if per_size:
@@ -393,6 +395,17 @@ def print_explain(out: Output, reports, eager, per_size=()) -> None:
 
         out.table("Graphs run eagerly (no generated code)", ["graph", "reason", "source", "to compile it"],
                   [[e.name, e.reason, short_source(e.source), e.hint] for e in eager])
+
+
+def _print_attention(out: Output, records) -> None:
+    from mini_inductor.debug.why import short_source
+    from mini_inductor.metrics import attention_summary
+
+    out.heading(attention_summary(records))
+    out.table("Attention in Dynamo's graphs (attention/match.py)",
+              ["graph", "node", "call", "modification, or why not replaced", "source"],
+              [[r.graph, r.node, r.target or "near miss", r.mod if r.target else r.reason, short_source(r.source)]
+               for r in records])
 
 
 def _print_report(out: Output, report) -> None:

@@ -39,6 +39,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
 | conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16; other CUDA dtypes if measured faster; "channels_last"; "measure"; "off") |
 | dynamic_shapes       | MINI_INDUCTOR_DYNAMIC_SHAPES     | "symbolic" ("per_size": a compile for each size; "eager") |
+| attention_fusion     | MINI_INDUCTOR_ATTENTION_FUSION   | "auto" (attention written out → one call; "off") |
 """
 from __future__ import annotations
 
@@ -164,6 +165,10 @@ class Config:
     # (benchmarks/dynamic_shapes.py, session 21), ms per round of a 2-layer decoder over six sequence
     # lengths: symbolic 1.025, per size 1.024, Inductor reduce-overhead 1.524, eager 3.842
     dynamic_shapes: str = "symbolic"
+    # attention written out in the model (matmul, score modification, softmax, matmul) becomes one call:
+    # SDPA where it computes the modification exactly, else the flash-attention op (attention/match.py).
+    # "auto": on; "off": the graph is left as Dynamo traced it
+    attention_fusion: str = "auto"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -183,7 +188,8 @@ class OptionError(ValueError):
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_CHOICES = {"conv_layout": ("auto", "channels_last", "off", "measure"), "dynamic_shapes": ("per_size", "symbolic", "eager")}
+_CHOICES = {"conv_layout": ("auto", "channels_last", "off", "measure"), "dynamic_shapes": ("per_size", "symbolic", "eager"),
+            "attention_fusion": ("auto", "off")}
 _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 
 

@@ -5,6 +5,7 @@
     torch.compile(fn, backend="mini_inductor")(x)
     metrics.total_kernels()          # Triton kernels generated since reset()
     metrics.compiled_graphs[-1]      # GraphRecord of the last compiled graph
+    metrics.attention                # AttentionMatch: attention found in Dynamo's graphs (attention/match.py)
 """
 from __future__ import annotations
 
@@ -73,8 +74,36 @@ def _mb(nbytes: int) -> str:
     return f"{nbytes / 1e6:.2f} MB" if nbytes >= 10_000 else f"{nbytes} B"
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionMatch:
+    """An attention found in a Dynamo graph (attention/match.py): replaced by one call, or a near miss."""
+
+    graph: str                   # the Dynamo graph, e.g. "dynamo_2"
+    node: str                    # its second matmul's node
+    source: str                  # the user's line of it, 'File "m.py", line 9, in forward: ...'
+    target: str                  # "sdpa" or "flash"; "" for a near miss
+    mod: str = ""                # the score modification (the contract's `mod`)
+    shapes: str = ""             # "q [2, 4, 16, 8], k [...], v [...]" as the call takes them, batch dims unfolded
+    reason: str = ""             # a near miss: why it was not replaced
+
+    def describe(self) -> str:
+        if self.target:
+            return f"{self.graph} {self.node}: {self.target}, mod {self.mod!r}, {self.shapes}"
+        return f"{self.graph} {self.node}: not replaced: {self.reason}"
+
+
+def attention_summary(records) -> str:
+    """'attention: 2 matched (flash: 1, sdpa: 1), near misses: 1' of AttentionMatch records."""
+    matched = [r for r in records if r.target]
+    by_target = {t: sum(1 for r in matched if r.target == t) for t in ("flash", "sdpa")}
+    return (f"attention: {len(matched)} matched (flash: {by_target['flash']}, sdpa: {by_target['sdpa']}), "
+            f"near misses: {len(records) - len(matched)}")
+
+
 compiled_graphs: list[GraphRecord] = []
+attention: list[AttentionMatch] = []   # every attention found since reset(), matched or not
 _graph_numbers = itertools.count()   # never reset: a name stays unique within the process
+_dynamo_graph_numbers = itertools.count()
 
 
 def graph_name(kind: str) -> str:
@@ -82,8 +111,14 @@ def graph_name(kind: str) -> str:
     return f"{kind}_{next(_graph_numbers)}"
 
 
+def dynamo_graph_name() -> str:
+    """A name for a graph Dynamo handed the backend (the level attention is matched at), e.g. "dynamo_2"."""
+    return f"dynamo_{next(_dynamo_graph_numbers)}"
+
+
 def reset() -> None:
     compiled_graphs.clear()
+    attention.clear()
 
 
 def total_kernels() -> int:

@@ -6,6 +6,7 @@
     report.kernels             # [{graph, name, kind, nodes, ops, sources, bytes_read, bytes_written, time_ms}, ...]
     report.fused, report.refused, report.ran_eagerly, report.compile_seconds, report.output
     report.compiled_per_size   # dynamic graphs the symbolic compile could not take, and why
+    report.attention           # attention found in Dynamo's graphs: replaced by SDPA / flash, or why not
     report.graphs              # the per-graph data of report.json
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ExplainReport:
     title: str = "mini_inductor explain"
     _traces: Any = dataclasses.field(default=None, repr=False)
     compiled_per_size: list[dict[str, str]] = dataclasses.field(default_factory=list)   # dynamic graphs: why
+    attention: list[dict[str, str]] = dataclasses.field(default_factory=list)   # metrics.AttentionMatch fields
 
     @property
     def kernels(self) -> list[dict[str, Any]]:
@@ -53,13 +55,15 @@ class ExplainReport:
 
     def __str__(self) -> str:
         from ..cli import Output, print_explain
+        from ..metrics import AttentionMatch
         from .trace import EagerGraphNote
 
         text = io.StringIO()
         if not self.graphs and not self.ran_eagerly:
             text.write("no graph reached mini_inductor (was this function compiled before in this process?)\n")
         print_explain(Output(file=text), self.graphs, [EagerGraphNote(**e) for e in self.ran_eagerly],
-                      [EagerGraphNote(**e) for e in self.compiled_per_size])
+                      [EagerGraphNote(**e) for e in self.compiled_per_size],
+                      [AttentionMatch(**a) for a in self.attention])
         return f"{self.title}\n{text.getvalue()}"
 
     def __repr__(self) -> str:
@@ -106,4 +110,5 @@ def explain(fn, *args, **kwargs) -> ExplainReport:
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return ExplainReport(reports, [e.as_dict() for e in traces.eager], output,
                          f"mini_inductor explain: {name}", traces,
-                         compiled_per_size=[e.as_dict() for e in traces.per_size])
+                         compiled_per_size=[e.as_dict() for e in traces.per_size],
+                         attention=[dataclasses.asdict(a) for a in traces.attention])

@@ -189,7 +189,9 @@ def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
 def report_html(reports, traces, title: str, out_dir: str | None = None) -> str:
     """The HTML report page; with `out_dir`, each graph's .dot (and .svg) is written there too."""
     eager = list(getattr(traces, "eager", []))
-    sections = [eager_section(eager)] if eager else []
+    attention = list(getattr(traces, "attention", []))
+    sections = [attention_section(attention)] if attention else []
+    sections += [eager_section(eager)] if eager else []
     for report, t in zip(reports, traces):
         dot = to_dot(report, t)
         dot_file = None
@@ -219,6 +221,23 @@ def eager_section(notes) -> str:
     return ('<h2 id="ran-eagerly">Graphs run eagerly</h2><p>mini_inductor generated no code for these graphs: '
             'they ran as their ATen ops.</p><table class="eager"><tr><th>graph</th><th>reason</th>'
             f'<th>source</th><th>to compile it</th></tr>{rows}</table>')
+
+
+def attention_section(records) -> str:
+    """The HTML report's section on the attention found in Dynamo's graphs (attention/match.py)."""
+    from html import escape
+
+    from ..metrics import attention_summary
+
+    rows = "".join(f"<tr><td><code>{escape(r.graph)}</code></td><td><code>{escape(r.node)}</code></td>"
+                   f"<td>{escape(r.target or 'near miss')}</td>"
+                   f"<td><code>{escape(r.mod if r.target else r.reason)}</code></td><td>{escape(r.shapes)}</td>"
+                   f"<td>{escape(r.source)}</td></tr>" for r in records)
+    return (f'<h2 id="attention">Attention</h2><p>{escape(attention_summary(records))}: each attention written '
+            'out in the model became one call (SDPA, or the flash-attention op with the modification '
+            'inlined), or stayed as it was, for the reason given.</p><table class="attention"><tr><th>graph</th>'
+            '<th>node</th><th>call</th><th>modification, or why not replaced</th><th>shapes</th>'
+            f'<th>source</th></tr>{rows}</table>')
 
 
 def load_reports(path: str) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@
         compiled(x)
     traces[0].schedule.decisions      # every fusion candidate, fused or refused with a reason
     traces.eager                      # graphs that ran eagerly: EagerGraphNote(name, reason, source)
+    traces.attention                  # attention found in Dynamo's graphs: metrics.AttentionMatch
 
 Outside a `capture()` block nothing is kept, so normal runs hold no extra references. Graphs that run
 eagerly are noted (and warned about, once per reason, at the user's line) whether or not anyone captures.
@@ -60,6 +61,7 @@ class Traces(list):
         super().__init__()
         self.eager: list[EagerGraphNote] = []
         self.per_size: list[EagerGraphNote] = []
+        self.attention: list = []       # metrics.AttentionMatch: attention found in Dynamo's graphs
 
 
 @contextlib.contextmanager
@@ -70,6 +72,12 @@ def capture() -> Iterator[Traces]:
         yield traces
     finally:
         _active.remove(traces)
+
+
+def attention_found(records) -> None:
+    """Attention found in a Dynamo graph (attention/match.py), matched or near misses, for every capture()."""
+    for traces in _active:
+        traces.attention.extend(records)
 
 
 def capturing() -> bool:

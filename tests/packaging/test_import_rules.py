@@ -13,6 +13,9 @@
     distributed       beside the scheduler: never codegen, debug, the compiled-graph caches, pipeline
                       or backend
     codegen           never debug, the compiled-graph caches, pipeline or backend
+    attention matcher (attention/match.py, attention/modification.py) a pass over Dynamo's graph: torch
+                      and the base modules only (the backend calls it; its flash-attention op is looked
+                      up when a rewrite needs it, never imported by name)
     base              config, errors, metrics, fx_source, timing, examples, _version: none of the above
 (ARCHITECTURE.md draws these layers.)
 """
@@ -35,8 +38,10 @@ FORBIDDEN = {
     "scheduler": ("codegen", *TOP),
     "distributed": ("codegen", *TOP),
     "codegen": TOP,
+    "attention matcher": ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP),
 }
 CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune")
+ATTENTION_MATCHER = ("match", "modification")
 BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version")
 ABOVE_BASE = ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP)
 
@@ -77,6 +82,8 @@ def forbidden(layer: str, imported: set[str]) -> list[str]:
 def _files(layer: str) -> list[pathlib.Path]:
     if layer == "caching storage":
         return [PACKAGE / "caching" / f"{name}.py" for name in CACHING_STORAGE]
+    if layer == "attention matcher":
+        return [PACKAGE / "attention" / f"{name}.py" for name in ATTENTION_MATCHER]
     return sorted(PACKAGE.joinpath(*layer.split(".")).rglob("*.py"))
 
 

@@ -1,0 +1,555 @@
+"""Attention written out in the user's code, found in Dynamo's graph and replaced by one call.
+
+Models spell attention in many ways (`q @ k.transpose(-2, -1)`, `torch.bmm` on folded heads,
+`einsum`, a softmax written as exp / sum, masks built from `arange` or `tril`), and AOT autograd
+would turn each into a score matrix in memory: two matmuls and a softmax kernel between them. This
+pass runs on the torch-level graph the backend receives, before the front cache keys it, so every
+later level sees (and caches) the rewritten graph.
+
+What is matched is structure, not spelling:
+
+    S = matmul(A, B)                 matmul / @ / bmm / einsum, A [..., L, E], B [..., E, S]
+    Z = pointwise(S, t0, t1, ...)    the modification: every path from S to Z is pointwise
+    P = softmax(Z, dim=-1)           or exp(Z - amax(Z)) / sum(...) over the key dim
+    P = dropout(P)                   optional
+    O = matmul(P, V)
+
+with every node between S and O used only inside the pattern. The modification becomes the
+contract's `mod` (mini_inductor/attention/__init__.py): S is `s`, tensors that do not depend on the
+scores are `t0, t1, ...` (passed as `extra`), and tensors built from `arange`, `ones(...).tril()`
+and their comparisons and slices become expressions in `i` and `j`, so that a causal or sliding
+window mask costs no memory. Registered buffers are data: a sliced `tril` buffer is a tensor `t0`.
+
+The call is `F.scaled_dot_product_attention` when the modification is exactly what it computes (a
+scale, with or without a causal `j <= i` mask filled with -inf), else the flash-attention op.
+Everything found, matched or not, is an `AttentionMatch` record with the reason of a near miss.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Iterator
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from ..fx_source import source_line
+from ..metrics import AttentionMatch
+from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, NearMiss, Translator, Untranslatable,
+                           arg, known_eq, op_of, render, sdpa_form, shape_of, static, value_of)
+
+log = logging.getLogger("mini_inductor.attention")
+
+_flash_override: list[Any] = []
+
+
+@contextlib.contextmanager
+def use_flash_op(op) -> Iterator[None]:
+    """Rewrite to `op` (an OpOverload with the contract's signature) instead of
+    torch.ops.mini_inductor.flash_attention, inside the block (tests)."""
+    _flash_override.append(op)
+    try:
+        yield
+    finally:
+        _flash_override.pop()
+
+
+def flash_target():
+    """The flash-attention op a rewrite calls, looked up when it rewrites; None when none is registered."""
+    if _flash_override:
+        return _flash_override[-1]
+    try:
+        import importlib
+        importlib.import_module("mini_inductor.attention.flash")   # registers the op, when present
+    except ImportError:
+        pass
+    packet = getattr(getattr(torch.ops, "mini_inductor", None), "flash_attention", None)
+    try:
+        return packet.default if packet is not None else None
+    except AttributeError:
+        return None
+
+
+# ── the pattern ─────────────────────────────────────────────────────────────────────────────────
+@dataclasses.dataclass
+class _Found:
+    """One attention, analysed, before the graph changes."""
+
+    out: torch.fx.Node                  # the second matmul
+    q: torch.fx.Node
+    q_perm: list | None
+    k: torch.fx.Node                    # [..., S, E] (not transposed)
+    k_perm: list | None
+    v: torch.fx.Node
+    v_perm: list | None
+    expr: tuple
+    extras: list
+    dropout: float
+    region: list                        # the nodes the call replaces
+    rank: int
+    out_shape: tuple
+    score_shape: tuple
+    kv_heads: Any = None                # Hkv of k and v when fewer than the query heads, or None
+
+
+def _matmul_operands(node):
+    """(left, right, None) of a matmul; (first, second, (its letters, the other's, the output's)) of a
+    two-operand einsum; None for anything else."""
+    op = op_of(node)
+    if op == "matmul":
+        if len(node.args) != 2 or node.kwargs:
+            return None
+        return node.args[0], node.args[1], None
+    if op == "einsum":
+        operands = node.args[1:]
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = operands[0]
+        equation = node.args[0]
+        if len(operands) != 2 or not isinstance(equation, str) or "..." in equation or "->" not in equation:
+            return None
+        ins, out = equation.replace(" ", "").split("->")
+        left, right = ins.split(",")
+        return operands[0], operands[1], (left, right, out)
+    return None
+
+
+def _contraction(letters):
+    """For an einsum X·Y: (first operand's index, permutation of it to [batch, row, c],
+    permutation of the other to [batch, col, c]) where out = batch + row + col and c is summed."""
+    left, right, out = letters
+    if len(set(out)) != len(out) or len(out) < 2:
+        return None
+    summed = (set(left) & set(right)) - set(out)
+    if len(summed) != 1 or len(left) != len(out) or len(right) != len(out):
+        return None
+    (c,) = summed
+    batch, row, col = out[:-2], out[-2], out[-1]
+    for first, a, b in ((0, left, right), (1, right, left)):
+        if set(a) == set(batch + row + c) and set(b) == set(batch + col + c) and len(set(a)) == len(a):
+            return first, [a.index(x) for x in batch + row + c], [b.index(x) for x in batch + col + c]
+    return None
+
+
+def _softmax_input(node):
+    """(Z, dim, nodes of the softmax) for a softmax node or a written-out one, else None."""
+    op = op_of(node)
+    if op == "softmax":
+        return arg(node, 1, "dim"), node.args[0], [node]
+    if op != "div":
+        return None
+    num, den = node.args[0], arg(node, 1, "other")
+    if op_of(num) != "exp" or op_of(den) != "sum" or den.args[0] is not num:
+        return None
+    if not (arg(den, 2, "keepdim", False) is True):
+        return None
+    dim = arg(den, 1, "dim")
+    dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+    shifted = num.args[0]
+    nodes = [node, num, den]
+    if op_of(shifted) == "sub":
+        z, top = shifted.args[0], shifted.args[1]
+        while op_of(top) == "detach":
+            nodes.append(top)
+            top = top.args[0]
+        if op_of(top) == "amax" and top.args[0] is z and arg(top, 2, "keepdim", False) is True:
+            top_dim = arg(top, 1, "dim")
+            top_dim = top_dim[0] if isinstance(top_dim, (list, tuple)) and len(top_dim) == 1 else top_dim
+            if top_dim == dim:
+                return dim, z, nodes + [shifted, top]
+    return dim, shifted, nodes
+
+
+def _is_key_dim(dim, rank: int) -> bool:
+    return isinstance(dim, int) and dim in (-1, rank - 1)
+
+
+def _dropout(node, gm):
+    """(input, p, training) of a dropout node (F.dropout, torch.dropout, an nn.Dropout module), or None."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if isinstance(module, torch.nn.Dropout):
+            return node.args[0], module.p, module.training
+        return None
+    if op_of(node) != "dropout":
+        return None
+    p = arg(node, 1, "p", 0.5)
+    training = arg(node, 2, "train" if node.target is torch.dropout else "training", True)
+    return node.args[0], p, training
+
+
+def _untransposed(node):
+    """x for x.transpose(-2, -1) (or .mT, or a permute swapping the last two axes), else None."""
+    op, rank = op_of(node), len(shape_of(node))
+    if op == "transpose" and {d % rank for d in node.args[1:3] if isinstance(d, int)} == {rank - 2, rank - 1}:
+        return node.args[0]
+    if op == "getattr" and node.args[1] == "mT":
+        return node.args[0]
+    if op == "permute":
+        order = list(node.args[1]) if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) \
+            else list(node.args[1:])
+        if [d % rank for d in order] == list(range(rank - 2)) + [rank - 1, rank - 2]:
+            return node.args[0]
+    return None
+
+
+def _unrepeated(node):
+    """(x, Hkv) for the heads of a 4-D x repeated Hq // Hkv times each (repeat_interleave on dim 1, or
+    x[:, :, None].expand(...).reshape(...)), else (node, None)."""
+    shape = shape_of(node)
+    if len(shape) != 4:
+        return node, None
+    if op_of(node) == "repeat_interleave":
+        source, dim = node.args[0], arg(node, 2, "dim")
+        if isinstance(arg(node, 1, "repeats"), int) and dim in (1, -3) and len(shape_of(source)) == 4:
+            return source, shape_of(source)[1]
+    if op_of(node) in ("reshape", "view"):
+        expanded = node.args[0]
+        if op_of(expanded) == "expand" and len(shape_of(expanded)) == 5:
+            inserted = expanded.args[0]
+            source = None
+            if op_of(inserted) == "getitem" and isinstance(inserted.args[1], tuple) \
+                    and len(inserted.args[1]) >= 3 and inserted.args[1][2] is None \
+                    and all(i == slice(None) for i in inserted.args[1][:2] + inserted.args[1][3:]):
+                source = inserted.args[0]
+            elif op_of(inserted) == "unsqueeze" and arg(inserted, 1, "dim") in (2, -3):
+                source = inserted.args[0]
+            if source is not None and len(shape_of(source)) == 4:
+                return source, shape_of(source)[1]
+    return node, None
+
+
+def _analyse(out, gm) -> _Found | None:
+    """The attention ending at `out`, a matmul / einsum; None when `out` is not one; NearMiss when it is
+    attention that cannot be replaced."""
+    operands = _matmul_operands(out)
+    if operands is None or not isinstance(value_of(out), torch.Tensor):
+        return None
+    left, right, letters = operands
+    v_perm = None
+    if letters is not None:
+        found = _contraction(letters)
+        if found is None:
+            return None
+        first, p_perm, v_perm = found
+        if first == 1:
+            left, right = right, left
+        if p_perm != list(range(len(p_perm))):
+            return None
+        v_perm = v_perm[:-2] + [v_perm[-1], v_perm[-2]]      # [batch, S, Ev]
+    p, region, dropout = left, [out], 0.0
+    while True:
+        if not isinstance(p, torch.fx.Node):
+            return None
+        step = _dropout(p, gm)
+        if step is not None:
+            region.append(p)
+            p, rate, training = step
+            if training and rate > 0:
+                if dropout > 0:
+                    raise NearMiss("two dropouts of the attention weights")
+                dropout = rate
+            continue
+        if op_of(p) in CASTS | SAME:
+            region.append(p)
+            p = p.args[0]
+            continue
+        break
+    softmax = _softmax_input(p)
+    if softmax is None:
+        return None
+    dim, z, softmax_nodes = softmax
+    region += softmax_nodes
+    score, dependent = _scores(z)
+    if score is None:
+        return None
+    rank = len(shape_of(score))
+    if not _is_key_dim(dim, len(shape_of(z))):
+        raise NearMiss(f"the softmax is over dim {dim}, not the key dim (-1)")
+    operands = _matmul_operands(score)
+    if operands is None:
+        return None
+    q, k_source, s_letters = operands
+    q_perm = k_perm = None
+    if s_letters is not None:
+        found = _contraction(s_letters)
+        if found is None:
+            raise NearMiss("the scores' einsum is not a batched q·kᵀ")
+        first, q_perm, k_perm = found
+        if first == 1:
+            q, k_source = k_source, q
+        k = k_source
+    else:
+        k = _untransposed(k_source)
+        k_perm = None if k is not None else list(range(rank - 2)) + [rank - 1, rank - 2]
+        k = k if k is not None else k_source
+    if any(not isinstance(x, torch.fx.Node) for x in (q, k, right)):
+        raise NearMiss("an operand is not a tensor of the graph")
+    if not (len(shape_of(q)) == len(shape_of(k_source)) == len(shape_of(right)) == rank >= 2):
+        raise NearMiss("the matmuls' operands differ in rank (broadcast matmul)")
+    # everything between the scores and the output is used only inside the pattern
+    inside = set(region) | dependent
+    for node in [p] + region[1:]:
+        if any(u not in inside for u in node.users):
+            raise NearMiss("the attention weights are used elsewhere")
+    for node in dependent:
+        if any(u not in inside for u in node.users):
+            raise NearMiss("the attention scores are used elsewhere")
+    dtypes = {value_of(x).dtype for x in (q, k, right)}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ATTENTION_DTYPES:
+        raise NearMiss(f"dtype {', '.join(sorted(str(d) for d in dtypes))}: attention takes float16, bfloat16 "
+                       "or float32 (one dtype for q, k and v)")
+    translator = Translator(score, dependent)
+    try:
+        expr = translator.finish(z, translator.translate(z))
+        render(expr)
+    except Untranslatable as e:
+        raise NearMiss(f"the modification cannot be written as an expression: {e}") from None
+    for extra in translator.extras:
+        value = value_of(extra)
+        if value.requires_grad and torch.is_grad_enabled():     # (Dynamo guards the graph on grad mode)
+            raise NearMiss(f"{extra.name} requires grad: the flash-attention op gives extra tensors no gradient")
+        shape = tuple(value.shape)
+        if len(shape) > rank or any(not (known_eq(a, 1) or known_eq(a, b))
+                                    for a, b in zip(shape[::-1], shape_of(z)[::-1])):
+            raise NearMiss(f"{extra.name} {list(shape)} does not broadcast to the scores {list(shape_of(z))}")
+    k_heads = v_heads = None
+    if rank == 4 and k_perm is None and v_perm is None:
+        k_un, k_heads = _unrepeated(k)
+        v_un, v_heads = _unrepeated(right)
+        if k_heads is not None and k_heads == v_heads:
+            k, right = k_un, v_un
+        else:
+            k_heads = None
+        if k_heads is None and known_eq(shape_of(k)[1], 1) and known_eq(shape_of(right)[1], 1):
+            k_heads = 1          # one key/value head, broadcast by the matmul over the query heads
+    region += sorted(dependent, key=lambda n: -n.meta.get("mini_inductor_order", 0))
+    return _Found(out, q, q_perm, k, k_perm, right, v_perm, expr, list(translator.extras), float(dropout),
+                  region, rank, shape_of(out), shape_of(z), k_heads)
+
+
+def _scores(z):
+    """(the score matmul, the nodes on paths from it to z) for the modification ending at z."""
+    leaves, seen, stack = set(), set(), [z]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, torch.fx.Node) or n in seen:
+            continue
+        seen.add(n)
+        op = op_of(n)
+        if op in ("matmul", "einsum"):
+            leaves.add(n)
+        elif op in POINTWISE:
+            stack.extend(a for a in list(n.args) + list(n.kwargs.values()) if isinstance(a, torch.fx.Node))
+    candidates = [n for n in leaves if len(shape_of(n)) >= 2 and shape_of(n) == shape_of(z)[-len(shape_of(n)):]]
+    if len(candidates) != 1:
+        return None, set()
+    score = candidates[0]
+    dependent: set = set()
+    memo: dict = {}
+
+    def reaches(n) -> bool:
+        if n is score:
+            return True
+        if not isinstance(n, torch.fx.Node) or op_of(n) not in POINTWISE:
+            return False
+        if n not in memo:
+            memo[n] = any(reaches(a) for a in list(n.args) + list(n.kwargs.values()))
+        return memo[n]
+    reaches(z)
+    dependent = {n for n, r in memo.items() if r} | {score}
+    if shape_of(score) != shape_of(z):
+        raise NearMiss("the scores are broadcast to a larger shape before the softmax")
+    return score, dependent
+
+
+# ── the rewrite ──────────────────────────────────────────────────────────────────────────────────
+class _Emitter:
+    """New nodes before `anchor`, each with its example_value computed under the graph's fake mode."""
+
+    def __init__(self, graph, anchor, fake_mode):
+        self.graph, self.anchor, self.fake_mode = graph, anchor, fake_mode
+        self.created: list[torch.fx.Node] = []
+
+    def __call__(self, kind: str, target, *args, **kwargs) -> torch.fx.Node:
+        with self.graph.inserting_before(self.anchor):
+            node = self.graph.create_node(kind, target, args, kwargs)
+        self.created.append(node)
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in self.anchor.meta:
+                node.meta[key] = self.anchor.meta[key]
+        fake_args, fake_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["example_value"])
+        # the mode of the graph's own fake values (the tracing context may hold another one)
+        mode = next((getattr(n.meta["example_value"], "fake_mode", None) for n in node.all_input_nodes
+                     if getattr(n.meta["example_value"], "fake_mode", None) is not None), self.fake_mode)
+        with mode if mode is not None else contextlib.nullcontext():
+            if kind == "call_method":
+                value = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+            else:
+                value = target(*fake_args, **fake_kwargs)
+        node.meta["example_value"] = value
+        return node
+
+    def undo(self) -> None:
+        for node in reversed(self.created):
+            self.graph.erase_node(node)
+
+
+def _to_4d(emit, node, perm, rank: int, batch: tuple, heads=None):
+    """`node` with its batch dims folded to [B, H] (the call takes 4-D tensors)."""
+    if perm is not None and perm != list(range(rank)):
+        node = emit("call_method", "permute", node, *perm)
+    shape = shape_of(node)
+    want = batch[:-1] + ((heads,) if heads is not None else batch[-1:]) if batch else ()
+    if tuple(shape[:-2]) != want:
+        if any(not known_eq(a, b) for a, b in zip(shape[:-2], want)):
+            if not static(*want):
+                raise NearMiss("symbolic sizes: a broadcast batch dim would need an expand")
+            node = emit("call_method", "expand", node, *want, -1, -1)
+    if rank == 4:
+        return node
+    if rank < 4:
+        for _ in range(4 - rank):
+            node = emit("call_method", "unsqueeze", node, 0)
+        return node
+    return emit("call_method", "flatten", node, 0, rank - 4)
+
+
+def _extra_4d(emit, node, rank: int, score_shape: tuple):
+    """An extra tensor right-aligned against the scores, padded to the scores' rank and folded like them."""
+    shape = shape_of(node)
+    value = value_of(node)
+    if not (value.dtype == torch.bool or value.dtype.is_floating_point):
+        node = emit("call_method", "to", node, torch.float32)
+    for _ in range(rank - len(shape)):
+        node = emit("call_method", "unsqueeze", node, 0)
+    if rank == 4:
+        return node
+    if rank < 4:
+        for _ in range(4 - rank):
+            node = emit("call_method", "unsqueeze", node, 0)
+        return node
+    batch = shape_of(node)[:rank - 3]
+    if not all(known_eq(b, 1) for b in batch) and \
+            any(not known_eq(a, b) for a, b in zip(batch, score_shape[:rank - 3])):
+        if not static(*score_shape[:rank - 3]):
+            raise NearMiss("symbolic sizes: an extra tensor would need an expand")
+        node = emit("call_method", "expand", node, *score_shape[:rank - 3], -1, -1, -1)
+    return emit("call_method", "flatten", node, 0, rank - 4)
+
+
+def _rewrite(gm, found: _Found, fake_mode, choice) -> None:
+    target, scale, causal = choice
+    emit = _Emitter(gm.graph, found.out, fake_mode)
+    try:
+        batch = found.out_shape[:-2]
+        rank = found.rank
+        if rank > 4 and not static(*batch):
+            raise NearMiss("symbolic sizes: folding more than two batch dims back needs their sizes")
+        q = _to_4d(emit, found.q, found.q_perm, rank, batch)
+        k = _to_4d(emit, found.k, found.k_perm, rank, batch, found.kv_heads)
+        v = _to_4d(emit, found.v, found.v_perm, rank, batch, found.kv_heads)
+        gqa = found.kv_heads is not None and not known_eq(found.kv_heads, shape_of(q)[1])
+        if not gqa and not known_eq(shape_of(k)[1], shape_of(q)[1]):
+            gqa = True       # one key/value head broadcast over the query heads
+        if target == "sdpa":
+            kwargs = {"dropout_p": found.dropout, "is_causal": causal, "scale": scale}
+            if gqa:
+                kwargs["enable_gqa"] = True
+            result = emit("call_function", F.scaled_dot_product_attention, q, k, v, **kwargs)
+            # matmul's layout: CUDA's SDPA kernels return [B, L, H, E]'s (a no-op where it is contiguous)
+            result = emit("call_method", "contiguous", result)
+        else:
+            extras = [_extra_4d(emit, t, rank, found.score_shape) for t in found.extras]
+            result = emit("call_function", target, q, k, v, extras, render(found.expr))
+        if rank < 4:
+            for _ in range(4 - rank):
+                result = emit("call_method", "squeeze", result, 0)
+        elif rank > 4:
+            result = emit("call_method", "unflatten", result, 0, tuple(batch[:-1]))
+    except BaseException:
+        emit.undo()
+        raise
+    found.out.replace_all_uses_with(result)
+    _erase_dead(gm.graph, found.region)
+
+
+def _erase_dead(graph, nodes) -> None:
+    """Erase the replaced nodes and what only they used (never placeholders or in-place calls)."""
+    stack, erased = list(nodes), set()
+    while stack:
+        node = stack.pop()
+        if node in erased or node.users or node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if node.op == "call_method" and str(node.target).endswith("_"):
+            continue
+        inputs = list(node.all_input_nodes)
+        graph.erase_node(node)
+        erased.add(node)
+        stack.extend(inputs)
+
+
+def _choose(found: _Found):
+    """("sdpa", scale, is_causal), or (the flash op, None, False); NearMiss when neither computes it."""
+    form = sdpa_form(found.expr)
+    score_shape = found.score_shape
+    if form is not None and form[1] and not known_eq(score_shape[-1], score_shape[-2]):
+        form = None          # is_causal only where L == S is known (without a guard)
+    if form is not None:
+        return "sdpa", form[0], form[1]
+    if found.dropout > 0:
+        raise NearMiss(f"dropout (p={found.dropout}) in training after a modification SDPA does not compute "
+                       f"({render(found.expr)}): the flash-attention op has no dropout")
+    op = flash_target()
+    if op is None:
+        raise NearMiss("no flash-attention op is registered (mini_inductor/attention/flash.py)")
+    return op, None, False
+
+
+def _shapes(found: _Found) -> str:
+    """q [..., L, E], k [..., S, E], v [..., S, Ev] as the call takes them (before the batch dims are folded)."""
+    parts = []
+    for name, node, perm in (("q", found.q, found.q_perm), ("k", found.k, found.k_perm), ("v", found.v, found.v_perm)):
+        shape = shape_of(node)
+        parts.append(f"{name} {[shape[d] for d in perm] if perm is not None else list(shape)}")
+    return ", ".join(parts)
+
+
+def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str) -> list[AttentionMatch]:
+    """Replace every attention in Dynamo's graph `gm` (named `graph` in the records) by one call, in
+    place; the records of what was found, matched or not."""
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    if fake_mode is None:
+        fake_mode = torch._guards.detect_fake_mode([n.meta.get("example_value") for n in gm.graph.nodes
+                                                    if isinstance(n.meta.get("example_value"), torch.Tensor)])
+    records = []
+    for n, node in enumerate(gm.graph.nodes):
+        node.meta["mini_inductor_order"] = n
+    alive = set(gm.graph.nodes)
+    for node in list(gm.graph.nodes):
+        if node not in alive or op_of(node) not in ("matmul", "einsum"):
+            continue
+        where, name = source_line(node), node.name
+        try:
+            found = _analyse(node, gm)
+            if found is None:
+                continue
+            choice = _choose(found)
+            mod, shapes = render(found.expr), _shapes(found)
+            _rewrite(gm, found, fake_mode, choice)
+            alive = set(gm.graph.nodes)
+        except NearMiss as e:
+            records.append(AttentionMatch(graph, name, where, "", reason=str(e)))
+            continue
+        except Exception as e:  # noqa: BLE001  (a pass that finds attention never fails a compile)
+            log.warning("mini_inductor: attention at %s not replaced: %s: %s", name, type(e).__name__, e)
+            records.append(AttentionMatch(graph, name, where, "", reason=f"internal error: {type(e).__name__}: {e}"))
+            continue
+        records.append(AttentionMatch(graph, name, where, "sdpa" if choice[0] == "sdpa" else "flash", mod, shapes))
+    for node in gm.graph.nodes:
+        node.meta.pop("mini_inductor_order", None)
+    if any(r.target for r in records):
+        gm.graph.lint()
+        gm.recompile()
+    return records

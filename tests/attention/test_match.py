@@ -1,0 +1,518 @@
+"""attention/match.py: attention written out in a model, whatever its spelling, becomes one call.
+
+Each test compiles a small attention, checks what the matcher recorded (the call: SDPA or the
+flash-attention op, and the modification as the contract's `mod`) and compares the compiled result
+with eager's. The flash-attention route runs through `flash_reference.OP`, a plain-torch stand-in of
+torch.ops.mini_inductor.flash_attention registered under another name (tests/attention/flash_reference.py).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mini_inductor
+from mini_inductor import metrics
+from mini_inductor.attention.match import render, sdpa_form, use_flash_op
+from mini_inductor.examples import GPT2, SelfAttention
+
+from flash_reference import OP, evaluate
+
+B, H, L, E = 2, 2, 8, 4
+SCALE = 1 / math.sqrt(E)
+
+
+def qkv(*shape, requires_grad=False):
+    shape = shape or (B, H, L, E)
+    return [torch.randn(*shape, requires_grad=requires_grad) for _ in range(3)]
+
+
+def compiled_like_eager(fn, *args, backward=False, options=None, dynamic=None):
+    """fn compiled (with the stand-in flash op) and run on args; checks value, shape and strides against
+    eager (and the inputs' gradients with `backward`); returns the attention records."""
+    with use_flash_op(OP):
+        compiled = torch.compile(fn, backend="mini_inductor", options=options, dynamic=dynamic)
+        got = compiled(*args)
+    want = fn(*args)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got.shape == want.shape and got.stride() == want.stride()
+    if backward:
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        with use_flash_op(OP):
+            grads = torch.autograd.grad(got.square().sum(), leaves)
+        expected = torch.autograd.grad(want.square().sum(), leaves)
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    return list(metrics.attention)
+
+
+def only_match(records, target, mod=None):
+    assert [r.target for r in records] == [target], [r.describe() for r in records]
+    if mod is not None:
+        assert records[0].mod == mod
+    return records[0]
+
+
+# ── spellings of the two matmuls and the softmax ─────────────────────────────────────────────────
+def test_matmul_with_transpose_scaled_by_division_is_sdpa():
+    def attention(q, k, v):
+        return torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(E), dim=-1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "sdpa", "s / 2.0")
+
+
+def test_bmm_on_folded_heads_from_a_projection_is_sdpa():
+    proj = nn.Linear(E * H, 3 * E * H)
+
+    def attention(x):
+        q, k, v = proj(x).split(E * H, dim=-1)
+        q, k, v = (t.reshape(B, L, H, E).transpose(1, 2).reshape(B * H, L, E) for t in (q, k, v))
+        p = torch.bmm(q * SCALE, k.transpose(1, 2)).softmax(-1)
+        return p.bmm(v).reshape(B, H, L, E).transpose(1, 2).reshape(B, L, H * E)
+    record = only_match(compiled_like_eager(attention, torch.randn(B, L, E * H)), "sdpa", "s")
+    assert record.shapes == f"q [{B * H}, {L}, {E}], k [{B * H}, {L}, {E}], v [{B * H}, {L}, {E}]"
+
+
+def test_einsum_both_matmuls_with_an_additive_bias_is_flash():
+    bias = torch.randn(L, L)
+
+    def attention(q, k, v):
+        s = torch.einsum("bhld,bhsd->bhls", q, k) * SCALE + bias
+        return torch.einsum("bhls,bhsd->bhld", F.softmax(s, dim=-1), v)
+    only_match(compiled_like_eager(attention, *qkv()), "flash", "s * 0.5 + t0")
+
+
+def test_matmul_operator_with_mT_and_tensor_softmax_with_dtype():
+    def attention(q, k, v):
+        return (q @ k.mT * SCALE).softmax(dim=3, dtype=torch.float32) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "sdpa", "s * 0.5")
+
+
+def test_written_out_softmax_is_found():
+    def attention(q, k, v):
+        s = q @ k.transpose(-1, -2) * SCALE
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+        return (e / e.sum(dim=-1, keepdim=True)) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "sdpa", "s * 0.5")
+
+
+def test_scale_by_a_zero_dim_tensor_is_an_extra_tensor():
+    scale = torch.tensor(SCALE)
+
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) * scale, -1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "flash", "s * t0")
+
+
+# ── masks ───────────────────────────────────────────────────────────────────────────────────────
+def test_causal_tril_of_ones_in_forward_is_sdpa_is_causal():
+    def attention(q, k, v):
+        s = q @ k.transpose(-2, -1) * SCALE
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        return s.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+    record = only_match(compiled_like_eager(attention, *qkv(requires_grad=True), backward=True), "sdpa")
+    assert sdpa_form(_parsed(record.mod)) == (0.5, True)
+
+
+def test_causal_from_an_arange_comparison_is_sdpa_is_causal():
+    def attention(q, k, v):
+        i = torch.arange(q.shape[-2])
+        s = torch.where(i[None, :] <= i[:, None], q @ k.transpose(-2, -1), float("-inf")) * SCALE
+        return torch.softmax(s, dim=-1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "sdpa", "where(j <= i, s, -inf) * 0.5")
+
+
+class BufferCausal(nn.Module):
+    """The registered `tril` buffer of GPT-2-like code, sliced to the sequence length: data, not structure."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))
+
+    def forward(self, q, k, v):
+        t = q.shape[-2]
+        s = q @ k.transpose(-2, -1) * SCALE
+        s = s.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return F.softmax(s, dim=-1) @ v
+
+
+def test_a_registered_tril_buffer_is_an_extra_tensor():
+    only_match(compiled_like_eager(BufferCausal(), *qkv()), "flash", "where(t0 == 0, -inf, s * 0.5)")
+
+
+def test_padding_mask_filled_with_minus_inf_is_flash():
+    keep = torch.arange(L)[None, :] < torch.tensor([L, L - 3])[:, None]        # [B, S]
+
+    def attention(q, k, v, keep):
+        s = q @ k.transpose(-2, -1) * SCALE
+        return s.masked_fill(~keep[:, None, None, :], float("-inf")).softmax(-1) @ v
+    only_match(compiled_like_eager(attention, *qkv(), keep), "flash", "where(~t0, -inf, s * 0.5)")
+
+
+def test_causal_filled_with_finfo_min_is_flash_not_sdpa():
+    # a finite fill is not SDPA's -inf: the two differ on a row whose every score is masked
+    def attention(q, k, v):
+        s = q @ k.transpose(-2, -1) * SCALE
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        return s.masked_fill(~causal, torch.finfo(s.dtype).min).softmax(-1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "flash", "where(~(j <= i), -3.4028234663852886e+38, s * 0.5)")
+
+
+def test_additive_bias_input_with_backward_through_q_k_v():
+    def attention(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-2, -1) * SCALE + bias, -1) @ v
+    bias = torch.randn(B, 1, L, L)
+    records = compiled_like_eager(attention, *qkv(requires_grad=True), bias, backward=True)
+    only_match(records, "flash", "s * 0.5 + t0")
+
+
+def test_alibi_bias_is_an_index_expression_times_the_slopes():
+    slopes = torch.tensor([0.5, 0.25]).view(H, 1, 1)
+
+    def attention(q, k, v):
+        pos = torch.arange(L)
+        distance = pos[None, :] - pos[:, None]
+        s = q @ k.transpose(-2, -1) * SCALE + slopes * distance
+        return s.softmax(-1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "flash", "s * 0.5 + t0 * (j - i)")
+
+
+def test_tanh_softcap():
+    def attention(q, k, v):
+        s = torch.tanh(q @ k.transpose(-2, -1) * SCALE / 5.0) * 5.0
+        return s.softmax(-1) @ v
+    only_match(compiled_like_eager(attention, *qkv(requires_grad=True), backward=True), "flash",
+               "tanh(s * 0.5 / 5.0) * 5.0")
+
+
+def test_sliding_window_causal_mask():
+    def attention(q, k, v):
+        i = torch.arange(L)
+        rel = i[:, None] - i[None, :]
+        window = (rel >= 0) & (rel < 3)
+        s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~window, float("-inf"))
+        return s.softmax(-1) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "flash", "where(~((i - j >= 0) & (i - j < 3)), -inf, s * 0.5)")
+
+
+def test_grouped_query_heads_from_repeat_interleave_pass_the_unrepeated_heads():
+    def attention(q, k, v):
+        k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+        return torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1) @ v
+    q = torch.randn(B, 4, L, E, requires_grad=True)
+    k, v = (torch.randn(B, 2, L, E, requires_grad=True) for _ in range(2))
+    record = only_match(compiled_like_eager(attention, q, k, v, backward=True), "sdpa")
+    assert record.shapes == f"q [{B}, 4, {L}, {E}], k [{B}, 2, {L}, {E}], v [{B}, 2, {L}, {E}]"
+
+
+def test_grouped_query_heads_with_a_bias_go_to_flash_unrepeated():
+    def attention(q, k, v, bias):
+        k = k[:, :, None, :, :].expand(B, 2, 2, L, E).reshape(B, 4, L, E)
+        v = v[:, :, None, :, :].expand(B, 2, 2, L, E).reshape(B, 4, L, E)
+        return torch.softmax(q @ k.transpose(-2, -1) * SCALE + bias, -1) @ v
+    q, k, v = torch.randn(B, 4, L, E), torch.randn(B, 2, L, E), torch.randn(B, 2, L, E)
+    record = only_match(compiled_like_eager(attention, q, k, v, torch.randn(L, L)), "flash", "s * 0.5 + t0")
+    assert "k [2, 2, 8, 4]" in record.shapes
+
+
+class GPT2EagerAttention(nn.Module):
+    """The structure of Hugging Face's GPT-2 eager attention (transformers is not installed here):
+    a registered bool tril buffer, a finfo.min mask value tensor, an additive attention mask, dropout."""
+
+    def __init__(self, context=16):
+        super().__init__()
+        causal = torch.tril(torch.ones(context, context, dtype=torch.bool))
+        self.register_buffer("bias", causal.view(1, 1, context, context))
+        self.attn_dropout = nn.Dropout(0.1)
+
+    def forward(self, query, key, value, attention_mask):
+        w = torch.matmul(query, key.transpose(-1, -2))
+        w = w / torch.full([], value.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        q_len, k_len = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, k_len - q_len:k_len, :k_len]
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+        w = torch.where(causal_mask, w.to(w.dtype), mask_value)
+        w = w + attention_mask
+        w = nn.functional.softmax(w, dim=-1).type(value.dtype)
+        w = self.attn_dropout(w)
+        return torch.matmul(w, value)
+
+
+def test_hugging_face_gpt2_eager_attention_in_eval():
+    module = GPT2EagerAttention().eval()
+    mask = torch.zeros(B, 1, 1, L)
+    mask[1, ..., -2:] = torch.finfo(torch.float32).min
+    only_match(compiled_like_eager(module, *qkv(), mask), "flash",
+               "where(t0, s / 2.0, -3.4028234663852886e+38) + t1")
+
+
+def test_the_examples_written_out_attention_causal_and_masked():
+    torch.manual_seed(0)
+    causal = SelfAttention(8, 2, "causal")
+    records = compiled_like_eager(causal, torch.randn(2, 8, 8))
+    assert records[0].mod == "where(~(j <= i), -inf, s / 2.0)"
+    metrics.reset()
+    masked = SelfAttention(8, 2, "masked")
+    bias = torch.zeros(2, 1, 1, 8)
+    bias[0, ..., -3:] = torch.finfo(torch.float32).min
+    only_match(compiled_like_eager(masked, torch.randn(2, 8, 8), bias), "flash", "s / 2.0 + t0")
+
+
+def test_zoo_gpt2_trains_through_sdpa_causal():
+    torch.manual_seed(0)
+    model = GPT2()
+    tokens = torch.randint(0, 64, (2, 16))
+    with use_flash_op(OP):
+        compiled = torch.compile(model, backend="mini_inductor")
+        got = compiled(tokens)
+        got.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert [r.target for r in metrics.attention] == ["sdpa", "sdpa"]
+    model.zero_grad()
+    want = model(tokens)
+    want.sum().backward()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+# ── dropout ─────────────────────────────────────────────────────────────────────────────────────
+def test_dropout_in_eval_or_with_p_zero_is_dropped():
+    def attention(q, k, v):
+        p = torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1)
+        return F.dropout(F.dropout(p, 0.0, training=True), 0.3, training=False) @ v
+    only_match(compiled_like_eager(attention, *qkv()), "sdpa")
+
+
+def test_dropout_in_training_goes_to_sdpa_with_dropout_p():
+    def attention(q, k, v):
+        return F.dropout(torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1), 0.25, training=True) @ v
+    with use_flash_op(OP):
+        out = torch.compile(attention, backend="mini_inductor")(*qkv())
+    assert out.shape == (B, H, L, E) and torch.isfinite(out).all()
+    only_match(metrics.attention, "sdpa")
+
+
+def test_dropout_in_training_after_a_bias_is_a_near_miss():
+    bias = torch.randn(L, L)
+
+    def attention(q, k, v):
+        return F.dropout(torch.softmax(q @ k.transpose(-2, -1) + bias, -1), 0.25, training=True) @ v
+    with use_flash_op(OP):
+        torch.compile(attention, backend="mini_inductor")(*qkv())
+    (record,) = metrics.attention
+    assert not record.target and "dropout" in record.reason
+
+
+# ── near misses ─────────────────────────────────────────────────────────────────────────────────
+def test_returned_attention_weights_are_a_near_miss():
+    def attention(q, k, v):
+        p = torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1)
+        return p @ v, p
+    with use_flash_op(OP):
+        torch.compile(attention, backend="mini_inductor")(*qkv())
+    (record,) = metrics.attention
+    assert record.target == "" and record.reason == "the attention weights are used elsewhere"
+
+
+def test_softmax_over_the_query_dim_is_a_near_miss():
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-2) @ v
+    compiled_like_eager(attention, *qkv())
+    (record,) = metrics.attention
+    assert record.target == "" and "not the key dim" in record.reason
+
+
+def test_an_extra_tensor_requiring_grad_is_a_near_miss():
+    bias = nn.Parameter(torch.zeros(L, L))
+
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) + bias, -1) @ v
+    compiled_like_eager(attention, *qkv())
+    (record,) = metrics.attention
+    assert record.target == "" and "requires grad" in record.reason
+
+
+def test_attention_without_batch_dims_and_an_untransposed_key():
+    def attention(x, w, v):
+        return torch.softmax(x @ w, -1) @ v         # [L, E] @ [E, S]: k is wᵀ, one batch and one head
+    record = only_match(compiled_like_eager(attention, torch.randn(4, 8), torch.randn(8, 6), torch.randn(6, 3)),
+                        "sdpa", "s")
+    assert record.shapes == "q [4, 8], k [6, 8], v [6, 3]"
+
+
+def test_attention_fusion_off_leaves_the_graph_alone():
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1) @ v
+    compiled_like_eager(attention, *qkv(), options={"attention_fusion": "off"})
+    assert metrics.attention == []
+
+
+def test_the_option_takes_only_auto_or_off():
+    with pytest.raises(mini_inductor.config.OptionError, match="attention_fusion"):
+        mini_inductor.config.current().replace(attention_fusion="on")
+
+
+# ── symbolic sizes ──────────────────────────────────────────────────────────────────────────────
+def test_dynamic_sequence_length_causal():
+    def attention(q, k, v):
+        t = q.shape[-2]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        s = (q @ k.transpose(-2, -1) * 0.5).masked_fill(~causal, float("-inf"))
+        return s.softmax(-1) @ v + 0
+    with use_flash_op(OP):
+        compiled = torch.compile(attention, backend="mini_inductor", dynamic=True)
+        for length in (6, 8):
+            args = qkv(B, H, length, E)
+            torch.testing.assert_close(compiled(*args), attention(*args), atol=1e-5, rtol=1e-5)
+    assert {r.target for r in metrics.attention} == {"sdpa"}, [r.describe() for r in metrics.attention]
+    assert "s0" in metrics.attention[0].shapes          # one graph for every length
+
+
+def test_a_float_dynamo_makes_an_input_is_an_extra_tensor():
+    # with dynamic=True Dynamo passes a Python float as a 0-dim tensor and reads it with .item()
+    def attention(q, k, v):
+        return (q @ k.transpose(-2, -1) * SCALE).softmax(-1) @ v
+    with use_flash_op(OP):
+        compiled = torch.compile(attention, backend="mini_inductor", dynamic=True)
+        args = qkv()
+        torch.testing.assert_close(compiled(*args), attention(*args), atol=1e-5, rtol=1e-5)
+    # (Dynamo may trace it once more with the float as a constant: then "s * 0.5" goes to SDPA)
+    first, *rest = metrics.attention
+    assert first.target == "flash" and first.mod == "s * t0" and all(r.target for r in rest)
+
+
+# ── reports ─────────────────────────────────────────────────────────────────────────────────────
+def test_explain_lists_matches_and_near_misses():
+    def attention(q, k, v):
+        p = torch.softmax(q @ k.transpose(-2, -1) * SCALE, -1)
+        w = torch.softmax(k @ q.transpose(-2, -1) * SCALE, -1)
+        return p @ v, w @ v, w
+    with use_flash_op(OP):
+        report = mini_inductor.explain(attention, *qkv())
+    text = str(report)
+    assert "attention: 1 matched (flash: 0, sdpa: 1), near misses: 1" in text
+    assert "the attention weights are used elsewhere" in text
+    assert [a["target"] for a in report.attention] == ["sdpa", ""]
+    assert 'id="attention"' in report.html_page()
+
+
+# ── the expression language ─────────────────────────────────────────────────────────────────────
+def _parsed(mod):
+    """A mod text back to the matcher's expression tree (for sdpa_form), through the stand-in's reader."""
+    import ast
+    ops = {ast.Mult: "*", ast.Div: "/", ast.Add: "+", ast.Sub: "-", ast.LtE: "<=", ast.Lt: "<", ast.Gt: ">",
+           ast.GtE: ">=", ast.BitAnd: "&", ast.BitOr: "|"}
+
+    def tree(n):
+        if isinstance(n, ast.Name):
+            return {"s": ("s",), "inf": ("num", math.inf)}.get(n.id, ("idx", n.id))
+        if isinstance(n, ast.Constant):
+            return ("num", n.value)
+        if isinstance(n, ast.UnaryOp):
+            inner = tree(n.operand)
+            if isinstance(n.op, ast.Invert):
+                return ("not", inner)
+            return ("num", -inner[1]) if inner[0] == "num" else ("neg", inner)
+        if isinstance(n, ast.BinOp):
+            return ("bin", ops[type(n.op)], tree(n.left), tree(n.right))
+        if isinstance(n, ast.Compare):
+            return ("bin", ops[type(n.ops[0])], tree(n.left), tree(n.comparators[0]))
+        return ("call", n.func.id, tuple(tree(a) for a in n.args))
+    return tree(ast.parse(mod, mode="eval").body)
+
+
+@pytest.mark.parametrize("mod", ["s * 0.125", "where(j <= i, s * 0.125, -inf)", "tanh(s * 0.125 / 50.0) * 50.0",
+                                 "s * 0.125 + t0", "where((j <= i) & (i - j < 256), s * 0.125, -inf)",
+                                 "s * 0.125 - 0.5 * (i - j)", "where(~(j <= i), -inf, s / 2.0)"])
+def test_render_writes_back_what_it_reads(mod):
+    assert render(_parsed(mod)) == mod
+
+
+@pytest.mark.parametrize("mod, form", [("s", (1.0, False)), ("s * 0.125", (0.125, False)), ("s / 4.0", (0.25, False)),
+                                       ("where(j <= i, s * 0.5, -inf)", (0.5, True)),
+                                       ("where(~(j <= i), -inf, s * 0.5)", (0.5, True)),
+                                       ("where(j <= i, s, -inf) * 0.5", (0.5, True)),
+                                       ("where(j <= i, s * 0.5, -1e9)", None), ("where(j < i, s, -inf)", None),
+                                       ("s * 0.5 + t0", None)])
+def test_sdpa_form_is_only_what_sdpa_computes(mod, form):
+    assert sdpa_form(_parsed(mod)) == form
+
+
+def test_the_stand_in_reads_the_contracts_examples():
+    s = torch.randn(1, 1, 3, 3)
+    names = {"s": s, "i": torch.arange(3)[:, None], "j": torch.arange(3), "t0": torch.zeros(3, 3)}
+    out = evaluate("where(j <= i, s * 0.125, -inf) + t0", names)
+    assert torch.isinf(out[0, 0, 0, 1]) and out[0, 0, 1, 0] == s[0, 0, 1, 0] * 0.125
+
+
+# ── whole models and other dtypes ───────────────────────────────────────────────────────────────
+def test_zoo_bert_trains_through_the_flash_op_with_its_padding_bias():
+    from mini_inductor.examples import ZOO
+
+    torch.manual_seed(0)
+    zoo = ZOO["bert"]
+    model, inputs = zoo.build(False), zoo.inputs(False, "cpu")
+    with use_flash_op(OP):
+        got = torch.compile(model, backend="mini_inductor")(*inputs)
+        zoo.loss(got, inputs).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert [r.target for r in metrics.attention] == ["flash", "flash"], [r.describe() for r in metrics.attention]
+    assert metrics.attention[0].mod == "s / 4.0 + (1.0 - t0) * -3.4028234663852886e+38"
+    model.zero_grad()
+    want = model(*inputs)
+    zoo.loss(want, inputs).backward()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_causal_and_biased(dtype):
+    bias = torch.randn(L, L, dtype=dtype)
+
+    def attention(q, k, v):
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~causal, float("-inf"))
+        return s.softmax(-1) @ v, (q @ k.transpose(-2, -1) * SCALE + bias).softmax(-1) @ v
+    args = [t.to(dtype) for t in qkv()]
+    with use_flash_op(OP):
+        got = torch.compile(attention, backend="mini_inductor")(*args)
+    assert [r.target for r in metrics.attention] == ["sdpa", "flash"]
+    for g, w in zip(got, attention(*args)):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
+
+
+def repeat_kv(x, n_rep):
+    """Hugging Face's repeat_kv: each key/value head repeated for its group of query heads."""
+    b, hkv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, hkv, n_rep, s, d).reshape(b, hkv * n_rep, s, d)
+
+
+def llama_eager_attention(query, key, value, attention_mask, scaling, dropout=0.0, training=False):
+    """The structure of Hugging Face's eager_attention_forward (Llama and most decoders since 2025)."""
+    key_states, value_states = repeat_kv(key, 2), repeat_kv(value, 2)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+    attn_weights = attn_weights + causal_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hugging_face_llama_eager_attention_with_grouped_heads(dtype):
+    q = torch.randn(B, 4, L, E, dtype=dtype)
+    k, v = (torch.randn(B, 2, L, E, dtype=dtype) for _ in range(2))
+    mask = torch.full((L, L + 2), torch.finfo(dtype).min, dtype=dtype).triu(1)[None, None].expand(B, 1, L, L + 2)
+
+    def attention(q, k, v, mask):
+        return llama_eager_attention(q, k, v, mask, SCALE)
+    with use_flash_op(OP):
+        got = torch.compile(attention, backend="mini_inductor")(q, k, v, mask)
+    record = only_match(metrics.attention, "flash", "s * 0.5 + t0")
+    assert record.shapes == f"q [{B}, 4, {L}, {E}], k [{B}, 2, {L}, {E}], v [{B}, 2, {L}, {E}]"
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, attention(q, k, v, mask), atol=tol, rtol=tol)
