@@ -1,0 +1,346 @@
+"""`torch.ops.mini_inductor.flash_attention`: attention with a score modification, in one Triton kernel.
+
+The contract (attention/__init__.py) fixes what the op computes; this module decides how. Three ops:
+
+    flash_attention(q, k, v, extra, mod) -> out                 what the matcher emits; a composite
+        = flash_attention_forward(q, k, v, extra, mod)[0]       (CompositeImplicitAutograd), so AOT
+                                                                autograd traces the two below
+    flash_attention_forward(q, k, v, extra, mod) -> (out, lse)  the forward kernel; saves the LSE
+    flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
+
+so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
+backward kernels: nothing is recomputed but the scores, which is the point of flash attention. All
+three are extern kernels of the compiled graph (lowering/graph.py's EXTERN_OPS), not fallbacks.
+
+Where it runs: CUDA tensors, and CPU tensors under TRITON_INTERPRET=1, run the generated Triton
+kernels (kernels.py); other CPU tensors (and empty ones) run the torch reference, which evaluates the
+modification on the materialized score matrix (and is what the tests check the kernels against).
+
+Choices, and why:
+- Block skipping. When the modification reads only s, i, j, L and S and contains -inf, a table per
+  (mod, L, S, block sizes, device) gives each query block the range of key blocks holding a live
+  score (and each key block its range of query blocks, for dk/dv): a causal mask visits the lower
+  triangle only. It is computed once, with torch, from score_mod.dead_mask (where the modification
+  is -inf whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
+- Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, LSE -inf. Eager's backward
+  then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
+  in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
+  -inf LSE (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
+  when such a row exists, the backward visits every block, as eager touches every key.
+- Precision: scores and softmax in float32; tl.dot in the input dtype, accumulating in float32;
+  float32 inputs use TF32 only when torch.backends.cuda.matmul.allow_tf32 says so ("ieee" otherwise).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from ..config import current as current_config, interpreting
+from . import score_mod
+from .kernels import kernel_source
+
+Tensor = torch.Tensor
+
+_KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip) → the loaded kernel module
+_RANGES: dict[tuple, tuple] = {}         # (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges
+_RANGES_LIMIT = 256
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale") -> Tensor:
+    """softmax_j(mod(s = q·k, ...)) @ v, by the op of the contract; `scale` in `mod` stands for
+    1/sqrt(E) (E = q's head dim). q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] → [B, Hq, L, Ev]."""
+    mod = re.sub(r"\bscale\b", repr(1.0 / math.sqrt(q.shape[-1])), mod)
+    return torch.ops.mini_inductor.flash_attention(q, k, v, list(extra), mod)
+
+
+# ---------------------------------------------------------------------------------------------------
+# checks
+
+def _check(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> score_mod.ScoreMod:
+    sm = score_mod.parse(mod)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"flash_attention: q, k, v must be [B, H, L, E]; got {list(q.shape)}, {list(k.shape)}, "
+                         f"{list(v.shape)}")
+    B, Hq, L, E = q.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2] \
+            or k.shape[3] != E:
+        raise ValueError(f"flash_attention: k {list(k.shape)} and v {list(v.shape)} do not fit q {list(q.shape)}")
+    if k.shape[1] == 0 or Hq % k.shape[1]:
+        raise ValueError(f"flash_attention: {Hq} query heads are not a multiple of {k.shape[1]} key/value heads")
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise ValueError(f"flash_attention: q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if sm.tensors > len(extra):
+        raise ValueError(f"flash_attention mod {mod!r} reads t{sm.tensors - 1}, but only {len(extra)} extra "
+                         f"tensor(s) were given")
+    for n, t in enumerate(extra):
+        try:
+            torch.broadcast_shapes(t.shape, (B, Hq, L, k.shape[2]))
+        except RuntimeError:
+            raise ValueError(f"flash_attention: extra tensor t{n} of shape {list(t.shape)} does not broadcast to "
+                             f"[B, Hq, L, S] = {[B, Hq, L, k.shape[2]]}") from None
+    score_mod.kind(sm.tree, _tensor_kinds(extra))   # a bool tensor used as a number, or the reverse
+    return sm
+
+
+def _tensor_kinds(extra) -> dict[str, str]:
+    return {f"t{n}": "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
+            for n, t in enumerate(extra)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the torch reference
+
+def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple[Tensor, Tensor]:
+    """(out, lse) on the materialized [B, Hq, L, S] score matrix, in float32, as the contract reads."""
+    sm = score_mod.parse(mod)
+    B, Hq, L, _ = q.shape
+    S = k.shape[2]
+    group = Hq // k.shape[1]
+    s = q.float() @ k.float().repeat_interleave(group, dim=1).transpose(-1, -2)
+    dev = q.device
+    env = {"s": s, "L": L, "S": S, "b": torch.arange(B, device=dev).view(B, 1, 1, 1),
+           "h": torch.arange(Hq, device=dev).view(1, Hq, 1, 1), "i": torch.arange(L, device=dev).view(1, 1, L, 1),
+           "j": torch.arange(S, device=dev).view(1, 1, 1, S), **{f"t{n}": t for n, t in enumerate(extra)}}
+    score = torch.as_tensor(score_mod.evaluate(sm.tree, env), device=dev).float().expand(B, Hq, L, S)
+    out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(group, dim=1)
+    return out.to(q.dtype).contiguous(), torch.logsumexp(score, dim=-1).contiguous()
+
+
+def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):
+    """(dq, dk, dv) by autograd through reference_forward: eager's gradients, NaN where eager has them."""
+    with torch.enable_grad():
+        inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+        out, _ = reference_forward(*inputs, [t.detach() for t in extra], mod)
+        return torch.autograd.grad(out, inputs, dout)
+
+
+# ---------------------------------------------------------------------------------------------------
+# configs and block tables
+
+def _uses_triton(q: Tensor) -> bool:
+    return q.device.type == "cuda" or (q.device.type == "cpu" and interpreting())
+
+
+def _pad(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward kernel."""
+    if not on_gpu:
+        return 16, 16, 1, 1    # the interpreter runs every program in Python: small tiles, few programs
+    if dtype == torch.float32:
+        return (64, 32, 4, 2) if block_e <= 64 else (32, 32, 4, 2)
+    if block_e <= 64:
+        return 128, 64, 4, 3
+    if block_e <= 128:
+        return 128, 64, 8, 3
+    return 64, 32, 4, 2
+
+
+def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dq and dk/dv kernels."""
+    if not on_gpu:
+        return 16, 16, 1, 1
+    if dtype == torch.float32 or block_e > 128:
+        return 32, 32, 4, 1
+    if block_e <= 64:
+        return 64, 64, 4, 2
+    return 64, 64, 8, 2
+
+
+def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
+                 backward: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(kv_lo, kv_hi) per query block and (q_lo, q_hi) per key block, in blocks (int32, on `device`): the
+    blocks outside a range have no live score. For the backward, every range is whole when some row is
+    fully masked (eager's gradients then have NaN for every key; see the module docstring)."""
+    key = (sm.text, L, S, block_m, block_n, str(device), backward)
+    hit = _RANGES.get(key)
+    if hit is not None:
+        return hit
+    n_m, n_n = -(-L // block_m), -(-S // block_n)
+    live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
+    dead_row = torch.zeros((), dtype=torch.bool, device=device)
+    cols = torch.arange(n_n * block_n, device=device)
+    step = max(1, (1 << 22) // (n_n * block_n * block_m))     # query blocks per chunk: ~4M grid points
+    for m0 in range(0, n_m, step):
+        m1 = min(n_m, m0 + step)
+        rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
+        env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S}
+        dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device).expand(len(rows), len(cols))
+        dead = dead | (rows[:, None] >= L) | (cols[None, :] >= S)
+        live[m0:m1] = (~dead).view(m1 - m0, block_m, n_n, block_n).any(3).any(1)
+        dead_row |= (dead[:, :S].all(1) & (rows < L)).any()
+
+    def span(mask: Tensor, count: int) -> tuple[Tensor, Tensor]:
+        index = torch.arange(count, device=device)
+        hi = torch.where(mask, index + 1, 0).amax(-1) if count else mask.new_zeros(mask.shape[0], dtype=torch.long)
+        lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi) if count else hi
+        if backward:
+            lo, hi = torch.where(dead_row, 0, lo), torch.where(dead_row, count, hi)
+        return lo.to(torch.int32), hi.to(torch.int32)
+
+    kv_lo, kv_hi = span(live, n_n)
+    q_lo, q_hi = span(live.t(), n_m)
+    if len(_RANGES) >= _RANGES_LIMIT:
+        _RANGES.clear()
+    result = _RANGES[key] = (kv_lo, kv_hi, q_lo, q_hi)
+    return result
+
+
+def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool):
+    key = (sm.text, kinds, skip)
+    module = _KERNELS.get(key)
+    if module is None:
+        from ..caching.modules import load_module
+        module, _ = load_module(kernel_source(sm, kinds, skip), current_config().cache_dir)
+        _KERNELS[key] = module
+    return module
+
+
+def _precision(dtype: torch.dtype) -> str:
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    return "tf32"
+
+
+def _extra_args(extra, shape, device) -> tuple[list[Tensor], list[int]]:
+    """The extra tensors on `device` and their strides seen at [B, Hq, L, S] (0 along broadcast dims)."""
+    tensors, strides = [], []
+    for t in extra:
+        t = t.to(device) if t.device != device else t
+        tensors.append(t)
+        strides.extend(t.expand(shape).stride())
+    return tensors, strides
+
+
+def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
+    return [q.shape[1], q.shape[1] // k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]]
+
+
+def _launch_context(q: Tensor):
+    return torch.cuda.device(q.device) if q.device.type == "cuda" else _NoContext()
+
+
+class _NoContext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
+    B, Hq, L, E = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    on_gpu = q.device.type == "cuda"
+    block_e, block_ev = _pad(E), _pad(Ev)
+    bm, bn, warps, stages = forward_config(max(block_e, block_ev), q.dtype, on_gpu)
+    skip = sm.skips_blocks()
+    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip)
+    out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    lo, hi = block_ranges(sm, L, S, bm, bn, q.device, False)[:2] if skip else (lse, lse)
+    grid = (-(-L // bm), B * Hq)
+    with _launch_context(q):
+        module.flash_fwd[grid](q, k, v, out, lse, *tensors, lo, hi, *q.stride(), *k.stride(), *v.stride(), *strides,
+                               *_sizes(q, k, v), BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev,
+                               PRECISION=_precision(q.dtype), EVEN_N=S % bn == 0, num_warps=warps,
+                               num_stages=stages)
+    return out, lse
+
+
+def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extra,
+                    sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, Tensor]:
+    B, Hq, L, E = q.shape
+    Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
+    on_gpu = q.device.type == "cuda"
+    block_e, block_ev = _pad(E), _pad(Ev)
+    bm, bn, warps, stages = backward_config(max(block_e, block_ev), q.dtype, on_gpu)
+    skip = sm.skips_blocks()
+    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip)
+    dout = dout.to(q.dtype)
+    delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
+        torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device), \
+        torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    kv_lo, kv_hi, q_lo, q_hi = block_ranges(sm, L, S, bm, bn, q.device, True) if skip else (delta,) * 4
+    common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(q.dtype),
+                  num_warps=warps, num_stages=stages)
+    strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
+    with _launch_context(q):
+        module.flash_bwd_delta[(-(-L // bm), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
+                                                      BLOCK_M=bm, BLOCK_EV=block_ev, num_warps=warps)
+        module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
+                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **common)
+        module.flash_bwd_dq[(-(-L // bm), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
+                                                   *strides_qkvdo, *strides, *_sizes(q, k, v), **common)
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------------
+# the ops
+
+_SCHEMA_FWD = "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> (Tensor, Tensor)"
+_SCHEMA_BWD = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod)"
+               " -> (Tensor, Tensor, Tensor)")
+
+
+@torch.library.custom_op("mini_inductor::flash_attention_forward", mutates_args=(), schema=_SCHEMA_FWD)
+def flash_attention_forward(q, k, v, extra, mod):
+    sm = _check(q, k, v, extra, mod)
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
+        return reference_forward(q, k, v, extra, mod)
+    return triton_forward(q, k, v, extra, sm)
+
+
+@torch.library.register_fake("mini_inductor::flash_attention_forward")
+def _forward_fake(q, k, v, extra, mod):
+    _check(q, k, v, extra, mod)
+    B, Hq, L, _ = q.shape
+    return q.new_empty(B, Hq, L, v.shape[3]), q.new_empty(B, Hq, L, dtype=torch.float32)
+
+
+@torch.library.custom_op("mini_inductor::flash_attention_backward", mutates_args=(), schema=_SCHEMA_BWD)
+def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod):
+    sm = _check(q, k, v, extra, mod)
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
+        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod)
+        return dq.contiguous(), dk.contiguous(), dv.contiguous()
+    return triton_backward(grad_out, q, k, v, out, lse, extra, sm)
+
+
+@torch.library.register_fake("mini_inductor::flash_attention_backward")
+def _backward_fake(grad_out, q, k, v, out, lse, extra, mod):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, extra, mod = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, *extra)
+    ctx.mod = mod
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    # the LSE is an internal output (non-differentiable): only the attention output has a gradient
+    q, k, v, out, lse, *extra = ctx.saved_tensors
+    dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod)
+    return dq, dk, dv, [None] * len(extra), None
+
+
+torch.library.register_autograd("mini_inductor::flash_attention_forward", _backward, setup_context=_setup_context)
+
+# The matcher's op: a composite of the forward op, so that AOT autograd's graphs hold the forward op
+# (which also returns the LSE) and the backward op, never this one.
+torch.library.define("mini_inductor::flash_attention", "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> Tensor")
+
+
+@torch.library.impl("mini_inductor::flash_attention", "CompositeImplicitAutograd")
+def _flash_attention_composite(q, k, v, extra, mod):
+    return torch.ops.mini_inductor.flash_attention_forward(q, k, v, extra, mod)[0]
