@@ -10,7 +10,7 @@ The contract (attention/__init__.py) fixes what the op computes; this module dec
 
 so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
 backward kernels: nothing is recomputed but the scores, which is the point of flash attention. All
-three are extern kernels of the compiled graph (lowering/graph.py's EXTERN_OPS), not fallbacks.
+three are extern kernels of the compiled graph (lowering/graph.py: EXTERN_LIBRARY_OPS), not fallbacks.
 
 Where it runs: CUDA tensors, and CPU tensors under TRITON_INTERPRET=1, run the generated Triton
 kernels (kernels.py); other CPU tensors (and empty ones) run the torch reference, which evaluates the
@@ -44,8 +44,9 @@ from .kernels import kernel_source
 Tensor = torch.Tensor
 
 _KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip) → the loaded kernel module
-_RANGES: dict[tuple, tuple] = {}         # (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges
-_RANGES_LIMIT = 256
+# (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges; never evicted: a CUDA graph that
+# captured a launch reads its table's memory at every replay
+_RANGES: dict[tuple, tuple] = {}
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale") -> Tensor:
@@ -92,28 +93,44 @@ def _tensor_kinds(extra) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------
 # the torch reference
 
-def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple[Tensor, Tensor]:
-    """(out, lse) on the materialized [B, Hq, L, S] score matrix, in float32, as the contract reads."""
-    sm = score_mod.parse(mod)
+def _reference_scores(q: Tensor, k: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, dict]:
+    """(s, mod(s), the names' values) on the materialized [B, Hq, L, S] matrix, in float32."""
     B, Hq, L, _ = q.shape
     S = k.shape[2]
-    group = Hq // k.shape[1]
-    s = q.float() @ k.float().repeat_interleave(group, dim=1).transpose(-1, -2)
+    s = q.float() @ k.float().repeat_interleave(Hq // k.shape[1], dim=1).transpose(-1, -2)
     dev = q.device
     env = {"s": s, "L": L, "S": S, "b": torch.arange(B, device=dev).view(B, 1, 1, 1),
            "h": torch.arange(Hq, device=dev).view(1, Hq, 1, 1), "i": torch.arange(L, device=dev).view(1, 1, L, 1),
            "j": torch.arange(S, device=dev).view(1, 1, 1, S), **{f"t{n}": t for n, t in enumerate(extra)}}
     score = torch.as_tensor(score_mod.evaluate(sm.tree, env), device=dev).float().expand(B, Hq, L, S)
-    out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(group, dim=1)
+    return s, score, env
+
+
+def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple[Tensor, Tensor]:
+    """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
+    _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
+    out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     return out.to(q.dtype).contiguous(), torch.logsumexp(score, dim=-1).contiguous()
 
 
 def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):
-    """(dq, dk, dv) by autograd through reference_forward: eager's gradients, NaN where eager has them."""
-    with torch.enable_grad():
-        inputs = [t.detach().requires_grad_() for t in (q, k, v)]
-        out, _ = reference_forward(*inputs, [t.detach() for t in extra], mod)
-        return torch.autograd.grad(out, inputs, dout)
+    """(dq, dk, dv) by the formulas the kernels use, on materialized matrices (an op's implementation
+    runs below autograd: no autograd here). NaN where eager's autograd has NaN."""
+    sm = score_mod.parse(mod)
+    B, Hq, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    s, score, env = _reference_scores(q, k, extra, sm)
+    p = torch.softmax(score, dim=-1)
+    dp = dout.float() @ v.float().repeat_interleave(group, dim=1).transpose(-1, -2)
+    dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
+    grad = score_mod.gradient(sm.tree)
+    ds = (torch.as_tensor(score_mod.evaluate(grad, {**env, "g": dscore})).float().expand(B, Hq, L, S)
+          if grad is not None else torch.zeros_like(s))
+    dq = ds @ k.float().repeat_interleave(group, dim=1)
+    dk = (ds.transpose(-1, -2) @ q.float()).view(B, Hkv, group, S, E).sum(2)
+    dv = (p.transpose(-1, -2) @ dout.float()).view(B, Hkv, group, S, v.shape[3]).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -184,8 +201,6 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
 
     kv_lo, kv_hi = span(live, n_n)
     q_lo, q_hi = span(live.t(), n_m)
-    if len(_RANGES) >= _RANGES_LIMIT:
-        _RANGES.clear()
     result = _RANGES[key] = (kv_lo, kv_hi, q_lo, q_hi)
     return result
 
@@ -198,6 +213,14 @@ def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool):
         module, _ = load_module(kernel_source(sm, kinds, skip), current_config().cache_dir)
         _KERNELS[key] = module
     return module
+
+
+def _dot_dtype(dtype: torch.dtype, on_gpu: bool):
+    """The dtype tl.dot multiplies in: the inputs', but float32 for bfloat16 in the interpreter."""
+    import triton.language as tl
+    if dtype == torch.bfloat16 and not on_gpu:
+        return tl.float32
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -248,7 +271,8 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     with _launch_context(q):
         module.flash_fwd[grid](q, k, v, out, lse, *tensors, lo, hi, *q.stride(), *k.stride(), *v.stride(), *strides,
                                *_sizes(q, k, v), BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev,
-                               PRECISION=_precision(q.dtype), EVEN_N=S % bn == 0, num_warps=warps,
+                               PRECISION=_precision(q.dtype), DOT=_dot_dtype(q.dtype, on_gpu),
+                               EVEN_N=S % bn == 0, num_warps=warps,
                                num_stages=stages)
     return out, lse
 
@@ -270,7 +294,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
     kv_lo, kv_hi, q_lo, q_hi = block_ranges(sm, L, S, bm, bn, q.device, True) if skip else (delta,) * 4
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(q.dtype),
-                  num_warps=warps, num_stages=stages)
+                  DOT=_dot_dtype(q.dtype, on_gpu), num_warps=warps, num_stages=stages)
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     with _launch_context(q):
         module.flash_bwd_delta[(-(-L // bm), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,

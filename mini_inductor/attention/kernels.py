@@ -37,6 +37,18 @@ from mini_inductor.runtime import triton_helpers  # noqa: E402
 
 LOG2E = tl.constexpr({log2e!r})
 LN2 = tl.constexpr({ln2!r})
+
+
+@triton.jit
+def mm(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    # DOT is the operands' dtype, but float32 for bfloat16 in the interpreter (which would multiply
+    # bfloat16's bits); products of bfloat16 values are exact in float32
+    return tl.dot(a.to(DOT), b.to(DOT), input_precision=PRECISION)
+
+
+@triton.jit
+def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    return tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION)
 '''
 
 
@@ -66,7 +78,7 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     strides = ", ".join(extra_strides) + ("," if extra_strides else "")
     sizes = "n_heads, group, len_q, len_k, dim, dim_v"
     consts = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, "
-              "PRECISION: tl.constexpr")
+              "PRECISION: tl.constexpr, DOT: tl.constexpr")
     if skip_blocks:
         fwd_range = ("lo = tl.load(RANGE_LO + tl.program_id(0)) * BLOCK_N\n"
                      "    hi = tl.load(RANGE_HI + tl.program_id(0)) * BLOCK_N")
@@ -103,7 +115,7 @@ def flash_fwd(Q, K, V, OUT, LSE, {common},
         cols = start_n + tl.arange(0, BLOCK_N)
         col = cols[None, :]
         k = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
-        qk = tl.dot(q, k, input_precision=PRECISION)
+        qk = mm(q, k, DOT, PRECISION)
         {loads(8)}
         score = {score2("[BLOCK_M, BLOCK_N]")}
         if not EVEN_N:
@@ -116,7 +128,7 @@ def flash_fwd(Q, K, V, OUT, LSE, {common},
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * sv_j + ev[None, :] * sv_e,
                     mask=(cols[:, None] < len_k) & (ev[None, :] < dim_v), other=0.0)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        acc = mm_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, PRECISION)
         m_i = m_new
     # a row with no live score: 0 / 0 = NaN and LSE = -inf, as eager's softmax of all -inf
     out = acc / l_i[:, None]
@@ -173,19 +185,19 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common},
             rows = start_m + tl.arange(0, BLOCK_M)
             row = rows[None, :]
             q_t = tl.load(q_base + row * sq_i + e[:, None] * sq_e, mask=(row < len_q) & (e[:, None] < dim), other=0.0)
-            qk = tl.dot(k, q_t, input_precision=PRECISION)
+            qk = mm(k, q_t, DOT, PRECISION)
             {loads(12)}
             valid = (row < len_q) & (col < len_k)
             lse2 = tl.load(LSE + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0) * LOG2E
             p = tl.where(valid, tl.math.exp2({score2("[BLOCK_N, BLOCK_M]")} - lse2[None, :]), 0.0)
             do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
                          mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
-            dv = tl.dot(p.to(do.dtype), do, dv, input_precision=PRECISION)
-            dp = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)
+            dp = mm(v, tl.trans(do), DOT, PRECISION)
             delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
             dscore = p * (dp - delta[None, :])
             ds = tl.where(valid, {grad}, 0.0)
-            dk = tl.dot(ds.to(q_t.dtype), tl.trans(q_t), dk, input_precision=PRECISION)
+            dk = mm_acc(ds.to(q_t.dtype), tl.trans(q_t), dk, DOT, PRECISION)
     tl.store(DK + bhk.to(tl.int64) * len_k * dim + col * dim + e[None, :], dk.to(DK.dtype.element_ty),
              mask=(col < len_k) & (e[None, :] < dim))
     tl.store(DV + bhk.to(tl.int64) * len_k * dim_v + col * dim_v + ev[None, :], dv.to(DV.dtype.element_ty),
@@ -220,14 +232,14 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
         col = cols[None, :]
         k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
         v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
-        qk = tl.dot(q, k_t, input_precision=PRECISION)
+        qk = mm(q, k_t, DOT, PRECISION)
         {loads(8)}
         valid = (row < len_q) & (col < len_k)
         p = tl.where(valid, tl.math.exp2({score2("[BLOCK_M, BLOCK_N]")} - lse2[:, None]), 0.0)
-        dp = tl.dot(do, v_t, input_precision=PRECISION)
+        dp = mm(do, v_t, DOT, PRECISION)
         dscore = p * (dp - delta[:, None])
         ds = tl.where(valid, {grad}, 0.0)
-        dq = tl.dot(ds.to(k_t.dtype), tl.trans(k_t), dq, input_precision=PRECISION)
+        dq = mm_acc(ds.to(k_t.dtype), tl.trans(k_t), dq, DOT, PRECISION)
     tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
              mask=(row < len_q) & (e[None, :] < dim))
 '''

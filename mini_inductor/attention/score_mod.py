@@ -181,8 +181,8 @@ def contains_minus_inf(node: Node) -> bool:
 
 
 def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
-    """"bool", "int" or "float": the kind of value `node` computes (extra tensors as `tensor_kinds` says,
-    float when not given). Raises a ModError for a bool where a number must be, and the reverse."""
+    """"bool", "int" or "float": the kind of value `node` computes (extra tensors as `tensor_kinds` says;
+    "any" when not given, before the tensors are known). A ModError for a float where a bool must be."""
     if node.op == "num":
         return "float" if isinstance(node.value, float) else "int"
     if node.op == "var":
@@ -191,21 +191,21 @@ def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
             return "float"
         if name in INDEX_NAMES or name in SIZE_NAMES:
             return "int"
-        return tensor_kinds.get(name, "float")
+        return tensor_kinds.get(name, "any")
     kinds = [kind(a, tensor_kinds) for a in node.args]
     if node.op in _COMPARE.values():
         return "bool"
     if node.op in ("and", "or", "not"):
         if "float" in kinds:
             raise ModError(f"flash_attention mod: {node} applies {node.op} to a float")
-        return "bool" if all(k == "bool" for k in kinds) else "int"
+        return "bool" if all(k in ("bool", "any") for k in kinds) else "int"
     if node.op == "where":
-        if kinds[0] != "bool":
+        if kinds[0] not in ("bool", "any"):
             raise ModError(f"flash_attention mod: the condition of {node} is not a bool")
         kinds = kinds[1:]
     if node.op in ("tanh", "exp", "log", "sigmoid", "sqrt", "div"):
         return "float"
-    return "float" if "float" in kinds else "int"
+    return "float" if "float" in kinds or "any" in kinds else "int"
 
 
 # ---------------------------------------------------------------------------------------------------
