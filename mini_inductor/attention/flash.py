@@ -43,7 +43,7 @@ from .kernels import kernel_source
 
 Tensor = torch.Tensor
 
-_KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip) → the loaded kernel module
+_KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip, even head dims) → the kernel module
 # (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges; never evicted: a CUDA graph that
 # captured a launch reads its table's memory at every replay
 _RANGES: dict[tuple, tuple] = {}
@@ -205,12 +205,12 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     return result
 
 
-def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool):
-    key = (sm.text, kinds, skip)
+def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool):
+    key = (sm.text, kinds, skip, even_e, even_ev)
     module = _KERNELS.get(key)
     if module is None:
         from ..caching.modules import load_module
-        module, _ = load_module(kernel_source(sm, kinds, skip), current_config().cache_dir)
+        module, _ = load_module(kernel_source(sm, kinds, skip, even_e, even_ev), current_config().cache_dir)
         _KERNELS[key] = module
     return module
 
@@ -262,7 +262,7 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     block_e, block_ev = _pad(E), _pad(Ev)
     bm, bn, warps, stages = forward_config(max(block_e, block_ev), q.dtype, on_gpu)
     skip = sm.skips_blocks()
-    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip)
+    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip, E == block_e, Ev == block_ev)
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
@@ -285,7 +285,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     block_e, block_ev = _pad(E), _pad(Ev)
     bm, bn, warps, stages = backward_config(max(block_e, block_ev), q.dtype, on_gpu)
     skip = sm.skips_blocks()
-    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip)
+    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip, E == block_e, Ev == block_ev)
     dout = dout.to(q.dtype)
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \

@@ -52,8 +52,11 @@ def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
 '''
 
 
-def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool) -> str:
-    """The module text for `sm` with extra tensors of `tensor_kinds` ("bool", "int", "float" each)."""
+def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool, even_e: bool = False,
+                  even_ev: bool = False) -> str:
+    """The module text for `sm` with extra tensors of `tensor_kinds` ("bool", "int", "float" each).
+    `even_e` / `even_ev`: the head dims are their block's width, so loads and stores mask rows only
+    (a mask that varies along the contiguous dim would keep Triton from vectorizing them)."""
     kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
     used = sorted(int(n[1:]) for n in sm.names() if n.startswith("t"))
     extras = [f"T{n}" for n in range(len(tensor_kinds))]
@@ -243,4 +246,8 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
     tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
              mask=(row < len_q) & (e[None, :] < dim))
 '''
+    if even_e:
+        source = source.replace(" & (e[None, :] < dim)", "").replace(" & (e[:, None] < dim)", "")
+    if even_ev:
+        source = source.replace(" & (ev[None, :] < dim_v)", "").replace(" & (ev[:, None] < dim_v)", "")
     return source
