@@ -83,12 +83,15 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     consts = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, "
               "PRECISION: tl.constexpr, DOT: tl.constexpr")
     if skip_blocks:
-        fwd_range = ("lo = tl.load(RANGE_LO + tl.program_id(0)) * BLOCK_N\n"
-                     "    hi = tl.load(RANGE_HI + tl.program_id(0)) * BLOCK_N")
+        fwd_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
+                     "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N")
+        # the query blocks with the most live key blocks (a causal mask's last) start first
+        pid_m = "tl.num_programs(0) - 1 - tl.program_id(0)"
         dkdv_range = ("lo = tl.load(RANGE_LO + pid_n) * BLOCK_M\n"
                       "    hi = tl.load(RANGE_HI + pid_n) * BLOCK_M")
     else:
         fwd_range = "lo = 0\n    hi = tl.cdiv(len_k, BLOCK_N) * BLOCK_N"
+        pid_m = "tl.program_id(0)"
         dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
     dq_range = fwd_range
 
@@ -102,7 +105,8 @@ def flash_fwd(Q, K, V, OUT, LSE, {common},
     bid = bh // n_heads
     hid = bh % n_heads
     hkv = hid // group
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m = {pid_m}
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row = rows[:, None]
     e = tl.arange(0, BLOCK_E)
     ev = tl.arange(0, BLOCK_EV)
@@ -216,7 +220,8 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
     bid = bh // n_heads
     hid = bh % n_heads
     hkv = hid // group
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m = {pid_m}
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row = rows[:, None]
     e = tl.arange(0, BLOCK_E)
     ev = tl.arange(0, BLOCK_EV)
