@@ -32,6 +32,8 @@ Choices, and why:
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
 
@@ -81,8 +83,14 @@ def _check(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> score_mod.ScoreM
         except RuntimeError:
             raise ValueError(f"flash_attention: extra tensor t{n} of shape {list(t.shape)} does not broadcast to "
                              f"[B, Hq, L, S] = {[B, Hq, L, k.shape[2]]}") from None
-    score_mod.kind(sm.tree, _tensor_kinds(extra))   # a bool tensor used as a number, or the reverse
+    _check_kinds(mod, tuple(_tensor_kinds(extra).items()))
     return sm
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_kinds(mod: str, kinds: tuple[tuple[str, str], ...]) -> None:
+    """A ModError for a bool tensor used as a number, or a float one as a condition."""
+    score_mod.kind(score_mod.parse(mod).tree, dict(kinds))
 
 
 def _tensor_kinds(extra) -> dict[str, str]:
@@ -173,7 +181,7 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     """(kv_lo, kv_hi) per query block and (q_lo, q_hi) per key block, in blocks (int32, on `device`): the
     blocks outside a range have no live score. For the backward, every range is whole when some row is
     fully masked (eager's gradients then have NaN for every key; see the module docstring)."""
-    key = (sm.text, L, S, block_m, block_n, str(device), backward)
+    key = (sm.text, L, S, block_m, block_n, device, backward)
     hit = _RANGES.get(key)
     if hit is not None:
         return hit
@@ -223,10 +231,9 @@ def _dot_dtype(dtype: torch.dtype, on_gpu: bool):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-def _precision(dtype: torch.dtype) -> str:
-    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
-        return "ieee"
-    return "tf32"
+def _precision(dtype: torch.dtype, allow_tf32: bool) -> str:
+    """tl.dot's input_precision: float32 inputs use TF32 only where torch's matmuls may."""
+    return "ieee" if dtype == torch.float32 and not allow_tf32 else "tf32"
 
 
 def _extra_args(extra, shape, device) -> tuple[list[Tensor], list[int]]:
@@ -255,25 +262,48 @@ class _NoContext:
         return False
 
 
-def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
-    B, Hq, L, E = q.shape
-    S, Ev = k.shape[2], v.shape[3]
-    on_gpu = q.device.type == "cuda"
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """What launching one modification's kernels takes besides the tensors, sizes and strides."""
+
+    module: object           # the generated module: flash_fwd, flash_bwd_delta, flash_bwd_dkdv, flash_bwd_dq
+    block_m: int
+    block_n: int
+    meta: dict               # the kernels' constexprs and launch options
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
+          backward: bool) -> LaunchPlan:
+    sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
-    bm, bn, warps, stages = forward_config(max(block_e, block_ev), q.dtype, on_gpu)
-    skip = sm.skips_blocks()
-    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip, E == block_e, Ev == block_ev)
+    config = backward_config if backward else forward_config
+    bm, bn, warps, stages = config(max(block_e, block_ev), dtype, on_gpu)
+    module = _kernels(sm, kinds, sm.skips_blocks, E == block_e, Ev == block_ev)
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
+                DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
+    return LaunchPlan(module, bm, bn, meta)
+
+
+def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool) -> LaunchPlan:
+    kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
+    return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
+                 torch.backends.cuda.matmul.allow_tf32, backward)
+
+
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
+    B, Hq, L, _ = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    plan = _plan_for(q, v, extra, sm, backward=False)
+    bm, bn = plan.block_m, plan.block_n
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    lo, hi = block_ranges(sm, L, S, bm, bn, q.device, False)[:2] if skip else (lse, lse)
-    grid = (-(-L // bm), B * Hq)
+    lo, hi = block_ranges(sm, L, S, bm, bn, q.device, False)[:2] if sm.skips_blocks else (lse, lse)
     with _launch_context(q):
-        module.flash_fwd[grid](q, k, v, out, lse, *tensors, lo, hi, *q.stride(), *k.stride(), *v.stride(), *strides,
-                               *_sizes(q, k, v), BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev,
-                               PRECISION=_precision(q.dtype), DOT=_dot_dtype(q.dtype, on_gpu),
-                               EVEN_N=S % bn == 0, num_warps=warps,
-                               num_stages=stages)
+        plan.module.flash_fwd[(-(-L // bm), B * Hq)](
+            q, k, v, out, lse, *tensors, lo, hi, *q.stride(), *k.stride(), *v.stride(), *strides,
+            *_sizes(q, k, v), EVEN_N=S % bn == 0, **plan.meta)
     return out, lse
 
 
@@ -281,28 +311,25 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                     sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
-    on_gpu = q.device.type == "cuda"
-    block_e, block_ev = _pad(E), _pad(Ev)
-    bm, bn, warps, stages = backward_config(max(block_e, block_ev), q.dtype, on_gpu)
-    skip = sm.skips_blocks()
-    module = _kernels(sm, tuple(_tensor_kinds(extra).values()), skip, E == block_e, Ev == block_ev)
+    plan = _plan_for(q, v, extra, sm, backward=True)
+    bm, bn = plan.block_m, plan.block_n
     dout = dout.to(q.dtype)
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
-    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
-        torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device), \
-        torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
+    dq = torch.empty(B, Hq, L, E, dtype=q.dtype, device=q.device)
+    dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
+    dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    kv_lo, kv_hi, q_lo, q_hi = block_ranges(sm, L, S, bm, bn, q.device, True) if skip else (delta,) * 4
-    common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(q.dtype),
-                  DOT=_dot_dtype(q.dtype, on_gpu), num_warps=warps, num_stages=stages)
+    kv_lo, kv_hi, q_lo, q_hi = block_ranges(sm, L, S, bm, bn, q.device, True) if sm.skips_blocks else (delta,) * 4
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
+    module = plan.module
     with _launch_context(q):
         module.flash_bwd_delta[(-(-L // bm), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
-                                                      BLOCK_M=bm, BLOCK_EV=block_ev, num_warps=warps)
+                                                      BLOCK_M=bm, BLOCK_EV=plan.meta["BLOCK_EV"],
+                                                      num_warps=plan.meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
-                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **common)
+                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
         module.flash_bwd_dq[(-(-L // bm), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
-                                                   *strides_qkvdo, *strides, *_sizes(q, k, v), **common)
+                                                   *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
     return dq, dk, dv
 
 

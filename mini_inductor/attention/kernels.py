@@ -58,12 +58,12 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     `even_e` / `even_ev`: the head dims are their block's width, so loads and stores mask rows only
     (a mask that varies along the contiguous dim would keep Triton from vectorizing them)."""
     kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
-    used = sorted(int(n[1:]) for n in sm.names() if n.startswith("t"))
+    used = sorted(int(n[1:]) for n in sm.names if n.startswith("t"))
     extras = [f"T{n}" for n in range(len(tensor_kinds))]
     extra_strides = [f"st{n}_{d}" for n in range(len(tensor_kinds)) for d in "bhij"]
     names = {"s": "qk", "b": "bid", "h": "hid", "i": "row", "j": "col", "L": "len_q", "S": "len_k",
              "g": "dscore", **{f"t{n}": f"t{n}" for n in range(len(tensor_kinds))}}
-    full = "s" in sm.names() or bool(used) or {"i", "j"} <= sm.names()
+    full = "s" in sm.names or bool(used) or {"i", "j"} <= sm.names
     scaled = score_mod.triton_source(score_mod.log2_scaled(sm.tree), names, kinds)
     grad_tree = score_mod.gradient(sm.tree)
     grad = score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}) if grad_tree is not None else "0.0"

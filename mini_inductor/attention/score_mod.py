@@ -72,19 +72,16 @@ def var(name: str) -> Node:
 
 @dataclasses.dataclass(frozen=True)
 class ScoreMod:
-    """A checked modification: its text, its tree and how many extra tensors it reads (t0 … t{n-1})."""
+    """A checked modification: its text, its tree, how many extra tensors it reads (t0 … t{n-1}), the
+    names it uses, and whether it skips blocks: whether whole blocks of scores can be -inf for every
+    s, decided by i, j, L and S alone (then a precomputed table says which key blocks each query
+    block must visit)."""
 
     text: str
     tree: Node
     tensors: int
-
-    def names(self) -> set[str]:
-        return variables(self.tree)
-
-    def skips_blocks(self) -> bool:
-        """Whether whole blocks of scores can be -inf for every s, decided by i, j, L and S alone:
-        then a precomputed table says which key blocks each query block must visit."""
-        return contains_minus_inf(self.tree) and self.names() <= {"s", "i", "j", "L", "S"}
+    names: frozenset[str]
+    skips_blocks: bool
 
 
 class ModError(ValueError):
@@ -103,8 +100,10 @@ def parse(text: str) -> ScoreMod:
     tree = _Reader(text).read(body)
     if kind(tree, {}) == "bool":
         raise ModError(f"flash_attention mod {text!r}: the result is a bool, not a score")
-    used = [int(n[1:]) for n in variables(tree) if _TENSOR_NAME.match(n)]
-    return ScoreMod(text, tree, max(used) + 1 if used else 0)
+    names = frozenset(variables(tree))
+    used = [int(n[1:]) for n in names if _TENSOR_NAME.match(n)]
+    skips = contains_minus_inf(tree) and names <= {"s", "i", "j", "L", "S"}
+    return ScoreMod(text, tree, max(used) + 1 if used else 0, names, skips)
 
 
 class _Reader:

@@ -151,13 +151,16 @@ def test_a_row_masked_by_an_additive_bias_is_nan_through_dq_and_dk_too(device):
     assert dq[:, :, 7].isnan().all() and dk.isnan().all()
 
 
-def test_float32_respects_allow_tf32():
+def test_float32_respects_allow_tf32(device):
+    q, k, v = inputs(device, torch.float32, B=1, L=16)
+    sm = score_mod.parse("s * 0.25")
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
-        assert flash._precision(torch.float32) == "ieee"
+        assert flash._plan_for(q, v, [], sm, backward=False).meta["PRECISION"] == "ieee"
         torch.backends.cuda.matmul.allow_tf32 = True
-        assert flash._precision(torch.float32) == "tf32"
+        assert flash._plan_for(q, v, [], sm, backward=True).meta["PRECISION"] == "tf32"
+        assert str(flash._plan_for(q.half(), v.half(), [], sm, backward=False).meta["DOT"]) == "fp16"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
 
@@ -182,7 +185,7 @@ def test_without_triton_the_cpu_runs_the_torch_reference(monkeypatch, mod, modif
 
 def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks():
     sm = score_mod.parse("where(j <= i, s * 0.125, -inf)")
-    assert sm.skips_blocks()
+    assert sm.skips_blocks
     kv_lo, kv_hi, q_lo, q_hi = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), False)
     assert kv_lo.tolist() == [0, 0, 0, 0] and kv_hi.tolist() == [1, 2, 3, 4]
     assert q_lo.tolist() == [0, 1, 2, 3] and q_hi.tolist() == [4, 4, 4, 4]
@@ -206,7 +209,7 @@ def test_fully_masked_rows_make_the_backward_visit_every_block():
                                  "where(j <= i, s, 0.0)", "exp(s) + where(j <= i, 0.0, -inf)"])
 def test_no_skipping_where_blocks_cannot_be_known_dead(mod):
     sm = score_mod.parse(mod)
-    if sm.skips_blocks():   # only the last may: it skips, but marks nothing dead (exp may be +inf)
+    if sm.skips_blocks:   # only the last may: it skips, but marks nothing dead (exp may be +inf)
         kv_lo, kv_hi, _, _ = flash.block_ranges(sm, 32, 32, 16, 16, torch.device("cpu"), False)
         assert kv_lo.tolist() == [0, 0] and kv_hi.tolist() == [2, 2]
 
