@@ -293,6 +293,26 @@ def test_compiled_forward_and_backward_call_the_ops_as_extern_kernels(device):
                                                                       for r in metrics.compiled_graphs]
 
 
+def test_a_dynamic_compile_runs_two_lengths_with_one_graph_inference_and_training(device):
+    def attend(q, k, v, bias):
+        return torch.ops.mini_inductor.flash_attention(q, k, v, [bias], "where(j <= i, s * 0.25 + t0, -inf)")
+
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L in (20, 33):
+        q, k, v = inputs(device, torch.float32, B=1, L=L, seed=L)
+        bias = torch.randn(1, 2, 1, L, device=device)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(q, k, v, bias), attend(q, k, v, bias), **TOL[torch.float32])
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        grads = torch.autograd.grad(compiled(*leaves, bias).sum(), leaves)
+        for g, e in zip(grads, torch.autograd.grad(attend(*ref_leaves, bias).sum(), ref_leaves)):
+            torch.testing.assert_close(g, e, **GRAD_TOL[torch.float32])
+    kinds = sorted(r.name.split("_")[0] for r in metrics.compiled_graphs)
+    assert kinds == ["backward", "forward", "inference"], kinds   # one graph each, for both lengths
+    assert all(r.dynamic_symbols and not r.fallback_ops for r in metrics.compiled_graphs)
+
+
 # ---------------------------------------------------------------------------------------------------
 # on the GPU (run by the lead on the H100)
 
