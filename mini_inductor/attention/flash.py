@@ -389,7 +389,8 @@ torch.library.register_autograd("mini_inductor::flash_attention_forward", _backw
 
 # The matcher's op: a composite of the forward op, so that AOT autograd's graphs hold the forward op
 # (which also returns the LSE) and the backward op, never this one.
-torch.library.define("mini_inductor::flash_attention", "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> Tensor")
+torch.library.define("mini_inductor::flash_attention",
+                     "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> Tensor")
 
 
 @torch.library.impl("mini_inductor::flash_attention", "CompositeImplicitAutograd")
