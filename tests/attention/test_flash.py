@@ -68,6 +68,9 @@ CASES = {
     "softcap": ("tanh(s * 0.25 / 2.0) * 2.0", lambda s, i, j: torch.tanh(s * 0.25 / 2.0) * 2.0),
     "sliding_window": ("where((j <= i) & (i - j < 8), s * 0.25, -inf)",
                        lambda s, i, j: torch.where((j <= i) & (i - j < 8), s * 0.25, NEG_INF)),
+    "functions": ("maximum(s * 0.25, -1.0) + sqrt(abs(s) + 1.0) * 0.1 - log(1.0 + exp(s * 0.1)) + (i % 3) - j // 4",
+                  lambda s, i, j: (torch.maximum(s * 0.25, torch.tensor(-1.0, device=s.device))
+                                   + torch.sqrt(s.abs() + 1.0) * 0.1 - torch.log(1.0 + torch.exp(s * 0.1)) + i % 3 - j // 4)),
     "relative_bias": ("s * 0.25 - 0.5 * abs(i - j) / S + sigmoid(s)",
                       lambda s, i, j: s * 0.25 - 0.5 * (i - j).abs() / s.shape[-1] + torch.sigmoid(s)),
 }
