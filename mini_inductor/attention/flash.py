@@ -20,8 +20,9 @@ Choices, and why:
 - Block skipping. When the modification reads only s, i, j, L and S and contains -inf, a table per
   (mod, L, S, block sizes, device) gives each query block the range of key blocks holding a live
   score (and each key block its range of query blocks, for dk/dv): a causal mask visits the lower
-  triangle only. It is computed once, with torch, from score_mod.dead_mask (where the modification
-  is -inf whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
+  triangle only, and masks only its diagonal blocks (the others run the modification without its
+  `where`). It is computed once, with torch, from score_mod.dead_mask (where the modification is -inf
+  whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
 - Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, LSE -inf. Eager's backward
   then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
   in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
@@ -152,15 +153,16 @@ def _pad(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward kernel. The GPU's were chosen by
-    compiling for sm_90 and reading ptxas's register and spill counts (no spills), not by timing."""
+def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward kernel (`skips`: it has the three loops
+    of block skipping). The GPU's were chosen by compiling for sm_90 and reading ptxas's register and
+    spill counts (no spills), not by timing: a sweep on the H100 should replace them."""
     if not on_gpu:
         return 16, 16, 1, 1    # the interpreter runs every program in Python: small tiles, few programs
     if dtype == torch.float32:   # an "ieee" dot is FMAs in registers: 8 warps keep it from spilling
         return (64, 32, 8, 2) if block_e <= 64 else (32, 32, 8, 2)
     if block_e <= 64:
-        return 128, 64, 4, 3
+        return (128, 64, 8, 3) if skips else (128, 64, 4, 3)
     if block_e <= 128:
         return 128, 64, 8, 3
     return 64, 32, 4, 2
@@ -177,17 +179,36 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int
     return 64, 64, 8, 2
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockTable:
+    """Which blocks of one (mod, L, S, block sizes) the kernels visit, in blocks (int32 on the device).
+
+    kv_lo, kv_hi     per query block: the key blocks holding a live score
+    full_lo, full_hi per query block, inside those: key blocks where no score is dead, so the forward
+                     runs the modification without its masking there (score_mod.assume_live)
+    q_lo, q_hi       per key block: the query blocks holding a live score (dk, dv)
+    """
+
+    kv_lo: Tensor
+    kv_hi: Tensor
+    full_lo: Tensor
+    full_hi: Tensor
+    q_lo: Tensor
+    q_hi: Tensor
+
+
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                 backward: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(kv_lo, kv_hi) per query block and (q_lo, q_hi) per key block, in blocks (int32, on `device`): the
-    blocks outside a range have no live score. For the backward, every range is whole when some row is
-    fully masked (eager's gradients then have NaN for every key; see the module docstring)."""
+                 backward: bool) -> BlockTable:
+    """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
+    range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
+    the module docstring)."""
     key = (sm.text, L, S, block_m, block_n, device, backward)
     hit = _RANGES.get(key)
     if hit is not None:
         return hit
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
+    whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones
     dead_row = torch.zeros((), dtype=torch.bool, device=device)
     cols = torch.arange(n_n * block_n, device=device)
     step = max(1, (1 << 22) // (n_n * block_n * block_m))     # query blocks per chunk: ~4M grid points
@@ -196,22 +217,34 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
         rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
         env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S}
         dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device).expand(len(rows), len(cols))
-        dead = dead | (rows[:, None] >= L) | (cols[None, :] >= S)
-        live[m0:m1] = (~dead).view(m1 - m0, block_m, n_n, block_n).any(3).any(1)
-        dead_row |= (dead[:, :S].all(1) & (rows < L)).any()
+        valid = (rows[:, None] < L) & (cols[None, :] < S)
+        blocks = (m1 - m0, block_m, n_n, block_n)
+        live[m0:m1] = (valid & ~dead).view(blocks).any(3).any(1)
+        whole[m0:m1] = (~valid | ~dead).view(blocks).all(3).all(1)
+        dead_row |= ((dead | ~valid)[:, :S].all(1) & (rows < L)).any()
+    whole &= live
 
-    def span(mask: Tensor, count: int) -> tuple[Tensor, Tensor]:
-        index = torch.arange(count, device=device)
-        hi = torch.where(mask, index + 1, 0).amax(-1) if count else mask.new_zeros(mask.shape[0], dtype=torch.long)
-        lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi) if count else hi
-        if backward:
-            lo, hi = torch.where(dead_row, 0, lo), torch.where(dead_row, count, hi)
-        return lo.to(torch.int32), hi.to(torch.int32)
+    index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
 
-    kv_lo, kv_hi = span(live, n_n)
-    q_lo, q_hi = span(live.t(), n_m)
-    result = _RANGES[key] = (kv_lo, kv_hi, q_lo, q_hi)
-    return result
+    def span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+        count = len(index)
+        hi = torch.where(mask, index + 1, 0).amax(-1)
+        lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi)
+        return lo, hi
+
+    kv_lo, kv_hi = span(live, index_n)
+    full_lo, full_hi = span(whole, index_n)
+    # the unmasked loop needs one run of whole blocks: otherwise (or with none) it is empty, at kv_hi
+    run = whole.sum(-1) == full_hi - full_lo
+    full_lo, full_hi = torch.where(run & (full_hi > full_lo), full_lo, kv_hi), torch.where(run, full_hi, kv_hi)
+    full_hi = torch.maximum(full_hi, full_lo)
+    q_lo, q_hi = span(live.t(), index_m)
+    if backward:
+        kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
+        q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
+    table = BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+    _RANGES[key] = table
+    return table
 
 
 def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool):
@@ -278,8 +311,10 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
           backward: bool) -> LaunchPlan:
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
-    config = backward_config if backward else forward_config
-    bm, bn, warps, stages = config(max(block_e, block_ev), dtype, on_gpu)
+    if backward:
+        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu)
+    else:
+        bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, sm.skips_blocks)
     module = _kernels(sm, kinds, sm.skips_blocks, E == block_e, Ev == block_ev)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
                 DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
@@ -300,10 +335,14 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    lo, hi = block_ranges(sm, L, S, bm, bn, q.device, False)[:2] if sm.skips_blocks else (lse, lse)
+    if sm.skips_blocks:
+        table = block_ranges(sm, L, S, bm, bn, q.device, False)
+        ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi)
+    else:
+        ranges = (lse,) * 4   # not read
     with _launch_context(q):
         plan.module.flash_fwd[(-(-L // bm), B * Hq)](
-            q, k, v, out, lse, *tensors, lo, hi, *q.stride(), *k.stride(), *v.stride(), *strides,
+            q, k, v, out, lse, *tensors, *ranges, *q.stride(), *k.stride(), *v.stride(), *strides,
             *_sizes(q, k, v), EVEN_N=S % bn == 0, **plan.meta)
     return out, lse
 
@@ -320,7 +359,11 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    kv_lo, kv_hi, q_lo, q_hi = block_ranges(sm, L, S, bm, bn, q.device, True) if sm.skips_blocks else (delta,) * 4
+    if sm.skips_blocks:
+        table = block_ranges(sm, L, S, bm, bn, q.device, True)
+        kv_lo, kv_hi, q_lo, q_hi = table.kv_lo, table.kv_hi, table.q_lo, table.q_hi
+    else:
+        kv_lo = kv_hi = q_lo = q_hi = delta   # not read
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):

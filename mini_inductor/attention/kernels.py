@@ -15,7 +15,10 @@ Block sizes, dtypes and the dot's precision are constexprs: Triton specializes t
 The backward recomputes P = exp2(mod(s)·log2(e) − LSE·log2(e)) from the saved LSE; d loss / d s is
 the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
-With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits.
+With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
+and the forward runs it as three loops: masked blocks, whole blocks (no dead score: the modification
+without its masking, score_mod.assume_live), masked blocks. A causal mask's second loop is every block
+below the diagonal, its third the diagonal block.
 """
 from __future__ import annotations
 
@@ -51,6 +54,29 @@ def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
     return tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION)
 '''
 
+# one pass over the key blocks [start, stop) of the forward: {score} is mod(s)·log2(e)
+FWD_LOOP = '''\
+    for start_n in range({start}, {stop}, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        col = cols[None, :]
+        k = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
+        qk = mm(q, k, DOT, PRECISION)
+        {loads}
+        score = {score}
+        if not EVEN_N:
+            score = tl.where(col < len_k, score, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(score, 1))
+        # a row with nothing live yet subtracts 0, not -inf (-inf - -inf is NaN)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(score - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * sv_j + ev[None, :] * sv_e,
+                    mask=(cols[:, None] < len_k) & (ev[None, :] < dim_v), other=0.0)
+        acc = mm_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, PRECISION)
+        m_i = m_new
+'''
+
 
 def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool, even_e: bool = False,
                   even_ev: bool = False) -> str:
@@ -63,14 +89,18 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     extra_strides = [f"st{n}_{d}" for n in range(len(tensor_kinds)) for d in "bhij"]
     names = {"s": "qk", "b": "bid", "h": "hid", "i": "row", "j": "col", "L": "len_q", "S": "len_k",
              "g": "dscore", **{f"t{n}": f"t{n}" for n in range(len(tensor_kinds))}}
-    full = "s" in sm.names or bool(used) or {"i", "j"} <= sm.names
-    scaled = score_mod.triton_source(score_mod.log2_scaled(sm.tree), names, kinds)
     grad_tree = score_mod.gradient(sm.tree)
     grad = score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}) if grad_tree is not None else "0.0"
 
-    def score2(shape: str) -> str:
+    def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
+        """mod(s) · log2(e) as Triton, broadcast to `shape` when it would not be already."""
+        used_names = score_mod.variables(tree)
+        full = "s" in used_names or any(n.startswith("t") for n in used_names) or {"i", "j"} <= used_names
         pad = "" if full else f" + tl.zeros({shape}, tl.float32)"
-        return f"({scaled}).to(tl.float32){pad}"
+        return f"({score_mod.triton_source(score_mod.log2_scaled(tree), names, kinds)}).to(tl.float32){pad}"
+
+    def fwd_loop(start: str, stop: str, tree: score_mod.Node) -> str:
+        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree))
 
     def loads(indent: int) -> str:
         lines = [f"t{n} = tl.load(T{n} + bid.to(tl.int64) * st{n}_b + hid.to(tl.int64) * st{n}_h + row * st{n}_i"
@@ -83,22 +113,28 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     consts = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, "
               "PRECISION: tl.constexpr, DOT: tl.constexpr")
     if skip_blocks:
-        fwd_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
-                     "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N")
+        dq_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
+                    "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N")
+        fwd_range = dq_range + ("\n    full_lo = tl.load(FULL_LO + pid_m) * BLOCK_N\n"
+                                "    full_hi = tl.load(FULL_HI + pid_m) * BLOCK_N")
+        # the key blocks with no dead score (a causal mask's below the diagonal) run the modification
+        # without its masking: lo ≤ full_lo ≤ full_hi ≤ hi
+        fwd_loops = (fwd_loop("lo", "full_lo", sm.tree) + fwd_loop("full_lo", "full_hi", score_mod.assume_live(sm.tree))
+                     + fwd_loop("full_hi", "hi", sm.tree))
         # the query blocks with the most live key blocks (a causal mask's last) start first
         pid_m = "tl.num_programs(0) - 1 - tl.program_id(0)"
         dkdv_range = ("lo = tl.load(RANGE_LO + pid_n) * BLOCK_M\n"
                       "    hi = tl.load(RANGE_HI + pid_n) * BLOCK_M")
     else:
-        fwd_range = "lo = 0\n    hi = tl.cdiv(len_k, BLOCK_N) * BLOCK_N"
+        fwd_range = dq_range = "lo = 0\n    hi = tl.cdiv(len_k, BLOCK_N) * BLOCK_N"
+        fwd_loops = fwd_loop("lo", "hi", sm.tree)
         pid_m = "tl.program_id(0)"
         dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
-    dq_range = fwd_range
 
     source = HEADER.format(mod=sm.text, log2e=score_mod.LOG2E, ln2=0.6931471805599453) + f'''
 
 @triton.jit
-def flash_fwd(Q, K, V, OUT, LSE, {common},
+def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
               sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e, {strides}
               {sizes}, {consts}, EVEN_N: tl.constexpr):
     bh = tl.program_id(1)
@@ -118,26 +154,7 @@ def flash_fwd(Q, K, V, OUT, LSE, {common},
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     {fwd_range}
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        col = cols[None, :]
-        k = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
-        qk = mm(q, k, DOT, PRECISION)
-        {loads(8)}
-        score = {score2("[BLOCK_M, BLOCK_N]")}
-        if not EVEN_N:
-            score = tl.where(col < len_k, score, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(score, 1))
-        # a row with nothing live yet subtracts 0, not -inf (-inf - -inf is NaN)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(score - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + cols[:, None] * sv_j + ev[None, :] * sv_e,
-                    mask=(cols[:, None] < len_k) & (ev[None, :] < dim_v), other=0.0)
-        acc = mm_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, PRECISION)
-        m_i = m_new
-    # a row with no live score: 0 / 0 = NaN and LSE = -inf, as eager's softmax of all -inf
+{fwd_loops}    # a row with no live score: 0 / 0 = NaN and LSE = -inf, as eager's softmax of all -inf
     out = acc / l_i[:, None]
     tl.store(OUT + bh.to(tl.int64) * len_q * dim_v + row * dim_v + ev[None, :], out.to(OUT.dtype.element_ty),
              mask=(row < len_q) & (ev[None, :] < dim_v))

@@ -14,6 +14,7 @@ not allowed); nothing is ever `eval`ed. From the checked tree:
     log2_scaled(tree)                   mod(s) * log2(e), the constant folded into the expression's
                                         own scale where that is exact enough (the kernels use exp2)
     dead_mask(tree, env)                where the result is -inf whatever s is (block skipping)
+    assume_live(tree)                   the expression where nothing is dead (a block's interior)
 """
 from __future__ import annotations
 
@@ -398,6 +399,30 @@ def finite(node: Node) -> bool:
     if node.op in ("floordiv", "mod"):
         return False   # a division by zero can make inf and NaN
     return node.op in _FINITE_OPS and all(finite(a) for a in node.args)
+
+
+def assume_live(node: Node) -> Node:
+    """`node` simplified for a block where dead_mask is False everywhere: each `where` that dead_mask
+    reads as making -inf must there pick its other branch ("where(j <= i, s, -inf)" → "s"). It walks
+    exactly the positions dead_mask does, so nothing it drops could have been live."""
+    if node.op == "where" and "s" not in variables(node.args[0]):
+        cond, x, y = node.args
+        if y.op == "num" and y.value == -math.inf:
+            return assume_live(x)
+        if x.op == "num" and x.value == -math.inf:
+            return assume_live(y)
+        return Node("where", (cond, assume_live(x), assume_live(y)))
+    if node.op in ("add", "sub", "minimum"):
+        a, b = node.args
+        left = assume_live(a) if finite(b) else a
+        right = assume_live(b) if finite(a) and node.op != "sub" else b
+        return Node(node.op, (left, right))
+    if node.op in ("mul", "div") and node.args[1].op == "num" and node.args[1].value > 0 \
+            and math.isfinite(node.args[1].value):
+        return Node(node.op, (assume_live(node.args[0]), node.args[1]))
+    if node.op == "mul" and node.args[0].op == "num" and node.args[0].value > 0 and math.isfinite(node.args[0].value):
+        return Node("mul", (node.args[0], assume_live(node.args[1])))
+    return node
 
 
 def dead_mask(node: Node, env: dict):

@@ -66,11 +66,12 @@ CASES = {
     "plain": ("s * 0.25", lambda s, i, j: s * 0.25),
     "causal": ("where(j <= i, s * 0.25, -inf)", lambda s, i, j: torch.where(j <= i, s * 0.25, NEG_INF)),
     "softcap": ("tanh(s * 0.25 / 2.0) * 2.0", lambda s, i, j: torch.tanh(s * 0.25 / 2.0) * 2.0),
-    "sliding_window": ("where((j <= i) & (i - j < 8), s * 0.25, -inf)",
-                       lambda s, i, j: torch.where((j <= i) & (i - j < 8), s * 0.25, NEG_INF)),
+    "sliding_window": ("where((j <= i) & (i - j < 30), s * 0.25, -inf)",   # all three forward loops run
+                       lambda s, i, j: torch.where((j <= i) & (i - j < 30), s * 0.25, NEG_INF)),
     "functions": ("maximum(s * 0.25, -1.0) + sqrt(abs(s) + 1.0) * 0.1 - log(1.0 + exp(s * 0.1)) + (i % 3) - j // 4",
                   lambda s, i, j: (torch.maximum(s * 0.25, torch.tensor(-1.0, device=s.device))
-                                   + torch.sqrt(s.abs() + 1.0) * 0.1 - torch.log(1.0 + torch.exp(s * 0.1)) + i % 3 - j // 4)),
+                                   + torch.sqrt(s.abs() + 1.0) * 0.1 - torch.log(1.0 + torch.exp(s * 0.1))
+                                   + i % 3 - j // 4)),
     "relative_bias": ("s * 0.25 - 0.5 * abs(i - j) / S + sigmoid(s)",
                       lambda s, i, j: s * 0.25 - 0.5 * (i - j).abs() / s.shape[-1] + torch.sigmoid(s)),
 }
@@ -186,26 +187,33 @@ def test_without_triton_the_cpu_runs_the_torch_reference(monkeypatch, mod, modif
 # ---------------------------------------------------------------------------------------------------
 # block skipping
 
-def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks():
-    sm = score_mod.parse("where(j <= i, s * 0.125, -inf)")
-    assert sm.skips_blocks
-    kv_lo, kv_hi, q_lo, q_hi = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), False)
-    assert kv_lo.tolist() == [0, 0, 0, 0] and kv_hi.tolist() == [1, 2, 3, 4]
-    assert q_lo.tolist() == [0, 1, 2, 3] and q_hi.tolist() == [4, 4, 4, 4]
+def ranges(mod, L=64, S=64, backward=False):
+    table = flash.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device("cpu"), backward)
+    return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
+
+
+def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks_and_masks_only_its_diagonal():
+    assert score_mod.parse("where(j <= i, s * 0.125, -inf)").skips_blocks
+    table = ranges("where(j <= i, s * 0.125, -inf)")
+    assert table["kv_lo"] == [0, 0, 0, 0] and table["kv_hi"] == [1, 2, 3, 4]
+    # whole blocks below the diagonal run unmasked (block 0 has none: its empty run sits at kv_hi)
+    assert table["full_lo"] == [1, 0, 0, 0] and table["full_hi"] == [1, 1, 2, 3]
+    assert table["q_lo"] == [0, 1, 2, 3] and table["q_hi"] == [4, 4, 4, 4]
 
 
 def test_a_sliding_window_visits_the_blocks_of_its_band():
-    sm = score_mod.parse("where((j <= i) & (i - j < 16), s, -inf)")
-    kv_lo, kv_hi, _, _ = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), False)
-    assert kv_lo.tolist() == [0, 0, 1, 2] and kv_hi.tolist() == [1, 2, 3, 4]
+    table = ranges("where((j <= i) & (i - j < 16), s, -inf)")
+    assert table["kv_lo"] == [0, 0, 1, 2] and table["kv_hi"] == [1, 2, 3, 4]
+    assert table["full_hi"] == table["full_lo"] == table["kv_hi"]   # no block is whole: one masked loop
+    table = ranges("where((j <= i) & (i - j < 40), s, -inf)", L=96, S=96)
+    assert table["kv_lo"] == [0, 0, 0, 0, 1, 2] and table["kv_hi"] == [1, 2, 3, 4, 5, 6]
+    assert table["full_lo"] == [1, 0, 1, 2, 3, 4] and table["full_hi"] == [1, 1, 2, 3, 4, 5]   # m - 1 only
 
 
 def test_fully_masked_rows_make_the_backward_visit_every_block():
-    sm = score_mod.parse("where(j <= i - 20, s, -inf)")
-    fwd = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), False)
-    bwd = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), True)
-    assert fwd[0].tolist() == [0, 0, 0, 0] and fwd[1].tolist() == [0, 1, 2, 3]   # block 0: nothing live
-    assert bwd[0].tolist() == [0] * 4 and bwd[1].tolist() == [4] * 4
+    fwd, bwd = ranges("where(j <= i - 20, s, -inf)"), ranges("where(j <= i - 20, s, -inf)", backward=True)
+    assert fwd["kv_lo"] == [0, 0, 0, 0] and fwd["kv_hi"] == [0, 1, 2, 3]   # block 0: nothing live
+    assert bwd["kv_lo"] == [0] * 4 and bwd["kv_hi"] == [4] * 4 and bwd["q_hi"] == [4] * 4
 
 
 @pytest.mark.parametrize("mod", ["s * 0.125 + t0", "where(h > 0, s, -inf)", "s * 0.125",
@@ -213,14 +221,23 @@ def test_fully_masked_rows_make_the_backward_visit_every_block():
 def test_no_skipping_where_blocks_cannot_be_known_dead(mod):
     sm = score_mod.parse(mod)
     if sm.skips_blocks:   # only the last may: it skips, but marks nothing dead (exp may be +inf)
-        kv_lo, kv_hi, _, _ = flash.block_ranges(sm, 32, 32, 16, 16, torch.device("cpu"), False)
-        assert kv_lo.tolist() == [0, 0] and kv_hi.tolist() == [2, 2]
+        table = ranges(mod, 32, 32)
+        assert table["kv_lo"] == [0, 0] and table["kv_hi"] == [2, 2]
 
 
 def test_an_additive_mask_written_in_the_modification_is_skipped():
-    sm = score_mod.parse("s * 0.125 + where(j <= i, 0.0, -inf)")
-    kv_lo, kv_hi, _, _ = flash.block_ranges(sm, 32, 32, 16, 16, torch.device("cpu"), False)
-    assert kv_hi.tolist() == [1, 2]
+    assert ranges("s * 0.125 + where(j <= i, 0.0, -inf)", 32, 32)["kv_hi"] == [1, 2]
+
+
+@pytest.mark.parametrize("mod,live", [
+    ("where(j <= i, s * 0.125, -inf)", "(s * 0.125)"),
+    ("s * 0.125 + where(j <= i, 0.0, -inf)", "((s * 0.125) + 0.0)"),
+    ("where((j <= i) & (i - j < 8), tanh(s), -inf) * 2.0", "(tanh(s) * 2.0)"),
+    ("where(s > 0.0, s, -inf)", "where((s > 0.0), s, -inf)"),        # a condition on s decides per score
+    ("exp(where(j <= i, s, -inf))", "exp(where((j <= i), s, -inf))"),  # exp(-inf) is 0, not a masked score
+])
+def test_the_unmasked_interior_drops_only_the_masking_dead_mask_reads(mod, live):
+    assert str(score_mod.assume_live(score_mod.parse(mod).tree)) == live
 
 
 # ---------------------------------------------------------------------------------------------------
