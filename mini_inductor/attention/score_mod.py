@@ -369,7 +369,7 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
     """`node * factor`, the factor folded into a constant scale (s * 0.125 → s * 0.18033…) and into
     both branches of a where, so the common modifications cost no extra multiply."""
     if node.op == "num":
-        return num(node.value * factor) if isinstance(node.value, float) or node.value else num(0.0)
+        return num(float(node.value) * factor)
     if node.op == "where":
         return Node("where", (node.args[0], log2_scaled(node.args[1], factor), log2_scaled(node.args[2], factor)))
     if node.op == "mul" and node.args[1].op == "num" and isinstance(node.args[1].value, (int, float)):
