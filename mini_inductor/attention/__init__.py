@@ -34,3 +34,6 @@ The contract between them:
     "s * 0.125 + t0", "where(t0, -inf, s * 0.125)", "s * 0.125 - 0.5 * (i - j)",
     "where((j <= i) & (i - j < 256), s * 0.125, -inf)".
 """
+
+# registers torch.ops.mini_inductor.flash_attention (and its forward and backward ops) on import
+from . import flash  # noqa: E402,F401

@@ -61,6 +61,16 @@ EXTERN_OPS = {
     aten.convolution_backward.default,
     aten._assert_scalar.default,   # torch._check on a size read from data: a host-side check, nothing to generate
 }
+# mini_inductor's own library ops (attention/flash.py), by name: they exist once that module is imported,
+# which the lowering does not depend on
+EXTERN_LIBRARY_OPS = frozenset({"mini_inductor::flash_attention", "mini_inductor::flash_attention_forward",
+                                "mini_inductor::flash_attention_backward"})
+
+
+def is_extern_op(target) -> bool:
+    """Whether `target` is a library call by design (an extern kernel, not a fallback)."""
+    return target in EXTERN_OPS or (isinstance(target, torch._ops.OpOverload)
+                                    and target._schema.name in EXTERN_LIBRARY_OPS)
 
 
 @dataclasses.dataclass
@@ -269,7 +279,7 @@ class GraphLowering:
                     result = None
                     self._declined(node, target, why)
             if result is None:
-                result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
+                result = self._extern(node, target, args, kwargs, fallback=not is_extern_op(target))
         except LoweringError:
             raise
         except Exception as e:
@@ -289,7 +299,7 @@ class GraphLowering:
         symbols as size arguments; the call itself stays outside CUDA graphs (it syncs)."""
         self._new_buffers = []
         try:
-            result = self._extern(node, target, args, kwargs, fallback=target not in EXTERN_OPS)
+            result = self._extern(node, target, args, kwargs, fallback=not is_extern_op(target))
         except Exception as e:
             raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
         kernel = next(b for b in reversed(self._new_buffers) if isinstance(b, ExternKernel))

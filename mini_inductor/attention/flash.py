@@ -1,0 +1,442 @@
+"""`torch.ops.mini_inductor.flash_attention`: attention with a score modification, in one Triton kernel.
+
+The contract (attention/__init__.py) fixes what the op computes; this module decides how. Three ops:
+
+    flash_attention(q, k, v, extra, mod) -> out                 what the matcher emits; a composite
+        = flash_attention_forward(q, k, v, extra, mod)[0]       (CompositeImplicitAutograd), so AOT
+                                                                autograd traces the two below
+    flash_attention_forward(q, k, v, extra, mod) -> (out, lse)  the forward kernel; saves the LSE
+    flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
+
+so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
+backward kernels: nothing is recomputed but the scores, which is the point of flash attention. All
+three are extern kernels of the compiled graph (lowering/graph.py: EXTERN_LIBRARY_OPS), not fallbacks.
+
+Where it runs: CUDA tensors, and CPU tensors under TRITON_INTERPRET=1, run the generated Triton
+kernels (kernels.py); other CPU tensors (and empty ones) run the torch reference, which evaluates the
+modification on the materialized score matrix (and is what the tests check the kernels against).
+
+Choices, and why:
+- Block skipping. When the modification reads only s, i, j, L and S and contains -inf, a table per
+  (mod, L, S, block sizes, device) gives each query block the range of key blocks holding a live
+  score (and each key block its range of query blocks, for dk/dv): a causal mask visits the lower
+  triangle only, and masks only its diagonal blocks (the others run the modification without its
+  `where`). It is computed once, with torch, from score_mod.dead_mask (where the modification is -inf
+  whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
+- Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, LSE -inf. Eager's backward
+  then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
+  in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
+  -inf LSE (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
+  when such a row exists, the backward visits every block, as eager touches every key.
+- Precision: scores and softmax in float32; tl.dot in the input dtype, accumulating in float32;
+  float32 inputs use TF32 only when torch.backends.cuda.matmul.allow_tf32 says so ("ieee" otherwise).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+
+import torch
+
+from ..config import current as current_config, interpreting
+from . import score_mod
+from .kernels import kernel_source
+
+Tensor = torch.Tensor
+
+_KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip, even head dims) → the kernel module
+# (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges; never evicted: a CUDA graph that
+# captured a launch reads its table's memory at every replay
+_RANGES: dict[tuple, tuple] = {}
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale") -> Tensor:
+    """softmax_j(mod(s = q·k, ...)) @ v, by the op of the contract; `scale` in `mod` stands for
+    1/sqrt(E) (E = q's head dim). q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] → [B, Hq, L, Ev]."""
+    mod = re.sub(r"\bscale\b", repr(1.0 / math.sqrt(q.shape[-1])), mod)
+    return torch.ops.mini_inductor.flash_attention(q, k, v, list(extra), mod)
+
+
+# ---------------------------------------------------------------------------------------------------
+# checks
+
+def _check(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> score_mod.ScoreMod:
+    sm = score_mod.parse(mod)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"flash_attention: q, k, v must be [B, H, L, E]; got {list(q.shape)}, {list(k.shape)}, "
+                         f"{list(v.shape)}")
+    B, Hq, L, E = q.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2] \
+            or k.shape[3] != E:
+        raise ValueError(f"flash_attention: k {list(k.shape)} and v {list(v.shape)} do not fit q {list(q.shape)}")
+    if k.shape[1] == 0 or Hq % k.shape[1]:
+        raise ValueError(f"flash_attention: {Hq} query heads are not a multiple of {k.shape[1]} key/value heads")
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise ValueError(f"flash_attention: q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if sm.tensors > len(extra):
+        raise ValueError(f"flash_attention mod {mod!r} reads t{sm.tensors - 1}, but only {len(extra)} extra "
+                         f"tensor(s) were given")
+    for n, t in enumerate(extra):
+        try:
+            torch.broadcast_shapes(t.shape, (B, Hq, L, k.shape[2]))
+        except RuntimeError:
+            raise ValueError(f"flash_attention: extra tensor t{n} of shape {list(t.shape)} does not broadcast to "
+                             f"[B, Hq, L, S] = {[B, Hq, L, k.shape[2]]}") from None
+    _check_kinds(mod, tuple(_tensor_kinds(extra).items()))
+    return sm
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_kinds(mod: str, kinds: tuple[tuple[str, str], ...]) -> None:
+    """A ModError for a bool tensor used as a number, or a float one as a condition."""
+    score_mod.kind(score_mod.parse(mod).tree, dict(kinds))
+
+
+def _tensor_kinds(extra) -> dict[str, str]:
+    return {f"t{n}": "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
+            for n, t in enumerate(extra)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the torch reference
+
+def _reference_scores(q: Tensor, k: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, dict]:
+    """(s, mod(s), the names' values) on the materialized [B, Hq, L, S] matrix, in float32."""
+    B, Hq, L, _ = q.shape
+    S = k.shape[2]
+    s = q.float() @ k.float().repeat_interleave(Hq // k.shape[1], dim=1).transpose(-1, -2)
+    dev = q.device
+    env = {"s": s, "L": L, "S": S, "b": torch.arange(B, device=dev).view(B, 1, 1, 1),
+           "h": torch.arange(Hq, device=dev).view(1, Hq, 1, 1), "i": torch.arange(L, device=dev).view(1, 1, L, 1),
+           "j": torch.arange(S, device=dev).view(1, 1, 1, S), **{f"t{n}": t for n, t in enumerate(extra)}}
+    score = torch.as_tensor(score_mod.evaluate(sm.tree, env), device=dev).float().expand(B, Hq, L, S)
+    return s, score, env
+
+
+def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple[Tensor, Tensor]:
+    """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
+    _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
+    out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    return out.to(q.dtype).contiguous(), torch.logsumexp(score, dim=-1).contiguous()
+
+
+def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):
+    """(dq, dk, dv) by the formulas the kernels use, on materialized matrices (an op's implementation
+    runs below autograd: no autograd here). NaN where eager's autograd has NaN."""
+    sm = score_mod.parse(mod)
+    B, Hq, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    s, score, env = _reference_scores(q, k, extra, sm)
+    p = torch.softmax(score, dim=-1)
+    dp = dout.float() @ v.float().repeat_interleave(group, dim=1).transpose(-1, -2)
+    dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
+    grad = score_mod.gradient(sm.tree)
+    ds = (torch.as_tensor(score_mod.evaluate(grad, {**env, "g": dscore})).float().expand(B, Hq, L, S)
+          if grad is not None else torch.zeros_like(s))
+    dq = ds @ k.float().repeat_interleave(group, dim=1)
+    dk = (ds.transpose(-1, -2) @ q.float()).view(B, Hkv, group, S, E).sum(2)
+    dv = (p.transpose(-1, -2) @ dout.float()).view(B, Hkv, group, S, v.shape[3]).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# configs and block tables
+
+def _uses_triton(q: Tensor) -> bool:
+    return q.device.type == "cuda" or (q.device.type == "cpu" and interpreting())
+
+
+def _pad(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward kernel (`skips`: it has the three loops
+    of block skipping). The GPU's were chosen by compiling for sm_90 and reading ptxas's register and
+    spill counts (no spills), not by timing: a sweep on the H100 should replace them."""
+    if not on_gpu:
+        return 16, 16, 1, 1    # the interpreter runs every program in Python: small tiles, few programs
+    if dtype == torch.float32:   # an "ieee" dot is FMAs in registers: 8 warps keep it from spilling
+        return (64, 32, 8, 2) if block_e <= 64 else (32, 32, 8, 2)
+    if block_e <= 64:
+        return (128, 64, 8, 3) if skips else (128, 64, 4, 3)
+    if block_e <= 128:
+        return 128, 64, 8, 3
+    return 64, 32, 4, 2
+
+
+def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dq and dk/dv kernels (chosen as the forward's)."""
+    if not on_gpu:
+        return 16, 16, 1, 1
+    if dtype == torch.float32 or block_e > 128:
+        return 32, 32, 8, 1
+    if block_e <= 64:
+        return 64, 64, 4, 2
+    return 64, 64, 8, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockTable:
+    """Which blocks of one (mod, L, S, block sizes) the kernels visit, in blocks (int32 on the device).
+
+    kv_lo, kv_hi     per query block: the key blocks holding a live score
+    full_lo, full_hi per query block, inside those: key blocks where no score is dead, so the forward
+                     runs the modification without its masking there (score_mod.assume_live)
+    q_lo, q_hi       per key block: the query blocks holding a live score (dk, dv)
+    """
+
+    kv_lo: Tensor
+    kv_hi: Tensor
+    full_lo: Tensor
+    full_hi: Tensor
+    q_lo: Tensor
+    q_hi: Tensor
+
+
+def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
+                 backward: bool) -> BlockTable:
+    """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
+    range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
+    the module docstring)."""
+    key = (sm.text, L, S, block_m, block_n, device, backward)
+    hit = _RANGES.get(key)
+    if hit is not None:
+        return hit
+    n_m, n_n = -(-L // block_m), -(-S // block_n)
+    live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
+    whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones
+    dead_row = torch.zeros((), dtype=torch.bool, device=device)
+    cols = torch.arange(n_n * block_n, device=device)
+    step = max(1, (1 << 22) // (n_n * block_n * block_m))     # query blocks per chunk: ~4M grid points
+    for m0 in range(0, n_m, step):
+        m1 = min(n_m, m0 + step)
+        rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
+        env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S}
+        dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device).expand(len(rows), len(cols))
+        valid = (rows[:, None] < L) & (cols[None, :] < S)
+        blocks = (m1 - m0, block_m, n_n, block_n)
+        live[m0:m1] = (valid & ~dead).view(blocks).any(3).any(1)
+        whole[m0:m1] = (~valid | ~dead).view(blocks).all(3).all(1)
+        dead_row |= ((dead | ~valid)[:, :S].all(1) & (rows < L)).any()
+    whole &= live
+
+    index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
+
+    def span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+        count = len(index)
+        hi = torch.where(mask, index + 1, 0).amax(-1)
+        lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi)
+        return lo, hi
+
+    kv_lo, kv_hi = span(live, index_n)
+    full_lo, full_hi = span(whole, index_n)
+    # the unmasked loop needs one run of whole blocks: otherwise (or with none) it is empty, at kv_hi
+    run = whole.sum(-1) == full_hi - full_lo
+    full_lo, full_hi = torch.where(run & (full_hi > full_lo), full_lo, kv_hi), torch.where(run, full_hi, kv_hi)
+    full_hi = torch.maximum(full_hi, full_lo)
+    q_lo, q_hi = span(live.t(), index_m)
+    if backward:
+        kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
+        q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
+    table = BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+    _RANGES[key] = table
+    return table
+
+
+def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool):
+    key = (sm.text, kinds, skip, even_e, even_ev)
+    module = _KERNELS.get(key)
+    if module is None:
+        from ..caching.modules import load_module
+        module, _ = load_module(kernel_source(sm, kinds, skip, even_e, even_ev), current_config().cache_dir)
+        _KERNELS[key] = module
+    return module
+
+
+def _dot_dtype(dtype: torch.dtype, on_gpu: bool):
+    """The dtype tl.dot multiplies in: the inputs', but float32 for bfloat16 in the interpreter."""
+    import triton.language as tl
+    if dtype == torch.bfloat16 and not on_gpu:
+        return tl.float32
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
+
+
+def _precision(dtype: torch.dtype, allow_tf32: bool) -> str:
+    """tl.dot's input_precision: float32 inputs use TF32 only where torch's matmuls may."""
+    return "ieee" if dtype == torch.float32 and not allow_tf32 else "tf32"
+
+
+def _extra_args(extra, shape, device) -> tuple[list[Tensor], list[int]]:
+    """The extra tensors on `device` and their strides seen at [B, Hq, L, S] (0 along broadcast dims)."""
+    tensors, strides = [], []
+    for t in extra:
+        t = t.to(device) if t.device != device else t
+        tensors.append(t)
+        strides.extend(t.expand(shape).stride())
+    return tensors, strides
+
+
+def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
+    return [q.shape[1], q.shape[1] // k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]]
+
+
+def _launch_context(q: Tensor):
+    return torch.cuda.device(q.device) if q.device.type == "cuda" else _NoContext()
+
+
+class _NoContext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """What launching one modification's kernels takes besides the tensors, sizes and strides."""
+
+    module: object           # the generated module: flash_fwd, flash_bwd_delta, flash_bwd_dkdv, flash_bwd_dq
+    block_m: int
+    block_n: int
+    meta: dict               # the kernels' constexprs and launch options
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
+          backward: bool) -> LaunchPlan:
+    sm = score_mod.parse(mod)
+    block_e, block_ev = _pad(E), _pad(Ev)
+    if backward:
+        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu)
+    else:
+        bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, sm.skips_blocks)
+    module = _kernels(sm, kinds, sm.skips_blocks, E == block_e, Ev == block_ev)
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
+                DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
+    return LaunchPlan(module, bm, bn, meta)
+
+
+def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool) -> LaunchPlan:
+    kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
+    return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
+                 torch.backends.cuda.matmul.allow_tf32, backward)
+
+
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
+    B, Hq, L, _ = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    plan = _plan_for(q, v, extra, sm, backward=False)
+    bm, bn = plan.block_m, plan.block_n
+    out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    if sm.skips_blocks:
+        table = block_ranges(sm, L, S, bm, bn, q.device, False)
+        ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi)
+    else:
+        ranges = (lse,) * 4   # not read
+    with _launch_context(q):
+        plan.module.flash_fwd[(-(-L // bm), B * Hq)](
+            q, k, v, out, lse, *tensors, *ranges, *q.stride(), *k.stride(), *v.stride(), *strides,
+            *_sizes(q, k, v), EVEN_N=S % bn == 0, **plan.meta)
+    return out, lse
+
+
+def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extra,
+                    sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, Tensor]:
+    B, Hq, L, E = q.shape
+    Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
+    plan = _plan_for(q, v, extra, sm, backward=True)
+    bm, bn = plan.block_m, plan.block_n
+    dout = dout.to(q.dtype)
+    delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
+    dq = torch.empty(B, Hq, L, E, dtype=q.dtype, device=q.device)
+    dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
+    dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    if sm.skips_blocks:
+        table = block_ranges(sm, L, S, bm, bn, q.device, True)
+        kv_lo, kv_hi, q_lo, q_hi = table.kv_lo, table.kv_hi, table.q_lo, table.q_hi
+    else:
+        kv_lo = kv_hi = q_lo = q_hi = delta   # not read
+    strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
+    module = plan.module
+    with _launch_context(q):
+        module.flash_bwd_delta[(-(-L // bm), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
+                                                      BLOCK_M=bm, BLOCK_EV=plan.meta["BLOCK_EV"],
+                                                      num_warps=plan.meta["num_warps"])
+        module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
+                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
+        module.flash_bwd_dq[(-(-L // bm), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
+                                                   *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------------
+# the ops
+
+_SCHEMA_FWD = "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> (Tensor, Tensor)"
+_SCHEMA_BWD = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod)"
+               " -> (Tensor, Tensor, Tensor)")
+
+
+@torch.library.custom_op("mini_inductor::flash_attention_forward", mutates_args=(), schema=_SCHEMA_FWD)
+def flash_attention_forward(q, k, v, extra, mod):
+    sm = _check(q, k, v, extra, mod)
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
+        return reference_forward(q, k, v, extra, mod)
+    return triton_forward(q, k, v, extra, sm)
+
+
+@torch.library.register_fake("mini_inductor::flash_attention_forward")
+def _forward_fake(q, k, v, extra, mod):
+    _check(q, k, v, extra, mod)
+    B, Hq, L, _ = q.shape
+    return q.new_empty(B, Hq, L, v.shape[3]), q.new_empty(B, Hq, L, dtype=torch.float32)
+
+
+@torch.library.custom_op("mini_inductor::flash_attention_backward", mutates_args=(), schema=_SCHEMA_BWD)
+def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod):
+    sm = _check(q, k, v, extra, mod)
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
+        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod)
+        return dq.contiguous(), dk.contiguous(), dv.contiguous()
+    return triton_backward(grad_out, q, k, v, out, lse, extra, sm)
+
+
+@torch.library.register_fake("mini_inductor::flash_attention_backward")
+def _backward_fake(grad_out, q, k, v, out, lse, extra, mod):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, extra, mod = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, *extra)
+    ctx.mod = mod
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    # the LSE is an internal output (non-differentiable): only the attention output has a gradient
+    q, k, v, out, lse, *extra = ctx.saved_tensors
+    dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod)
+    return dq, dk, dv, [None] * len(extra), None
+
+
+torch.library.register_autograd("mini_inductor::flash_attention_forward", _backward, setup_context=_setup_context)
+
+# The matcher's op: a composite of the forward op, so that AOT autograd's graphs hold the forward op
+# (which also returns the LSE) and the backward op, never this one.
+torch.library.define("mini_inductor::flash_attention",
+                     "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> Tensor")
+
+
+@torch.library.impl("mini_inductor::flash_attention", "CompositeImplicitAutograd")
+def _flash_attention_composite(q, k, v, extra, mod):
+    return torch.ops.mini_inductor.flash_attention_forward(q, k, v, extra, mod)[0]

@@ -1,0 +1,464 @@
+"""The score modification of a flash-attention call: one small expression, compiled three ways.
+
+The matcher hands `flash_attention` its modification as text ("where(j <= i, s * 0.125, -inf)"), so
+one kernel source can be generated per distinct text and cached. The text is parsed with `ast` and
+checked against the contract's names, operators and functions (a ValueError names the piece that is
+not allowed); nothing is ever `eval`ed. From the checked tree:
+
+    triton_source(tree, names, kinds)   the expression in Triton, inlined into the generated kernels
+    gradient(tree)                      d loss / d s as an expression of the upstream gradient `g`,
+                                        built the way autograd runs the eager graph backwards (so a
+                                        `where` selects its gradient rather than multiplying by 0:
+                                        a NaN gradient of a masked entry becomes 0 as in eager)
+    evaluate(tree, env)                 the expression on torch tensors (the reference and fallback)
+    log2_scaled(tree)                   mod(s) * log2(e), the constant folded into the expression's
+                                        own scale where that is exact enough (the kernels use exp2)
+    dead_mask(tree, env)                where the result is -inf whatever s is (block skipping)
+    assume_live(tree)                   the expression where nothing is dead (a block's interior)
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import math
+import re
+
+import torch
+
+LOG2E = 1.4426950408889634
+
+INDEX_NAMES = ("b", "h", "i", "j")
+SIZE_NAMES = ("L", "S")
+FUNCTIONS = {"where": 3, "tanh": 1, "exp": 1, "log": 1, "sigmoid": 1, "abs": 1, "sqrt": 1,
+             "minimum": 2, "maximum": 2}
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or"}
+_COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|",
+           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_TENSOR_NAME = re.compile(r"t(0|[1-9][0-9]*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One node of a modification: op "num" (value), "var" (value: the name), or an operator or
+    function applied to `args`."""
+
+    op: str
+    args: tuple["Node", ...] = ()
+    value: object = None
+
+    def __str__(self) -> str:
+        if self.op == "num":
+            return repr(self.value) if math.isfinite(self.value) else ("inf" if self.value > 0 else "-inf")
+        if self.op == "var":
+            return self.value
+        if self.op in _SYMBOL:
+            return f"({self.args[0]} {_SYMBOL[self.op]} {self.args[1]})"
+        if self.op in ("floordiv", "mod"):
+            return f"({self.args[0]} {'//' if self.op == 'floordiv' else '%'} {self.args[1]})"
+        if self.op in ("neg", "not"):
+            return f"({'-' if self.op == 'neg' else '~'}{self.args[0]})"
+        return f"{self.op}({', '.join(map(str, self.args))})"
+
+
+def num(value) -> Node:
+    return Node("num", value=value)
+
+
+def var(name: str) -> Node:
+    return Node("var", value=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreMod:
+    """A checked modification: its text, its tree, how many extra tensors it reads (t0 … t{n-1}), the
+    names it uses, and whether it skips blocks: whether whole blocks of scores can be -inf for every
+    s, decided by i, j, L and S alone (then a precomputed table says which key blocks each query
+    block must visit)."""
+
+    text: str
+    tree: Node
+    tensors: int
+    names: frozenset[str]
+    skips_blocks: bool
+
+
+class ModError(ValueError):
+    """A modification outside the contract; the message names the offending piece."""
+
+
+@functools.lru_cache(maxsize=512)
+def parse(text: str) -> ScoreMod:
+    """The checked tree of `text`; a ModError (a ValueError) naming what is not allowed."""
+    if not isinstance(text, str):
+        raise ModError(f"flash_attention: mod must be a str, not {type(text).__name__}")
+    try:
+        body = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ModError(f"flash_attention mod {text!r}: not a Python expression ({e.msg})") from None
+    tree = _Reader(text).read(body)
+    if kind(tree, {}) == "bool":
+        raise ModError(f"flash_attention mod {text!r}: the result is a bool, not a score")
+    names = frozenset(variables(tree))
+    used = [int(n[1:]) for n in names if _TENSOR_NAME.match(n)]
+    skips = contains_minus_inf(tree) and names <= {"s", "i", "j", "L", "S"}
+    return ScoreMod(text, tree, max(used) + 1 if used else 0, names, skips)
+
+
+class _Reader:
+    def __init__(self, text: str):
+        self.text = text
+
+    def fail(self, node: ast.AST, why: str) -> ModError:
+        piece = ast.get_source_segment(self.text.strip(), node) or type(node).__name__
+        return ModError(f"flash_attention mod {self.text!r}: {piece!r} {why}")
+
+    def read(self, node: ast.AST) -> Node:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise self.fail(node, "is not allowed: literals are int or float numbers")
+            return num(node.value)
+        if isinstance(node, ast.Name):
+            name = node.id
+            if name == "inf":
+                return num(math.inf)
+            if name == "s" or name in INDEX_NAMES or name in SIZE_NAMES or _TENSOR_NAME.match(name):
+                return var(name)
+            raise self.fail(node, "is not a known name (s, b, h, i, j, L, S, t0, t1, ..., inf)")
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return fold(Node(_BINARY[type(node.op)], (self.read(node.left), self.read(node.right))))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
+            operand = self.read(node.operand)
+            if isinstance(node.op, ast.UAdd):
+                return operand
+            return fold(Node("neg" if isinstance(node.op, ast.USub) else "not", (operand,)))
+        if isinstance(node, ast.Compare):
+            terms = [self.read(node.left)] + [self.read(c) for c in node.comparators]
+            pairs = []
+            for op, left, right in zip(node.ops, terms, terms[1:]):
+                if type(op) not in _COMPARE:
+                    raise self.fail(node, f"uses the comparison {type(op).__name__}, which is not allowed")
+                pairs.append(Node(_COMPARE[type(op)], (left, right)))
+            return functools.reduce(lambda a, c: Node("and", (a, c)), pairs)
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name not in FUNCTIONS:
+                raise self.fail(node.func, f"is not an allowed function ({', '.join(sorted(FUNCTIONS))})")
+            if node.keywords or len(node.args) != FUNCTIONS[name]:
+                raise self.fail(node, f"must call {name} with {FUNCTIONS[name]} positional argument(s)")
+            return fold(Node(name, tuple(self.read(a) for a in node.args)))
+        hint = {ast.BoolOp: " (write & and | instead of and/or)", ast.IfExp: " (write where(c, x, y))"}
+        raise self.fail(node, f"is not allowed: a {type(node).__name__}{hint.get(type(node), '')}")
+
+
+def fold(node: Node) -> Node:
+    """`node` computed now when every argument is a number (so "-inf" is the number -inf)."""
+    if not node.args or any(a.op != "num" for a in node.args):
+        return node
+    values = [torch.tensor(a.value, dtype=torch.float64 if isinstance(a.value, float) else torch.int64)
+              for a in node.args]
+    try:
+        out = _TORCH[node.op](*values)
+    except (RuntimeError, ZeroDivisionError):
+        return node
+    if out.dtype == torch.bool:
+        return node   # a constant condition: kept as written (where() needs a bool tensor or scalar)
+    return num(out.item())
+
+
+def variables(node: Node) -> set[str]:
+    if node.op == "var":
+        return {node.value}
+    return set().union(*(variables(a) for a in node.args)) if node.args else set()
+
+
+def contains_minus_inf(node: Node) -> bool:
+    if node.op == "num":
+        return node.value == -math.inf
+    return any(contains_minus_inf(a) for a in node.args)
+
+
+def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
+    """"bool", "int" or "float": the kind of value `node` computes (extra tensors as `tensor_kinds` says;
+    "any" when not given, before the tensors are known). A ModError for a float where a bool must be."""
+    if node.op == "num":
+        return "float" if isinstance(node.value, float) else "int"
+    if node.op == "var":
+        name = node.value
+        if name == "s":
+            return "float"
+        if name in INDEX_NAMES or name in SIZE_NAMES:
+            return "int"
+        return tensor_kinds.get(name, "any")
+    kinds = [kind(a, tensor_kinds) for a in node.args]
+    if node.op in _COMPARE.values():
+        return "bool"
+    if node.op in ("and", "or", "not"):
+        if "float" in kinds:
+            raise ModError(f"flash_attention mod: {node} applies {node.op} to a float")
+        return "bool" if all(k in ("bool", "any") for k in kinds) else "int"
+    if node.op == "where":
+        if kinds[0] not in ("bool", "any"):
+            raise ModError(f"flash_attention mod: the condition of {node} is not a bool")
+        kinds = kinds[1:]
+    if node.op in ("tanh", "exp", "log", "sigmoid", "sqrt", "div"):
+        return "float"
+    return "float" if "float" in kinds or "any" in kinds else "int"
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch
+
+def _minimum(a, b):
+    return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def _maximum(a, b):
+    return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def _float_fn(fn):
+    return lambda x: fn(x.float() if not torch.is_floating_point(x) else x)
+
+
+def _tensor_fn(fn):
+    return lambda x: fn(torch.as_tensor(x, dtype=torch.float32) if not isinstance(x, torch.Tensor) else x)
+
+
+_TORCH = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "neg": lambda a: -a,
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b, "not": lambda a: ~a,
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "where": torch.where, "minimum": _minimum, "maximum": _maximum,
+    "tanh": _tensor_fn(_float_fn(torch.tanh)), "exp": _tensor_fn(_float_fn(torch.exp)),
+    "log": _tensor_fn(_float_fn(torch.log)), "sigmoid": _tensor_fn(_float_fn(torch.sigmoid)),
+    "sqrt": _tensor_fn(_float_fn(torch.sqrt)), "abs": _tensor_fn(torch.abs),
+}
+
+
+def evaluate(node: Node, env: dict):
+    """`node` on torch values: env maps each name to a tensor or a Python number."""
+    if node.op == "num":
+        return node.value
+    if node.op == "var":
+        return env[node.value]
+    return _TORCH[node.op](*(evaluate(a, env) for a in node.args))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton
+
+def triton_source(node: Node, names: dict[str, str], tensor_kinds: dict[str, str]) -> str:
+    """`node` as a Triton expression; `names` maps each modification name to the kernel's variable."""
+    def emit(n: Node) -> str:
+        if n.op == "num":
+            v = n.value
+            if isinstance(v, float) and not math.isfinite(v):
+                return 'float("nan")' if v != v else ('float("inf")' if v > 0 else 'float("-inf")')
+            return repr(v)
+        if n.op == "var":
+            return names[n.value]
+        kinds = [kind(a, tensor_kinds) for a in n.args]
+        args = [emit(a) for a in n.args]
+        if n.op in ("add", "sub", "mul", "div", "floordiv", "mod", "neg", "minimum", "maximum", "abs"):
+            args = [f"{a}.to(tl.int32)" if k == "bool" else a for a, k in zip(args, kinds)]
+        floats = [(repr(float(arg.value)) if arg.op == "num" else f"({a}).to(tl.float32)") if k != "float" else a
+                  for a, k, arg in zip(args, kinds, n.args)]
+        if n.op in _SYMBOL:
+            return f"({args[0]} {_SYMBOL[n.op]} {args[1]})"
+        if n.op in ("floordiv", "mod"):
+            helper = {"floordiv": "div_floor", "mod": "remainder"}[n.op]
+            if "float" in kinds:
+                return f"triton_helpers.{helper}_float({floats[0]}, {floats[1]})"
+            return f"triton_helpers.{helper}_integer({args[0]}, {args[1]})"
+        if n.op == "neg":
+            return f"(-{args[0]})"
+        if n.op == "not":
+            return f"(~{args[0]})"
+        if n.op == "where":
+            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        if n.op in ("minimum", "maximum"):
+            if n.args[0].op == "num":   # the helper reads its first argument's dtype: a tensor goes first
+                args = args[::-1]
+            return f"triton_helpers.{n.op}({args[0]}, {args[1]})"
+        if n.op == "abs":
+            return f"tl.abs({args[0]})"
+        if n.op == "tanh":
+            return f"libdevice.tanh({floats[0]})"
+        return f"tl.{n.op}({floats[0]})"   # exp, log, sigmoid, sqrt
+    return emit(node)
+
+
+# ---------------------------------------------------------------------------------------------------
+# gradient
+
+def _add(a: Node | None, b: Node | None) -> Node | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return Node("add", (a, b))
+
+
+def _mul(a: Node, b: Node) -> Node:
+    if b.op == "num" and b.value == 1:
+        return a
+    return fold(Node("mul", (a, b)))
+
+
+def gradient(node: Node, upstream: Node = var("g")) -> Node | None:
+    """d loss / d s as an expression of `upstream` (d loss / d node) and the names of `node`; None when
+    `node` does not depend on s. Each rule is the formula autograd uses for that op in eager."""
+    if node.op == "var":
+        return upstream if node.value == "s" else None
+    if "s" not in variables(node):
+        return None
+    a = node.args[0]
+    b = node.args[1] if len(node.args) > 1 else None
+    g = upstream
+    zero = num(0.0)
+    if node.op == "add":
+        return _add(gradient(a, g), gradient(b, g))
+    if node.op == "sub":
+        return _add(gradient(a, g), gradient(b, Node("neg", (g,))))
+    if node.op == "neg":
+        return gradient(a, Node("neg", (g,)))
+    if node.op == "mul":
+        return _add(gradient(a, _mul(g, b)), gradient(b, _mul(g, a)))
+    if node.op == "div":
+        return _add(gradient(a, Node("div", (g, b))),
+                    gradient(b, Node("div", (Node("mul", (Node("neg", (g,)), a)), Node("mul", (b, b))))))
+    if node.op == "floordiv":
+        return None   # piecewise constant: autograd gives zeros
+    if node.op == "mod":
+        return _add(gradient(a, g), gradient(b, Node("mul", (Node("neg", (g,)), Node("floordiv", (a, b))))))
+    if node.op == "where":
+        return _add(gradient(node.args[1], Node("where", (a, g, zero))),
+                    gradient(node.args[2], Node("where", (a, zero, g))))
+    if node.op == "tanh":
+        return gradient(a, Node("mul", (g, Node("sub", (num(1.0), Node("mul", (node, node)))))))
+    if node.op == "exp":
+        return gradient(a, Node("mul", (g, node)))
+    if node.op == "log":
+        return gradient(a, Node("div", (g, a)))
+    if node.op == "sigmoid":
+        return gradient(a, Node("mul", (Node("mul", (g, Node("sub", (num(1.0), node)))), node)))
+    if node.op == "sqrt":
+        return gradient(a, Node("div", (g, Node("mul", (num(2.0), node)))))
+    if node.op == "abs":
+        sign = Node("where", (Node("gt", (a, num(0))), num(1.0),
+                              Node("where", (Node("lt", (a, num(0))), num(-1.0), zero))))
+        return gradient(a, Node("mul", (g, sign)))
+    if node.op in ("minimum", "maximum"):
+        # the tie splits the gradient in halves; the losing side gets 0 (NaN counts as winning)
+        half = Node("mul", (g, num(0.5)))
+        a_loses = Node("gt" if node.op == "minimum" else "lt", (a, b))
+        b_loses = Node("lt" if node.op == "minimum" else "gt", (a, b))
+        tie = Node("eq", (a, b))
+        return _add(gradient(a, Node("where", (tie, half, Node("where", (a_loses, zero, g))))),
+                    gradient(b, Node("where", (tie, half, Node("where", (b_loses, zero, g))))))
+    return None   # comparisons and bool operators: no gradient flows through them
+
+
+# ---------------------------------------------------------------------------------------------------
+# exp2 and block skipping
+
+def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
+    """`node * factor`, the factor folded into a constant scale (s * 0.125 → s * 0.18033…) and into
+    both branches of a where, so the common modifications cost no extra multiply."""
+    if node.op == "num":
+        return num(float(node.value) * factor)
+    if node.op == "where":
+        return Node("where", (node.args[0], log2_scaled(node.args[1], factor), log2_scaled(node.args[2], factor)))
+    if node.op == "mul" and node.args[1].op == "num" and isinstance(node.args[1].value, (int, float)):
+        return Node("mul", (node.args[0], num(float(node.args[1].value) * factor)))
+    if node.op == "mul" and node.args[0].op == "num":
+        return Node("mul", (node.args[1], num(float(node.args[0].value) * factor)))
+    if node.op == "div" and node.args[1].op == "num" and node.args[1].value not in (0, 0.0):
+        return Node("mul", (node.args[0], num(factor / float(node.args[1].value))))
+    if node.op == "neg":
+        return log2_scaled(node.args[0], -factor)
+    return Node("mul", (node, num(factor)))
+
+
+_FINITE_OPS = {"add", "sub", "mul", "neg", "abs", "tanh", "sigmoid", "minimum", "maximum", "where",
+               "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv", "mod"}
+
+
+def finite(node: Node) -> bool:
+    """Whether `node` is finite wherever s is (no division by a variable, no exp, log or sqrt)."""
+    if node.op == "num":
+        return math.isfinite(node.value)
+    if node.op == "var":
+        return node.value == "s" or node.value in INDEX_NAMES or node.value in SIZE_NAMES
+    if node.op == "div":
+        d = node.args[1]
+        return finite(node.args[0]) and d.op == "num" and d.value != 0 and math.isfinite(d.value)
+    if node.op in ("floordiv", "mod"):
+        return False   # a division by zero can make inf and NaN
+    return node.op in _FINITE_OPS and all(finite(a) for a in node.args)
+
+
+def assume_live(node: Node) -> Node:
+    """`node` simplified for a block where dead_mask is False everywhere: each `where` that dead_mask
+    reads as making -inf must there pick its other branch ("where(j <= i, s, -inf)" → "s"). It walks
+    exactly the positions dead_mask does, so nothing it drops could have been live."""
+    if node.op == "where" and "s" not in variables(node.args[0]):
+        cond, x, y = node.args
+        if y.op == "num" and y.value == -math.inf:
+            return assume_live(x)
+        if x.op == "num" and x.value == -math.inf:
+            return assume_live(y)
+        return Node("where", (cond, assume_live(x), assume_live(y)))
+    if node.op in ("add", "sub", "minimum"):
+        a, b = node.args
+        left = assume_live(a) if finite(b) else a
+        right = assume_live(b) if finite(a) and node.op != "sub" else b
+        return Node(node.op, (left, right))
+    if node.op in ("mul", "div") and node.args[1].op == "num" and node.args[1].value > 0 \
+            and math.isfinite(node.args[1].value):
+        return Node(node.op, (assume_live(node.args[0]), node.args[1]))
+    if node.op == "mul" and node.args[0].op == "num" and node.args[0].value > 0 and math.isfinite(node.args[0].value):
+        return Node("mul", (node.args[0], assume_live(node.args[1])))
+    return node
+
+
+def dead_mask(node: Node, env: dict):
+    """Where `node` is -inf whatever the (finite) score s is: a bool tensor (or a Python bool) over the
+    index grid of `env` (i, j, L, S). Conservative: False where it cannot tell."""
+    if node.op == "num":
+        return node.value == -math.inf
+    if node.op == "where":
+        cond, x, y = node.args
+        dx, dy = dead_mask(x, env), dead_mask(y, env)
+        if "s" in variables(cond):
+            return _and(dx, dy)
+        c = torch.as_tensor(evaluate(cond, env))
+        return torch.where(c, torch.as_tensor(dx, device=c.device), torch.as_tensor(dy, device=c.device))
+    if node.op in ("add", "sub", "minimum"):
+        a, b = node.args
+        left = dead_mask(a, env) if finite(b) else False
+        right = dead_mask(b, env) if finite(a) and node.op != "sub" else False
+        return _or(left, right)
+    if node.op in ("mul", "div") and node.args[1].op == "num" and node.args[1].value > 0 \
+            and math.isfinite(node.args[1].value):
+        return dead_mask(node.args[0], env)
+    if node.op == "mul" and node.args[0].op == "num" and node.args[0].value > 0 and math.isfinite(node.args[0].value):
+        return dead_mask(node.args[1], env)
+    return False
+
+
+def _and(a, b):
+    if a is False or b is False:
+        return False
+    return torch.as_tensor(a) & torch.as_tensor(b)
+
+
+def _or(a, b):
+    if a is False:
+        return b
+    if b is False:
+        return a
+    return torch.as_tensor(a) | torch.as_tensor(b)

@@ -1,0 +1,379 @@
+"""torch.ops.mini_inductor.flash_attention computes eager's attention (softmax of the modified float32
+scores, then @ v), forward and backward, NaN where eager has NaN; its modification compiler refuses what
+the contract does not allow, by name; a compiled graph calls the ops as extern kernels, not fallbacks.
+
+Without a GPU the kernels run in Triton's interpreter: tensors stay tiny (L, S ≤ 40, 16-wide blocks, so
+that every case crosses block edges). Tests marked gpu check fp16 at real sizes against SDPA.
+"""
+import math
+
+import pytest
+import torch
+
+import mini_inductor  # noqa: F401  (the backend)
+from mini_inductor import metrics
+from mini_inductor.attention import flash, score_mod
+
+# the interpreter computes 0/0 and log2(0) of fully masked (and padding) rows in numpy, which warns
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+NEG_INF = float("-inf")
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+       torch.float16: dict(atol=5e-3, rtol=5e-3)}
+GRAD_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=8e-2, rtol=5e-2),
+            torch.float16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def eager_attention(q, k, v, modify):
+    """Eager's math: scores in float32, modify(s, i, j), softmax over keys, @ v; key heads repeated."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q.float() @ k.float().transpose(-1, -2)
+    i = torch.arange(s.shape[-2], device=s.device)[:, None]
+    j = torch.arange(s.shape[-1], device=s.device)[None, :]
+    return (torch.softmax(modify(s, i, j), dim=-1) @ v.float()).to(q.dtype)
+
+
+def inputs(device, dtype, B=2, Hq=2, Hkv=None, L=40, S=None, E=16, Ev=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    Hkv, S, Ev = Hkv or Hq, S or L, Ev or E
+    make = lambda *shape: torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)  # noqa: E731
+    return make(B, Hq, L, E), make(B, Hkv, S, E), make(B, Hkv, S, Ev)
+
+
+def check_against_eager(q, k, v, extra, mod, modify, *, equal_nan=False):
+    """Forward and backward (dq, dk, dv for one random upstream gradient) of the op against eager."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = torch.ops.mini_inductor.flash_attention(*leaves, list(extra), mod)
+    assert out.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and out.is_contiguous()
+    assert out.dtype == q.dtype
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    expected = eager_attention(*ref_leaves, modify)
+    torch.testing.assert_close(out, expected, equal_nan=equal_nan, **TOL[q.dtype])
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    grads = torch.autograd.grad(out, leaves, upstream)
+    expected_grads = torch.autograd.grad(expected, ref_leaves, upstream)
+    for name, g, e in zip("qkv", grads, expected_grads):
+        assert g.shape == e.shape, name
+        torch.testing.assert_close(g, e, equal_nan=equal_nan, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[q.dtype])
+    return out, grads
+
+
+# ---------------------------------------------------------------------------------------------------
+# what it computes
+
+CASES = {
+    "plain": ("s * 0.25", lambda s, i, j: s * 0.25),
+    "causal": ("where(j <= i, s * 0.25, -inf)", lambda s, i, j: torch.where(j <= i, s * 0.25, NEG_INF)),
+    "softcap": ("tanh(s * 0.25 / 2.0) * 2.0", lambda s, i, j: torch.tanh(s * 0.25 / 2.0) * 2.0),
+    "sliding_window": ("where((j <= i) & (i - j < 30), s * 0.25, -inf)",   # all three forward loops run
+                       lambda s, i, j: torch.where((j <= i) & (i - j < 30), s * 0.25, NEG_INF)),
+    "functions": ("maximum(s * 0.25, -1.0) + sqrt(abs(s) + 1.0) * 0.1 - log(1.0 + exp(s * 0.1)) + (i % 3) - j // 4",
+                  lambda s, i, j: (torch.maximum(s * 0.25, torch.tensor(-1.0, device=s.device))
+                                   + torch.sqrt(s.abs() + 1.0) * 0.1 - torch.log(1.0 + torch.exp(s * 0.1))
+                                   + i % 3 - j // 4)),
+    "relative_bias": ("s * 0.25 - 0.5 * abs(i - j) / S + sigmoid(s)",
+                      lambda s, i, j: s * 0.25 - 0.5 * (i - j).abs() / s.shape[-1] + torch.sigmoid(s)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_modifications_of_i_and_j_match_eager_forward_and_backward(device, case):
+    mod, modify = CASES[case]
+    check_against_eager(*inputs(device, torch.float32), [], mod, modify)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal"])
+def test_bfloat16_matches_eager_loosely(device, case):
+    mod, modify = CASES[case]
+    check_against_eager(*inputs(device, torch.bfloat16, B=1), [], mod, modify)
+
+
+def test_padding_mask_of_bool_broadcast_over_heads_and_rows(device):
+    q, k, v = inputs(device, torch.float32)
+    keep = torch.rand(2, 1, 1, 40, generator=torch.Generator().manual_seed(3)).to(device) > 0.4
+    keep[..., 0] = True   # every row keeps a key: no NaN here
+    check_against_eager(q, k, v, [keep], "where(t0, s * 0.25, -inf)",
+                        lambda s, i, j: torch.where(keep, s * 0.25, NEG_INF))
+
+
+def test_additive_float_bias_per_head(device):
+    q, k, v = inputs(device, torch.float32)
+    bias = torch.randn(1, 2, 40, 40, generator=torch.Generator().manual_seed(4)).to(device)
+    check_against_eager(q, k, v, [bias], "s * 0.25 + t0", lambda s, i, j: s * 0.25 + bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_alibi_slopes_per_head(device, dtype):
+    q, k, v = inputs(device, dtype, Hq=4, B=1)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=device).view(1, 4, 1, 1)
+    check_against_eager(q, k, v, [slopes], "where(j <= i, s * 0.25 + t0 * (j - i), -inf)",
+                        lambda s, i, j: torch.where(j <= i, s * 0.25 + slopes * (j - i), NEG_INF))
+
+
+def test_grouped_query_heads_sum_dk_dv_over_their_group(device):
+    q, k, v = inputs(device, torch.float32, Hq=4, Hkv=2, B=1)
+    check_against_eager(q, k, v, [], *CASES["causal"])
+
+
+def test_value_head_dim_differs_and_head_dim_is_not_a_power_of_two(device):
+    q, k, v = inputs(device, torch.float32, B=1, E=24, Ev=16)
+    check_against_eager(q, k, v, [], *CASES["causal"])
+
+
+@pytest.mark.parametrize("L,S", [(24, 40), (40, 17)])
+def test_query_and_key_lengths_differ(device, L, S):
+    q, k, v = inputs(device, torch.float32, B=1, L=L, S=S)
+    # bottom-right causal: with L > S the first L - S rows see no key (NaN, as in eager)
+    check_against_eager(q, k, v, [], "where(j <= i + S - L, s * 0.25, -inf)",
+                        lambda s, i, j: torch.where(j <= i + S - L, s * 0.25, NEG_INF), equal_nan=True)
+
+
+def test_transposed_views_of_q_k_v(device):
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).to(device).transpose(1, 2) for _ in range(3))
+    assert not q.is_contiguous()
+    check_against_eager(q, k, v, [], *CASES["causal"])
+
+
+def test_fully_masked_rows_are_nan_forward_and_backward_as_in_eager(device):
+    # rows 0..3 see no key: eager's softmax of all -inf is NaN; its dv is then NaN for every key,
+    # while dq and dk stay finite (where passes 0 to the masked branch)
+    out, (dq, dk, dv) = check_against_eager(
+        *inputs(device, torch.float32, B=1), [], "where(j <= i - 4, s * 0.25, -inf)",
+        lambda s, i, j: torch.where(j <= i - 4, s * 0.25, NEG_INF), equal_nan=True)
+    assert out[:, :, :4].isnan().all() and not out[:, :, 4:].isnan().any()
+    assert dv.isnan().all() and not dq.isnan().any()
+
+
+def test_a_row_masked_by_an_additive_bias_is_nan_through_dq_and_dk_too(device):
+    q, k, v = inputs(device, torch.float32, B=1)
+    bias = torch.zeros(1, 1, 40, 40, device=device)
+    bias[..., 7, :] = NEG_INF
+    out, (dq, dk, dv) = check_against_eager(q, k, v, [bias], "s * 0.25 + t0", lambda s, i, j: s * 0.25 + bias,
+                                            equal_nan=True)
+    assert dq[:, :, 7].isnan().all() and dk.isnan().all()
+
+
+def test_float32_respects_allow_tf32(device):
+    q, k, v = inputs(device, torch.float32, B=1, L=16)
+    sm = score_mod.parse("s * 0.25")
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert flash._plan_for(q, v, [], sm, backward=False).meta["PRECISION"] == "ieee"
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert flash._plan_for(q, v, [], sm, backward=True).meta["PRECISION"] == "tf32"
+        assert str(flash._plan_for(q.half(), v.half(), [], sm, backward=False).meta["DOT"]) == "fp16"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_the_convenience_wrapper_scales_by_one_over_sqrt_head_dim(device):
+    q, k, v = inputs(device, torch.float32, B=1, L=20)
+    out = flash.flash_attention(q, k, v, mod="where(j <= i, s * scale, -inf)")
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("mod,modify", [CASES["softcap"], ("where(j <= i - 4, s * 0.25, -inf)",
+                                                           lambda s, i, j: torch.where(j <= i - 4, s * 0.25, NEG_INF))])
+def test_without_triton_the_cpu_runs_the_torch_reference(monkeypatch, mod, modify):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = inputs("cpu", torch.float32, B=1, Hq=4, Hkv=2, L=20)
+    check_against_eager(q, k, v, [], mod, modify, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# block skipping
+
+def ranges(mod, L=64, S=64, backward=False):
+    table = flash.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device("cpu"), backward)
+    return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
+
+
+def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks_and_masks_only_its_diagonal():
+    assert score_mod.parse("where(j <= i, s * 0.125, -inf)").skips_blocks
+    table = ranges("where(j <= i, s * 0.125, -inf)")
+    assert table["kv_lo"] == [0, 0, 0, 0] and table["kv_hi"] == [1, 2, 3, 4]
+    # whole blocks below the diagonal run unmasked (block 0 has none: its empty run sits at kv_hi)
+    assert table["full_lo"] == [1, 0, 0, 0] and table["full_hi"] == [1, 1, 2, 3]
+    assert table["q_lo"] == [0, 1, 2, 3] and table["q_hi"] == [4, 4, 4, 4]
+
+
+def test_a_sliding_window_visits_the_blocks_of_its_band():
+    table = ranges("where((j <= i) & (i - j < 16), s, -inf)")
+    assert table["kv_lo"] == [0, 0, 1, 2] and table["kv_hi"] == [1, 2, 3, 4]
+    assert table["full_hi"] == table["full_lo"] == table["kv_hi"]   # no block is whole: one masked loop
+    table = ranges("where((j <= i) & (i - j < 40), s, -inf)", L=96, S=96)
+    assert table["kv_lo"] == [0, 0, 0, 0, 1, 2] and table["kv_hi"] == [1, 2, 3, 4, 5, 6]
+    assert table["full_lo"] == [1, 0, 1, 2, 3, 4] and table["full_hi"] == [1, 1, 2, 3, 4, 5]   # m - 1 only
+
+
+def test_fully_masked_rows_make_the_backward_visit_every_block():
+    fwd, bwd = ranges("where(j <= i - 20, s, -inf)"), ranges("where(j <= i - 20, s, -inf)", backward=True)
+    assert fwd["kv_lo"] == [0, 0, 0, 0] and fwd["kv_hi"] == [0, 1, 2, 3]   # block 0: nothing live
+    assert bwd["kv_lo"] == [0] * 4 and bwd["kv_hi"] == [4] * 4 and bwd["q_hi"] == [4] * 4
+
+
+@pytest.mark.parametrize("mod", ["s * 0.125 + t0", "where(h > 0, s, -inf)", "s * 0.125",
+                                 "where(j <= i, s, 0.0)", "exp(s) + where(j <= i, 0.0, -inf)"])
+def test_no_skipping_where_blocks_cannot_be_known_dead(mod):
+    sm = score_mod.parse(mod)
+    if sm.skips_blocks:   # only the last may: it skips, but marks nothing dead (exp may be +inf)
+        table = ranges(mod, 32, 32)
+        assert table["kv_lo"] == [0, 0] and table["kv_hi"] == [2, 2]
+
+
+def test_an_additive_mask_written_in_the_modification_is_skipped():
+    assert ranges("s * 0.125 + where(j <= i, 0.0, -inf)", 32, 32)["kv_hi"] == [1, 2]
+
+
+@pytest.mark.parametrize("mod,live", [
+    ("where(j <= i, s * 0.125, -inf)", "(s * 0.125)"),
+    ("s * 0.125 + where(j <= i, 0.0, -inf)", "((s * 0.125) + 0.0)"),
+    ("where((j <= i) & (i - j < 8), tanh(s), -inf) * 2.0", "(tanh(s) * 2.0)"),
+    ("where(s > 0.0, s, -inf)", "where((s > 0.0), s, -inf)"),        # a condition on s decides per score
+    ("exp(where(j <= i, s, -inf))", "exp(where((j <= i), s, -inf))"),  # exp(-inf) is 0, not a masked score
+])
+def test_the_unmasked_interior_drops_only_the_masking_dead_mask_reads(mod, live):
+    assert str(score_mod.assume_live(score_mod.parse(mod).tree)) == live
+
+
+# ---------------------------------------------------------------------------------------------------
+# the modification compiler
+
+@pytest.mark.parametrize("mod,piece", [
+    ("s * 0.125 + foo", "'foo'"), ("pow(s, 2.0)", "'pow'"), ("s ** 2", "'s ** 2'"),
+    ("s if j <= i else -inf", "where(c, x, y)"), ("(j <= i) and s", "& and |"), ("s.exp()", "'s.exp'"),
+    ("__import__('os')", "'__import__'"), ("where(j <= i, s)", "3 positional"), ("s *", "not a Python expression"),
+    ("j <= i", "a bool"), ("where(s, s, 0.0)", "not a bool"), ("tanh(x=s)", "1 positional"),
+    ("s * 'a'", "literals"), ("s * True", "literals"), ("s[0]", "Subscript"),
+])
+def test_a_modification_outside_the_contract_is_a_value_error_naming_the_piece(mod, piece):
+    with pytest.raises(ValueError, match=None) as info:
+        score_mod.parse(mod)
+    assert piece in str(info.value), str(info.value)
+
+
+def test_a_missing_or_unbroadcastable_extra_tensor_is_a_value_error():
+    q, k, v = inputs("cpu", torch.float32, B=1, L=8)
+    with pytest.raises(ValueError, match="reads t1"):
+        torch.ops.mini_inductor.flash_attention(q, k, v, [torch.zeros(1)], "s + t0 + t1")
+    with pytest.raises(ValueError, match="does not broadcast"):
+        torch.ops.mini_inductor.flash_attention(q, k, v, [torch.zeros(3, 8)], "s + t0")
+    with pytest.raises(ValueError, match="not a bool"):
+        torch.ops.mini_inductor.flash_attention(q, k, v, [torch.zeros(8)], "where(t0, s, -inf)")
+
+
+def test_the_gradient_selects_through_where_and_folds_the_scale():
+    grad = score_mod.gradient(score_mod.parse("where(j <= i, s * 0.125, -inf)").tree)
+    assert str(grad) == "(where((j <= i), g, 0.0) * 0.125)"
+    assert score_mod.gradient(score_mod.parse("where(j <= i, 0.0, -inf)").tree) is None
+
+
+def test_exp2_folds_log2e_into_the_scale():
+    scaled = score_mod.log2_scaled(score_mod.parse("where(j <= i, s * 0.125, -inf)").tree)
+    assert str(scaled) == f"where((j <= i), (s * {0.125 * math.log2(math.e)!r}), -inf)"
+
+
+def test_a_causal_kernel_source_reads_its_block_table_and_a_plain_one_does_not():
+    from mini_inductor.attention.kernels import kernel_source
+    causal = kernel_source(score_mod.parse("where(j <= i, s * 0.125, -inf)"), (), True)
+    plain = kernel_source(score_mod.parse("s * 0.125"), (), False)
+    assert "tl.load(RANGE_LO" in causal and "tl.load(RANGE_LO" not in plain
+    assert "libdevice.tanh" in kernel_source(score_mod.parse("tanh(s / 50.0) * 50.0"), (), False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# in a compiled graph
+
+def test_compiled_forward_and_backward_call_the_ops_as_extern_kernels(device):
+    q, k, v = inputs(device, torch.float32, B=1, L=20)
+    keep = torch.ones(1, 1, 1, 20, dtype=torch.bool, device=device)
+    keep[..., 5:9] = False
+
+    def attend(q, k, v, keep):
+        out = torch.ops.mini_inductor.flash_attention(q, k, v, [keep], "where(t0 & (j <= i), s * 0.25, -inf)")
+        return (out * 2.0).sum()
+
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    loss = torch.compile(attend, backend="mini_inductor")(*leaves, keep)
+    grads = torch.autograd.grad(loss, leaves)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = (eager_attention(*ref_leaves, lambda s, i, j: torch.where(keep & (j <= i), s * 0.25, NEG_INF))
+                * 2.0).sum()
+    torch.testing.assert_close(loss, expected, **TOL[torch.float32])
+    for g, e in zip(grads, torch.autograd.grad(expected, ref_leaves)):
+        torch.testing.assert_close(g, e, **GRAD_TOL[torch.float32])
+    records = {r.name.split("_")[0]: r for r in metrics.compiled_graphs}
+    assert records["forward"].extern_calls == ["mini_inductor.flash_attention_forward.default"]
+    assert records["backward"].extern_calls == ["mini_inductor.flash_attention_backward.default"]
+    assert not any(r.fallback_ops for r in metrics.compiled_graphs), [dict(r.fallback_ops)
+                                                                      for r in metrics.compiled_graphs]
+
+
+def test_a_dynamic_compile_runs_two_lengths_with_one_graph_inference_and_training(device):
+    def attend(q, k, v, bias):
+        return torch.ops.mini_inductor.flash_attention(q, k, v, [bias], "where(j <= i, s * 0.25 + t0, -inf)")
+
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L in (20, 33):
+        q, k, v = inputs(device, torch.float32, B=1, L=L, seed=L)
+        bias = torch.randn(1, 2, 1, L, device=device)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(q, k, v, bias), attend(q, k, v, bias), **TOL[torch.float32])
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        grads = torch.autograd.grad(compiled(*leaves, bias).sum(), leaves)
+        for g, e in zip(grads, torch.autograd.grad(attend(*ref_leaves, bias).sum(), ref_leaves)):
+            torch.testing.assert_close(g, e, **GRAD_TOL[torch.float32])
+    kinds = sorted(r.name.split("_")[0] for r in metrics.compiled_graphs)
+    assert kinds == ["backward", "forward", "inference"], kinds   # one graph each, for both lengths
+    assert all(r.dynamic_symbols and not r.fallback_ops for r in metrics.compiled_graphs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# on the GPU (run by the lead on the H100)
+
+def _sdpa_check(q, k, v, **sdpa_kwargs):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    mod = f"where(j <= i, s * {scale!r}, -inf)" if sdpa_kwargs.get("is_causal") else f"s * {scale!r}"
+    out = torch.ops.mini_inductor.flash_attention(*leaves, [], mod)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*ref_leaves, **sdpa_kwargs)
+    torch.testing.assert_close(out, expected, atol=2e-3, rtol=2e-3)
+    upstream = torch.randn_like(out)
+    for g, e in zip(torch.autograd.grad(out, leaves, upstream), torch.autograd.grad(expected, ref_leaves, upstream)):
+        torch.testing.assert_close(g, e, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_fp16_causal_1024_matches_sdpa(head_dim):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 1024, head_dim, device="cuda", dtype=torch.float16, generator=gen)
+               for _ in range(3))
+    _sdpa_check(q, k, v, is_causal=True)
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_alibi_matches_eager():
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 512, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    slopes = (2.0 ** -torch.arange(1, 9, device="cuda", dtype=torch.float32)).view(1, 8, 1, 1)
+    check_against_eager(q, k, v, [slopes], "where(j <= i, s * 0.125 + t0 * (j - i), -inf)",
+                        lambda s, i, j: torch.where(j <= i, s * 0.125 + slopes * (j - i), NEG_INF))
+
+
+@pytest.mark.gpu
+def test_gpu_fp16_causal_is_not_far_slower_than_sdpa():
+    """A smoke test of speed, not the benchmark: the causal forward at L=S=2048, hd 128."""
+    import triton.testing
+    q, k, v = (torch.randn(4, 16, 2048, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    mod = "where(j <= i, s * 0.08838834764831845, -inf)"
+    ours = triton.testing.do_bench(lambda: torch.ops.mini_inductor.flash_attention(q, k, v, [], mod))
+    sdpa = triton.testing.do_bench(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert ours < 2.0 * sdpa, f"flash_attention {ours:.3f} ms, SDPA {sdpa:.3f} ms"
