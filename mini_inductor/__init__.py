@@ -26,6 +26,7 @@ from .caching import dynamo_cache  # noqa: E402
 from .backend import mini_inductor as backend
 from .backend import reset
 from .runtime.cudagraphs import trees as cudagraphs
+from .attention import flash as _flash_attention  # noqa: E402,F401  (registers torch.ops.mini_inductor.flash_attention*)
 from .runtime.cudagraphs.trees import mark_step
 from .debug.api import explain
 from .debug.logs import configure as _configure_logs

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
 from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, NearMiss, Translator, Untranslatable,
-                           arg, known_eq, op_of, render, sdpa_form, shape_of, static, value_of)
+                           arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -296,6 +296,9 @@ def _analyse(out, gm) -> _Found | None:
     for node in dependent:
         if any(u not in inside for u in node.users):
             raise NearMiss("the attention scores are used elsewhere")
+    changed = [x.name for x in (q, k_source, right) if mutated(x)]
+    if changed:
+        raise NearMiss(f"{', '.join(changed)} changed in place: the call would read the new values")
     dtypes = {value_of(x).dtype for x in (q, k, right)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in ATTENTION_DTYPES:
         raise NearMiss(f"dtype {', '.join(sorted(str(d) for d in dtypes))}: attention takes float16, bfloat16 "

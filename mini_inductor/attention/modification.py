@@ -115,6 +115,41 @@ def known_eq(a, b) -> bool:
         return False
 
 
+# ops that give a view of their input: a mutation through the view changes the input too
+_VIEWS = {"view", "reshape", "transpose", "permute", "expand", "unsqueeze", "squeeze", "narrow", "select",
+          "flatten", "unflatten", "t", "getitem", "unbind", "split", "chunk", "as_strided", "view_as", "getattr"}
+
+
+_OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+                      "ilshift", "irshift", "imatmul"}
+
+
+def mutated(node) -> bool:
+    """Whether the graph changes `node`'s tensor in place, directly or through a view of it (a setitem,
+    an in-place method such as `masked_fill_`, an `out=`): its value then is not what built it."""
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for u in n.users:
+            if u.op not in ("call_function", "call_method"):
+                continue
+            name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
+            if getattr(u.target, "__module__", None) == "_operator":    # operator.and_ is not in place
+                in_place = name == "setitem" or name in _OPERATOR_IN_PLACE
+            else:                                                        # Tensor.masked_fill_, torch.relu_
+                in_place = name.endswith("_") and not name.endswith("__")
+            if u.args and u.args[0] is n and in_place:
+                return True
+            if "out" in u.kwargs:
+                return True
+            if op_of(u) in _VIEWS or name in _VIEWS or name == "getitem":
+                stack.append(u)
+    return False
+
+
 def static(*sizes) -> bool:
     return all(isinstance(s, int) for s in sizes)
 
@@ -284,6 +319,8 @@ class Translator:
         else:
             mark = (len(self.extras), len(self.memo))
             try:
+                if mutated(x):   # changed in place after it was built: data, not the structure it was built with
+                    raise Untranslatable(f"{x.name} is changed in place")
                 val = self._node(x, scores=False)
             except Untranslatable:
                 self.extras[mark[0]:] = []

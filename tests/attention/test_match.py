@@ -516,3 +516,23 @@ def test_hugging_face_llama_eager_attention_with_grouped_heads(dtype):
     assert record.shapes == f"q [{B}, 4, {L}, {E}], k [{B}, 2, {L}, {E}], v [{B}, 2, {L}, {E}]"
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, attention(q, k, v, mask), atol=tol, rtol=tol)
+
+
+def test_a_mask_changed_in_place_after_it_was_built_is_data_not_structure():
+    # ones(...) then `keep[1] = False`: the mask is not all-true (it once became plain SDPA: a wrong answer)
+    def attention(q, k, v):
+        keep = torch.ones(B, L, dtype=torch.bool)
+        keep[1, 2:] = False
+        s = q @ k.transpose(-2, -1) * SCALE
+        return s.masked_fill(~keep[:, None, None, :], float("-inf")).softmax(-1) @ v
+    record = only_match(compiled_like_eager(attention, *qkv()), "flash")
+    assert "t0" in record.mod
+
+
+def test_scores_changed_in_place_are_a_near_miss():
+    def attention(q, k, v):
+        s = q @ k.transpose(-2, -1) * SCALE
+        s.masked_fill_(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+        return s.softmax(-1) @ v
+    records = compiled_like_eager(attention, *qkv())
+    assert [r.target for r in records] == [""] and "used elsewhere" in records[0].reason, [r.describe() for r in records]

@@ -1,0 +1,79 @@
+"""The matcher and the flash-attention kernel together: attention written out in a model, found in
+Dynamo's graph and computed by the generated Triton kernel (the interpreter on the CPU), forward and
+backward, against eager. test_match.py checks the matcher with a plain-torch stand-in of the op;
+here nothing stands in."""
+import math
+
+import pytest
+import torch
+
+from mini_inductor import metrics
+
+B, H, L, E = 2, 2, 8, 4
+SCALE = 1 / math.sqrt(E)
+FLASH_OPS = {"mini_inductor.flash_attention_forward.default", "mini_inductor.flash_attention_backward.default"}
+
+
+def _qkv(requires_grad):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(B, H, L, E, generator=g).requires_grad_(requires_grad) for _ in range(3)]
+
+
+def _causal_finfo_min(q, k, v):
+    s = q @ k.transpose(-2, -1) * SCALE
+    keep = torch.ones(L, L, dtype=torch.bool).tril()
+    return s.masked_fill(~keep, torch.finfo(s.dtype).min).softmax(-1) @ v
+
+
+def _alibi(q, k, v):
+    pos = torch.arange(L)
+    slopes = torch.tensor([0.5, 0.25]).view(H, 1, 1)
+    return (q @ k.transpose(-2, -1) * SCALE + slopes * (pos[None, :] - pos[:, None])).softmax(-1) @ v
+
+
+def _softcap(q, k, v):
+    return (torch.tanh(q @ k.transpose(-2, -1) * SCALE / 5.0) * 5.0).softmax(-1) @ v
+
+
+def _sliding_window(q, k, v):
+    i = torch.arange(L)
+    rel = i[:, None] - i[None, :]
+    s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~((rel >= 0) & (rel < 3)), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def _padding_all_masked_row(q, k, v):
+    keep = torch.ones(B, L, dtype=torch.bool)
+    keep[1] = False                      # batch 1: every key masked, so eager's rows are NaN
+    s = q @ k.transpose(-2, -1) * SCALE
+    return s.masked_fill(~keep[:, None, None, :], float("-inf")).softmax(-1) @ v
+
+
+def _einsum_bias(q, k, v):
+    bias = torch.linspace(-1, 1, L * L).view(1, 1, L, L)
+    p = torch.softmax(torch.einsum("bhld,bhsd->bhls", q, k) * SCALE + bias, dim=-1)
+    return torch.einsum("bhls,bhsd->bhld", p, v)
+
+
+@pytest.mark.parametrize("fn, mod_part", [
+    (_causal_finfo_min, "j <= i"), (_alibi, "(j - i)"), (_softcap, "tanh"), (_sliding_window, "i - j < 3"),
+    (_padding_all_masked_row, "~t0"), (_einsum_bias, "+ t0")])
+@pytest.mark.parametrize("backward", [False, True])
+def test_written_out_attention_runs_the_flash_kernel_as_eager_does(fn, mod_part, backward):
+    args, ref_args = _qkv(backward), _qkv(backward)
+    got = torch.compile(fn, backend="mini_inductor")(*args)
+    want = fn(*ref_args)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert got.stride() == want.stride()
+    (record,) = metrics.attention
+    assert record.target == "flash" and mod_part in record.mod, record.describe()
+    if backward:
+        weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+        (got.nan_to_num() * weights).sum().backward()
+        (want.nan_to_num() * weights).sum().backward()
+        for a, r in zip(args, ref_args):
+            torch.testing.assert_close(a.grad, r.grad, atol=1e-4, rtol=1e-4, equal_nan=True)
+    # the kernels ran as extern calls of the compiled graphs (the backward's, compiled at its first run)
+    externs = {op for r in metrics.compiled_graphs for op in r.extern_calls}
+    assert not [op for r in metrics.compiled_graphs for op in r.fallback_ops if op in FLASH_OPS]
+    assert externs & FLASH_OPS == (FLASH_OPS if backward else {"mini_inductor.flash_attention_forward.default"})
