@@ -46,7 +46,7 @@ def padding(q, k, v, extra):
 def alibi(q, k, v, extra):
     L, S = q.shape[-2], k.shape[-2]
     pos = torch.arange(S, device=q.device)[None, :] - torch.arange(L, device=q.device)[:, None]
-    s = _scores(q, k) + extra["slopes"][None, :, None, None] * pos
+    s = _scores(q, k) + (extra["slopes"][None, :, None, None] * pos).to(q.dtype)
     return torch.softmax(s, dim=-1) @ v
 
 

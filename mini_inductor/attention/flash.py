@@ -206,6 +206,31 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     hit = _RANGES.get(key)
     if hit is not None:
         return hit
+    build = functools.partial(_block_ranges, sm, L, S, block_m, block_n, device, backward)
+    if device.type != "cuda":
+        table = build()
+    elif torch.cuda.is_current_stream_capturing():
+        # inside a CUDA graph's recording: built by the graph itself on every replay (a few tiny
+        # kernels), in its pool, and not kept (a kept tensor of the pool would outlive its recording)
+        return build()
+    else:
+        # on a stream of its own: the current stream's allocations may be going to a CUDA-graph tree's
+        # pool (its warm-up run), which must not hold a table kept for the process's life
+        current = torch.cuda.current_stream(device)
+        side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            table = build()
+        current.wait_stream(side)
+    _RANGES[key] = table
+    return table
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
+                  backward: bool) -> BlockTable:
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
     whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones
@@ -242,9 +267,7 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     if backward:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
-    table = BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
-    _RANGES[key] = table
-    return table
+    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
 
 
 def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool):
