@@ -139,11 +139,14 @@ def squeeze(x, dim=None):
     size = x.get_size()
     if not size:
         return View(x, [], lambda idx: [])
+    def is_one(s) -> bool:   # a dynamic graph's size may be 1 by Dynamo's guards ((s0 + 2) // 3 == 1)
+        return s == 1 or decide(sympy.Eq(s, 1)) is True
+
     if dim is None:
-        dims = [i for i, s in enumerate(size) if s == 1]
+        dims = [i for i, s in enumerate(size) if is_one(s)]
     else:
         dims = [_norm_dim(d, len(size)) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
-        dims = [d for d in dims if size[d] == 1]
+        dims = [d for d in dims if is_one(size[d])]
     keep = [i for i in range(len(size)) if i not in dims]
     new = [size[i] for i in keep]
 

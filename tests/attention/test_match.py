@@ -137,7 +137,9 @@ class BufferCausal(nn.Module):
 
 
 def test_a_registered_tril_buffer_is_an_extra_tensor():
-    only_match(compiled_like_eager(BufferCausal(), *qkv()), "flash", "where(t0 == 0, -inf, s * 0.5)")
+    record = only_match(compiled_like_eager(BufferCausal(), *qkv()), "flash")
+    # torch 2.13's Dynamo keeps `bias == 0` in the graph; 2.11's hands over its result as one tensor
+    assert record.mod in ("where(t0 == 0, -inf, s * 0.5)", "where(t0, -inf, s * 0.5)"), record.mod
 
 
 def test_padding_mask_filled_with_minus_inf_is_flash():

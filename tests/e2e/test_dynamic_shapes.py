@@ -519,3 +519,18 @@ def test_a_tiled_kernel_takes_the_size_symbols_its_indices_use(device):
     assert_same_tensor(compiled(x0, ours[..., ::2], y)[0], f(x0, theirs[..., ::2], y)[0], "output")
     assert_same_tensor(ours, theirs, "the mutated input")
     assert_dynamic(metrics.compiled_graphs)
+
+
+def test_squeeze_of_a_size_dynamos_guards_make_1(device):
+    # chunk(x, 3)[0] of a dynamic 3-row x has (s0 + 2) // 3 rows, 1 by Dynamo's guards: squeeze drops
+    # it, as the FakeTensor did (it was kept, and the output buffer had a 2-D size with 1-D strides;
+    # found by the fuzzer, --dynamic seed 41)
+    torch.set_default_device(None)
+
+    def f(x, w):
+        return torch.nn.functional.rms_norm(torch.chunk(x, 3, 0)[0].squeeze(), (2,), w, eps=1e-5)
+    x, w = torch.randn(3, 1, 2, device=device), torch.rand(2, device=device) + 0.5
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    assert_same_tensor(compiled(x, w), f(x, w), "3 rows")
+    (record,) = metrics.compiled_graphs
+    assert record.ran_eagerly is None and record.dynamic_fallback is None
