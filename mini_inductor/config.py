@@ -29,6 +29,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | cudagraph_capture_sizes | ..._CAPTURE_SIZES ("2,5,7" or "(2,3),(4,8)") | None (every size)  |
 | cudagraph_partition  | MINI_INDUCTOR_CUDAGRAPH_PARTITION | True (False: skip graphs with unsafe ops) |
 | reorder_for_partitions | MINI_INDUCTOR_REORDER_FOR_PARTITIONS | True                      |
+| overlap_memory_budget | MINI_INDUCTOR_OVERLAP_MEMORY_BUDGET | 2 GiB of collective results in flight (bytes; None: no limit) |
 | split_reductions     | MINI_INDUCTOR_SPLIT_REDUCTIONS   | True                             |
 | verify_memory_plan   | MINI_INDUCTOR_VERIFY_MEMORY_PLAN | False (the test suite turns it on) |
 | graph_cache          | MINI_INDUCTOR_GRAPH_CACHE        | True                             |
@@ -113,6 +114,10 @@ class Config:
     # move independent cudagraph-safe work across unsafe nodes (CPU ops, syncs) so it forms fewer
     # partitions, hence fewer CUDA graphs; the moves are in the schedule and the `schedule` log
     reorder_for_partitions: bool = True
+    # the overlap pass (distributed/overlap.py) moves a collective's issue earlier and its wait later
+    # only while the collective results in flight across every node stay within this many bytes
+    # (None: no limit)
+    overlap_memory_budget: int | None = 2 * 2**30
     # raise instead of running a function without CUDA graphs (mutated inputs, re-record limit, devices)
     cudagraph_or_error: bool = False
     # warn once when one graph family has been compiled for more than this many shapes (0: never)
@@ -270,7 +275,7 @@ def check_option(name: str, value: Any, env_var: str | None = None) -> Any:
     kind = _FIELD_TYPES[name]
     optional = kind.endswith("| None")
     kind = kind.split("|")[0].strip()
-    if value is None and optional:
+    if optional and (value is None or (isinstance(value, str) and value.strip().lower() == "none")):
         return None
     if name == "cudagraph_capture_sizes":
         try:

@@ -18,6 +18,11 @@ Rules that keep it correct:
 - a collective that a CUDA graph may capture (policy.py) does not move past a node that it may not
   (`unsafe`): the move would cut a graphed partition in two; one on CUDA that it may not capture (a
   gloo group's) does not move at all, for the same reason (and it waits on the host anyway).
+
+A memory budget (option `overlap_memory_budget`, bytes): each collective's result is allocated from
+its issue to its wait, so moving either widens that span. A move stops where the results in flight
+across a node would pass the budget (the node where it stopped is named in the move); without it, an
+FSDP step issuing every layer's all-gather at the start would hold the whole model gathered at once.
 """
 from __future__ import annotations
 
@@ -36,13 +41,15 @@ class OverlapMove:
     kind: str                   # "issue early" or "wait late"
     overlapped: tuple[str, ...]  # the nodes it now runs across (at most 8 named)
     count: int                  # how many nodes in all
+    budget_stop: str = ""       # the node the memory budget stopped it at, if it did
 
     def __str__(self) -> str:
         more = self.count - len(self.overlapped)
         names = ", ".join(self.overlapped) + (f" and {more} more" if more > 0 else "")
         where = "before" if self.kind == "issue early" else "after"
         verb = "issued" if self.kind == "issue early" else "waited for"
-        return f"{verb} {self.node} ({self.op.split('.')[1] if '.' in self.op else self.op}) {where} {names}"
+        stop = f" (the memory budget stopped it at {self.budget_stop})" if self.budget_stop else ""
+        return f"{verb} {self.node} ({self.op.split('.')[1] if '.' in self.op else self.op}) {where} {names}{stop}"
 
 
 def _kernel(node):
@@ -50,10 +57,12 @@ def _kernel(node):
     return buf if node.is_extern() else None
 
 
-def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lambda n: False
+def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lambda n: False,
+                        budget: int | None = None, nbytes: Callable[[object], int] = lambda n: 0
                         ) -> tuple[list, list[OverlapMove]]:
     """`nodes` (scheduled, fused) reordered for overlap, and what moved. `unsafe(node)`: the node
-    cannot be captured in a CUDA graph (see the module's docstring)."""
+    cannot be captured in a CUDA graph (see the module's docstring). `budget`: the most bytes of
+    collective results in flight across any node (None: no limit); `nbytes(node)`: a collective's."""
     kinds = ["collective" if is_collective(_kernel(n)) else "wait" if is_wait(_kernel(n)) else "" for n in nodes]
     if "collective" not in kinds:
         return list(nodes), []
@@ -71,36 +80,57 @@ def reorder_for_overlap(nodes: Sequence, unsafe: Callable[[object], bool] = lamb
     collective = [k == "collective" for k in kinds]
     kinds = [k if not pinned[i] else "" for i, k in enumerate(kinds)]
 
+    # each wait's collective (by index), and each collective's result size: what is in flight
+    index = {name: k for k, n in enumerate(nodes) for name in n.get_names()}
+    issuer = {i: index.get(getattr(_kernel(nodes[i]).collective, "name", None))
+              for i, k in enumerate(kinds) if k == "wait"}
+    size = {i: nbytes(nodes[i]) for i, c in enumerate(collective) if c}
+
+    def in_flight(order: list[int], j: int) -> int:
+        """Bytes of collective results allocated while node j runs (issued before it, waited after)."""
+        pos = {n: k for k, n in enumerate(order)}
+        return sum(size.get(c, 0) for w, c in issuer.items()
+                   if c is not None and pos[c] < pos[j] < pos[w])
+
+    def over_budget(order: list[int], j: int, extra: int) -> bool:
+        return budget is not None and extra > 0 and in_flight(order, j) + extra > budget
+
     order = list(range(len(nodes)))
     moves: list[OverlapMove] = []
     for i in [i for i, k in enumerate(kinds) if k == "collective"]:
         at = order.index(i)
-        to = at
+        to, stop = at, ""
         while to > 0:
             j = order[to - 1]
             if j in preds[i] or collective[j] or (capturable[i] and blocks[j]):
                 break
+            if over_budget(order, j, size.get(i, 0)):
+                stop = nodes[j].name
+                break
             to -= 1
         if to < at:
-            moves.append(_move(nodes, i, order[to:at], "issue early"))
+            moves.append(_move(nodes, i, order[to:at], "issue early", stop))
             order[to:at + 1] = [i] + order[to:at]
     for i in reversed([i for i, k in enumerate(kinds) if k == "wait"]):
         at = order.index(i)
-        to = at
+        to, stop = at, ""
         while to + 1 < len(order):
             j = order[to + 1]
             if j in succs[i] or (capturable[i] and blocks[j]):
                 break
+            if issuer.get(i) is not None and over_budget(order, j, size.get(issuer[i], 0)):
+                stop = nodes[j].name
+                break
             to += 1
         if to > at:
-            moves.append(_move(nodes, i, order[at + 1:to + 1], "wait late"))
+            moves.append(_move(nodes, i, order[at + 1:to + 1], "wait late", stop))
             order[at:to + 1] = order[at + 1:to + 1] + [i]
     return [nodes[i] for i in order], moves
 
 
-def _move(nodes, i: int, across: list[int], kind: str) -> OverlapMove:
+def _move(nodes, i: int, across: list[int], kind: str, stop: str = "") -> OverlapMove:
     return OverlapMove(nodes[i].name, _kernel(nodes[i]).op_name, kind,
-                       tuple(nodes[j].name for j in across[:8]), len(across))
+                       tuple(nodes[j].name for j in across[:8]), len(across), stop)
 
 
 def collective_spans(nodes: Sequence) -> list[dict]:

@@ -128,7 +128,10 @@ class Scheduler:
                                   moves[0].reason.rsplit("(", 1)[-1].rstrip(")"))
             for move in moves:
                 schedule_log.debug("%s: %s", self.graph.name, move)
-        nodes, overlap = reorder_for_overlap(nodes, lambda n: cudagraph_unsafe_reason(n, user_unsafe))
+        nbytes = self._buffer_bytes()
+        nodes, overlap = reorder_for_overlap(nodes, lambda n: cudagraph_unsafe_reason(n, user_unsafe),
+                                             self.cfg.overlap_memory_budget,
+                                             lambda n: sum(nbytes.get(name, 0) for name in n.get_names()))
         for move in overlap:
             schedule_log.debug("%s: %s", self.graph.name, move)
         input_order = {b.name: i for i, b in enumerate(self.graph.inputs) if b is not None}

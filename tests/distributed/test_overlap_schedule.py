@@ -4,6 +4,7 @@ storage a collective reads not handed to another buffer before its wait."""
 import torch
 
 from compile_ir import generate_fn, run_fn, schedule_fn
+from mini_inductor.distributed.overlap import collective_spans
 
 c10d = torch.ops._c10d_functional
 
@@ -106,3 +107,26 @@ def test_the_fusion_report_shows_each_collective_and_what_runs_while_it_is_in_fl
     torch._dynamo.reset()
     text = str(explain(f, torch.randn(8, 8), torch.randn(4, 32)))
     assert "Collectives (issued early, waited for late)" in text and "all_reduce" in text
+
+
+def test_the_memory_budget_stops_a_collective_from_being_issued_across_more_memory_in_flight(one_rank_group):
+    """Two all-reduces of 16 KiB each: with room for one result in flight the second is not issued
+    while the first is in flight (the stop is named); without a budget both are hoisted."""
+    def f(x, y, w):
+        a = c10d.wait_tensor(c10d.all_reduce(torch.relu(x), "sum", one_rank_group)) * 2
+        b = c10d.wait_tensor(c10d.all_reduce(torch.relu(y), "sum", one_rank_group)) * 3
+        c = (w.sin() * 2).sum(0)
+        return a + c, b * torch.cos(w)
+    args = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
+    free = schedule_fn(f, *args, overlap_memory_budget=None)
+    tight = schedule_fn(f, *args, overlap_memory_budget=20_000)
+    assert not any(m.budget_stop for m in free.overlap_moves)
+    stopped = [m for m in tight.overlap_moves if m.budget_stop]
+    assert stopped, [str(m) for m in tight.overlap_moves]
+    assert "the memory budget stopped it at" in str(stopped[0])
+
+    def widest(sched) -> int:   # the most collective results in flight at once, in bytes
+        spans = [(r["issued_at"], r["waited_at"]) for r in collective_spans(sched.nodes)]
+        return max(sum(64 * 64 * 4 for s, e in spans if s < k < e) for k in range(len(sched.nodes)))
+    assert widest(free) == 2 * 64 * 64 * 4 and widest(tight) <= 20_000
+    run_fn(f, *args, overlap_memory_budget=20_000)
