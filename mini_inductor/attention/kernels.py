@@ -131,13 +131,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         pid_m = "tl.program_id(0)"
         dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
 
-    source = HEADER.format(mod=sm.text, log2e=score_mod.LOG2E, ln2=0.6931471805599453) + f'''
-
-@triton.jit
-def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
-              sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e, {strides}
-              {sizes}, {consts}, EVEN_N: tl.constexpr):
-    bh = tl.program_id(1)
+    # the first lines of the forward and of the dq kernel: the query block a program owns, and its queries
+    query_block = f'''    bh = tl.program_id(1)
     bid = bh // n_heads
     hid = bh % n_heads
     hkv = hid // group
@@ -147,7 +142,14 @@ def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
     e = tl.arange(0, BLOCK_E)
     ev = tl.arange(0, BLOCK_EV)
     q = tl.load(Q + bid.to(tl.int64) * sq_b + hid.to(tl.int64) * sq_h + row * sq_i + e[None, :] * sq_e,
-                mask=(row < len_q) & (e[None, :] < dim), other=0.0)
+                mask=(row < len_q) & (e[None, :] < dim), other=0.0)'''
+    source = HEADER.format(mod=sm.text, log2e=score_mod.LOG2E, ln2=0.6931471805599453) + f'''
+
+@triton.jit
+def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
+              sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e, {strides}
+              {sizes}, {consts}, EVEN_N: tl.constexpr):
+{query_block}
     k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
     v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -233,17 +235,7 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                  {sizes}, {consts}):
-    bh = tl.program_id(1)
-    bid = bh // n_heads
-    hid = bh % n_heads
-    hkv = hid // group
-    pid_m = {pid_m}
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row = rows[:, None]
-    e = tl.arange(0, BLOCK_E)
-    ev = tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + bid.to(tl.int64) * sq_b + hid.to(tl.int64) * sq_h + row * sq_i + e[None, :] * sq_e,
-                mask=(row < len_q) & (e[None, :] < dim), other=0.0)
+{query_block}
     do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
                  mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
     lse2 = tl.load(LSE + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0) * LOG2E

@@ -410,13 +410,15 @@ def _to_4d(emit, node, perm, rank: int, batch: tuple, heads=None):
             if not static(*want):
                 raise NearMiss("symbolic sizes: a broadcast batch dim would need an expand")
             node = emit("call_method", "expand", node, *want, -1, -1)
-    if rank == 4:
-        return node
-    if rank < 4:
-        for _ in range(4 - rank):
-            node = emit("call_method", "unsqueeze", node, 0)
-        return node
+    if rank <= 4:
+        return _leading_ones(emit, node, 4 - rank)
     return emit("call_method", "flatten", node, 0, rank - 4)
+
+
+def _leading_ones(emit, node, count: int):
+    for _ in range(count):
+        node = emit("call_method", "unsqueeze", node, 0)
+    return node
 
 
 def _extra_4d(emit, node, rank: int, score_shape: tuple):
@@ -425,14 +427,9 @@ def _extra_4d(emit, node, rank: int, score_shape: tuple):
     value = value_of(node)
     if not (value.dtype == torch.bool or value.dtype.is_floating_point):
         node = emit("call_method", "to", node, torch.float32)
-    for _ in range(rank - len(shape)):
-        node = emit("call_method", "unsqueeze", node, 0)
-    if rank == 4:
-        return node
-    if rank < 4:
-        for _ in range(4 - rank):
-            node = emit("call_method", "unsqueeze", node, 0)
-        return node
+    node = _leading_ones(emit, node, rank - len(shape))
+    if rank <= 4:
+        return _leading_ones(emit, node, 4 - rank)
     batch = shape_of(node)[:rank - 3]
     if not all(known_eq(b, 1) for b in batch) and \
             any(not known_eq(a, b) for a, b in zip(batch, score_shape[:rank - 3])):

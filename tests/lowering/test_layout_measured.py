@@ -9,7 +9,6 @@ import re
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import mini_inductor
 from mini_inductor import config, metrics
@@ -17,22 +16,8 @@ from mini_inductor.caching import PROCESS, autotune
 from mini_inductor.lowering import layout_timing
 
 
-class _Stage(nn.Module):
-    """conv-bn-relu, conv-bn plus the input, a stride-2 conv: two convolutions share one configuration."""
-
-    def __init__(self, c):
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.down = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
-        for bn in (self.bn1, self.bn2):
-            bn.running_mean.uniform_(-0.5, 0.5)
-            bn.running_var.uniform_(0.5, 2.0)
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = F.relu(self.bn2(self.conv2(y)) + x)
-        return F.adaptive_avg_pool2d(self.down(y), 1).flatten(1), y
+# conv-bn-relu, conv-bn plus the input, a stride-2 conv: two convolutions share one configuration
+from test_layout_opt import _Block as _Stage  # noqa: E402
 
 
 def _run(model, x, tol=1e-5, reset=True, **options):
