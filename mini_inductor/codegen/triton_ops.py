@@ -240,9 +240,9 @@ class TritonOps:
         if not expr.free_symbols:
             return self.constant(int(expr), dtype)
         text = texpr(self.k.wide_index(expr))
-        if not expr.free_symbols & {XINDEX, YINDEX, RINDEX}:
+        if not expr.free_symbols & {XINDEX, YINDEX, RINDEX, *self.k.indirect}:
             # only size symbols (n // 2 of a dynamic graph): a block, as a constant is (a bare scalar
-            # argument mixed with blocks trips Triton's interpreter)
+            # argument mixed with blocks trips Triton's interpreter); an indirect index is a block already
             text = f"tl.full([1], {text}, tl.int64)"
         return self.k.emit(f"({text}).to({tl_dtype(dtype)})", dtype)
 

@@ -99,3 +99,12 @@ def test_chunk_cat_of_padded_flattened_inputs():
 
 def test_take_with_negative_indices():
     check(lambda x, i: torch.take(x, i) * 2, torch.randn(3, 4), torch.tensor([[0, -1], [11, 5]]))
+
+
+def test_an_index_into_a_length_1_dim_whose_position_feeds_arithmetic(device):
+    # tril's mask compares the loaded index with a constant position: an expression of the indirect
+    # index alone, which was wrapped like a size constant (Triton's interpreter: "only accepts size-1
+    # tensor"; found by the fuzzer, seed 44)
+    index = torch.tensor([0, 0, 0], device=device)
+    check(lambda x, i: torch.tril(x)[:, i], torch.randn(1, 1, 1, device=device), index)
+    assert_no_fallbacks()
