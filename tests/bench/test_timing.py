@@ -37,9 +37,10 @@ def test_on_cuda_each_sample_has_a_gpu_time_with_the_l2_flushed_before_it():
 
 
 @pytest.mark.gpu
-def test_on_cuda_queue_ahead_leaves_the_launch_gaps_out_of_the_gpu_time():
+def test_on_cuda_queue_ahead_runs_every_call_of_each_sample():
+    # (how much launch gap it leaves out is the benchmarks' business: no timing is compared here)
     import torch
-    x = torch.randn(1024, device="cuda")          # a kernel far shorter than its launch
-    gapped = timing.bench(lambda: x.add_(1.0), warmup=2, samples=5, calls=50, device="cuda")
+    x = torch.zeros(1024, device="cuda")
     queued = timing.bench(lambda: x.add_(1.0), warmup=2, samples=5, calls=50, device="cuda", queue_ahead=True)
-    assert len(queued.gpu_samples_ms) == 5 and 0 < queued.gpu_ms <= gapped.gpu_ms * 1.1
+    assert len(queued.gpu_samples_ms) == 5 and queued.gpu_ms > 0
+    assert x[0].item() == 2 + 5 * 50
