@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Callable
 
 from .dependencies import MemoryDep
 from .nodes import BaseSchedulerNode, FusedSchedulerNode
@@ -39,8 +40,12 @@ class WhyNoFuse:
 
 
 def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: int,
-             node_of: dict, buffer_bytes: dict[str, int]) -> str | None:
-    """None when n1 (first) and n2 may share one kernel; otherwise the reason they may not."""
+             node_of: dict, buffer_bytes: dict[str, int],
+             template_check: Callable[[BaseSchedulerNode], str | None] | None = None) -> str | None:
+    """None when n1 (first) and n2 may share one kernel; otherwise the reason they may not.
+
+    `template_check(template_group)`: why a matmul template should not take an epilogue (the cost
+    model preferring cuBLAS: scheduler/matmul_choice.py), or None."""
     why = WhyNoFuse(n1, n2)
     if n1 is n2:
         return why("same node")
@@ -55,6 +60,12 @@ def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: i
                    n1.name if n1.mutations else n2.name)
     if n1.get_device() != n2.get_device():
         return why("device mismatch (%s vs %s)", n1.get_device(), n2.get_device())
+    if n1.is_template() or n2.is_template():
+        reason = _template(n1, n2)
+        if reason is None and template_check is not None:
+            reason = template_check(n1)
+        if reason:
+            return why(reason)
     if shared_bytes(n1, n2, buffer_bytes) == 0:
         return why("no shared data")
     if len(n1.get_nodes()) + len(n2.get_nodes()) > max_fusion_size:
@@ -96,6 +107,21 @@ def _vertical(n1, n2, node_of) -> str | None:
         for r in n1.reads:
             if r.name == w.name and not _matches(r, w):
                 return "fusing a write into a read with different indexing formula"
+    return None
+
+
+def _template(n1, n2) -> str | None:
+    """A matmul template group (n1) takes pointwise consumers of its outputs over the same iteration
+    space (epilogues); reads of its output at another index are refused by `_vertical`."""
+    if n2.is_template():
+        return ("a matmul template fuses with no other template" if n1.is_template()
+                else "a matmul template takes no producer before it (no prologue fusion)")
+    if not n1.bits & n2.ancestor_bits:
+        return "a matmul template fuses only with consumers of its output (epilogues)"
+    if n2.is_reduction():
+        return "a reduction is not a matmul template's epilogue"
+    if n2.group[1] != n1.group[1]:
+        return f"epilogue of {n2.group[1]} elements, the template's output has {n1.group[1]}"
     return None
 
 

@@ -1,0 +1,129 @@
+"""Template or cuBLAS, per matmul: the cost model of option matmul_templates="auto", and the choice
+the scheduler records on each template node after fusion (`choose_matmuls`).
+
+    "template"   the Triton template runs, with its fused epilogues (codegen/matmul_template.py)
+    "cublas"     the ATen call runs (MatmulTemplate.as_extern(): addmm keeps its bias in cuBLAS's
+                 epilogue), and the epilogues as a kernel of their own after it
+    "measure"    mode="max-autotune" on CUDA: codegen times the template's configs with the epilogues
+                 against cuBLAS plus the epilogue kernel, and keeps the faster (codegen/matmul_autotune.py)
+
+The cost model (`prefer_template`) compares, per matmul and with the epilogue fused:
+
+    cuBLAS   = max(flops / peak,              bytes / bandwidth) + 2 * output bytes / bandwidth + launch
+    template = max(flops / (peak * TEMPLATE_EFFICIENCY), bytes / bandwidth)
+
+the epilogue kernel after cuBLAS re-reads the product and the product is written once more: that is
+what fusing saves, against the template's slower main loop. Where both are compute-bound a template
+wins while K < itemsize * (peak / bandwidth) * e / (1 - e) (e = TEMPLATE_EFFICIENCY), about 1400 in
+fp16: the up-projection of a linear layer (K = 768, N = 3072) becomes a template with its bias and
+GELU, its down-projection (K = 3072) stays cuBLAS.
+The constants are the H100's (SXM, dense); measurements under max-autotune are what to refit them to.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..lowering.ir import MatmulTemplate
+from .nodes import BaseSchedulerNode
+
+# H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
+# or in full precision (SIMT)
+PEAK_TFLOPS = {torch.float16: 700.0, torch.bfloat16: 700.0, "tf32": 350.0, torch.float32: 50.0}
+HBM_GB_PER_S = 3000.0
+TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same shape (a guess to refit)
+LAUNCH_US = 2.0                # one more kernel in a CUDA graph
+
+
+@dataclasses.dataclass
+class MatmulDecision:
+    """What became of one matmul (the fusion report and `explain` print these)."""
+
+    name: str                    # the template's buffer
+    op: str                      # aten.mm.default, ...
+    shape: str                   # "B x M x N x K dtype"
+    choice: str                  # "template", "cublas" or "measure" (then codegen fills in the winner)
+    reason: str
+    fused: list[str]             # ops of the epilogues fused into the template
+    measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
+
+    def describe(self) -> str:
+        if self.choice == "template":
+            what = "Triton template" + (f" (fused: {', '.join(self.fused)})" if self.fused else "")
+        else:
+            what = "cuBLAS" + (f" + epilogue kernel ({', '.join(self.fused)})" if self.fused else "")
+        line = f"{self.name}: {self.op} {self.shape}: {what} — {self.reason}"
+        if self.measured:
+            line += "; measured: " + ", ".join(f"{c} {ms:.4f} ms" for c, ms in self.measured)
+        return line
+
+
+def _tf32(dtype: torch.dtype) -> bool:
+    return dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+
+
+def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epilogue: bool) -> tuple[bool, str]:
+    """(template wins, why) by the cost model of this module's docstring, in µs on an H100."""
+    itemsize = dtype.itemsize
+    peak = PEAK_TFLOPS["tf32" if _tf32(dtype) else dtype] * 1e6          # flop per µs
+    bandwidth = HBM_GB_PER_S * 1e3                                        # bytes per µs
+    flops = 2.0 * batch * m * n * k
+    moved = (batch * m * k + batch * k * n + batch * m * n) * itemsize
+    cublas = max(flops / peak, moved / bandwidth)
+    template = max(flops / (peak * TEMPLATE_EFFICIENCY), moved / bandwidth)
+    if not epilogue:
+        return False, f"no epilogue to fuse: cuBLAS {cublas:.1f} µs, template {template:.1f} µs (model)"
+    separate = 2 * batch * m * n * itemsize / bandwidth + LAUNCH_US
+    wins = template < cublas + separate
+    return wins, (f"template {template:.1f} µs vs cuBLAS {cublas:.1f} µs + epilogue {separate:.1f} µs "
+                  f"(cost model)")
+
+
+def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
+    return group.get_nodes()[0].node
+
+
+def epilogue_check(mode: str, max_autotune: bool):
+    """The fusion check of a template group taking an epilogue (can_fuse's `template_check`): in
+    "auto" without max-autotune, refused where the cost model keeps cuBLAS even with it fused."""
+    if mode != "auto" or max_autotune:
+        return None
+
+    def check(group: BaseSchedulerNode) -> str | None:
+        t = template_of(group)
+        if t.get_device().type != "cuda":
+            return None
+        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True)
+        return None if wins else f"cuBLAS preferred for {t.name}: {why}"
+    return check
+
+
+def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool) -> list[MatmulDecision]:
+    """Set each template's `choice` (see the module docstring) after fusion; one record each."""
+    decisions = []
+    for group in nodes:
+        if not group.is_template():
+            continue
+        t = template_of(group)
+        epilogue = group.get_nodes()[1:]
+        b, m, n, k = t.sizes()
+        if mode == "always":
+            choice, reason = "template", "matmul_templates='always'"
+        elif max_autotune and t.get_device().type == "cuda":
+            choice, reason = "measure", "timed at compile time (max-autotune)"
+        else:
+            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue))
+            choice = "template" if wins else "cublas"
+        t.choice, t.choice_reason = choice, reason
+        fused = list(dict.fromkeys(o.op for e in epilogue for o in e.node.origins))
+        shape = f"{b} x {m} x {n} x {k}" if t.batched else f"{m} x {n} x {k}"
+        decisions.append(MatmulDecision(t.name, str(t.op), f"{shape} {t.layout.dtype}", choice, reason,
+                                        [_short(op) for op in fused]))
+    return decisions
+
+
+def _short(op: str) -> str:
+    """aten.gelu.default → gelu."""
+    parts = op.split(".")
+    return parts[1] if op.startswith("aten.") and len(parts) > 1 else op
