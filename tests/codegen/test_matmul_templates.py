@@ -1,0 +1,179 @@
+"""Matmul templates (option matmul_templates): mm, addmm and bmm as Triton kernels with their pointwise
+epilogues fused in, against eager; the scheduler's legality and the auto rule; max-autotune's cache.
+
+On the CPU the templates run in Triton's interpreter with matmul_templates="always" (the `templates`
+fixture); the GPU tests at the end check real sizes and the timing path."""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from common import check
+from mini_inductor import config, metrics
+from mini_inductor.scheduler.matmul_choice import prefer_template
+
+
+@pytest.fixture
+def templates():
+    with config.patch(matmul_templates="always"):
+        yield
+
+
+def sources() -> str:
+    text = ""
+    for rec in metrics.compiled_graphs:
+        with open(rec.source_path) as f:
+            text += f.read()
+    return text
+
+
+def template_kernels() -> list[str]:
+    return re.findall(r"@triton\.jit\ndef triton_tem_(?:.|\n)*?(?=\n\n)", sources())
+
+
+def kernel_names() -> list[str]:
+    return [n for rec in metrics.compiled_graphs for n in rec.kernel_names]
+
+
+def extern_calls() -> list[str]:
+    return [c for rec in metrics.compiled_graphs for c in rec.extern_calls]
+
+
+# ── mm, addmm, bmm against eager ─────────────────────────────────────────────────────────────────
+
+def test_mm_of_odd_sizes_is_one_template(templates, device):
+    a, b = torch.randn(33, 29, device=device), torch.randn(29, 47, device=device)
+    check(lambda a, b: a @ b, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert all(n.startswith("triton_tem_") for n in kernel_names())
+    assert not any("mm" in c for c in extern_calls())
+
+
+def test_mm_of_transposed_and_offset_inputs(templates, device):
+    a, b = torch.randn(29, 40, device=device), torch.randn(50, 29, device=device)
+    check(lambda a, b: a[:, 3:36].t() @ b[2:31].t().t().t().t(), a, b.t().contiguous().t(), kernels=1,
+          atol=1e-4, rtol=1e-4)
+
+
+def test_linear_with_bias_is_addmm_template_with_transposed_weight(templates, device):
+    x, w, bias = torch.randn(17, 24, device=device), torch.randn(40, 24, device=device), torch.randn(40, device=device)
+    check(lambda x, w, b: F.linear(x, w, b), x, w, bias, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "acc + " in src     # the bias added to the accumulator
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_addmm(templates, device, dtype):
+    x, w, bias = (torch.randn(s, device=device, dtype=dtype) for s in [(33, 48), (48, 20), (33, 20)])
+    check(lambda b, x, w: torch.addmm(b, x, w), bias, x, w, kernels=1, atol=2e-2, rtol=2e-2)
+
+
+def test_addmm_with_alpha_and_beta_scales_in_the_epilogue(templates, device):
+    bias, x, w = torch.randn(8, 12, device=device), torch.randn(8, 16, device=device), torch.randn(16, 12, device=device)
+    check(lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), bias, x, w, kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_bmm_of_odd_sizes_with_a_transposed_input(templates, device):
+    a, b = torch.randn(3, 17, 21, device=device), torch.randn(3, 19, 21, device=device)
+    check(lambda a, b: torch.bmm(a, b.transpose(1, 2)) * 0.5, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "tl.program_id(1)" in src
+
+
+def test_fp32_respects_allow_tf32(templates, device):
+    a, b = torch.randn(16, 16, device=device), torch.randn(16, 16, device=device)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        check(lambda a, b: a @ b, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+        assert 'input_precision="ieee"' in template_kernels()[0]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+# ── epilogues ────────────────────────────────────────────────────────────────────────────────────
+
+EPILOGUES = {
+    "bias_gelu": (lambda y, r, b: F.gelu(y + b), "tl.erf"),
+    "silu": (lambda y, r, b: F.silu(y), "tl.sigmoid"),
+    "relu": (lambda y, r, b: torch.relu(y), "tl.where"),
+    "tanh": (lambda y, r, b: torch.tanh(y), "tanh"),
+    "residual": (lambda y, r, b: y + r, "tl.load"),
+    "scale": (lambda y, r, b: y * 0.125, "0.125"),
+    "cast": (lambda y, r, b: y.to(torch.float16), "tl.float16"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EPILOGUES))
+def test_epilogue_fuses_into_the_template(templates, device, kind):
+    epilogue, marker = EPILOGUES[kind]
+    x, w = torch.randn(19, 24, device=device), torch.randn(24, 33, device=device)
+    r, b = torch.randn(19, 33, device=device), torch.randn(33, device=device)
+    check(lambda x, w, r, b: epilogue(x @ w, r, b), x, w, r, b, kernels=1, atol=1e-3, rtol=1e-3)
+    (src,) = template_kernels()
+    assert marker in src.split("mask_mn =")[1]
+
+
+def test_output_read_elsewhere_is_still_stored(templates, device):
+    x, w = torch.randn(9, 16, device=device), torch.randn(16, 20, device=device)
+    check(lambda x, w: (lambda y: (y, torch.relu(y) + 1))(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert src.count("tl.store(") == 2
+
+
+def test_reduction_of_the_product_is_not_an_epilogue(templates, device):
+    x, w = torch.randn(9, 16, device=device), torch.randn(16, 20, device=device)
+    check(lambda x, w: (x @ w).sum(-1), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+
+
+def test_transposed_read_of_the_product_is_not_an_epilogue(templates, device):
+    x, w, r = torch.randn(16, 16, device=device), torch.randn(16, 16, device=device), torch.randn(16, 16, device=device)
+    check(lambda x, w, r: (x @ w).t() + r, x, w, r, kernels=2, atol=1e-4, rtol=1e-4)
+
+
+def test_linear_bias_gelu_is_one_kernel(templates, device):
+    lin = torch.nn.Linear(24, 40).to(device)
+    check(lambda x: F.gelu(lin(x)), torch.randn(2, 9, 24, device=device), kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_linear_plus_residual_is_one_kernel(templates, device):
+    lin = torch.nn.Linear(24, 24).to(device)
+    check(lambda x: x + lin(x), torch.randn(13, 24, device=device), kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_swiglu_is_two_templates_with_the_mul_fused(templates, device):
+    x, w1, w2 = torch.randn(11, 24, device=device), torch.randn(24, 40, device=device), torch.randn(24, 40, device=device)
+    check(lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), x, w1, w2, kernels=2, atol=1e-4, rtol=1e-4)
+    assert all(n.startswith("triton_tem_") for n in kernel_names())
+
+
+def test_training_step_with_templates(templates, device):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.GELU(), torch.nn.Linear(20, 6)).to(device)
+    check(lambda x: mlp(x), torch.randn(7, 12, device=device), grad=True, atol=1e-4, rtol=1e-4)
+    assert any(n.startswith("triton_tem_") for n in kernel_names())
+
+
+# ── off, auto ────────────────────────────────────────────────────────────────────────────────────
+
+def test_off_leaves_cublas_calls(device):
+    x, w, b = torch.randn(8, 16, device=device), torch.randn(16, 12, device=device), torch.randn(12, device=device)
+    with config.patch(matmul_templates="off"):
+        check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "aten.mm.default" in extern_calls()
+    assert not any(n.startswith("triton_tem_") for n in kernel_names())
+
+
+def test_auto_keeps_cublas_on_the_cpu():
+    x, w, b = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12)
+    check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "aten.mm.default" in extern_calls()
+
+
+def test_auto_rule_prefers_templates_for_small_k_with_an_epilogue():
+    # a linear layer's up-projection (K = 768) with its bias and GELU fused: the template
+    assert prefer_template(1, 8192, 3072, 768, torch.float16, True)[0]
+    # its down-projection (K = 3072): cuBLAS's main loop wins
+    assert not prefer_template(1, 8192, 768, 3072, torch.float16, True)[0]
+    # nothing to fuse: cuBLAS
+    assert not prefer_template(1, 8192, 3072, 768, torch.float16, False)[0]
