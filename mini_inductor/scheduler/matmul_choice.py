@@ -34,6 +34,7 @@ PEAK_TFLOPS = {torch.float16: 700.0, torch.bfloat16: 700.0, "tf32": 350.0, torch
 HBM_GB_PER_S = 3000.0
 TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same shape (a guess to refit)
 LAUNCH_US = 2.0                # one more kernel in a CUDA graph
+MEASURE_DEVICES = ("cuda",)    # where max-autotune times the choice (the interpreter's timings mean nothing)
 
 
 @dataclasses.dataclass
@@ -110,7 +111,7 @@ def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool
         b, m, n, k = t.sizes()
         if mode == "always":
             choice, reason = "template", "matmul_templates='always'"
-        elif max_autotune and t.get_device().type == "cuda":
+        elif max_autotune and t.get_device().type in MEASURE_DEVICES:
             choice, reason = "measure", "timed at compile time (max-autotune)"
         else:
             wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue))

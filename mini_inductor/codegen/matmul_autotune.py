@@ -1,0 +1,192 @@
+"""mode="max-autotune": a matmul template's choice, timed at compile time.
+
+    choose_by_timing(wrapper, group, ...)          a template group whose choice is "measure"
+      → the template kernel's source (with its epilogues; block sizes are launch arguments, so one
+        source serves every config) + the cuBLAS op + the device, flags and versions = the key
+      → on disk? cache_dir/autotune/ab/ab12….json (caching/autotune.py read_matmul): its choice
+      → else, on random tensors of the graph's layouts: each config of `matmul_configs` launched
+        and timed, and cuBLAS followed by the epilogues as a kernel of their own; the faster kept
+        (written to disk) and recorded with every timing in the schedule's MatmulDecision
+
+The timer is `time_ms` (a module attribute: the CPU tests replace it, as Triton's interpreter times
+nothing of what the GPU does).
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from .. import timing
+from ..caching import autotune as autotune_cache
+from ..caching import files as cache_files
+from ..caching.modules import load_module
+from ..lowering.ir import InputBuffer, ReinterpretView
+from ..lowering.symbolic import hint
+from ..scheduler.nodes import FusedSchedulerNode
+from .matmul_template import MatmulConfig, matmul_configs
+from .triton import TritonKernel
+from .wrapper_ir import KernelCallLine
+
+log = logging.getLogger("mini_inductor.autotuning")
+
+CUBLAS = "cuBLAS + epilogue kernel"
+
+
+def time_ms(fn) -> float:
+    """Median ms of `fn()` on the GPU (warm-up, L2 flushed between samples: timing.py)."""
+    result = timing.bench(fn, warmup=5, samples=25, flush_l2=True)
+    return result.gpu_ms if result.gpu_ms is not None else result.wall_ms
+
+
+def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, MatmulConfig | None]:
+    """("template", the fastest config) or ("cublas", None) for template group i (see the module docstring)."""
+    from .wrapper import HEADER
+
+    members = group.get_nodes()
+    template, epilogue = members[0].node, members[1:]
+    kernel = wrapper.template_kernel(group, i, users, outputs)
+    kernel.name = "triton_tem_measured"
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    source = kernel.generate(allow_tf32=allow_tf32)
+    device = template.get_device()
+    measured = "\n".join([source, str(template.op), _device_description(device), f"allow_tf32={allow_tf32}",
+                          *cache_files.versions()[:2]])
+    path = cache_files.keyed_path(wrapper.cfg.cache_dir, "autotune", autotune_cache.matmul_key(measured))
+    found = autotune_cache.read_matmul(path, measured)
+    where = "disk"
+    if found is None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with torch.no_grad(), unset_fake_temporarily():   # real tensors, inside the compile's fake mode
+            found = _measure(wrapper, group, i, users, outputs, kernel, source, HEADER)
+        autotune_cache.write_matmul(path, measured, *found)
+        where = "measured"
+    choice, config, timings = found
+    decision = next((d for d in wrapper.sched.matmuls if d.name == template.name), None)
+    if decision is not None:
+        decision.choice = choice
+        best = min(timings, key=lambda t: t[1]) if timings else None
+        decision.reason = f"fastest of {len(timings)} timed ({where})" + (f": {best[0]}" if best else "")
+        decision.measured = [(name, ms) for name, ms in timings]
+    log.info("%s: %s (%s) of %s", template.name, choice, where,
+             ", ".join(f"{n} {ms:.4f} ms" for n, ms in timings))
+    if choice == "template":
+        return "template", MatmulConfig(**config)
+    return "cublas", None
+
+
+def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str):
+    """(choice, config as a dict or None, [(candidate, ms)]) from timing every candidate."""
+    members = group.get_nodes()
+    template, epilogue = members[0].node, members[1:]
+    epilogue_kernel, epilogue_call = _epilogue_kernel(wrapper, epilogue, i, users, outputs)
+    text = header.format(graph=f"{wrapper.graph.name} (timing {template.name})") + "\n" + source
+    if epilogue_kernel is not None:
+        text += "\n\n" + epilogue_kernel
+    module, _ = load_module(text, wrapper.cfg.cache_dir)
+    layouts = _layouts(wrapper)
+    tensors: dict[str, torch.Tensor] = {}
+    gen = torch.Generator(device=template.get_device())   # the global RNG is left alone
+    gen.manual_seed(0)
+
+    def tensor(name: str) -> torch.Tensor:
+        if name not in tensors:
+            tensors[name] = _random(*layouts[name], gen)
+        return tensors[name]
+
+    def view(x) -> torch.Tensor:
+        if isinstance(x, ReinterpretView):
+            lay = x.layout
+            return torch.as_strided(tensor(x.data.name), [hint(s) for s in lay.size], [hint(s) for s in lay.stride],
+                                    hint(lay.offset))
+        return tensor(x.name)
+
+    fn = module.triton_tem_measured
+    args = [tensor(name) for name in kernel.signature()]
+    timings: list[tuple[str, float]] = []
+    configs = {}
+    b, m, n, k = template.sizes()
+    for config in matmul_configs(m, n, k, template.layout.dtype):
+        grid, meta = config.grid(b, m, n, template.batched), config.meta(k)
+
+        def launch(grid=grid, meta=meta, config=config):
+            fn[grid](*args, **meta, num_warps=config.num_warps, num_stages=config.num_stages)
+        label = f"template {config.label()}"
+        try:
+            ms = time_ms(launch)
+        except Exception as e:  # noqa: BLE001  (a config that fails to compile or launch just loses)
+            log.debug("%s %s failed: %s", template.name, label, e)
+            ms = math.inf
+        timings.append((label, ms))
+        configs[label] = config
+    cublas_args = [view(x) for x in ((template.a, template.b) if template.bias is None
+                                     else (template.bias, template.a, template.b))]
+    op = template.op
+    if epilogue_kernel is not None:
+        efn = getattr(module, epilogue_call.kernel)
+        eargs = [tensor(name) for name in epilogue_call.args] + list(epilogue_call.size_args())
+
+        def separate():
+            op(*cublas_args)
+            efn[epilogue_call.grid()](*eargs, **epilogue_call.meta, num_warps=epilogue_call.num_warps)
+    else:
+        def separate():
+            op(*cublas_args)
+    timings.append((CUBLAS, time_ms(separate)))
+    finite = [t for t in timings if math.isfinite(t[1])]
+    best = min(finite, key=lambda t: t[1])
+    timings = [(name, ms if math.isfinite(ms) else -1.0) for name, ms in timings]
+    if best[0] == CUBLAS:
+        return "cublas", None, timings
+    c = configs[best[0]]
+    return "template", {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
+                        "num_warps": c.num_warps, "num_stages": c.num_stages}, timings
+
+
+def _epilogue_kernel(wrapper, epilogue, i, users, outputs) -> tuple[str | None, KernelCallLine | None]:
+    """The epilogues as the kernel they would be after a cuBLAS call, and its launch."""
+    if not epilogue:
+        return None, None
+    group = epilogue[0] if len(epilogue) == 1 else FusedSchedulerNode(epilogue)
+    _, numel, rnumel = group.group
+    local = {m.name for m in epilogue if m.name not in outputs and users.get(m.name, set()) <= {i}}
+    kernel = TritonKernel(epilogue, numel, rnumel, local, wrapper.buffer_dtypes, wrapper.cfg.persistent_reduction_limit,
+                          online_softmax=wrapper.cfg.online_softmax, buffer_spans=wrapper.buffer_spans)
+    kernel.name = "triton_poi_measured_epilogue"
+    source = kernel.generate()
+    tiling = kernel.tiling
+    call = KernelCallLine(kernel.name, kernel.signature(), tiling.xnumel if tiling else numel, None,
+                          kernel.config.meta(False), kernel.config.num_warps, "",
+                          ynumel=tiling.ynumel if tiling else None)
+    return source, call
+
+
+def _layouts(wrapper) -> dict[str, tuple]:
+    """name → (size, stride, dtype, device) of every buffer, input and constant of the graph."""
+    graph = wrapper.graph
+    out = {}
+    for b in [*graph.buffers, *[x for x in graph.inputs if isinstance(x, InputBuffer)]]:
+        if b.layout is not None:
+            lay = b.layout
+            out[b.name] = ([hint(s) for s in lay.size], [hint(s) for s in lay.stride], lay.dtype, lay.device)
+    for name, t in graph.constants.items():
+        out[name] = (list(t.shape), list(t.stride()), t.dtype, t.device)
+    return out
+
+
+def _random(size, stride, dtype, device, gen: torch.Generator) -> torch.Tensor:
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(s > 0 for s in size) else 0
+    flat = torch.empty(span, dtype=dtype, device=device)
+    if dtype.is_floating_point:
+        flat.normal_(generator=gen)
+    else:
+        flat.zero_()
+    return flat.as_strided(size, stride)
+
+
+def _device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda {torch.cuda.get_device_name(index)} {torch.cuda.get_device_capability(index)}"
+    return str(device)
