@@ -156,6 +156,9 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
         "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
         "layout": getattr(trace.record, "layout", ""),   # the channels-last pass (lowering/layout_opt.py)
+        # each matmul: a Triton template (what fused into it) or cuBLAS (why), with max-autotune's timings
+        "matmuls": [d.describe() for d in getattr(sched, "matmuls", [])]
+        + list(getattr(lowered, "matmul_notes", [])),
     }
 
 

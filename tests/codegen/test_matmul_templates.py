@@ -236,3 +236,56 @@ def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path
     with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
         check(lambda x, w: F.silu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
     assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4" in sources()
+
+
+# ── reporting ────────────────────────────────────────────────────────────────────────────────────
+
+def test_explain_names_templates_and_what_fused(templates):
+    import mini_inductor
+
+    x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
+    text = str(mini_inductor.explain(lambda x, w, b: F.gelu(x @ w + b), x, w, b))
+    assert re.search(r"matmul buf\d+: aten\.mm\.default 9 x 20 x 16 torch\.float32: Triton template "
+                     r"\(fused: add, .*\)", text), text
+
+
+def test_explain_says_why_a_matmul_stayed_cublas():
+    import mini_inductor
+
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(matmul_templates="off"):
+        text = str(mini_inductor.explain(lambda x, w: x @ w, x, w))
+    assert "aten.mm 9x16 x 16x20 torch.float32: cuBLAS (matmul_templates='off')" in text, text
+
+
+# ── auto: the cost model's choice, and cuBLAS with the epilogue split off ─────────────────────────
+
+@pytest.fixture
+def auto_on_the_cpu(monkeypatch):
+    """matmul_templates="auto" as on CUDA: templates made at lowering, the choice left to the model."""
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+
+
+def test_auto_without_an_epilogue_is_cublas(auto_on_the_cpu):
+    check(lambda x, w: x @ w, torch.randn(9, 16), torch.randn(16, 20), kernels=0, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+
+
+def test_auto_with_an_epilogue_on_a_small_problem_is_a_template(auto_on_the_cpu):
+    check(lambda x, w: torch.relu(x @ w), torch.randn(9, 16), torch.randn(16, 20), kernels=1, atol=1e-4, rtol=1e-4)
+    assert kernel_names()[0].startswith("triton_tem_") and not extern_calls()
+
+
+def test_cublas_choice_splits_the_epilogue_into_a_kernel_after_it(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    x, w, r = torch.randn(9, 16), torch.randn(16, 20), torch.randn(9, 20)
+    check(lambda x, w, r: torch.relu(x @ w) + r, x, w, r, kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+    assert kernel_names()[0].startswith("triton_poi_")
+
+
+def test_cublas_choice_keeps_addmm_whole(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    lin = torch.nn.Linear(16, 20)
+    check(lambda x: F.gelu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.addmm.default"]
