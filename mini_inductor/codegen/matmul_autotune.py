@@ -25,7 +25,7 @@ from ..caching.modules import load_module
 from ..lowering.ir import InputBuffer, ReinterpretView
 from ..lowering.symbolic import hint
 from ..scheduler.nodes import FusedSchedulerNode
-from .matmul_template import MatmulConfig, matmul_configs
+from .matmul_template import MatmulConfig, matmul_configs, program_count
 from .triton import TritonKernel
 from .wrapper_ir import KernelCallLine
 
@@ -72,7 +72,7 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     log.info("%s: %s (%s) of %s", template.name, choice, where,
              ", ".join(f"{n} {ms:.4f} ms" for n, ms in timings))
     if choice == "template":
-        return "template", MatmulConfig(**config)
+        return "template", MatmulConfig(**{**config, "persistent": bool(config.get("persistent", 0))})
     return "cublas", None
 
 
@@ -81,7 +81,14 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     members = group.get_nodes()
     template, epilogue = members[0].node, members[1:]
     epilogue_kernel, epilogue_call = _epilogue_kernel(wrapper, epilogue, i, users, outputs)
+    b, m, n, k = template.sizes()
+    candidates = matmul_configs(m, n, k, template.layout.dtype, template.batched)
     text = header.format(graph=f"{wrapper.graph.name} (timing {template.name})") + "\n" + source
+    persistent = next((c for c in candidates if c.persistent), None)
+    if persistent is not None:   # the persistent variant's source (its loop over tiles)
+        looping = wrapper.template_kernel(group, i, users, outputs, persistent)
+        looping.name = "triton_tem_measured_persistent"
+        text += "\n\n" + looping.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
     if epilogue_kernel is not None:
         text += "\n\n" + epilogue_kernel
     module, _ = load_module(text, wrapper.cfg.cache_dir)
@@ -102,15 +109,15 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
                                     hint(lay.offset))
         return tensor(x.name)
 
-    fn = module.triton_tem_measured
     args = [tensor(name) for name in kernel.signature()]
     timings: list[tuple[str, float]] = []
     configs = {}
-    b, m, n, k = template.sizes()
-    for config in matmul_configs(m, n, k, template.layout.dtype):
-        grid, meta = config.grid(b, m, n, template.batched), config.meta(k)
+    programs = program_count(template.get_device())
+    for config in candidates:
+        grid, meta = config.grid(b, m, n, template.batched, programs), config.meta(k, programs)
+        fn = module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
 
-        def launch(grid=grid, meta=meta, config=config):
+        def launch(fn=fn, grid=grid, meta=meta, config=config):
             fn[grid](*args, **meta, num_warps=config.num_warps, num_stages=config.num_stages)
         label = f"template {config.label()}"
         try:
@@ -141,7 +148,8 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
         return "cublas", None, timings
     c = configs[best[0]]
     return "template", {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
-                        "num_warps": c.num_warps, "num_stages": c.num_stages}, timings
+                        "num_warps": c.num_warps, "num_stages": c.num_stages,
+                        "persistent": int(c.persistent)}, timings
 
 
 def _epilogue_kernel(wrapper, epilogue, i, users, outputs) -> tuple[str | None, KernelCallLine | None]:

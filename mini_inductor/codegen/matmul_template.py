@@ -4,6 +4,9 @@ into it (scheduler/fusion.py), applied to the tile in registers before its one s
     program p (grid axis 0) → tile (pid_m, pid_n) in grouped order: GROUP_M row blocks walk the
                               column blocks together, so the columns of B they share stay in L2
     grid axis 1             → the batch (bmm)
+    persistent (a config)   → one program per SM (NUM_PROGRAMS), each looping over tiles p,
+                              p + NUM_PROGRAMS, ...: no tail of short-lived programs, and one tile's
+                              epilogue overlaps the next tile's loads (mm and addmm only)
     acc[BLOCK_M, BLOCK_N] (fp32) += A[rows, k:k+BLOCK_K] @ B[k:k+BLOCK_K, cols]   for k over K
     bias (addmm) added to acc; the product cast to the output dtype → epilogue nodes → stores
 
@@ -44,18 +47,26 @@ class MatmulConfig:
     GROUP_M: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    persistent: bool = False
 
-    def meta(self, k: int) -> dict[str, int]:
-        return {"BLOCK_M": self.BLOCK_M, "BLOCK_N": self.BLOCK_N, "BLOCK_K": self.BLOCK_K,
+    def tiles(self, m: int, n: int) -> int:
+        return -(-m // self.BLOCK_M) * -(-n // self.BLOCK_N)
+
+    def meta(self, k: int, programs: int = 0) -> dict[str, int]:
+        """The kernel's constexpr arguments; `programs`: a persistent launch's program count."""
+        meta = {"BLOCK_M": self.BLOCK_M, "BLOCK_N": self.BLOCK_N, "BLOCK_K": self.BLOCK_K,
                 "GROUP_M": self.GROUP_M, "EVEN_K": int(k % self.BLOCK_K == 0)}
+        if self.persistent:
+            meta["NUM_PROGRAMS"] = programs
+        return meta
 
-    def grid(self, batch: int, m: int, n: int, batched: bool) -> tuple[int, ...]:
-        tiles = -(-m // self.BLOCK_M) * -(-n // self.BLOCK_N)
+    def grid(self, batch: int, m: int, n: int, batched: bool, programs: int = 0) -> tuple[int, ...]:
+        tiles = min(self.tiles(m, n), programs) if self.persistent else self.tiles(m, n)
         return (tiles, batch) if batched else (tiles,)
 
     def label(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
-                f"w{self.num_warps} s{self.num_stages}")
+                f"w{self.num_warps} s{self.num_stages}" + (" persistent" if self.persistent else ""))
 
 
 # Candidates for the H100 (fp16/bf16; fp32 halves BLOCK_K): wide tiles with 8 warps for large
@@ -70,6 +81,9 @@ H100_CONFIGS = (
     MatmulConfig(64, 64, 64, 8, 4, 5),
     MatmulConfig(64, 64, 32, 8, 2, 5),
     MatmulConfig(32, 64, 32, 8, 2, 5),
+    MatmulConfig(128, 128, 64, 8, 8, 3, persistent=True),
+    MatmulConfig(128, 256, 64, 8, 8, 3, persistent=True),
+    MatmulConfig(128, 64, 64, 8, 4, 4, persistent=True),
 )
 
 
@@ -81,10 +95,13 @@ def _fit(config: MatmulConfig, m: int, n: int, k: int, dtype: torch.dtype) -> Ma
                                BLOCK_K=max(16, min(block_k, next_power_of_2(k))))
 
 
-def matmul_configs(m: int, n: int, k: int, dtype: torch.dtype) -> list[MatmulConfig]:
-    """What max-autotune times: the default first, then H100_CONFIGS fitted to the sizes, once each."""
+def matmul_configs(m: int, n: int, k: int, dtype: torch.dtype, batched: bool = False) -> list[MatmulConfig]:
+    """What max-autotune times: the default first, then H100_CONFIGS fitted to the sizes, once each
+    (persistent ones only for mm and addmm)."""
     found = [default_config(m, n, k, dtype)]
     for c in H100_CONFIGS:
+        if c.persistent and batched:
+            continue
         c = _fit(c, m, n, k, dtype)
         if c not in found:
             found.append(c)
@@ -99,6 +116,13 @@ def default_config(m: int, n: int, k: int, dtype: torch.dtype) -> MatmulConfig:
     if m >= 128 and n >= 128:
         return _fit(MatmulConfig(128, 128, 64, 8, 8, 3), m, n, k, dtype)
     return _fit(MatmulConfig(64, 64, 64, 8, 4, 4), m, n, k, dtype)
+
+
+def program_count(device: torch.device) -> int:
+    """Programs of a persistent launch: one per SM (two under the interpreter, to test the loop)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2
 
 
 def _name(x) -> str:
@@ -197,15 +221,18 @@ class MatmulTemplateKernel(TritonKernel):
         stores = [b for b in args if b in self.stores]
         argnames = {**{b: f"in_ptr{i}" for i, b in enumerate(loads)}, **{b: f"out_ptr{i}" for i, b in enumerate(stores)}}
         self.argnames = argnames
-        params = [argnames[b] for b in args] + [f"{p}: tl.constexpr" for p in
-                                                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K")]
+        persistent = self.config.persistent
+        if persistent and t.batched:
+            raise CodegenError("a persistent matmul template of a bmm", node=t.name)
+        constexprs = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K") + (("NUM_PROGRAMS",) if persistent else ())
+        params = [argnames[b] for b in args] + [f"{p}: tl.constexpr" for p in constexprs]
         a_lay, b_lay = t.a.layout, t.b.layout
         *a_batch, sam, sak = [int(s) for s in a_lay.stride]
         *b_batch, sbk, sbn = [int(s) for s in b_lay.stride]
         m, n, k = self.m, self.n, self.k
         wide = ".to(tl.int64)" if self.int64 else ""
         body = [
-            "pid = tl.program_id(0)",
+            "pid = tile" if persistent else "pid = tl.program_id(0)",
             f"grid_m = ({m} + BLOCK_M - 1) // BLOCK_M",
             f"grid_n = ({n} + BLOCK_N - 1) // BLOCK_N",
             "# grouped order: GROUP_M row blocks take the column blocks in turn (B's columns stay in L2)",
@@ -247,6 +274,9 @@ class MatmulTemplateKernel(TritonKernel):
         ]
         sec = self.sections[0]
         body += self._lines(sec.lines, argnames, 0)
+        if persistent:
+            tiles = f"(({m} + BLOCK_M - 1) // BLOCK_M) * (({n} + BLOCK_N - 1) // BLOCK_N)"
+            body = [f"for tile in range(tl.program_id(0), {tiles}, NUM_PROGRAMS):"] + ["    " + ln for ln in body]
         out = ["@triton.jit", f"def {self.name}({', '.join(params)}):"]
         out += ["    " + ln for ln in body]
         return "\n".join(out) + "\n"
@@ -260,8 +290,9 @@ class MatmulTemplateKernel(TritonKernel):
     def launch(self) -> tuple[tuple[int, ...], dict[str, int], int, int]:
         """(grid, constexpr arguments, num_warps, num_stages) of the launch."""
         c = self.config
-        return (c.grid(self.batch, self.m, self.n, self.template.batched), c.meta(self.k), c.num_warps,
-                c.num_stages)
+        programs = program_count(self.template.get_device()) if c.persistent else 0
+        return (c.grid(self.batch, self.m, self.n, self.template.batched, programs), c.meta(self.k, programs),
+                c.num_warps, c.num_stages)
 
 
 def _span(x) -> int:

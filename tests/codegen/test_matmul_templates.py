@@ -197,7 +197,7 @@ def test_max_autotune_times_the_choice_once_and_reuses_it_from_disk(monkeypatch,
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(32, 32, 16, 8, 4, 1)])
     x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
     fn = lambda x, w, b: torch.relu(x @ w + b)   # noqa: E731
@@ -229,13 +229,15 @@ def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype: [
-        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(32, 16, 16, 4, 4, 1)])
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1),
+        matmul_autotune.MatmulConfig(32, 16, 16, 4, 4, 1, persistent=True)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
-    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    x, w = torch.randn(9, 16), torch.randn(16, 40)
     with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
         check(lambda x, w: F.silu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
-    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4" in sources()
+    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, EVEN_K=1, NUM_PROGRAMS=2" in sources()
+    assert "for tile in range(tl.program_id(0)" in template_kernels()[0]
 
 
 # ── reporting ────────────────────────────────────────────────────────────────────────────────────
@@ -289,3 +291,15 @@ def test_cublas_choice_keeps_addmm_whole(auto_on_the_cpu, monkeypatch):
     lin = torch.nn.Linear(16, 20)
     check(lambda x: F.gelu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-4, rtol=1e-4)
     assert extern_calls() == ["aten.addmm.default"]
+
+
+def test_persistent_variant_loops_over_tiles(templates, device, monkeypatch):
+    from mini_inductor.codegen import matmul_template
+
+    def persistent(m, n, k, dtype):
+        return matmul_template.MatmulConfig(16, 16, 16, 2, 4, 1, persistent=True)
+    monkeypatch.setattr(matmul_template, "default_config", persistent)
+    x, w, r = torch.randn(37, 24, device=device), torch.randn(24, 45, device=device), torch.randn(37, 45, device=device)
+    check(lambda x, w, r: torch.tanh(x @ w) + r, x, w, r, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "for tile in range(tl.program_id(0)" in src
