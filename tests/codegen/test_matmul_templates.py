@@ -303,3 +303,64 @@ def test_persistent_variant_loops_over_tiles(templates, device, monkeypatch):
     check(lambda x, w, r: torch.tanh(x @ w) + r, x, w, r, kernels=1, atol=1e-4, rtol=1e-4)
     (src,) = template_kernels()
     assert "for tile in range(tl.program_id(0)" in src
+
+
+# ── GPU: real sizes, auto's choice on CUDA, max-autotune's timings ───────────────────────────────
+
+def _linear_gelu(m, n, k, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) * k ** -0.5
+    b = torch.randn(n, device="cuda", dtype=dtype, generator=gen)
+    return (lambda x, w, b: F.gelu(F.linear(x, w, b))), (x, w, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(8192, 3072, 768), (8192, 768, 3072)])
+def test_gpu_transformer_linear_bias_gelu_fp16(templates, m, n, k):
+    fn, args = _linear_gelu(m, n, k, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert kernel_names()[0].startswith("triton_tem_")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_bmm_and_residual(templates, dtype):
+    a = torch.randn(12, 257, 64, device="cuda", dtype=dtype)
+    b = torch.randn(12, 64, 255, device="cuda", dtype=dtype)
+    r = torch.randn(12, 257, 255, device="cuda", dtype=dtype)
+    tol = 3e-2 if dtype == torch.bfloat16 else 2e-2   # fp32: TF32 by default on both sides
+    check(lambda a, b, r: torch.bmm(a, b) * 0.125 + r, a, b, r, kernels=1, atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+def test_gpu_auto_makes_the_up_projection_a_template_and_leaves_the_down_projection_to_cublas():
+    fn, args = _linear_gelu(8192, 3072, 768, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert kernel_names()[0].startswith("triton_tem_") and not extern_calls()
+    metrics.reset()
+    torch._dynamo.reset()
+    fn, args = _linear_gelu(8192, 768, 3072, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert extern_calls() == ["aten.addmm.default"]
+
+
+@pytest.mark.gpu
+def test_gpu_max_autotune_times_templates_against_cublas_and_keeps_the_choice(tmp_path, monkeypatch):
+    from mini_inductor.codegen import matmul_autotune
+
+    timed = []
+    real = matmul_autotune.time_ms
+    monkeypatch.setattr(matmul_autotune, "time_ms", lambda fn: timed.append(1) or real(fn))
+    fn, args = _linear_gelu(4096, 3072, 768, torch.float16)
+    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+        check(fn, *args, atol=2e-2, rtol=2e-2)
+        first = len(timed)
+        assert first >= 3            # several template configs and cuBLAS + the epilogue kernel
+        text = [f.read_text() for f in (tmp_path / "autotune").rglob("*.json") if "matmul choice" not in f.name]
+        assert any('"choice"' in t for t in text)
+        torch._dynamo.reset()
+        PROCESS.clear()
+        with config.patch(graph_cache=False):
+            check(fn, *args, atol=2e-2, rtol=2e-2)
+        assert len(timed) == first   # the choice came back from disk
