@@ -305,6 +305,7 @@ class WrapperCodegen:
         if choice == "measure":
             from .matmul_autotune import choose_by_timing
             choice, config = choose_by_timing(self, group, i, users, outputs)
+            template.choice = choice   # what ran, for the reports
         if choice == "cublas":
             self._extern(template.as_extern(), scope)
             if epilogue:

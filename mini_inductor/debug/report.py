@@ -89,8 +89,10 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         origins = node.origins
         ops = sorted({o.op for o in origins})
         sources = sorted({o.source for o in origins if o.source})
-        if node.is_extern():
-            op = getattr(node.node, "op_name", type(node.node).__name__)
+        template = node.get_nodes()[0].node if node.is_template() else None
+        as_cublas = template is not None and template.choice == "cublas"   # the ATen call ran instead
+        if node.is_extern() or as_cublas and len(node.get_nodes()) == 1:
+            op = getattr(node.node, "op_name", None) or str(getattr(template, "op", type(node.node).__name__))
             label = bnd.unit_label(origins, fx_order, bnd.short_op(op))
             # a MultiOutput picks one result of the call before it: name that call
             shown = f"output of {label['ops']}" if op == "MultiOutput" else bnd.short_op(op)
@@ -109,7 +111,8 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         read = [a for a in args if a not in written]
         moved = _bytes_read(node, set(members), read, nbytes, itemsize) + sum(nbytes.get(w, 0) for w in written)
         kernels.append({
-            "name": name, "kind": "reduction" if node.is_reduction() else "pointwise", "nodes": members,
+            "name": name, "kind": ("template" if template is not None and not as_cublas else
+                                   "reduction" if node.is_reduction() else "pointwise"), "nodes": members,
             "ops": ops, "sources": sources, "reads": read, "writes": written,
             "label": label["label"], "label_ops": label["ops"], "where": label["where"],
             "bytes_read": _bytes_read(node, set(members), read, nbytes, itemsize),

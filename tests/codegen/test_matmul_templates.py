@@ -364,3 +364,16 @@ def test_gpu_max_autotune_times_templates_against_cublas_and_keeps_the_choice(tm
         with config.patch(graph_cache=False):
             check(fn, *args, atol=2e-2, rtol=2e-2)
         assert len(timed) == first   # the choice came back from disk
+
+
+def test_report_lists_a_cublas_matmul_as_an_extern_call_and_templates_as_kernels(auto_on_the_cpu):
+    import mini_inductor
+
+    x, w1, w2 = torch.randn(9, 16), torch.randn(16, 20), torch.randn(16, 20)
+    report = mini_inductor.explain(lambda x, w1, w2: (torch.relu(x @ w1), x @ w2, torch.sin(x)), x, w1, w2)
+    (graph,) = report.graphs
+    kinds = {k["name"]: k["kind"] for k in graph["kernels"]}
+    assert sorted(kinds.values()) == ["pointwise", "template"], kinds
+    assert all(name.startswith("triton_tem_") == (kind == "template") for name, kind in kinds.items())
+    assert [e["op"] for e in graph["externs"]] == ["aten.mm.default"]
+    assert "<svg" in report.html_page()
