@@ -333,8 +333,10 @@ class WrapperCodegen:
         comment = f"{name}: {ops}" + (f"  <- {lines[0]}" if lines else "")
         grid, meta, warps, stages = kernel.launch()
         guard = (template.layout.device.index or 0) if len(self.cuda_devices) > 1 else None
-        scope.lines.append(TemplateCallLine(name, args, kernel.numel, None, meta, warps, comment, device_guard=guard,
-                                            launch_grid=grid, num_stages=stages))
+        call = TemplateCallLine(name, args, kernel.numel, None, meta, warps, comment, device_guard=guard,
+                                launch_grid=grid, num_stages=stages)
+        scope.lines.append(call)
+        self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
     def template_kernel(self, group, i, users, outputs, config=None) -> MatmulTemplateKernel:
         """The (not yet generated) template kernel of group i, with `config` or the default one."""
@@ -522,8 +524,10 @@ def _launch_table(launches) -> str:
     for call, dtypes in launches:
         if any(d is None for d in dtypes) or call.size_symbols or not all(isinstance(s, int) for s in call.size_args()):
             continue  # a pointer of unknown dtype, or sizes known at run time: compiled at its first launch
+        # a template's pipeline depth is one more compile option (precompile passes meta as keywords)
+        meta = dict(call.meta, num_stages=call.num_stages) if isinstance(call, TemplateCallLine) else call.meta
         rows.append(f"    KernelLaunch(kernel={call.kernel!r}, dtypes={_tuple_source(dtypes)}, "
-                    f"sizes={_tuple_source(call.size_args())}, meta={call.meta!r}, num_warps={call.num_warps}),")
+                    f"sizes={_tuple_source(call.size_args())}, meta={meta!r}, num_warps={call.num_warps}),")
     return ("# compiled concurrently before the first call (runtime/precompile.py)\n"
             "KERNEL_LAUNCHES = [\n" + "".join(r + "\n" for r in rows) + "]\n")
 

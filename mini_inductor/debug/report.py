@@ -26,6 +26,7 @@ from ..lowering.ir import InputBuffer
 from . import boundaries as bnd
 from ..lowering.lowerings import LOWERINGS
 from ..lowering.sizevars import static_int
+from ..scheduler.nodes import template_in
 
 
 def _buffer_bytes(lowered) -> dict[str, int]:
@@ -89,7 +90,7 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         origins = node.origins
         ops = sorted({o.op for o in origins})
         sources = sorted({o.source for o in origins if o.source})
-        template = node.get_nodes()[0].node if node.is_template() else None
+        template = template_in(node)
         as_cublas = template is not None and template.choice == "cublas"   # the ATen call ran instead
         if node.is_extern() or as_cublas and len(node.get_nodes()) == 1:
             op = getattr(node.node, "op_name", None) or str(getattr(template, "op", type(node.node).__name__))

@@ -26,7 +26,7 @@ import dataclasses
 import torch
 
 from ..lowering.ir import MatmulTemplate
-from .nodes import BaseSchedulerNode
+from .nodes import BaseSchedulerNode, template_in
 
 # H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
 # or in full precision (SIMT)
@@ -82,7 +82,9 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
 
 
 def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
-    return group.get_nodes()[0].node
+    template = template_in(group)
+    assert template is not None, group
+    return template
 
 
 def epilogue_check(mode: str, max_autotune: bool):

@@ -169,7 +169,7 @@ class FusedSchedulerNode(BaseSchedulerNode):
         return any(n.is_reduction() for n in self.snodes)
 
     def is_template(self) -> bool:
-        return self.snodes[0].is_template()
+        return any(n.is_template() for n in self.snodes)
 
     def get_device(self) -> torch.device:
         return self.snodes[0].get_device()
@@ -177,9 +177,16 @@ class FusedSchedulerNode(BaseSchedulerNode):
     @property
     def group(self) -> tuple:
         for n in self.snodes:
-            if n.is_reduction():
+            if n.is_reduction() or n.is_template():
                 return n.group
         return self.snodes[0].group
+
+
+def template_in(node: BaseSchedulerNode) -> MatmulTemplate | None:
+    """The matmul template of a scheduler node (alone, or fused with its prologues and epilogues), or None."""
+    if not isinstance(node, BaseSchedulerNode) or not node.is_template():
+        return None
+    return next(m.node for m in node.get_nodes() if isinstance(m, TemplateSchedulerNode))
 
 
 def create_node(buf: Buffer, graph: str | None = None) -> BaseSchedulerNode:
