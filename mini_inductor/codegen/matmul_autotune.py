@@ -24,7 +24,7 @@ from ..caching import files as cache_files
 from ..caching.modules import load_module
 from ..lowering.ir import InputBuffer, ReinterpretView
 from ..lowering.symbolic import hint
-from ..scheduler.nodes import FusedSchedulerNode
+from ..scheduler.nodes import FusedSchedulerNode, template_in, template_parts
 from .matmul_template import MatmulConfig, matmul_configs, program_count
 from .triton import TritonKernel
 from .wrapper_ir import KernelCallLine
@@ -44,8 +44,7 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     """("template", the fastest config) or ("cublas", None) for template group i (see the module docstring)."""
     from .wrapper import HEADER
 
-    members = group.get_nodes()
-    template, epilogue = members[0].node, members[1:]
+    template = template_in(group)
     kernel = wrapper.template_kernel(group, i, users, outputs)
     kernel.name = "triton_tem_measured"
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -78,9 +77,11 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
 
 def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str):
     """(choice, config as a dict or None, [(candidate, ms)]) from timing every candidate."""
-    members = group.get_nodes()
-    template, epilogue = members[0].node, members[1:]
-    epilogue_kernel, epilogue_call = _epilogue_kernel(wrapper, epilogue, i, users, outputs)
+    prologue, template, epilogue = template_parts(group)
+    template = template.node
+    local = {m.name for m in epilogue if m.name not in outputs and users.get(m.name, set()) <= {i}}
+    epilogue_kernel, epilogue_call = _pointwise_kernel(wrapper, epilogue, local, "epilogue")
+    prologue_kernels = [_pointwise_kernel(wrapper, [p], set(), f"prologue_{j}") for j, p in enumerate(prologue)]
     b, m, n, k = template.sizes()
     candidates = matmul_configs(m, n, k, template.layout.dtype, template.batched)
     text = header.format(graph=f"{wrapper.graph.name} (timing {template.name})") + "\n" + source
@@ -89,8 +90,9 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
         looping = wrapper.template_kernel(group, i, users, outputs, persistent)
         looping.name = "triton_tem_measured_persistent"
         text += "\n\n" + looping.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
-    if epilogue_kernel is not None:
-        text += "\n\n" + epilogue_kernel
+    for source_text, _ in [*prologue_kernels, (epilogue_kernel, None)]:
+        if source_text is not None:
+            text += "\n\n" + source_text
     module, _ = load_module(text, wrapper.cfg.cache_dir)
     layouts = _layouts(wrapper)
     tensors: dict[str, torch.Tensor] = {}
@@ -130,16 +132,22 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     cublas_args = [view(x) for x in ((template.a, template.b) if template.bias is None
                                      else (template.bias, template.a, template.b))]
     op = template.op
-    if epilogue_kernel is not None:
-        efn = getattr(module, epilogue_call.kernel)
-        eargs = [tensor(name) for name in epilogue_call.args] + list(epilogue_call.size_args())
+    launches = []
+    for _, call in [*prologue_kernels, (None, epilogue_call)]:
+        if call is not None:
+            launches.append((getattr(module, call.kernel), call.grid(),
+                             [tensor(name) for name in call.args] + list(call.size_args()), call))
 
-        def separate():
-            op(*cublas_args)
-            efn[epilogue_call.grid()](*eargs, **epilogue_call.meta, num_warps=epilogue_call.num_warps)
-    else:
-        def separate():
-            op(*cublas_args)
+    def run(launch):
+        fn, grid, args, call = launch
+        fn[grid](*args, **call.meta, num_warps=call.num_warps)
+
+    def separate():   # the prologue kernels, the ATen call, the epilogue kernel
+        for launch in launches[:len(prologue_kernels)]:
+            run(launch)
+        op(*cublas_args)
+        for launch in launches[len(prologue_kernels):]:
+            run(launch)
     timings.append((CUBLAS, time_ms(separate)))
     finite = [t for t in timings if math.isfinite(t[1])]
     best = min(finite, key=lambda t: t[1])
@@ -152,16 +160,15 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
                         "persistent": int(c.persistent)}, timings
 
 
-def _epilogue_kernel(wrapper, epilogue, i, users, outputs) -> tuple[str | None, KernelCallLine | None]:
-    """The epilogues as the kernel they would be after a cuBLAS call, and its launch."""
-    if not epilogue:
+def _pointwise_kernel(wrapper, nodes, local: set[str], role: str) -> tuple[str | None, KernelCallLine | None]:
+    """`nodes` as the kernel they would be around a cuBLAS call (its source and launch), or (None, None)."""
+    if not nodes:
         return None, None
-    group = epilogue[0] if len(epilogue) == 1 else FusedSchedulerNode(epilogue)
+    group = nodes[0] if len(nodes) == 1 else FusedSchedulerNode(nodes)
     _, numel, rnumel = group.group
-    local = {m.name for m in epilogue if m.name not in outputs and users.get(m.name, set()) <= {i}}
-    kernel = TritonKernel(epilogue, numel, rnumel, local, wrapper.buffer_dtypes, wrapper.cfg.persistent_reduction_limit,
+    kernel = TritonKernel(nodes, numel, rnumel, local, wrapper.buffer_dtypes, wrapper.cfg.persistent_reduction_limit,
                           online_softmax=wrapper.cfg.online_softmax, buffer_spans=wrapper.buffer_spans)
-    kernel.name = "triton_poi_measured_epilogue"
+    kernel.name = f"triton_poi_measured_{role}"
     source = kernel.generate()
     tiling = kernel.tiling
     call = KernelCallLine(kernel.name, kernel.signature(), tiling.xnumel if tiling else numel, None,

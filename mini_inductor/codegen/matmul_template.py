@@ -32,7 +32,7 @@ from ..lowering.virtualized import set_ops_handler
 from ..runtime.launch.autotune import next_power_of_2
 from ..scheduler.nodes import SchedulerNode
 from .triton import INT32_MAX, TritonKernel, _broadcast_reads, _split
-from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps
+from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand
 
 BINDEX = sympy.Symbol("bindex", integer=True, nonnegative=True)
 
@@ -139,9 +139,13 @@ class MatmulTemplateKernel(TritonKernel):
 
     def __init__(self, template: MatmulTemplate, epilogue: list[SchedulerNode], kernel_local: set[str],
                  buffer_dtypes: dict[str, torch.dtype], buffer_spans: dict[str, int] | None = None,
-                 config: MatmulConfig | None = None):
+                 config: MatmulConfig | None = None, prologue: list[SchedulerNode] = ()):
         self.template = template
         self.nodes = epilogue
+        # prologue node → the operand ("a" or "b") it computes where the template would load it
+        self.prologue = {p.name: ("a" if p.name == _name(template.a) else "b") for p in prologue}
+        self.prologue_nodes = list(prologue)
+        self.operands: dict[str, CSEVar] = {}     # operand → its value in the K loop (a prologue's)
         self.name = "triton_tem"
         self.batch, self.m, self.n, self.k = template.sizes()
         self.numel, self.rnumel = self.batch * self.m * self.n, 1
@@ -180,8 +184,11 @@ class MatmulTemplateKernel(TritonKernel):
         t = self.template
         self.allow_tf32 = allow_tf32
         for x in (t.a, t.b):
-            if _name(x) not in self.loads:
+            if _name(x) not in self.loads and _name(x) not in self.prologue:
                 self.loads.append(_name(x))
+        for node in self.prologue_nodes:
+            self._prologue(node, self.prologue[node.name])
+        self.section, self.broadcast_reads = self._section(0), set()
         handler = TritonOps(self, False)
         value = CSEVar("acc", torch.float32)
         if t.bias is not None:
@@ -193,6 +200,34 @@ class MatmulTemplateKernel(TritonKernel):
         for node in self.nodes:
             self._epilogue(node)
         return self._render()
+
+    def _prologue(self, node: SchedulerNode, operand: str) -> None:
+        """Generate a prologue node over one operand's tile in the K loop (section 1: A's, 3: B's):
+        its value at [rows, k] (A) or [k, columns] (B), where the template would have loaded it."""
+        rows, cols = (self.m, self.k) if operand == "a" else (self.k, self.n)
+        r, c = PROLOGUE_VARS[operand]
+        saved = self.var_ranges, self.row_mask
+        self.var_ranges = {r: sympy.Integer(rows), c: sympy.Integer(cols)}
+        self.row_mask = f"{operand}_mask"
+        self.section = self._section(1 if operand == "a" else 3)
+        sizes = [int(s) for s in node.body.sizes]
+        # the element the template reads at [r, c] is element `flat` of the prologue's contiguous output
+        # (the operand is that buffer, or a transpose of it)
+        flat = (self.template.a if operand == "a" else self.template.b).layout.index([r, c])
+        xvars = [r, c] if sizes == [rows, cols] and flat == r * cols + c else _split(flat, sizes)
+        self.broadcast_reads = _broadcast_reads(node)
+        index, rindex = node.body.reindex(xvars, [])
+        ops = _PrologueOps(self, operand)
+        try:
+            with set_ops_handler(ops):
+                node.node.store_body(index, rindex)
+        except NotImplementedError as e:
+            raise CodegenError(str(e), op=", ".join(sorted({o.op for o in node.node.origins})), node=node.name) from e
+        self.operands[operand] = ops.value
+        self.var_ranges, self.row_mask = saved
+
+    def removed_buffers(self) -> set[str]:
+        return super().removed_buffers() | set(self.prologue)   # computed in the K loop, never stored
 
     def _epilogue(self, node: SchedulerNode) -> None:
         """Generate one epilogue node over the tile: its loop variables from the tile's position."""
@@ -254,20 +289,18 @@ class MatmulTemplateKernel(TritonKernel):
             body.insert(1, f"bindex = tl.program_id(1){wide}")
             a_off = f"{a_base} + bindex * {a_batch[0]}"
             b_off = f"{b_base} + bindex * {b_batch[0]}"
+        if "a" not in self.operands:
+            body.append(f"a_ptrs = {argnames[_name(t.a)]} + ({a_off} + rows_a[:, None] * {sam} + offs_k[None, :] * {sak})")
+        if "b" not in self.operands:
+            body.append(f"b_ptrs = {argnames[_name(t.b)]} + ({b_off} + offs_k[:, None] * {sbk} + cols_b[None, :] * {sbn})")
         body += [
-            f"a_ptrs = {argnames[_name(t.a)]} + ({a_off} + rows_a[:, None] * {sam} + offs_k[None, :] * {sak})",
-            f"b_ptrs = {argnames[_name(t.b)]} + ({b_off} + offs_k[:, None] * {sbk} + cols_b[None, :] * {sbn})",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             f"for k in range(0, {k}, BLOCK_K):",
-            "    if EVEN_K:",
-            "        a = tl.load(a_ptrs)",
-            "        b = tl.load(b_ptrs)",
-            "    else:",
-            f"        a = tl.load(a_ptrs, mask=offs_k[None, :] < {k} - k, other=0.0)",
-            f"        b = tl.load(b_ptrs, mask=offs_k[:, None] < {k} - k, other=0.0)",
+            *["    " + ln for ln in self._operand_lines("a", k, argnames)],
+            *["    " + ln for ln in self._operand_lines("b", k, argnames)],
             f"    acc = tl.dot(a, b, acc{self._precision()})",
-            f"    a_ptrs += BLOCK_K * {sak}",
-            f"    b_ptrs += BLOCK_K * {sbk}",
+            *([f"    a_ptrs += BLOCK_K * {sak}"] if "a" not in self.operands else []),
+            *([f"    b_ptrs += BLOCK_K * {sbk}"] if "b" not in self.operands else []),
             "yindex = offs_m[:, None]",
             "xindex = offs_n[None, :]",
             f"mask_mn = (yindex < {m}) & (xindex < {n})",
@@ -281,6 +314,22 @@ class MatmulTemplateKernel(TritonKernel):
         out += ["    " + ln for ln in body]
         return "\n".join(out) + "\n"
 
+    def _operand_lines(self, operand: str, k: int, argnames: dict[str, str]) -> list[str]:
+        """The K loop's lines that give `a` (or `b`) its [BLOCK_M, BLOCK_K] ([BLOCK_K, BLOCK_N]) tile:
+        a load, or the prologue's code; past K its elements are zeros."""
+        if operand not in self.operands:
+            edge = "offs_k[None, :]" if operand == "a" else "offs_k[:, None]"
+            return ["if EVEN_K:", f"    {operand} = tl.load({operand}_ptrs)", "else:",
+                    f"    {operand} = tl.load({operand}_ptrs, mask={edge} < {k} - k, other=0.0)"]
+        r, c = PROLOGUE_VARS[operand]
+        if operand == "a":
+            lines = [f"{r} = rows_a[:, None]", f"{c} = (k + offs_k)[None, :]", f"a_mask = {c} < {k}"]
+        else:
+            lines = [f"{r} = (k + offs_k)[:, None]", f"{c} = cols_b[None, :]", f"b_mask = {r} < {k}"]
+        section = 1 if operand == "a" else 3
+        lines += self._lines(self.sections[section].lines, argnames, section)
+        return lines + [f"{operand} = tl.where({operand}_mask, {self.operands[operand]}, 0.0)"]
+
     def _precision(self) -> str:
         """fp32 inputs: TF32 tensor cores only where torch allows them for matmuls."""
         if self.template.a.get_dtype() != torch.float32:
@@ -293,6 +342,30 @@ class MatmulTemplateKernel(TritonKernel):
         programs = program_count(self.template.get_device()) if c.persistent else 0
         return (c.grid(self.batch, self.m, self.n, self.template.batched, programs), c.meta(self.k, programs),
                 c.num_warps, c.num_stages)
+
+
+PROLOGUE_VARS = {
+    "a": (sympy.Symbol("a_row", integer=True, nonnegative=True), sympy.Symbol("a_col", integer=True, nonnegative=True)),
+    "b": (sympy.Symbol("b_row", integer=True, nonnegative=True), sympy.Symbol("b_col", integer=True, nonnegative=True)),
+}
+
+
+class _PrologueOps(TritonOps):
+    """The ops handler of a prologue: blocks of the operand's tile shape, and its store kept as the
+    operand's value instead of written."""
+
+    def __init__(self, kernel, operand: str):
+        super().__init__(kernel, False)
+        self.operand = operand
+        self.value: CSEVar | None = None
+
+    def _pointer(self, name: str, index, after_loop: bool = False) -> str:
+        full = set(PROLOGUE_VARS[self.operand]) <= index.free_symbols
+        pad = "" if full else f" + tl.zeros({self.operand}_mask.shape, tl.int32)"
+        return f"@{name}@ + {_operand(self.k.wide_index(index))}{pad}"
+
+    def store(self, name: str, index, value, mode: str | None = None, after_loop: bool = False):
+        self.value = self.to_dtype(value, self.k.buffer_dtypes[name])
 
 
 def _span(x) -> int:

@@ -22,7 +22,7 @@ from ..lowering import symbolic
 from ..lowering.symbolic import hint
 from ..scheduler import Schedule
 from ..scheduler.dependencies import MemoryDep
-from ..scheduler.nodes import ExternKernelSchedulerNode, FusedSchedulerNode
+from ..scheduler.nodes import ExternKernelSchedulerNode, FusedSchedulerNode, template_parts
 from ..scheduler.partition import GraphPartition
 from . import GeneratedModule
 from .memory_plan import plan_reuse, simulate_peak, verify_lifecycle
@@ -252,10 +252,11 @@ class WrapperCodegen:
                 scope.allocated.pop(name, None)
         return elsewhere
 
-    def _kernel(self, group, i, users, outputs, scope: _Scope) -> None:
+    def _kernel(self, group, i, users, outputs, scope: _Scope, keep: frozenset[str] | set[str] = frozenset()) -> None:
+        """One fused group's kernel; `keep`: members stored even if only group i reads them."""
         members = group.get_nodes()
         _, numel, rnumel = group.group
-        local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
+        local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}} - set(keep)
         kernel = TritonKernel(members, numel, rnumel, local, self.buffer_dtypes, self.cfg.persistent_reduction_limit,
                               online_softmax=self.cfg.online_softmax, buffer_spans=self.buffer_spans)
         kind = ("per" if kernel.config.persistent else "red") if kernel.is_reduction else "poi"
@@ -300,13 +301,16 @@ class WrapperCodegen:
         """A matmul template group: the template kernel with its epilogues, or (the scheduler's or the
         timings' choice) the cuBLAS call and the epilogues as a kernel after it."""
         members = group.get_nodes()
-        template, epilogue = members[0].node, members[1:]
+        prologue, template, epilogue = template_parts(group)
+        template = template.node
         choice, config = template.choice, None
         if choice == "measure":
             from .matmul_autotune import choose_by_timing
             choice, config = choose_by_timing(self, group, i, users, outputs)
             template.choice = choice   # what ran, for the reports
         if choice == "cublas":
+            for node in prologue:   # stored this time: the ATen call reads it
+                self._kernel(node, i, users, outputs, scope, keep={node.name})
             self._extern(template.as_extern(), scope)
             if epilogue:
                 rest = epilogue[0] if len(epilogue) == 1 else FusedSchedulerNode(epilogue)
@@ -341,9 +345,10 @@ class WrapperCodegen:
     def template_kernel(self, group, i, users, outputs, config=None) -> MatmulTemplateKernel:
         """The (not yet generated) template kernel of group i, with `config` or the default one."""
         members = group.get_nodes()
+        prologue, template, epilogue = template_parts(group)
         local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
-        return MatmulTemplateKernel(members[0].node, members[1:], local, self.buffer_dtypes, self.buffer_spans,
-                                    config)
+        return MatmulTemplateKernel(template.node, epilogue, local, self.buffer_dtypes, self.buffer_spans,
+                                    config, prologue)
 
     def _inplace_donor(self, group, member, i: int, scope: _Scope, alloc: AllocateLine, args) -> str | None:
         """An input of this pointwise kernel whose storage `member`'s output can take over, or None.

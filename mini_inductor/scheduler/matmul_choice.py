@@ -26,7 +26,7 @@ import dataclasses
 import torch
 
 from ..lowering.ir import MatmulTemplate
-from .nodes import BaseSchedulerNode, template_in
+from .nodes import BaseSchedulerNode, template_in, template_parts
 
 # H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
 # or in full precision (SIMT)
@@ -48,12 +48,16 @@ class MatmulDecision:
     reason: str
     fused: list[str]             # ops of the epilogues fused into the template
     measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
+    prologue: list[str] = dataclasses.field(default_factory=list)   # ops computed on the template's loads
 
     def describe(self) -> str:
         if self.choice == "template":
-            what = "Triton template" + (f" (fused: {', '.join(self.fused)})" if self.fused else "")
+            parts = ([f"prologue: {', '.join(self.prologue)}"] if self.prologue else []) + \
+                ([f"fused: {', '.join(self.fused)}"] if self.fused else [])
+            what = "Triton template" + (f" ({'; '.join(parts)})" if parts else "")
         else:
-            what = "cuBLAS" + (f" + epilogue kernel ({', '.join(self.fused)})" if self.fused else "")
+            what = "cuBLAS" + (f" + epilogue kernel ({', '.join(self.fused)})" if self.fused else "") + \
+                (f" after a prologue kernel ({', '.join(self.prologue)})" if self.prologue else "")
         line = f"{self.name}: {self.op} {self.shape}: {what} — {self.reason}"
         if self.measured:
             line += "; measured: " + ", ".join(f"{c} {ms:.4f} ms" for c, ms in self.measured)
@@ -87,14 +91,20 @@ def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
     return template
 
 
-def epilogue_check(mode: str, max_autotune: bool):
-    """The fusion check of a template group taking an epilogue (can_fuse's `template_check`): in
-    "auto" without max-autotune, refused where the cost model keeps cuBLAS even with it fused."""
-    if mode != "auto" or max_autotune:
-        return None
-
-    def check(group: BaseSchedulerNode) -> str | None:
-        t = template_of(group)
+def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str]):
+    """can_fuse's `template_check(n1, n2)`. A prologue n1 must have no reader but the template (not
+    even an epilogue of it) and not be a graph output: it is recomputed per tile, never stored. An epilogue n2 is
+    refused in "auto" without max-autotune where the cost model keeps cuBLAS even with it fused."""
+    def check(n1: BaseSchedulerNode, n2: BaseSchedulerNode) -> str | None:
+        if n2.is_template() and not n1.is_template():
+            elsewhere = sorted(readers.get(n1.name, set()) - {template_of(n2).name})
+            if elsewhere or n1.name in outputs:
+                return (f"{n1.name} is read outside the template too ({', '.join(elsewhere) or 'a graph output'}): "
+                        f"a prologue is recomputed per tile, never stored")
+            return None
+        if mode != "auto" or max_autotune:
+            return None
+        t = template_of(n1)
         if t.get_device().type != "cuda":
             return None
         wins, why = prefer_template(*t.sizes(), t.layout.dtype, True)
@@ -108,21 +118,22 @@ def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool
     for group in nodes:
         if not group.is_template():
             continue
-        t = template_of(group)
-        epilogue = group.get_nodes()[1:]
+        prologue, template, epilogue = template_parts(group)
+        t = template.node
         b, m, n, k = t.sizes()
         if mode == "always":
             choice, reason = "template", "matmul_templates='always'"
         elif max_autotune and t.get_device().type in MEASURE_DEVICES:
             choice, reason = "measure", "timed at compile time (max-autotune)"
         else:
-            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue))
+            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue or prologue))
             choice = "template" if wins else "cublas"
         t.choice, t.choice_reason = choice, reason
         fused = list(dict.fromkeys(o.op for e in epilogue for o in e.node.origins))
+        loaded = list(dict.fromkeys(o.op for p in prologue for o in p.node.origins))
         shape = f"{b} x {m} x {n} x {k}" if t.batched else f"{m} x {n} x {k}"
         decisions.append(MatmulDecision(t.name, str(t.op), f"{shape} {t.layout.dtype}", choice, reason,
-                                        [_short(op) for op in fused]))
+                                        [_short(op) for op in fused], prologue=[_short(op) for op in loaded]))
     return decisions
 
 

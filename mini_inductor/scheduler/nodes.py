@@ -189,6 +189,13 @@ def template_in(node: BaseSchedulerNode) -> MatmulTemplate | None:
     return next(m.node for m in node.get_nodes() if isinstance(m, TemplateSchedulerNode))
 
 
+def template_parts(node: BaseSchedulerNode) -> tuple[list, "TemplateSchedulerNode", list]:
+    """(prologue nodes, the template, epilogue nodes) of a template group, in kernel order."""
+    members = node.get_nodes()
+    at = next(i for i, m in enumerate(members) if isinstance(m, TemplateSchedulerNode))
+    return members[:at], members[at], members[at + 1:]
+
+
 def create_node(buf: Buffer, graph: str | None = None) -> BaseSchedulerNode:
     """The scheduler node of one lowered buffer. Every buffer must name the FX nodes it came from
     (kernel names, source-line comments, reports and provenance all read them): none is a bug in

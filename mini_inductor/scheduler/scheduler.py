@@ -24,7 +24,7 @@ from ..lowering.ir import Buffer, InputBuffer, Layout, MultiOutput, ReinterpretV
 from ..lowering.symbolic import hint
 from .dependencies import Dep, MemoryDep, WeakDep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
-from .matmul_choice import MatmulDecision, choose_matmuls, epilogue_check
+from .matmul_choice import MatmulDecision, choose_matmuls, fusion_check
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
@@ -234,7 +234,12 @@ class Scheduler:
 
     def _fuse(self, nodes):
         nbytes = self._buffer_bytes()
-        self._template_check = epilogue_check(self.cfg.matmul_templates, self.cfg.max_autotune)
+        readers: dict[str, set[str]] = {}
+        for n in nodes:
+            for d in n.reads:
+                readers.setdefault(d.name, set()).add(n.name)
+        self._template_check = fusion_check(self.cfg.matmul_templates, self.cfg.max_autotune, readers,
+                                            set(self._output_names()))
         self._recorded: set[tuple[str, str, str]] = set()
         start = len(nodes)
         fused_bits = 0  # members of fused nodes: the only nodes through which fusion can close a cycle

@@ -377,3 +377,37 @@ def test_report_lists_a_cublas_matmul_as_an_extern_call_and_templates_as_kernels
     assert all(name.startswith("triton_tem_") == (kind == "template") for name, kind in kinds.items())
     assert [e["op"] for e in graph["externs"]] == ["aten.mm.default"]
     assert "<svg" in report.html_page()
+
+
+# ── prologues: a cast or scale of an input computed where the template loads it ─────────────────
+
+def test_cast_of_an_input_is_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(24, 19, device=device, dtype=torch.float16)
+    check(lambda x, w: torch.relu(x.half() @ w), x, w, kernels=1, atol=1e-2, rtol=1e-2)
+    (src,) = template_kernels()
+    assert "a_row = rows_a[:, None]" in src and ".to(tl.float16)" in src.split("for k in")[1]
+
+
+def test_scale_of_the_weight_is_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(30, 24, device=device)
+    check(lambda x, w: F.linear(x, w * 0.5), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "b_row = (k + offs_k)[:, None]" in template_kernels()[0]
+
+
+def test_an_input_read_elsewhere_is_not_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(24, 19, device=device)
+    check(lambda x, w: (lambda y: (y @ w, y + 1))(x * 2), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert "a_row" not in template_kernels()[0]
+
+
+def test_cublas_choice_runs_the_prologue_as_a_kernel_before_it(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    check(lambda x, w: torch.relu((x * 2) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+
+
+def test_training_step_with_a_prologue(templates, device):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 20).to(device)
+    check(lambda x: F.gelu(lin(x * 0.5)), torch.randn(7, 12, device=device), grad=True, atol=1e-4, rtol=1e-4)
