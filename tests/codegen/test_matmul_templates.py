@@ -411,3 +411,25 @@ def test_training_step_with_a_prologue(templates, device):
     torch.manual_seed(0)
     lin = torch.nn.Linear(12, 20).to(device)
     check(lambda x: F.gelu(lin(x * 0.5)), torch.randn(7, 12, device=device), grad=True, atol=1e-4, rtol=1e-4)
+
+
+def test_max_autotune_times_cublas_with_the_prologue_and_epilogue_kernels(monkeypatch, tmp_path):
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed = []
+
+    def fake_time(fn):
+        fn()
+        timed.append(fn)
+        return 0.5 if len(timed) == 2 else 1.0   # the second candidate (cuBLAS and its kernels) wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs",
+                        lambda m, n, k, dtype, batched: [matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+        check(lambda x, w: torch.sigmoid((x * 3) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert len(timed) == 2 and extern_calls() == ["aten.mm.default"]   # the prologue and epilogue: 2 kernels
