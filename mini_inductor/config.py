@@ -171,7 +171,8 @@ class Config:
     # fuses and the cost model (scheduler/matmul_choice.py `prefer_template`) says the saved memory
     # traffic outweighs cuBLAS's faster main loop; under max_autotune, templates and cuBLAS are timed at
     # compile time instead (kept under cache_dir/autotune); on the CPU (Triton's interpreter) never.
-    # "always": every eligible matmul (CUDA, or CPU under the interpreter: the tests). "off": cuBLAS
+    # "always": every eligible matmul (CUDA, or CPU under the interpreter: the tests), under max_autotune
+    # with its block sizes timed. "off": cuBLAS
     matmul_templates: str = "auto"
 
     def __post_init__(self) -> None:

@@ -51,7 +51,7 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     source = kernel.generate(allow_tf32=allow_tf32)
     device = template.get_device()
     measured = "\n".join([source, str(template.op), _device_description(device), f"allow_tf32={allow_tf32}",
-                          *cache_files.versions()[:2]])
+                          f"candidates={template.choice}", *cache_files.versions()[:2]])
     path = cache_files.keyed_path(wrapper.cfg.cache_dir, "autotune", autotune_cache.matmul_key(measured))
     found = autotune_cache.read_matmul(path, measured)
     where = "disk"
@@ -129,6 +129,10 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
             ms = math.inf
         timings.append((label, ms))
         configs[label] = config
+    if template.choice == "tune":   # matmul_templates="always": a template whichever config wins
+        best = min(timings, key=lambda t: t[1])   # (the default, first, where every one failed)
+        return "template", _config_record(configs[best[0]]), [(n, ms if math.isfinite(ms) else -1.0)
+                                                              for n, ms in timings]
     cublas_args = [view(x) for x in ((template.a, template.b) if template.bias is None
                                      else (template.bias, template.a, template.b))]
     op = template.op
@@ -154,10 +158,12 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     timings = [(name, ms if math.isfinite(ms) else -1.0) for name, ms in timings]
     if best[0] == CUBLAS:
         return "cublas", None, timings
-    c = configs[best[0]]
-    return "template", {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
-                        "num_warps": c.num_warps, "num_stages": c.num_stages,
-                        "persistent": int(c.persistent)}, timings
+    return "template", _config_record(configs[best[0]]), timings
+
+
+def _config_record(c: MatmulConfig) -> dict[str, int]:
+    return {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
+            "num_warps": c.num_warps, "num_stages": c.num_stages, "persistent": int(c.persistent)}
 
 
 def _pointwise_kernel(wrapper, nodes, local: set[str], role: str) -> tuple[str | None, KernelCallLine | None]:

@@ -5,9 +5,9 @@ into it (scheduler/fusion.py), applied to the tile in registers before its one s
                               column blocks together, so the columns of B they share stay in L2
     grid axis 1             → the batch (bmm)
     persistent (a config)   → one program per SM (NUM_PROGRAMS), each looping over tiles p,
-                              p + NUM_PROGRAMS, ...: no tail of short-lived programs, and one tile's
-                              epilogue overlaps the next tile's loads (mm and addmm only)
+                              p + NUM_PROGRAMS, ...: no tail of short-lived programs (mm, addmm)
     acc[BLOCK_M, BLOCK_N] (fp32) += A[rows, k:k+BLOCK_K] @ B[k:k+BLOCK_K, cols]   for k over K
+                              (A or B computed by a fused prologue instead of loaded: a cast, a scale)
     bias (addmm) added to acc; the product cast to the output dtype → epilogue nodes → stores
 
 Rows of A past M and columns of B past N are read wrapped around (row % M) rather than masked: their
@@ -16,7 +16,8 @@ divide it (EVEN_K). Inputs take any strides (a transposed weight of a linear lay
 
 Epilogue nodes run under the same `ops` handler as every kernel (triton_ops.py): yindex holds the
 tile's rows [BLOCK_M, 1], xindex its columns [1, BLOCK_N] and bindex the batch, and a load of the
-template's output at the index it is stored at reuses the register.
+template's output at the index it is stored at reuses the register. A prologue node runs inside the
+K loop over its operand's tile (a_row, a_col for A; b_row, b_col for B), its store taken as the tile.
 """
 from __future__ import annotations
 

@@ -304,7 +304,7 @@ class WrapperCodegen:
         prologue, template, epilogue = template_parts(group)
         template = template.node
         choice, config = template.choice, None
-        if choice == "measure":
+        if choice in ("measure", "tune"):
             from .matmul_autotune import choose_by_timing
             choice, config = choose_by_timing(self, group, i, users, outputs)
             template.choice = choice   # what ran, for the reports

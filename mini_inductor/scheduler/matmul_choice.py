@@ -6,6 +6,7 @@ the scheduler records on each template node after fusion (`choose_matmuls`).
                  epilogue), and the epilogues as a kernel of their own after it
     "measure"    mode="max-autotune" on CUDA: codegen times the template's configs with the epilogues
                  against cuBLAS plus the epilogue kernel, and keeps the faster (codegen/matmul_autotune.py)
+    "tune"       the same with matmul_templates="always": the template's configs only
 
 The cost model (`prefer_template`) compares, per matmul and with the epilogue fused:
 
@@ -44,7 +45,7 @@ class MatmulDecision:
     name: str                    # the template's buffer
     op: str                      # aten.mm.default, ...
     shape: str                   # "B x M x N x K dtype"
-    choice: str                  # "template", "cublas" or "measure" (then codegen fills in the winner)
+    choice: str                  # "template", "cublas", "measure" or "tune" (then codegen fills in the winner)
     reason: str
     fused: list[str]             # ops of the epilogues fused into the template
     measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
@@ -121,7 +122,9 @@ def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool
         prologue, template, epilogue = template_parts(group)
         t = template.node
         b, m, n, k = t.sizes()
-        if mode == "always":
+        if mode == "always" and max_autotune and t.get_device().type in MEASURE_DEVICES:
+            choice, reason = "tune", "matmul_templates='always': its configs timed (max-autotune)"
+        elif mode == "always":
             choice, reason = "template", "matmul_templates='always'"
         elif max_autotune and t.get_device().type in MEASURE_DEVICES:
             choice, reason = "measure", "timed at compile time (max-autotune)"

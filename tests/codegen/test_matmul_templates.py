@@ -433,3 +433,25 @@ def test_max_autotune_times_cublas_with_the_prologue_and_epilogue_kernels(monkey
     with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
         check(lambda x, w: torch.sigmoid((x * 3) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
     assert len(timed) == 2 and extern_calls() == ["aten.mm.default"]   # the prologue and epilogue: 2 kernels
+
+
+def test_always_under_max_autotune_times_only_template_configs(monkeypatch, tmp_path):
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed = []
+
+    def fake_time(fn):
+        fn()
+        timed.append(fn)
+        return 1.0 / len(timed)   # the later the faster: the second config wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(16, 32, 16, 8, 4, 1)])
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(max_autotune=True, matmul_templates="always", cache_dir=str(tmp_path)):
+        check(lambda x, w: x @ w, x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert len(timed) == 2 and not extern_calls()
+    assert "BLOCK_M=16, BLOCK_N=32" in sources()
