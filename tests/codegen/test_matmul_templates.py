@@ -455,3 +455,16 @@ def test_always_under_max_autotune_times_only_template_configs(monkeypatch, tmp_
         check(lambda x, w: x @ w, x, w, kernels=1, atol=1e-4, rtol=1e-4)
     assert len(timed) == 2 and not extern_calls()
     assert "BLOCK_M=16, BLOCK_N=32" in sources()
+
+
+def test_changing_allow_tf32_compiles_the_graph_again(templates):
+    from mini_inductor.caching.graph_cache import compiler_key_parts
+
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = compiler_key_parts(config.current())
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert compiler_key_parts(config.current()) != off
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
