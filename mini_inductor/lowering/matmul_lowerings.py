@@ -1,6 +1,6 @@
 """mm, addmm and bmm as Triton matmul templates (ir.MatmulTemplate), where option `matmul_templates`
-allows and the matmul is one a template generates; otherwise the cuBLAS call, as before, with the
-reason recorded (`GraphLowering.matmul_notes`, shown by `explain`).
+allows and the matmul is one a template generates; otherwise the cuBLAS call (ATen's on the CPU), as
+before, with the reason recorded (`GraphLowering.matmul_notes`, shown by `explain`).
 
     mm(a, b)              → MatmulTemplate(a, b)                   [M, N]
     addmm(bias, a, b)     → MatmulTemplate(a, b, bias)             bias added to the fp32 accumulator
@@ -31,6 +31,9 @@ def template_refusal(op_name: str, inputs: list[IRNode], dims: int) -> str | Non
     device = inputs[0].get_device()
     if mode == "off":
         return "matmul_templates='off'"
+    unsafe = {op.strip().replace("::", ".") for op in graph.cfg.cudagraph_unsafe_ops.split(",")}
+    if op_name in unsafe or f"{op_name}.default" in unsafe:
+        return "listed in cudagraph_unsafe_ops: the ATen call, outside CUDA graphs"
     if device.type == "cpu" and (mode == "auto" or not interpreting()):
         return "on the CPU only with matmul_templates='always' under Triton's interpreter"
     if device.type not in ("cuda", "cpu"):
@@ -56,7 +59,8 @@ def template_refusal(op_name: str, inputs: list[IRNode], dims: int) -> str | Non
 
 def _note(op_name: str, inputs: list[IRNode], reason: str) -> None:
     shapes = " x ".join("x".join(str(s) for s in x.get_size()) for x in inputs[-2:])
-    current_graph().matmul_notes.append(f"{op_name} {shapes} {inputs[-1].get_dtype()}: cuBLAS ({reason})")
+    library = "cuBLAS" if inputs[-1].get_device().type == "cuda" else "ATen"
+    current_graph().matmul_notes.append(f"{op_name} {shapes} {inputs[-1].get_dtype()}: {library} ({reason})")
 
 
 def _template(op, a: IRNode, b: IRNode, bias: IRNode | None = None) -> StorageBox:

@@ -167,7 +167,8 @@ def test_off_leaves_cublas_calls(device):
 
 def test_auto_keeps_cublas_on_the_cpu():
     x, w, b = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12)
-    check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
+    with config.patch(matmul_templates="auto"):
+        check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
     assert "aten.mm.default" in extern_calls()
 
 
@@ -201,7 +202,7 @@ def test_max_autotune_times_the_choice_once_and_reuses_it_from_disk(monkeypatch,
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(32, 32, 16, 8, 4, 1)])
     x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
     fn = lambda x, w, b: torch.relu(x @ w + b)   # noqa: E731
-    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
         # auto on the CPU makes no templates: "always" would not time; force the template here
         monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
         check(fn, x, w, b, atol=1e-4, rtol=1e-4)
@@ -234,7 +235,7 @@ def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path
         matmul_autotune.MatmulConfig(32, 16, 16, 4, 4, 1, persistent=True)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
     x, w = torch.randn(9, 16), torch.randn(16, 40)
-    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
         check(lambda x, w: F.silu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
     assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, EVEN_K=1, NUM_PROGRAMS=2" in sources()
     assert "for tile in range(tl.program_id(0)" in template_kernels()[0]
@@ -257,7 +258,7 @@ def test_explain_says_why_a_matmul_stayed_cublas():
     x, w = torch.randn(9, 16), torch.randn(16, 20)
     with config.patch(matmul_templates="off"):
         text = str(mini_inductor.explain(lambda x, w: x @ w, x, w))
-    assert "aten.mm 9x16 x 16x20 torch.float32: cuBLAS (matmul_templates='off')" in text, text
+    assert "aten.mm 9x16 x 16x20 torch.float32: ATen (matmul_templates='off')" in text, text
 
 
 # ── auto: the cost model's choice, and cuBLAS with the epilogue split off ─────────────────────────
@@ -266,6 +267,8 @@ def test_explain_says_why_a_matmul_stayed_cublas():
 def auto_on_the_cpu(monkeypatch):
     """matmul_templates="auto" as on CUDA: templates made at lowering, the choice left to the model."""
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    with config.patch(matmul_templates="auto"):
+        yield
 
 
 def test_auto_without_an_epilogue_is_cublas(auto_on_the_cpu):
@@ -334,7 +337,8 @@ def test_gpu_bmm_and_residual(templates, dtype):
 
 
 @pytest.mark.gpu
-def test_gpu_auto_makes_the_up_projection_a_template_and_leaves_the_down_projection_to_cublas():
+def test_gpu_auto_makes_the_up_projection_a_template_and_leaves_the_down_projection_to_cublas(monkeypatch):
+    monkeypatch.setattr(config, "matmul_templates", "auto")
     fn, args = _linear_gelu(8192, 3072, 768, torch.float16)
     check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
     assert kernel_names()[0].startswith("triton_tem_") and not extern_calls()
@@ -353,7 +357,7 @@ def test_gpu_max_autotune_times_templates_against_cublas_and_keeps_the_choice(tm
     real = matmul_autotune.time_ms
     monkeypatch.setattr(matmul_autotune, "time_ms", lambda fn: timed.append(1) or real(fn))
     fn, args = _linear_gelu(4096, 3072, 768, torch.float16)
-    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
         check(fn, *args, atol=2e-2, rtol=2e-2)
         first = len(timed)
         assert first >= 3            # several template configs and cuBLAS + the epilogue kernel
@@ -430,7 +434,7 @@ def test_max_autotune_times_cublas_with_the_prologue_and_epilogue_kernels(monkey
                         lambda m, n, k, dtype, batched: [matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
     x, w = torch.randn(9, 16), torch.randn(16, 20)
-    with config.patch(max_autotune=True, cache_dir=str(tmp_path)):
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
         check(lambda x, w: torch.sigmoid((x * 3) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
     assert len(timed) == 2 and extern_calls() == ["aten.mm.default"]   # the prologue and epilogue: 2 kernels
 
@@ -468,3 +472,10 @@ def test_changing_allow_tf32_compiles_the_graph_again(templates):
         assert compiler_key_parts(config.current()) != off
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_a_matmul_listed_as_cudagraph_unsafe_stays_the_aten_call(templates):
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(cudagraph_unsafe_ops="aten.mm"):
+        check(lambda x, w: torch.relu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
