@@ -5,9 +5,10 @@ import dataclasses
 import logging
 from typing import Callable
 
+from ..lowering.ir import Buffer
 from ..lowering.sizevars import canonical_vars
 from .dependencies import MemoryDep
-from .nodes import BaseSchedulerNode, FusedSchedulerNode
+from .nodes import BaseSchedulerNode, FusedSchedulerNode, SchedulerNode, template_in
 
 fusion_log = logging.getLogger("mini_inductor.fusion")
 
@@ -134,9 +135,6 @@ def _prologue(n1, n2) -> str | None:
     """n1 computed inside template group n2 where the template loads its input (a cast or scale of
     it): one pointwise node writing, contiguously, a buffer the template reads whole (not a view).
     That it has no other reader is the scheduler's check (matmul_choice.fusion_check)."""
-    from ..lowering.ir import Buffer
-    from .nodes import SchedulerNode, template_in
-
     if not isinstance(n1, SchedulerNode) or n1.is_reduction():
         return "a matmul template's prologue is one pointwise node"
     t = template_in(n2)
