@@ -33,7 +33,7 @@ from ..lowering.virtualized import set_ops_handler
 from ..runtime.launch.autotune import next_power_of_2
 from ..scheduler.nodes import SchedulerNode
 from .triton import INT32_MAX, TritonKernel, _broadcast_reads, _split
-from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand
+from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand, tl_dtype
 
 BINDEX = sympy.Symbol("bindex", integer=True, nonnegative=True)
 
@@ -329,7 +329,8 @@ class MatmulTemplateKernel(TritonKernel):
             lines = [f"{r} = (k + offs_k)[:, None]", f"{c} = cols_b[None, :]", f"b_mask = {r} < {k}"]
         section = 1 if operand == "a" else 3
         lines += self._lines(self.sections[section].lines, argnames, section)
-        return lines + [f"{operand} = tl.where({operand}_mask, {self.operands[operand]}, 0.0)"]
+        value = self.operands[operand]   # zeros past K, in the operand's dtype (tl.dot takes one dtype)
+        return lines + [f"{operand} = tl.where({operand}_mask, {value}, 0.0).to({tl_dtype(value.dtype)})"]
 
     def _precision(self) -> str:
         """fp32 inputs: TF32 tensor cores only where torch allows them for matmuls."""
