@@ -419,6 +419,8 @@ def _print_report(out: Output, report) -> None:
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
     if report.get("layout"):
         out.line(f"layout: {report['layout']}")
+    for line in report.get("matmuls", []):
+        out.line(f"matmul {line}")
 
     def timing(k):
         if not k.get("time_ms"):

@@ -41,6 +41,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16; other CUDA dtypes if measured faster; "channels_last"; "measure"; "off") |
 | dynamic_shapes       | MINI_INDUCTOR_DYNAMIC_SHAPES     | "symbolic" ("per_size": a compile for each size; "eager") |
 | attention_fusion     | MINI_INDUCTOR_ATTENTION_FUSION   | "auto" (attention written out → one call; "off") |
+| matmul_templates     | MINI_INDUCTOR_MATMUL_TEMPLATES   | "auto" (CUDA: a Triton template where an epilogue fuses and the cost model prefers it; "always"; "off") |
 """
 from __future__ import annotations
 
@@ -174,6 +175,15 @@ class Config:
     # SDPA where it computes the modification exactly, else the flash-attention op (attention/match.py).
     # "auto": on; "off": the graph is left as Dynamo traced it
     attention_fusion: str = "auto"
+    # mm, addmm and bmm as Triton matmul templates (codegen/matmul_template.py) into which the scheduler
+    # fuses pointwise epilogues (bias, activation, residual add, scale, cast), instead of cuBLAS calls
+    # followed by a kernel that reads their output back. "auto": on CUDA, a template where an epilogue
+    # fuses and the cost model (scheduler/matmul_choice.py `prefer_template`) says the saved memory
+    # traffic outweighs cuBLAS's faster main loop; under max_autotune, templates and cuBLAS are timed at
+    # compile time instead (kept under cache_dir/autotune); on the CPU (Triton's interpreter) never.
+    # "always": every eligible matmul (CUDA, or CPU under the interpreter: the tests), under max_autotune
+    # with its block sizes timed. "off": cuBLAS
+    matmul_templates: str = "auto"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -194,7 +204,7 @@ class OptionError(ValueError):
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _CHOICES = {"conv_layout": ("auto", "channels_last", "off", "measure"), "dynamic_shapes": ("per_size", "symbolic", "eager"),
-            "attention_fusion": ("auto", "off")}
+            "attention_fusion": ("auto", "off"), "matmul_templates": ("auto", "always", "off")}
 _PATHS = ("cache_dir", "debug_dir")      # a pathlib.Path is taken as its string
 
 

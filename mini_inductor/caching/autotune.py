@@ -20,6 +20,17 @@ convolution (or one layout copy) costs in NCHW and in channels-last, on one devi
     read_layout(path, measured)   # (nchw_ms, channels_last_ms), or None: missing, damaged or another item's
     write_layout(path, measured, nchw_ms, channels_last_ms)
 
+Matmul choices of max-autotune (codegen/matmul_autotune.py) live there too: for one matmul template
+with its epilogues, on one device, the timings of its configs and of cuBLAS plus the epilogue kernel.
+
+    {"format": 1, "measured": "<template kernel source> | cuda NVIDIA H100 … torch 2.11.0 …",
+     "choice": "template", "config": {"BLOCK_M": 128, …, "num_warps": 8, "num_stages": 3},
+     "timings": [["template 128x128x64 g8 w8 s3", 0.081], ["cuBLAS + epilogue", 0.102], …]}
+
+    matmul_key(measured)     # the sha256 of that description
+    read_matmul(path, measured)   # (choice, config or None, timings), or None: missing, damaged or another's
+    write_matmul(path, measured, choice, config, timings)
+
 The tuning itself (candidates, timing, which one wins) is runtime/launch/autotune.py.
 """
 from __future__ import annotations
@@ -96,3 +107,33 @@ def _layout_times(data, measured: str) -> tuple[float, float]:
 def write_layout(path: str, measured: str, nchw_ms: float, channels_last_ms: float) -> None:
     cache_files.write(path, json.dumps({"format": FORMAT, "measured": measured, "nchw_ms": nchw_ms,
                                         "channels_last_ms": channels_last_ms}, indent=1), "layout timing")
+
+
+def matmul_key(measured: str) -> str:
+    """The key of one matmul choice: `measured` says the kernel, the device, its flags and versions."""
+    return hashlib.sha256(f"matmul choice {FORMAT}\n{measured}".encode()).hexdigest()
+
+
+def read_matmul(path: str, measured: str) -> tuple[str, dict | None, list] | None:
+    """(choice, config, timings) at `path`, or None: missing, or damaged or not this matmul's (deleted
+    with a warning by cache_files.read; it is timed again)."""
+    return cache_files.read(path, "matmul choice", "timing it again",
+                            lambda data: _matmul_choice(json.loads(data.decode("utf-8")), measured))
+
+
+def _matmul_choice(data, measured: str) -> tuple[str, dict | None, list]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("measured") != measured:
+        raise ValueError("not a timing of this matmul")
+    choice, config, timings = data.get("choice"), data.get("config"), data.get("timings")
+    if choice not in ("template", "cublas") or not isinstance(timings, list):
+        raise ValueError(f"choice {choice!r} is neither 'template' nor 'cublas'")
+    if choice == "template" and not (isinstance(config, dict) and config
+                                     and all(isinstance(v, int) and v >= 0 for v in config.values())):
+        raise ValueError(f"config {config!r} is not ints")
+    return choice, (config if choice == "template" else None), [tuple(t) for t in timings]
+
+
+def write_matmul(path: str, measured: str, choice: str, config: dict | None, timings: list) -> None:
+    cache_files.write(path, json.dumps({"format": FORMAT, "measured": measured, "choice": choice,
+                                        "config": config, "timings": [list(t) for t in timings]}, indent=1),
+                      "matmul choice")

@@ -124,6 +124,7 @@ def compiler_key_parts(cfg: Config) -> list[str]:
     options that change generated code (front_cache.py's key too)."""
     return [*files.versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
+            f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}",   # matmul templates' fp32 precision
             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]

@@ -135,6 +135,30 @@ class KernelCallLine:
         return f"# {self.comment}\n{launch}"
 
 
+@dataclasses.dataclass
+class TemplateCallLine(KernelCallLine):
+    """A matmul template's launch (codegen/matmul_template.py): its own grid (tiles, and the batch),
+    block sizes as constexpr arguments and its pipeline depth. Launched through Triton's own path."""
+
+    launch_grid: tuple = ()
+    num_stages: int = 3
+
+    def grid(self) -> tuple:
+        return self.launch_grid
+
+    def size_args(self) -> list[int]:
+        return []
+
+    def emit(self) -> str:
+        grid = "(" + ", ".join(map(str, self.launch_grid)) + ("," if len(self.launch_grid) == 1 else "") + ")"
+        meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
+        launch = (f"{self.kernel}[{grid}]({', '.join(self.args)}, {meta}, num_warps={self.num_warps}, "
+                  f"num_stages={self.num_stages})")
+        if self.device_guard is not None:
+            launch = f"with torch.cuda._DeviceGuard({self.device_guard}):\n    {launch}"
+        return f"# {self.comment}\n{launch}"
+
+
 def _blocks(numel, block: int):
     numel = size_value(numel)
     if isinstance(numel, int):
@@ -217,7 +241,7 @@ class PartitionCallLine:
         return "\n".join(lines + [call])
 
 
-WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | ExternCallLine | MultiOutputLine | ReturnLine
+WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | TemplateCallLine | ExternCallLine | MultiOutputLine | ReturnLine
                | PartitionCallLine)
 
 

@@ -25,7 +25,7 @@ import networkx as nx
 CHAR_W = {"ops": 7.2, "where": 6.4, "name": 6.0}   # px per character at the fonts below (generous)
 LINE_H = 16
 NODE_GAP, LAYER_GAP, MARGIN = 28, 54, 16
-FILL = {"pointwise": "#e6f4ea", "reduction": "#fde7d9", "extern": "#e8eaed"}
+FILL = {"pointwise": "#e6f4ea", "reduction": "#fde7d9", "extern": "#e8eaed", "template": "#e8f0fe"}
 RED, GREY = "#d93025", "#80868b"
 
 

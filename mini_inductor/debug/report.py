@@ -26,6 +26,7 @@ from ..lowering.ir import InputBuffer
 from . import boundaries as bnd
 from ..lowering.lowerings import LOWERINGS
 from ..lowering.sizevars import static_int
+from ..scheduler.nodes import template_in
 
 
 def _buffer_bytes(lowered) -> dict[str, int]:
@@ -89,8 +90,10 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         origins = node.origins
         ops = sorted({o.op for o in origins})
         sources = sorted({o.source for o in origins if o.source})
-        if node.is_extern():
-            op = getattr(node.node, "op_name", type(node.node).__name__)
+        template = template_in(node)
+        as_cublas = template is not None and template.choice == "cublas"   # the ATen call ran instead
+        if node.is_extern() or as_cublas and len(node.get_nodes()) == 1:
+            op = getattr(node.node, "op_name", None) or str(getattr(template, "op", type(node.node).__name__))
             label = bnd.unit_label(origins, fx_order, bnd.short_op(op))
             # a MultiOutput picks one result of the call before it: name that call
             shown = f"output of {label['ops']}" if op == "MultiOutput" else bnd.short_op(op)
@@ -109,7 +112,8 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         read = [a for a in args if a not in written]
         moved = _bytes_read(node, set(members), read, nbytes, itemsize) + sum(nbytes.get(w, 0) for w in written)
         kernels.append({
-            "name": name, "kind": "reduction" if node.is_reduction() else "pointwise", "nodes": members,
+            "name": name, "kind": ("template" if template is not None and not as_cublas else
+                                   "reduction" if node.is_reduction() else "pointwise"), "nodes": members,
             "ops": ops, "sources": sources, "reads": read, "writes": written,
             "label": label["label"], "label_ops": label["ops"], "where": label["where"],
             "bytes_read": _bytes_read(node, set(members), read, nbytes, itemsize),
@@ -156,6 +160,9 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         "removed_dead_nodes": list(sched.removed), "source_path": trace.record.source_path,
         "stage_seconds": dict(getattr(trace.record, "stage_seconds", {})),
         "layout": getattr(trace.record, "layout", ""),   # the channels-last pass (lowering/layout_opt.py)
+        # each matmul: a Triton template (what fused into it) or cuBLAS (why), with max-autotune's timings
+        "matmuls": [d.describe() for d in getattr(sched, "matmuls", [])]
+        + list(getattr(lowered, "matmul_notes", [])),
     }
 
 

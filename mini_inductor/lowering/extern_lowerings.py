@@ -5,6 +5,7 @@ import torch
 
 from .ir import Layout, current_graph
 from .lowerings import lowering_of, register_lowering
+from .matmul_lowerings import addmm_template, bmm_template, mm_template
 
 aten = torch.ops.aten
 
@@ -22,8 +23,9 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     m, n = mat1.get_size()[0], mat2.get_size()[1]
     layout = Layout.contiguous(mat1.get_device(), mat1.get_dtype(), [m, n])
     if alpha == 1 and beta == 1 and len(bias.get_size()) <= 2:
-        return current_graph().make_extern(aten.addmm.default, (bias, mat1, mat2), {}, layout)
-    product = current_graph().make_extern(aten.mm.default, (mat1, mat2), {}, layout)
+        return addmm_template(bias, mat1, mat2) or \
+            current_graph().make_extern(aten.addmm.default, (bias, mat1, mat2), {}, layout)
+    product = mm_template(mat1, mat2) or current_graph().make_extern(aten.mm.default, (mat1, mat2), {}, layout)
     if alpha != 1:
         product = lowering_of(aten.mul.Tensor)(product, alpha)
     if beta == 0:
@@ -31,3 +33,14 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     if beta != 1:
         bias = lowering_of(aten.mul.Tensor)(bias, beta)
     return lowering_of(aten.add.Tensor)(product, bias)
+
+
+@register_lowering(aten.mm.default)
+def mm(mat1, mat2):
+    """A matmul template where option matmul_templates allows (matmul_lowerings.py); None: the cuBLAS call."""
+    return mm_template(mat1, mat2)
+
+
+@register_lowering(aten.bmm.default)
+def bmm(mat1, mat2):
+    return bmm_template(mat1, mat2)

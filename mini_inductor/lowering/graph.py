@@ -88,6 +88,8 @@ class LoweredGraph:
     fallback_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # op → why its lowering declined
     # an unbacked symbol → the buffer of the extern call whose result holds it (see symbolic.unbacked)
     symbol_defs: dict[sympy.Symbol, str] = dataclasses.field(default_factory=dict)
+    # matmuls left to cuBLAS at lowering, each with why it is not a template (lowering/matmul_lowerings.py)
+    matmul_notes: list[str] = dataclasses.field(default_factory=list)
 
     def describe(self) -> str:
         """The IR before fusion, one buffer a line (for the debug dir)."""
@@ -113,6 +115,7 @@ class GraphLowering:
         self.symbol_defs: dict[sympy.Symbol, str] = {}
         self.fallback_reasons: dict[str, str] = {}
         self.extern_ops: list[str] = []
+        self.matmul_notes: list[str] = []
         self.constants: dict[str, torch.Tensor] = {}
         self.random_streams = RandomStreams()  # the seed and Philox offsets of the graph's random ops
         self._buffer_count = 0
@@ -188,7 +191,7 @@ class GraphLowering:
                     if isinstance(arg, torch.fx.Node):   # a copy made for the output (eager's strides)
                         self._attach_origins(None, _origin(arg), [])
         return LoweredGraph(self.name, inputs, self.buffers, outputs, self.constants, self.fallback_ops,
-                            self.extern_ops, num_fx, self.fallback_reasons, self.symbol_defs)
+                            self.extern_ops, num_fx, self.fallback_reasons, self.symbol_defs, self.matmul_notes)
 
     def _input_alias(self, position: int, arg, meta, inputs: list) -> ReinterpretView | None:
         """Output `position` as the view of a graph input that AOT autograd regenerates it from

@@ -7,6 +7,7 @@
     ScatterBuffer                       atomic adds into a realized buffer (index_put, accumulate)
     StorageBox(InputBuffer)             a graph input
     StorageBox(ExternKernel)            an ATen call (mm, conv, attention, fallbacks)
+    StorageBox(MatmulTemplate)          mm / addmm / bmm as a Triton template that takes epilogues
     View(StorageBox, size, reindex)     an index remap over any of the above (no copy)
     ReinterpretView(Buffer, layout)     a strided view of a realized buffer (what extern calls take)
 
@@ -335,6 +336,47 @@ class ExternKernel(Buffer):
         kind = "FallbackKernel" if self.fallback else "ExternKernel"
         out = "multiple outputs" if self.layout is None else f"{self.layout.dtype}, size={[str(s) for s in self.layout.size]}"
         return f"{kind}({self.name}, {self.op_name}, {out})"
+
+
+class MatmulTemplate(Buffer):
+    """mm, addmm (bias added to the accumulator) or bmm generated as a Triton template
+    (codegen/matmul_template.py), into which the scheduler fuses pointwise epilogues.
+
+        out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]  (+ bias[m, n] broadcast)      b: bmm only
+
+    `a`, `b` (and `bias`) are realized tensors with any strides. `op` is the ATen op that computes the
+    same: the scheduler may still choose cuBLAS (scheduler/matmul_choice.py), then `as_extern()` is the
+    call. `choice` and `choice_reason` are the scheduler's ("template", "cublas" or "measure").
+    """
+
+    def __init__(self, name, layout: Layout, op, a: IRNode, b: IRNode, bias: IRNode | None = None, origins=()):
+        super().__init__(name, layout, origins)
+        self.op = op
+        self.a, self.b, self.bias = a, b, bias
+        self.choice = "template"
+        self.choice_reason = ""
+
+    @property
+    def batched(self) -> bool:
+        return len(self.layout.size) == 3
+
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(B, M, N, K) as ints (B is 1 for mm and addmm)."""
+        *batch, m, k = [static_int(s) for s in self.a.get_size()]
+        n = static_int(self.b.get_size()[-1])
+        return (batch[0] if batch else 1), m, n, k
+
+    def inputs(self) -> list[Buffer]:
+        return [x.data if isinstance(x, ReinterpretView) else x for x in (self.a, self.b, self.bias) if x is not None]
+
+    def as_extern(self) -> "ExternKernel":
+        """The ATen call computing the same buffer (cuBLAS on CUDA), under the same name."""
+        args = (self.a, self.b) if self.bias is None else (self.bias, self.a, self.b)
+        return ExternKernel(self.name, self.layout, self.op, args, {}, fallback=False, origins=self.origins)
+
+    def __repr__(self):
+        return (f"MatmulTemplate({self.name}, {self.op}, {self.layout.dtype}, "
+                f"size={[str(s) for s in self.layout.size]}, choice={self.choice})")
 
 
 class MultiOutput(Buffer):

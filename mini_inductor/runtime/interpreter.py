@@ -8,8 +8,8 @@ It also runs `tl.reduce` with a combine function of its own one element at a tim
 max-pool or a Welford kernel took a minute). The combine functions of triton_helpers get numpy
 versions with the same semantics (NaN propagation, lowest index on ties, Welford merging).
 
-And it gets bfloat16 wrong (casts from anything but float32, constants) and ~ of unsigned ints: those
-builder methods are replaced by ones that convert through torch, rounding as eager does.
+And it gets bfloat16 wrong (casts from anything but float32, constants, tl.dot) and ~ of unsigned ints:
+those builder methods are replaced by ones that convert through torch, rounding as eager does.
 """
 from __future__ import annotations
 
@@ -76,7 +76,27 @@ def install() -> None:
     _patch_casts_and_constants()
     _vectorize_helper_reductions()
     _patch_scalar_index()
+    _patch_bf16_dot()
     _INSTALLED = True
+
+
+def _patch_bf16_dot() -> None:
+    """tl.dot of bfloat16 operands (the matmul templates): the interpreter multiplies their uint16 bits
+    as integers. Widen them to float32 first (exact), as the tensor cores read them."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        def widened(x):
+            if x.dtype.scalar != tl.bfloat16:
+                return x
+            bits = torch.from_numpy(np.ascontiguousarray(x.data).view(np.int16))
+            return interpreter.TensorHandle(bits.view(torch.bfloat16).float().numpy(), tl.float32)
+        return original(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+    interpreter.InterpreterBuilder.create_dot = create_dot
 
 
 def _patch_scalar_index() -> None:

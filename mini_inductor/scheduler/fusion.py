@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Callable
 
+from ..lowering.ir import Buffer
+from ..lowering.sizevars import canonical_vars
 from .dependencies import MemoryDep
-from .nodes import BaseSchedulerNode, FusedSchedulerNode
+from .nodes import BaseSchedulerNode, FusedSchedulerNode, SchedulerNode, template_in
 
 fusion_log = logging.getLogger("mini_inductor.fusion")
 
@@ -39,8 +42,13 @@ class WhyNoFuse:
 
 
 def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: int,
-             node_of: dict, buffer_bytes: dict[str, int]) -> str | None:
-    """None when n1 (first) and n2 may share one kernel; otherwise the reason they may not."""
+             node_of: dict, buffer_bytes: dict[str, int],
+             template_check: Callable[[BaseSchedulerNode, BaseSchedulerNode], str | None] | None = None
+             ) -> str | None:
+    """None when n1 (first) and n2 may share one kernel; otherwise the reason they may not.
+
+    `template_check(n1, n2)`: the scheduler's own reasons against a matmul template taking n2 as an
+    epilogue or n1 as a prologue (scheduler/matmul_choice.py `fusion_check`), or None."""
     why = WhyNoFuse(n1, n2)
     if n1 is n2:
         return why("same node")
@@ -55,6 +63,16 @@ def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: i
                    n1.name if n1.mutations else n2.name)
     if n1.get_device() != n2.get_device():
         return why("device mismatch (%s vs %s)", n1.get_device(), n2.get_device())
+    if n1.is_template() or n2.is_template():
+        reason = _template(n1, n2)
+        if reason is None and template_check is not None:
+            reason = template_check(n1, n2)
+        if reason:
+            return why(reason)
+        if n2.is_template():   # a prologue: computed where the template loads it, by its own rules
+            if len(n1.get_nodes()) + len(n2.get_nodes()) > max_fusion_size:
+                return why("exceeds max fusion")
+            return None
     if shared_bytes(n1, n2, buffer_bytes) == 0:
         return why("no shared data")
     if len(n1.get_nodes()) + len(n2.get_nodes()) > max_fusion_size:
@@ -97,6 +115,59 @@ def _vertical(n1, n2, node_of) -> str | None:
             if r.name == w.name and not _matches(r, w):
                 return "fusing a write into a read with different indexing formula"
     return None
+
+
+def _template(n1, n2) -> str | None:
+    """A matmul template group (n1) takes pointwise consumers of its outputs over the same iteration
+    space (epilogues); reads of its output at another index are refused by `_vertical`."""
+    if n2.is_template():
+        return "a matmul template fuses with no other template" if n1.is_template() else _prologue(n1, n2)
+    if not n1.bits & n2.ancestor_bits:
+        return "a matmul template fuses only with consumers of its output (epilogues)"
+    if n2.is_reduction():
+        return "a reduction is not a matmul template's epilogue"
+    if n2.group[1] != n1.group[1]:
+        return f"epilogue of {n2.group[1]} elements, the template's output has {n1.group[1]}"
+    return None
+
+
+def _prologue(n1, n2) -> str | None:
+    """n1 computed inside template group n2 where the template loads its input (a cast or scale of
+    it): one pointwise node writing, contiguously, a buffer the template reads whole (not a view).
+    That it has no other reader is the scheduler's check (matmul_choice.fusion_check)."""
+    if not isinstance(n1, SchedulerNode) or n1.is_reduction():
+        return "a matmul template's prologue is one pointwise node"
+    t = template_in(n2)
+    if t.batched:
+        return "a bmm template takes no prologue"
+    names = [x.name if isinstance(x, Buffer) else x.data.name for x in (t.a, t.b)]
+    if names[0] == names[1]:
+        return "a matmul template of one buffer by itself takes no prologue"
+    if n1.name not in names:
+        return "a matmul template takes as prologue only the producer of one of its inputs"
+    operand = (t.a, t.b)[names.index(n1.name)]
+    if not isinstance(operand, Buffer) and not _permutes(operand.layout, n1.node.layout):
+        return "a matmul template takes a prologue only through a permutation of its buffer (a transpose)"
+    lay = n1.node.layout
+    (write,) = [w.normalized() for w in n1.writes]
+    if not lay.is_contiguous() or lay.offset != 0 or not isinstance(write, MemoryDep) or \
+            len(write.sizes) != 1 or write.index != canonical_vars(1)[0]:
+        return "a matmul template's prologue must write its buffer contiguously"
+    return None
+
+
+def _permutes(view, base) -> bool:
+    """`view` (a strided layout over `base`'s storage) holds every element of `base` once: its dims
+    are a permutation of the contiguous `base`'s (a transposed weight)."""
+    if view.offset != 0 or sorted(int(s) for s in view.size) != sorted(int(s) for s in base.size):
+        return False
+    order = sorted(zip((int(st) for st in view.stride), (int(s) for s in view.size)), reverse=True)
+    expected = 1
+    for stride, size in reversed(order):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _backend(n1, n2) -> str | None:

@@ -2,15 +2,17 @@
 
     SchedulerNode             one ComputedBuffer (a Pointwise or Reduction loop nest)
     ExternKernelSchedulerNode an ATen call; never fused
-    FusedSchedulerNode        an ordered list of SchedulerNodes that becomes one kernel
+    TemplateSchedulerNode     a matmul template (ir.MatmulTemplate): takes pointwise epilogues
+    FusedSchedulerNode        an ordered list of SchedulerNodes that becomes one kernel (a template's
+                              group: the template first, then its epilogues)
 """
 from __future__ import annotations
 
 import torch
 
 from ..errors import SchedulingError
-from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, Origin
-from ..lowering.sizevars import product
+from ..lowering.ir import Buffer, ComputedBuffer, ExternKernel, MatmulTemplate, MultiOutput, Origin
+from ..lowering.sizevars import canonical_vars, product
 from ..lowering.symbolic import size_value
 from .dependencies import Dep, LoopBody, MemoryDep, StarDep, analyze_body
 
@@ -38,6 +40,10 @@ class BaseSchedulerNode:
         return False
 
     def is_reduction(self) -> bool:
+        return False
+
+    def is_template(self) -> bool:
+        """A matmul template, or a fused group that starts with one."""
         return False
 
     def used_buffer_names(self) -> set[str]:
@@ -105,6 +111,31 @@ class ExternKernelSchedulerNode(BaseSchedulerNode):
         return self.node.get_device()
 
 
+class TemplateSchedulerNode(BaseSchedulerNode):
+    """A matmul template. It reads its inputs whole (StarDeps: a tile reads rows and columns) and
+    writes its output element by element over [M, N] or [B, M, N], so that a consumer reading the
+    output at the same index matches that write and can fuse as an epilogue (fusion.py)."""
+
+    def __init__(self, node: MatmulTemplate):
+        self.node = node
+        self.name = node.name
+        self.reads = {StarDep(b.name) for b in node.inputs()}
+        sizes = tuple(node.layout.size)
+        index = node.layout.index(canonical_vars(len(sizes)))
+        self.writes = {MemoryDep(node.name, index, sizes)}
+        self.unmet_dependencies = set()
+
+    def is_template(self) -> bool:
+        return True
+
+    def get_device(self) -> torch.device:
+        return self.node.get_device()
+
+    @property
+    def group(self) -> tuple:
+        return (self.get_device(), size_value(product(self.node.layout.size)), 1)
+
+
 class FusedSchedulerNode(BaseSchedulerNode):
     """Several SchedulerNodes in one kernel; takes its reduction member's group."""
 
@@ -137,15 +168,32 @@ class FusedSchedulerNode(BaseSchedulerNode):
     def is_reduction(self) -> bool:
         return any(n.is_reduction() for n in self.snodes)
 
+    def is_template(self) -> bool:
+        return any(n.is_template() for n in self.snodes)
+
     def get_device(self) -> torch.device:
         return self.snodes[0].get_device()
 
     @property
     def group(self) -> tuple:
         for n in self.snodes:
-            if n.is_reduction():
+            if n.is_reduction() or n.is_template():
                 return n.group
         return self.snodes[0].group
+
+
+def template_in(node: BaseSchedulerNode) -> MatmulTemplate | None:
+    """The matmul template of a scheduler node (alone, or fused with its prologues and epilogues), or None."""
+    if not isinstance(node, BaseSchedulerNode) or not node.is_template():
+        return None
+    return next(m.node for m in node.get_nodes() if isinstance(m, TemplateSchedulerNode))
+
+
+def template_parts(node: BaseSchedulerNode) -> tuple[list, "TemplateSchedulerNode", list]:
+    """(prologue nodes, the template, epilogue nodes) of a template group, in kernel order."""
+    members = node.get_nodes()
+    at = next(i for i, m in enumerate(members) if isinstance(m, TemplateSchedulerNode))
+    return members[:at], members[at], members[at + 1:]
 
 
 def create_node(buf: Buffer, graph: str | None = None) -> BaseSchedulerNode:
@@ -157,4 +205,6 @@ def create_node(buf: Buffer, graph: str | None = None) -> BaseSchedulerNode:
                               "created it must record the ATen node it came from", graph=graph)
     if isinstance(buf, ComputedBuffer):
         return SchedulerNode(buf)
+    if isinstance(buf, MatmulTemplate):
+        return TemplateSchedulerNode(buf)
     return ExternKernelSchedulerNode(buf)

@@ -24,7 +24,7 @@ import torch
 
 from ..lowering import symbolic
 from ..lowering.ir import ExternKernel, MultiOutput
-from .nodes import BaseSchedulerNode
+from .nodes import BaseSchedulerNode, template_in
 
 aten = torch.ops.aten
 
@@ -197,6 +197,9 @@ def partition_nodes(nodes: list[BaseSchedulerNode], frees_after: list[list[str]]
         inputs |= {n for n, where in last_use_in.items() if where == k and n not in produced and n not in input_order}
         outs = {n for n in produced if n in outputs or any(u > k for u in used_in.get(n, ()))}
         externs = [nodes[i].node for i in indices if nodes[i].is_extern() and isinstance(nodes[i].node, ExternKernel)]
+        # a matmul template that may run as its cuBLAS call (scheduler/matmul_choice.py)
+        externs += [t.as_extern() for i in indices for t in [template_in(nodes[i])]
+                    if t is not None and t.choice != "template"]
         partitions.append(GraphPartition(
             name=f"{'partition' if safe else 'unsafe'}_{counts[safe]}", safe=safe, reason="; ".join(reasons),
             nodes=[nodes[i].name for i in indices], node_indices=list(indices),

@@ -24,6 +24,7 @@ from ..lowering.ir import Buffer, InputBuffer, Layout, MultiOutput, ReinterpretV
 from ..lowering.symbolic import hint
 from .dependencies import Dep, MemoryDep, WeakDep
 from .fusion import FusionDecision, can_fuse, score_fusion, will_fusion_create_cycle
+from .matmul_choice import MatmulDecision, choose_matmuls, fusion_check
 from .memory import compute_last_use, estimate_bytes_moved, releasable_inputs
 from .mutation import add_mutation_deps, alias_groups
 from .nodes import BaseSchedulerNode, FusedSchedulerNode, create_node
@@ -55,6 +56,7 @@ class Schedule:
     partition_moves: list[PartitionMove] = dataclasses.field(default_factory=list)  # the partition-aware reorder
     unused_inputs: list[str] = dataclasses.field(default_factory=list)  # graph inputs no node reads: dropped first
     overlap_moves: list[OverlapMove] = dataclasses.field(default_factory=list)  # collectives early, waits late
+    matmuls: list[MatmulDecision] = dataclasses.field(default_factory=list)  # each matmul template's fate
 
     def mutated_inputs(self) -> list[int]:
         """Positions of the graph inputs that the graph writes in place."""
@@ -64,7 +66,8 @@ class Schedule:
         """The schedule after fusion, a group a line, with the refusals (for the debug dir)."""
         lines = [f"# schedule of {self.graph.name}: {self.nodes_before_fusion} nodes → {len(self.nodes)} groups"]
         for i, node in enumerate(self.nodes):
-            kind = "extern" if node.is_extern() else ("reduction" if node.is_reduction() else "pointwise")
+            kind = "extern" if node.is_extern() else ("template" if node.is_template() else
+                                                      "reduction" if node.is_reduction() else "pointwise")
             members = ", ".join(n.name for n in node.get_nodes())
             ops = ", ".join(sorted({o.op for o in node.origins}))
             frees = f"  frees {', '.join(self.frees_after[i])}" if self.frees_after[i] else ""
@@ -79,6 +82,8 @@ class Schedule:
         for root, nodes in self.mutations.items():
             which = f" (input {inputs[root]})" if root in inputs else ""
             lines.append(f"# {root}{which} mutated by {', '.join(nodes)}")
+        lines += [f"# matmul {d.describe()}" for d in self.matmuls]
+        lines += [f"# matmul {note}" for note in self.graph.matmul_notes]
         lines.append(f"# estimated bytes moved: {self.estimated_bytes_moved}")
         lines += [f"# reorder for partitions: {move}" for move in self.partition_moves]
         lines += [f"# overlap: {move}" for move in self.overlap_moves]
@@ -118,6 +123,7 @@ class Scheduler:
         self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
+        matmuls = choose_matmuls(nodes, self.cfg.matmul_templates, self.cfg.max_autotune)
         user_unsafe = frozenset(op.strip().replace("::", ".") for op in self.cfg.cudagraph_unsafe_ops.split(",")
                                 if op.strip())   # "mylib::baz" names the op str() calls "mylib.baz"
         moves: list[PartitionMove] = []
@@ -144,7 +150,7 @@ class Scheduler:
         partitions = partition_nodes(nodes, frees, output_names, input_order, user_unsafe)
         result = Schedule(self.graph, nodes, frees, output_names, self.decisions, before, removed,
                           time.perf_counter() - start, partitions, moved, aliases, mutations, moves, unused_inputs,
-                          overlap)
+                          overlap, matmuls)
         schedule_log.info("%s: %d nodes → %d groups in %.3f s", self.graph.name, before, len(nodes), result.seconds)
         return result
 
@@ -231,6 +237,12 @@ class Scheduler:
 
     def _fuse(self, nodes):
         nbytes = self._buffer_bytes()
+        readers: dict[str, set[str]] = {}
+        for n in nodes:
+            for d in n.reads:
+                readers.setdefault(d.name, set()).add(n.name)
+        self._template_check = fusion_check(self.cfg.matmul_templates, self.cfg.max_autotune, readers,
+                                            set(self._output_names()))
         self._recorded: set[tuple[str, str, str]] = set()
         start = len(nodes)
         fused_bits = 0  # members of fused nodes: the only nodes through which fusion can close a cycle
@@ -252,7 +264,8 @@ class Scheduler:
                 if a.min_order > b.min_order:
                     a, b = b, a
                 score = score_fusion(a, b, nbytes)
-                reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of, buffer_bytes=nbytes)
+                reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of, buffer_bytes=nbytes,
+                                  template_check=self._template_check)
                 if reason is None and will_fusion_create_cycle(a, b, node_of, self._names_by_order, fused_bits):
                     reason = "will create cycle"
                 if reason is not None:
@@ -305,7 +318,7 @@ class Scheduler:
                     seen.add(key)
                     score = score_fusion(a, b, nbytes)
                     reason = can_fuse(a, b, max_fusion_size=self.cfg.max_fusion_size, node_of=node_of,
-                                      buffer_bytes=nbytes)
+                                      buffer_bytes=nbytes, template_check=self._template_check)
                     if reason is None:
                         pairs.append((a, b, score))
                     else:

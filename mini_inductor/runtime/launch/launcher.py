@@ -191,7 +191,9 @@ def accelerate(module, tuner=None, static: bool | None = None) -> None:
     from triton.runtime.jit import JITFunction
 
     for name, value in list(vars(module).items()):
-        if name.startswith("triton_") and isinstance(value, JITFunction):
+        # matmul templates (triton_tem_*) launch through Triton's own path: they take num_stages, which
+        # a site's fast launch would pass on as a kernel argument
+        if name.startswith("triton_") and not name.startswith("triton_tem_") and isinstance(value, JITFunction):
             setattr(module, name, FastKernel(value, tuner, static))
     module._mini_inductor_fast = True
 

@@ -1,0 +1,213 @@
+"""mode="max-autotune": a matmul template's choice, timed at compile time.
+
+    choose_by_timing(wrapper, group, ...)          a template group whose choice is "measure"
+      → the template kernel's source (with its epilogues; block sizes are launch arguments, so one
+        source serves every config) + the cuBLAS op + the device, flags and versions = the key
+      → on disk? cache_dir/autotune/ab/ab12….json (caching/autotune.py read_matmul): its choice
+      → else, on random tensors of the graph's layouts: each config of `matmul_configs` launched
+        and timed, and cuBLAS followed by the epilogues as a kernel of their own; the faster kept
+        (written to disk) and recorded with every timing in the schedule's MatmulDecision
+
+The timer is `time_ms` (a module attribute: the CPU tests replace it, as Triton's interpreter times
+nothing of what the GPU does).
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from .. import timing
+from ..caching import autotune as autotune_cache
+from ..caching import files as cache_files
+from ..caching.modules import load_module
+from ..lowering.ir import InputBuffer, ReinterpretView
+from ..lowering.symbolic import hint
+from ..scheduler.nodes import FusedSchedulerNode, template_in, template_parts
+from .matmul_template import MatmulConfig, matmul_configs, program_count
+from .triton import TritonKernel
+from .wrapper_ir import KernelCallLine
+
+log = logging.getLogger("mini_inductor.autotuning")
+
+CUBLAS = "cuBLAS + epilogue kernel"
+
+
+def time_ms(fn) -> float:
+    """Median ms of `fn()` on the GPU (warm-up, L2 flushed between samples: timing.py)."""
+    result = timing.bench(fn, warmup=5, samples=25, flush_l2=True)
+    return result.gpu_ms if result.gpu_ms is not None else result.wall_ms
+
+
+def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, MatmulConfig | None]:
+    """("template", the fastest config) or ("cublas", None) for template group i (see the module docstring)."""
+    from .wrapper import HEADER
+
+    template = template_in(group)
+    kernel = wrapper.template_kernel(group, i, users, outputs)
+    kernel.name = "triton_tem_measured"
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    source = kernel.generate(allow_tf32=allow_tf32)
+    device = template.get_device()
+    measured = "\n".join([source, str(template.op), _device_description(device), f"allow_tf32={allow_tf32}",
+                          f"candidates={template.choice}", *cache_files.versions()[:2]])
+    path = cache_files.keyed_path(wrapper.cfg.cache_dir, "autotune", autotune_cache.matmul_key(measured))
+    found = autotune_cache.read_matmul(path, measured)
+    where = "disk"
+    if found is None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with torch.no_grad(), unset_fake_temporarily():   # real tensors, inside the compile's fake mode
+            found = _measure(wrapper, group, i, users, outputs, kernel, source, HEADER)
+        autotune_cache.write_matmul(path, measured, *found)
+        where = "measured"
+    choice, config, timings = found
+    decision = next((d for d in wrapper.sched.matmuls if d.name == template.name), None)
+    if decision is not None:
+        decision.choice = choice
+        best = min(timings, key=lambda t: t[1]) if timings else None
+        decision.reason = f"fastest of {len(timings)} timed ({where})" + (f": {best[0]}" if best else "")
+        decision.measured = [(name, ms) for name, ms in timings]
+    log.info("%s: %s (%s) of %s", template.name, choice, where,
+             ", ".join(f"{n} {ms:.4f} ms" for n, ms in timings))
+    if choice == "template":
+        return "template", MatmulConfig(**{**config, "persistent": bool(config.get("persistent", 0))})
+    return "cublas", None
+
+
+def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str):
+    """(choice, config as a dict or None, [(candidate, ms)]) from timing every candidate."""
+    prologue, template, epilogue = template_parts(group)
+    template = template.node
+    local = {m.name for m in epilogue if m.name not in outputs and users.get(m.name, set()) <= {i}}
+    epilogue_kernel, epilogue_call = _pointwise_kernel(wrapper, epilogue, local, "epilogue")
+    prologue_kernels = [_pointwise_kernel(wrapper, [p], set(), f"prologue_{j}") for j, p in enumerate(prologue)]
+    b, m, n, k = template.sizes()
+    candidates = matmul_configs(m, n, k, template.layout.dtype, template.batched)
+    text = header.format(graph=f"{wrapper.graph.name} (timing {template.name})") + "\n" + source
+    persistent = next((c for c in candidates if c.persistent), None)
+    if persistent is not None:   # the persistent variant's source (its loop over tiles)
+        looping = wrapper.template_kernel(group, i, users, outputs, persistent)
+        looping.name = "triton_tem_measured_persistent"
+        text += "\n\n" + looping.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+    for source_text, _ in [*prologue_kernels, (epilogue_kernel, None)]:
+        if source_text is not None:
+            text += "\n\n" + source_text
+    module, _ = load_module(text, wrapper.cfg.cache_dir)
+    layouts = _layouts(wrapper)
+    tensors: dict[str, torch.Tensor] = {}
+    gen = torch.Generator(device=template.get_device())   # the global RNG is left alone
+    gen.manual_seed(0)
+
+    def tensor(name: str) -> torch.Tensor:
+        if name not in tensors:
+            tensors[name] = _random(*layouts[name], gen)
+        return tensors[name]
+
+    def view(x) -> torch.Tensor:
+        if isinstance(x, ReinterpretView):
+            lay = x.layout
+            return torch.as_strided(tensor(x.data.name), [hint(s) for s in lay.size], [hint(s) for s in lay.stride],
+                                    hint(lay.offset))
+        return tensor(x.name)
+
+    args = [tensor(name) for name in kernel.signature()]
+    timings: list[tuple[str, float]] = []
+    configs = {}
+    programs = program_count(template.get_device())
+    for config in candidates:
+        grid, meta = config.grid(b, m, n, template.batched, programs), config.meta(k, programs)
+        fn = module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
+
+        def launch(fn=fn, grid=grid, meta=meta, config=config):
+            fn[grid](*args, **meta, num_warps=config.num_warps, num_stages=config.num_stages)
+        label = f"template {config.label()}"
+        try:
+            ms = time_ms(launch)
+        except Exception as e:  # noqa: BLE001  (a config that fails to compile or launch just loses)
+            log.debug("%s %s failed: %s", template.name, label, e)
+            ms = math.inf
+        timings.append((label, ms))
+        configs[label] = config
+    if template.choice == "tune":   # matmul_templates="always": a template whichever config wins
+        best = min(timings, key=lambda t: t[1])   # (the default, first, where every one failed)
+        return "template", _config_record(configs[best[0]]), [(n, ms if math.isfinite(ms) else -1.0)
+                                                              for n, ms in timings]
+    cublas_args = [view(x) for x in ((template.a, template.b) if template.bias is None
+                                     else (template.bias, template.a, template.b))]
+    op = template.op
+    launches = []
+    for _, call in [*prologue_kernels, (None, epilogue_call)]:
+        if call is not None:
+            launches.append((getattr(module, call.kernel), call.grid(),
+                             [tensor(name) for name in call.args] + list(call.size_args()), call))
+
+    def run(launch):
+        fn, grid, args, call = launch
+        fn[grid](*args, **call.meta, num_warps=call.num_warps)
+
+    def separate():   # the prologue kernels, the ATen call, the epilogue kernel
+        for launch in launches[:len(prologue_kernels)]:
+            run(launch)
+        op(*cublas_args)
+        for launch in launches[len(prologue_kernels):]:
+            run(launch)
+    timings.append((CUBLAS, time_ms(separate)))
+    finite = [t for t in timings if math.isfinite(t[1])]
+    best = min(finite, key=lambda t: t[1])
+    timings = [(name, ms if math.isfinite(ms) else -1.0) for name, ms in timings]
+    if best[0] == CUBLAS:
+        return "cublas", None, timings
+    return "template", _config_record(configs[best[0]]), timings
+
+
+def _config_record(c: MatmulConfig) -> dict[str, int]:
+    return {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
+            "num_warps": c.num_warps, "num_stages": c.num_stages, "persistent": int(c.persistent)}
+
+
+def _pointwise_kernel(wrapper, nodes, local: set[str], role: str) -> tuple[str | None, KernelCallLine | None]:
+    """`nodes` as the kernel they would be around a cuBLAS call (its source and launch), or (None, None)."""
+    if not nodes:
+        return None, None
+    group = nodes[0] if len(nodes) == 1 else FusedSchedulerNode(nodes)
+    _, numel, rnumel = group.group
+    kernel = TritonKernel(nodes, numel, rnumel, local, wrapper.buffer_dtypes, wrapper.cfg.persistent_reduction_limit,
+                          online_softmax=wrapper.cfg.online_softmax, buffer_spans=wrapper.buffer_spans)
+    kernel.name = f"triton_poi_measured_{role}"
+    source = kernel.generate()
+    tiling = kernel.tiling
+    call = KernelCallLine(kernel.name, kernel.signature(), tiling.xnumel if tiling else numel, None,
+                          kernel.config.meta(False), kernel.config.num_warps, "",
+                          ynumel=tiling.ynumel if tiling else None)
+    return source, call
+
+
+def _layouts(wrapper) -> dict[str, tuple]:
+    """name → (size, stride, dtype, device) of every buffer, input and constant of the graph."""
+    graph = wrapper.graph
+    out = {}
+    for b in [*graph.buffers, *[x for x in graph.inputs if isinstance(x, InputBuffer)]]:
+        if b.layout is not None:
+            lay = b.layout
+            out[b.name] = ([hint(s) for s in lay.size], [hint(s) for s in lay.stride], lay.dtype, lay.device)
+    for name, t in graph.constants.items():
+        out[name] = (list(t.shape), list(t.stride()), t.dtype, t.device)
+    return out
+
+
+def _random(size, stride, dtype, device, gen: torch.Generator) -> torch.Tensor:
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(s > 0 for s in size) else 0
+    flat = torch.empty(span, dtype=dtype, device=device)
+    if dtype.is_floating_point:
+        flat.normal_(generator=gen)
+    else:
+        flat.zero_()
+    return flat.as_strided(size, stride)
+
+
+def _device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda {torch.cuda.get_device_name(index)} {torch.cuda.get_device_capability(index)}"
+    return str(device)

@@ -1,0 +1,146 @@
+"""Template or cuBLAS, per matmul: the cost model of option matmul_templates="auto", and the choice
+the scheduler records on each template node after fusion (`choose_matmuls`).
+
+    "template"   the Triton template runs, with its fused epilogues (codegen/matmul_template.py)
+    "cublas"     the ATen call runs (MatmulTemplate.as_extern(): addmm keeps its bias in cuBLAS's
+                 epilogue), and the epilogues as a kernel of their own after it
+    "measure"    mode="max-autotune" on CUDA: codegen times the template's configs with the epilogues
+                 against cuBLAS plus the epilogue kernel, and keeps the faster (codegen/matmul_autotune.py)
+    "tune"       the same with matmul_templates="always": the template's configs only
+
+The cost model (`prefer_template`) compares, per matmul and with the epilogue fused:
+
+    cuBLAS   = max(flops / peak,              bytes / bandwidth) + 2 * output bytes / bandwidth + launch
+    template = max(flops / (peak * TEMPLATE_EFFICIENCY), bytes / bandwidth)
+
+the epilogue kernel after cuBLAS re-reads the product and the product is written once more: that is
+what fusing saves, against the template's slower main loop. Where both are compute-bound a template
+wins while K < itemsize * (peak / bandwidth) * e / (1 - e) (e = TEMPLATE_EFFICIENCY), about 1400 in
+fp16: the up-projection of a linear layer (K = 768, N = 3072) becomes a template with its bias and
+GELU, its down-projection (K = 3072) stays cuBLAS.
+The constants are the H100's (SXM, dense); measurements under max-autotune are what to refit them to.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..lowering.ir import MatmulTemplate
+from .nodes import BaseSchedulerNode, template_in, template_parts
+
+# H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
+# or in full precision (SIMT)
+PEAK_TFLOPS = {torch.float16: 700.0, torch.bfloat16: 700.0, "tf32": 350.0, torch.float32: 50.0}
+HBM_GB_PER_S = 3000.0
+TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same shape (a guess to refit)
+LAUNCH_US = 2.0                # one more kernel in a CUDA graph
+MEASURE_DEVICES = ("cuda",)    # where max-autotune times the choice (the interpreter's timings mean nothing)
+
+
+@dataclasses.dataclass
+class MatmulDecision:
+    """What became of one matmul (the fusion report and `explain` print these)."""
+
+    name: str                    # the template's buffer
+    op: str                      # aten.mm.default, ...
+    shape: str                   # "B x M x N x K dtype"
+    choice: str                  # "template", "cublas", "measure" or "tune" (then codegen fills in the winner)
+    reason: str
+    fused: list[str]             # ops of the epilogues fused into the template
+    measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
+    prologue: list[str] = dataclasses.field(default_factory=list)   # ops computed on the template's loads
+
+    def describe(self) -> str:
+        if self.choice == "template":
+            parts = ([f"prologue: {', '.join(self.prologue)}"] if self.prologue else []) + \
+                ([f"fused: {', '.join(self.fused)}"] if self.fused else [])
+            what = "Triton template" + (f" ({'; '.join(parts)})" if parts else "")
+        else:
+            what = "cuBLAS" + (f" + epilogue kernel ({', '.join(self.fused)})" if self.fused else "") + \
+                (f" after a prologue kernel ({', '.join(self.prologue)})" if self.prologue else "")
+        line = f"{self.name}: {self.op} {self.shape}: {what} — {self.reason}"
+        if self.measured:
+            line += "; measured: " + ", ".join(f"{c} {ms:.4f} ms" for c, ms in self.measured)
+        return line
+
+
+def _tf32(dtype: torch.dtype) -> bool:
+    return dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+
+
+def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epilogue: bool) -> tuple[bool, str]:
+    """(template wins, why) by the cost model of this module's docstring, in µs on an H100."""
+    itemsize = dtype.itemsize
+    peak = PEAK_TFLOPS["tf32" if _tf32(dtype) else dtype] * 1e6          # flop per µs
+    bandwidth = HBM_GB_PER_S * 1e3                                        # bytes per µs
+    flops = 2.0 * batch * m * n * k
+    moved = (batch * m * k + batch * k * n + batch * m * n) * itemsize
+    cublas = max(flops / peak, moved / bandwidth)
+    template = max(flops / (peak * TEMPLATE_EFFICIENCY), moved / bandwidth)
+    if not epilogue:
+        return False, f"no epilogue to fuse: cuBLAS {cublas:.1f} µs, template {template:.1f} µs (model)"
+    separate = 2 * batch * m * n * itemsize / bandwidth + LAUNCH_US
+    wins = template < cublas + separate
+    return wins, (f"template {template:.1f} µs vs cuBLAS {cublas:.1f} µs + epilogue {separate:.1f} µs "
+                  f"(cost model)")
+
+
+def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
+    template = template_in(group)
+    assert template is not None, group
+    return template
+
+
+def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str]):
+    """can_fuse's `template_check(n1, n2)`. A prologue n1 must have no reader but the template (not
+    even an epilogue of it) and not be a graph output: it is recomputed per tile, never stored. An epilogue n2 is
+    refused in "auto" without max-autotune where the cost model keeps cuBLAS even with it fused."""
+    def check(n1: BaseSchedulerNode, n2: BaseSchedulerNode) -> str | None:
+        if n2.is_template() and not n1.is_template():
+            elsewhere = sorted(readers.get(n1.name, set()) - {template_of(n2).name})
+            if elsewhere or n1.name in outputs:
+                return (f"{n1.name} is read outside the template too ({', '.join(elsewhere) or 'a graph output'}): "
+                        f"a prologue is recomputed per tile, never stored")
+            return None
+        if mode != "auto" or max_autotune:
+            return None
+        t = template_of(n1)
+        if t.get_device().type != "cuda":
+            return None
+        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True)
+        return None if wins else f"cuBLAS preferred for {t.name}: {why}"
+    return check
+
+
+def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool) -> list[MatmulDecision]:
+    """Set each template's `choice` (see the module docstring) after fusion; one record each."""
+    decisions = []
+    for group in nodes:
+        if not group.is_template():
+            continue
+        prologue, template, epilogue = template_parts(group)
+        t = template.node
+        b, m, n, k = t.sizes()
+        if mode == "always" and max_autotune and t.get_device().type in MEASURE_DEVICES:
+            choice, reason = "tune", "matmul_templates='always': its configs timed (max-autotune)"
+        elif mode == "always":
+            choice, reason = "template", "matmul_templates='always'"
+        elif max_autotune and t.get_device().type in MEASURE_DEVICES:
+            choice, reason = "measure", "timed at compile time (max-autotune)"
+        else:
+            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue or prologue))
+            choice = "template" if wins else "cublas"
+        t.choice, t.choice_reason = choice, reason
+        fused = list(dict.fromkeys(o.op for e in epilogue for o in e.node.origins))
+        loaded = list(dict.fromkeys(o.op for p in prologue for o in p.node.origins))
+        shape = f"{b} x {m} x {n} x {k}" if t.batched else f"{m} x {n} x {k}"
+        decisions.append(MatmulDecision(t.name, str(t.op), f"{shape} {t.layout.dtype}", choice, reason,
+                                        [_short(op) for op in fused], prologue=[_short(op) for op in loaded]))
+    return decisions
+
+
+def _short(op: str) -> str:
+    """aten.gelu.default → gelu."""
+    parts = op.split(".")
+    return parts[1] if op.startswith("aten.") and len(parts) > 1 else op

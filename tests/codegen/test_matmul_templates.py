@@ -1,0 +1,481 @@
+"""Matmul templates (option matmul_templates): mm, addmm and bmm as Triton kernels with their pointwise
+epilogues fused in, against eager; the scheduler's legality and the auto rule; max-autotune's cache.
+
+On the CPU the templates run in Triton's interpreter with matmul_templates="always" (the `templates`
+fixture); the GPU tests at the end check real sizes and the timing path."""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from common import check
+from mini_inductor import config, metrics
+from mini_inductor.caching.memory import PROCESS
+from mini_inductor.scheduler.matmul_choice import prefer_template
+
+
+@pytest.fixture
+def templates():
+    with config.patch(matmul_templates="always"):
+        yield
+
+
+def sources() -> str:
+    text = ""
+    for rec in metrics.compiled_graphs:
+        with open(rec.source_path) as f:
+            text += f.read()
+    return text
+
+
+def template_kernels() -> list[str]:
+    return re.findall(r"@triton\.jit\ndef triton_tem_(?:.|\n)*?(?=\n\n)", sources())
+
+
+def kernel_names() -> list[str]:
+    return [n for rec in metrics.compiled_graphs for n in rec.kernel_names]
+
+
+def extern_calls() -> list[str]:
+    return [c for rec in metrics.compiled_graphs for c in rec.extern_calls]
+
+
+# ── mm, addmm, bmm against eager ─────────────────────────────────────────────────────────────────
+
+def test_mm_of_odd_sizes_is_one_template(templates, device):
+    a, b = torch.randn(33, 29, device=device), torch.randn(29, 47, device=device)
+    check(lambda a, b: a @ b, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert all(n.startswith("triton_tem_") for n in kernel_names())
+    assert not any("mm" in c for c in extern_calls())
+
+
+def test_mm_of_transposed_and_offset_inputs(templates, device):
+    a, b = torch.randn(29, 40, device=device), torch.randn(50, 29, device=device)
+    check(lambda a, b: a[:, 3:36].t() @ b[2:31].t().t().t().t(), a, b.t().contiguous().t(), kernels=1,
+          atol=1e-4, rtol=1e-4)
+
+
+def test_linear_with_bias_is_addmm_template_with_transposed_weight(templates, device):
+    x, w, bias = torch.randn(17, 24, device=device), torch.randn(40, 24, device=device), torch.randn(40, device=device)
+    check(lambda x, w, b: F.linear(x, w, b), x, w, bias, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "acc + " in src     # the bias added to the accumulator
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_addmm(templates, device, dtype):
+    x, w, bias = (torch.randn(s, device=device, dtype=dtype) for s in [(33, 48), (48, 20), (33, 20)])
+    check(lambda b, x, w: torch.addmm(b, x, w), bias, x, w, kernels=1, atol=2e-2, rtol=2e-2)
+
+
+def test_addmm_with_alpha_and_beta_scales_in_the_epilogue(templates, device):
+    bias, x, w = torch.randn(8, 12, device=device), torch.randn(8, 16, device=device), torch.randn(16, 12, device=device)
+    check(lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), bias, x, w, kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_bmm_of_odd_sizes_with_a_transposed_input(templates, device):
+    a, b = torch.randn(3, 17, 21, device=device), torch.randn(3, 19, 21, device=device)
+    check(lambda a, b: torch.bmm(a, b.transpose(1, 2)) * 0.5, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "tl.program_id(1)" in src
+
+
+def test_fp32_respects_allow_tf32(templates, device):
+    a, b = torch.randn(16, 16, device=device), torch.randn(16, 16, device=device)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        check(lambda a, b: a @ b, a, b, kernels=1, atol=1e-4, rtol=1e-4)
+        assert 'input_precision="ieee"' in template_kernels()[0]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+# ── epilogues ────────────────────────────────────────────────────────────────────────────────────
+
+EPILOGUES = {
+    "bias_gelu": (lambda y, r, b: F.gelu(y + b), "tl.erf"),
+    "silu": (lambda y, r, b: F.silu(y), "tl.sigmoid"),
+    "relu": (lambda y, r, b: torch.relu(y), "tl.where"),
+    "tanh": (lambda y, r, b: torch.tanh(y), "tanh"),
+    "residual": (lambda y, r, b: y + r, "tl.load"),
+    "scale": (lambda y, r, b: y * 0.125, "0.125"),
+    "cast": (lambda y, r, b: y.to(torch.float16), "tl.float16"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EPILOGUES))
+def test_epilogue_fuses_into_the_template(templates, device, kind):
+    epilogue, marker = EPILOGUES[kind]
+    x, w = torch.randn(19, 24, device=device), torch.randn(24, 33, device=device)
+    r, b = torch.randn(19, 33, device=device), torch.randn(33, device=device)
+    check(lambda x, w, r, b: epilogue(x @ w, r, b), x, w, r, b, kernels=1, atol=1e-3, rtol=1e-3)
+    (src,) = template_kernels()
+    assert marker in src.split("mask_mn =")[1]
+
+
+def test_output_read_elsewhere_is_still_stored(templates, device):
+    x, w = torch.randn(9, 16, device=device), torch.randn(16, 20, device=device)
+    check(lambda x, w: (lambda y: (y, torch.relu(y) + 1))(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert src.count("tl.store(") == 2
+
+
+def test_reduction_of_the_product_is_not_an_epilogue(templates, device):
+    x, w = torch.randn(9, 16, device=device), torch.randn(16, 20, device=device)
+    check(lambda x, w: (x @ w).sum(-1), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+
+
+def test_transposed_read_of_the_product_is_not_an_epilogue(templates, device):
+    x, w, r = torch.randn(16, 16, device=device), torch.randn(16, 16, device=device), torch.randn(16, 16, device=device)
+    check(lambda x, w, r: (x @ w).t() + r, x, w, r, kernels=2, atol=1e-4, rtol=1e-4)
+
+
+def test_linear_bias_gelu_is_one_kernel(templates, device):
+    lin = torch.nn.Linear(24, 40).to(device)
+    check(lambda x: F.gelu(lin(x)), torch.randn(2, 9, 24, device=device), kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_linear_plus_residual_is_one_kernel(templates, device):
+    lin = torch.nn.Linear(24, 24).to(device)
+    check(lambda x: x + lin(x), torch.randn(13, 24, device=device), kernels=1, atol=1e-4, rtol=1e-4)
+
+
+def test_swiglu_is_two_templates_with_the_mul_fused(templates, device):
+    x, w1, w2 = torch.randn(11, 24, device=device), torch.randn(24, 40, device=device), torch.randn(24, 40, device=device)
+    check(lambda x, w1, w2: F.silu(x @ w1) * (x @ w2), x, w1, w2, kernels=2, atol=1e-4, rtol=1e-4)
+    assert all(n.startswith("triton_tem_") for n in kernel_names())
+
+
+def test_training_step_with_templates(templates, device):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.GELU(), torch.nn.Linear(20, 6)).to(device)
+    check(lambda x: mlp(x), torch.randn(7, 12, device=device), grad=True, atol=1e-4, rtol=1e-4)
+    assert any(n.startswith("triton_tem_") for n in kernel_names())
+
+
+# ── off, auto ────────────────────────────────────────────────────────────────────────────────────
+
+def test_off_leaves_cublas_calls(device):
+    x, w, b = torch.randn(8, 16, device=device), torch.randn(16, 12, device=device), torch.randn(12, device=device)
+    with config.patch(matmul_templates="off"):
+        check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "aten.mm.default" in extern_calls()
+    assert not any(n.startswith("triton_tem_") for n in kernel_names())
+
+
+def test_auto_keeps_cublas_on_the_cpu():
+    x, w, b = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12)
+    with config.patch(matmul_templates="auto"):
+        check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "aten.mm.default" in extern_calls()
+
+
+def test_auto_rule_prefers_templates_for_small_k_with_an_epilogue():
+    # a linear layer's up-projection (K = 768) with its bias and GELU fused: the template
+    assert prefer_template(1, 8192, 3072, 768, torch.float16, True)[0]
+    # its down-projection (K = 3072): cuBLAS's main loop wins
+    assert not prefer_template(1, 8192, 768, 3072, torch.float16, True)[0]
+    # nothing to fuse: cuBLAS
+    assert not prefer_template(1, 8192, 3072, 768, torch.float16, False)[0]
+
+
+# ── max-autotune: timed at compile time, kept on disk ────────────────────────────────────────────
+
+def test_max_autotune_times_the_choice_once_and_reuses_it_from_disk(monkeypatch, tmp_path):
+    """The timing path in the interpreter with a fake timer (every candidate launched once): cuBLAS
+    made the fastest, then a warm start reads the choice back without timing anything."""
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed = []
+
+    def fake_time(fn):
+        fn()
+        timed.append(fn)
+        return 0.5 if len(timed) == 3 else 1.0   # the third candidate (cuBLAS + epilogue) wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(32, 32, 16, 8, 4, 1)])
+    x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
+    fn = lambda x, w, b: torch.relu(x @ w + b)   # noqa: E731
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
+        # auto on the CPU makes no templates: "always" would not time; force the template here
+        monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+        check(fn, x, w, b, atol=1e-4, rtol=1e-4)
+        assert len(timed) == 3                      # two configs, then cuBLAS + the epilogue kernel
+        assert "aten.mm.default" in extern_calls()  # cuBLAS won
+        torch._dynamo.reset()
+        PROCESS.clear()
+        with config.patch(graph_cache=False):   # compiled again, not served whole from the graph cache
+            check(fn, x, w, b, atol=1e-4, rtol=1e-4)
+        assert len(timed) == 3                      # read back from disk
+    files = list((tmp_path / "autotune").rglob("*.json"))
+    assert files and '"choice": "cublas"' in files[0].read_text()
+
+
+def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path):
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    calls = []
+
+    def fake_time(fn):
+        fn()
+        calls.append(fn)
+        return {1: 2.0, 2: 0.25}.get(len(calls), 3.0)   # the second config wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1),
+        matmul_autotune.MatmulConfig(32, 16, 16, 4, 4, 1, persistent=True)])
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    x, w = torch.randn(9, 16), torch.randn(16, 40)
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
+        check(lambda x, w: F.silu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4, EVEN_K=1, NUM_PROGRAMS=2" in sources()
+    assert "for tile in range(tl.program_id(0)" in template_kernels()[0]
+
+
+# ── reporting ────────────────────────────────────────────────────────────────────────────────────
+
+def test_explain_names_templates_and_what_fused(templates):
+    import mini_inductor
+
+    x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
+    text = str(mini_inductor.explain(lambda x, w, b: F.gelu(x @ w + b), x, w, b))
+    assert re.search(r"matmul buf\d+: aten\.mm\.default 9 x 20 x 16 torch\.float32: Triton template "
+                     r"\(fused: add, .*\)", text), text
+
+
+def test_explain_says_why_a_matmul_stayed_cublas():
+    import mini_inductor
+
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(matmul_templates="off"):
+        text = str(mini_inductor.explain(lambda x, w: x @ w, x, w))
+    assert "aten.mm 9x16 x 16x20 torch.float32: ATen (matmul_templates='off')" in text, text
+
+
+# ── auto: the cost model's choice, and cuBLAS with the epilogue split off ─────────────────────────
+
+@pytest.fixture
+def auto_on_the_cpu(monkeypatch):
+    """matmul_templates="auto" as on CUDA: templates made at lowering, the choice left to the model."""
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    with config.patch(matmul_templates="auto"):
+        yield
+
+
+def test_auto_without_an_epilogue_is_cublas(auto_on_the_cpu):
+    check(lambda x, w: x @ w, torch.randn(9, 16), torch.randn(16, 20), kernels=0, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+
+
+def test_auto_with_an_epilogue_on_a_small_problem_is_a_template(auto_on_the_cpu):
+    check(lambda x, w: torch.relu(x @ w), torch.randn(9, 16), torch.randn(16, 20), kernels=1, atol=1e-4, rtol=1e-4)
+    assert kernel_names()[0].startswith("triton_tem_") and not extern_calls()
+
+
+def test_cublas_choice_splits_the_epilogue_into_a_kernel_after_it(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    x, w, r = torch.randn(9, 16), torch.randn(16, 20), torch.randn(9, 20)
+    check(lambda x, w, r: torch.relu(x @ w) + r, x, w, r, kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+    assert kernel_names()[0].startswith("triton_poi_")
+
+
+def test_cublas_choice_keeps_addmm_whole(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    lin = torch.nn.Linear(16, 20)
+    check(lambda x: F.gelu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.addmm.default"]
+
+
+def test_persistent_variant_loops_over_tiles(templates, device, monkeypatch):
+    from mini_inductor.codegen import matmul_template
+
+    def persistent(m, n, k, dtype):
+        return matmul_template.MatmulConfig(16, 16, 16, 2, 4, 1, persistent=True)
+    monkeypatch.setattr(matmul_template, "default_config", persistent)
+    x, w, r = torch.randn(37, 24, device=device), torch.randn(24, 45, device=device), torch.randn(37, 45, device=device)
+    check(lambda x, w, r: torch.tanh(x @ w) + r, x, w, r, kernels=1, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert "for tile in range(tl.program_id(0)" in src
+
+
+# ── GPU: real sizes, auto's choice on CUDA, max-autotune's timings ───────────────────────────────
+
+def _linear_gelu(m, n, k, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) * k ** -0.5
+    b = torch.randn(n, device="cuda", dtype=dtype, generator=gen)
+    return (lambda x, w, b: F.gelu(F.linear(x, w, b))), (x, w, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(8192, 3072, 768), (8192, 768, 3072)])
+def test_gpu_transformer_linear_bias_gelu_fp16(templates, m, n, k):
+    fn, args = _linear_gelu(m, n, k, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert kernel_names()[0].startswith("triton_tem_")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_bmm_and_residual(templates, dtype):
+    a = torch.randn(12, 257, 64, device="cuda", dtype=dtype)
+    b = torch.randn(12, 64, 255, device="cuda", dtype=dtype)
+    r = torch.randn(12, 257, 255, device="cuda", dtype=dtype)
+    tol = 3e-2 if dtype == torch.bfloat16 else 2e-2   # fp32: TF32 by default on both sides
+    check(lambda a, b, r: torch.bmm(a, b) * 0.125 + r, a, b, r, kernels=1, atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+def test_gpu_auto_makes_the_up_projection_a_template_and_leaves_the_down_projection_to_cublas(monkeypatch):
+    monkeypatch.setattr(config, "matmul_templates", "auto")
+    fn, args = _linear_gelu(8192, 3072, 768, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert kernel_names()[0].startswith("triton_tem_") and not extern_calls()
+    metrics.reset()
+    torch._dynamo.reset()
+    fn, args = _linear_gelu(8192, 768, 3072, torch.float16)
+    check(fn, *args, kernels=1, atol=2e-2, rtol=2e-2)
+    assert extern_calls() == ["aten.addmm.default"]
+
+
+@pytest.mark.gpu
+def test_gpu_max_autotune_times_templates_against_cublas_and_keeps_the_choice(tmp_path, monkeypatch):
+    from mini_inductor.codegen import matmul_autotune
+
+    timed = []
+    real = matmul_autotune.time_ms
+    monkeypatch.setattr(matmul_autotune, "time_ms", lambda fn: timed.append(1) or real(fn))
+    fn, args = _linear_gelu(4096, 3072, 768, torch.float16)
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
+        check(fn, *args, atol=2e-2, rtol=2e-2)
+        first = len(timed)
+        assert first >= 3            # several template configs and cuBLAS + the epilogue kernel
+        text = [f.read_text() for f in (tmp_path / "autotune").rglob("*.json") if "matmul choice" not in f.name]
+        assert any('"choice"' in t for t in text)
+        torch._dynamo.reset()
+        PROCESS.clear()
+        with config.patch(graph_cache=False):
+            check(fn, *args, atol=2e-2, rtol=2e-2)
+        assert len(timed) == first   # the choice came back from disk
+
+
+def test_report_lists_a_cublas_matmul_as_an_extern_call_and_templates_as_kernels(auto_on_the_cpu):
+    import mini_inductor
+
+    x, w1, w2 = torch.randn(9, 16), torch.randn(16, 20), torch.randn(16, 20)
+    report = mini_inductor.explain(lambda x, w1, w2: (torch.relu(x @ w1), x @ w2, torch.sin(x)), x, w1, w2)
+    (graph,) = report.graphs
+    kinds = {k["name"]: k["kind"] for k in graph["kernels"]}
+    assert sorted(kinds.values()) == ["pointwise", "template"], kinds
+    assert all(name.startswith("triton_tem_") == (kind == "template") for name, kind in kinds.items())
+    assert [e["op"] for e in graph["externs"]] == ["aten.mm.default"]
+    assert "<svg" in report.html_page()
+
+
+# ── prologues: a cast or scale of an input computed where the template loads it ─────────────────
+
+def test_cast_of_an_input_is_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(24, 19, device=device, dtype=torch.float16)
+    check(lambda x, w: torch.relu(x.half() @ w), x, w, kernels=1, atol=1e-2, rtol=1e-2)
+    (src,) = template_kernels()
+    assert "a_row = rows_a[:, None]" in src and ".to(tl.float16)" in src.split("for k in")[1]
+
+
+def test_scale_of_the_weight_is_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(30, 24, device=device)
+    check(lambda x, w: F.linear(x, w * 0.5), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert "b_row = (k + offs_k)[:, None]" in template_kernels()[0]
+
+
+def test_an_input_read_elsewhere_is_not_a_prologue(templates, device):
+    x, w = torch.randn(21, 24, device=device), torch.randn(24, 19, device=device)
+    check(lambda x, w: (lambda y: (y @ w, y + 1))(x * 2), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert "a_row" not in template_kernels()[0]
+
+
+def test_cublas_choice_runs_the_prologue_as_a_kernel_before_it(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    check(lambda x, w: torch.relu((x * 2) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+
+
+def test_training_step_with_a_prologue(templates, device):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 20).to(device)
+    check(lambda x: F.gelu(lin(x * 0.5)), torch.randn(7, 12, device=device), grad=True, atol=1e-4, rtol=1e-4)
+
+
+def test_max_autotune_times_cublas_with_the_prologue_and_epilogue_kernels(monkeypatch, tmp_path):
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed = []
+
+    def fake_time(fn):
+        fn()
+        timed.append(fn)
+        return 0.5 if len(timed) == 2 else 1.0   # the second candidate (cuBLAS and its kernels) wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs",
+                        lambda m, n, k, dtype, batched: [matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
+        check(lambda x, w: torch.sigmoid((x * 3) @ w), x, w, kernels=2, atol=1e-4, rtol=1e-4)
+    assert len(timed) == 2 and extern_calls() == ["aten.mm.default"]   # the prologue and epilogue: 2 kernels
+
+
+def test_always_under_max_autotune_times_only_template_configs(monkeypatch, tmp_path):
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed = []
+
+    def fake_time(fn):
+        fn()
+        timed.append(fn)
+        return 1.0 / len(timed)   # the later the faster: the second config wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(16, 32, 16, 8, 4, 1)])
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(max_autotune=True, matmul_templates="always", cache_dir=str(tmp_path)):
+        check(lambda x, w: x @ w, x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert len(timed) == 2 and not extern_calls()
+    assert "BLOCK_M=16, BLOCK_N=32" in sources()
+
+
+def test_changing_allow_tf32_compiles_the_graph_again(templates):
+    from mini_inductor.caching.graph_cache import compiler_key_parts
+
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = compiler_key_parts(config.current())
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert compiler_key_parts(config.current()) != off
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_a_matmul_listed_as_cudagraph_unsafe_stays_the_aten_call(templates):
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(cudagraph_unsafe_ops="aten.mm"):
+        check(lambda x, w: torch.relu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
