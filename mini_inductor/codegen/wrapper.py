@@ -261,13 +261,7 @@ class WrapperCodegen:
                               online_softmax=self.cfg.online_softmax, buffer_spans=self.buffer_spans)
         kind = ("per" if kernel.config.persistent else "red") if kernel.is_reduction else "poi"
         name = kernel.name = self._kernel_name(group, kind)
-        try:
-            src = kernel.generate()
-        except CodegenError as e:
-            raise CodegenError(e.why, graph=self.graph.name, op=e.op, node=e.node) from e
-        self.kernels[name] = src
-        self.removed |= kernel.removed_buffers()
-        args = kernel.signature()
+        args = self._generated(kernel, name)
         for m in members:
             if m.node.get_mutation_names():
                 self.removed.add(m.name)  # a scatter adds into its target: no storage of its own
@@ -297,6 +291,15 @@ class WrapperCodegen:
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
+    def _generated(self, kernel, name: str, **options) -> list[str]:
+        """Generate `kernel`'s source (a CodegenError names this graph), keep it; its arguments."""
+        try:
+            self.kernels[name] = kernel.generate(**options)
+        except CodegenError as e:
+            raise CodegenError(e.why, graph=self.graph.name, op=e.op, node=e.node) from e
+        self.removed |= kernel.removed_buffers()
+        return kernel.signature()
+
     def _template(self, group, i, users, outputs, scope: _Scope) -> None:
         """A matmul template group: the template kernel with its epilogues, or (the scheduler's or the
         timings' choice) the cuBLAS call and the epilogues as a kernel after it."""
@@ -318,13 +321,7 @@ class WrapperCodegen:
             return
         kernel = self.template_kernel(group, i, users, outputs, config)
         name = kernel.name = self._kernel_name(group, "tem")
-        try:
-            src = kernel.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
-        except CodegenError as e:
-            raise CodegenError(e.why, graph=self.graph.name, op=e.op, node=e.node) from e
-        self.kernels[name] = src
-        self.removed |= kernel.removed_buffers()
-        args = kernel.signature()
+        args = self._generated(kernel, name, allow_tf32=torch.backends.cuda.matmul.allow_tf32)
         for m in members:
             if m.name in self.removed:
                 continue
