@@ -154,6 +154,7 @@ class MatmulTemplateKernel(TritonKernel):
         self.dynamic, self.is_reduction, self.outer, self.looped = False, False, False, False
         self.size_bounds: dict = {}
         self.tiling = None
+        self.tile_2d = True      # its loads' pointers are [BLOCK_M, BLOCK_N] blocks (triton_ops._pointer)
         self.row_mask = "mask_mn"
         self.kernel_local = set(kernel_local)
         self.buffer_dtypes = buffer_dtypes

@@ -184,6 +184,8 @@ class TritonOps:
         # an index without xindex (or yindex) still needs a block of pointers to match the mask
         if self.k.tiling is not None:
             pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros([YBLOCK, XBLOCK], tl.int32)"
+        elif getattr(self.k, "tile_2d", False):   # a matmul template's epilogue: rows in yindex, columns in xindex
+            pad = "" if {XINDEX, YINDEX} <= index.free_symbols else " + tl.zeros_like(xindex + yindex)"
         else:
             pad = "" if XINDEX in index.free_symbols else " + tl.zeros_like(xindex)"
         return f"@{name}@ + {_operand(self.k.wide_index(index, after_loop))}{pad}"

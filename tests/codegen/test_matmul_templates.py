@@ -50,6 +50,14 @@ def test_mm_of_odd_sizes_is_one_template(templates, device):
     assert not any("mm" in c for c in extern_calls())
 
 
+def test_a_1_by_1_product_with_an_epilogue_loads_it_as_a_tile(templates, device):
+    # the epilogue's index of a 1 x 1 output is the constant 0: its pointer must still be a
+    # [BLOCK_M, BLOCK_N] block (found by the fuzzer with matmul_templates='always', seed 45)
+    a, b = torch.randn(1, 1, device=device), torch.randn(1, 1, device=device)
+    check(lambda a, b: torch.mm(a, b) * 2, a, b, atol=1e-5, rtol=1e-5)
+    assert template_kernels()
+
+
 def test_mm_of_transposed_and_offset_inputs(templates, device):
     a, b = torch.randn(29, 40, device=device), torch.randn(50, 29, device=device)
     check(lambda a, b: a[:, 3:36].t() @ b[2:31].t().t().t().t(), a, b.t().contiguous().t(), kernels=1,
