@@ -369,6 +369,9 @@ class MatmulTemplate(Buffer):
     def inputs(self) -> list[Buffer]:
         return [x.data if isinstance(x, ReinterpretView) else x for x in (self.a, self.b, self.bias) if x is not None]
 
+    def get_mutation_names(self) -> list[str]:
+        return []   # it writes its own output only
+
     def as_extern(self) -> "ExternKernel":
         """The ATen call computing the same buffer (cuBLAS on CUDA), under the same name."""
         args = (self.a, self.b) if self.bias is None else (self.bias, self.a, self.b)

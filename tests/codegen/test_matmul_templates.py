@@ -58,6 +58,13 @@ def test_a_1_by_1_product_with_an_epilogue_loads_it_as_a_tile(templates, device)
     assert template_kernels()
 
 
+def test_a_template_whose_output_is_then_changed_in_place(templates, device):
+    # the scheduler asks every node what it mutates besides its own output (found by the fuzzer with
+    # matmul_templates='always', seed 46: the template had no answer)
+    x, a, b = (torch.randn(4, 4, device=device) for _ in range(3))
+    check(lambda x, a, b: torch.addmm(x, a, b, beta=0.5).zero_().add_(b), x, a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_mm_of_transposed_and_offset_inputs(templates, device):
     a, b = torch.randn(29, 40, device=device), torch.randn(50, 29, device=device)
     check(lambda a, b: a[:, 3:36].t() @ b[2:31].t().t().t().t(), a, b.t().contiguous().t(), kernels=1,
