@@ -33,6 +33,7 @@ Choices, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -308,15 +309,7 @@ def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
 
 
 def _launch_context(q: Tensor):
-    return torch.cuda.device(q.device) if q.device.type == "cuda" else _NoContext()
-
-
-class _NoContext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+    return torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclasses.dataclass(frozen=True)

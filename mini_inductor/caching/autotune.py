@@ -45,14 +45,22 @@ from . import files as cache_files
 FORMAT = 1
 
 
+def device_description(device: torch.device) -> str:
+    """The device as timings kept on disk are keyed: a CUDA GPU's name and compute capability."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda {torch.cuda.get_device_name(index)} {torch.cuda.get_device_capability(index)}"
+    return str(device)
+
+
 def key(fn, args: tuple, num_warps: int, meta: dict) -> str:
     """Kernel source, size arguments, pointer dtypes, the heuristic config, device and Triton version."""
     import triton
 
     device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda),
                   torch.device("cuda", torch.cuda.current_device()))
-    parts = [getattr(fn, "src", repr(fn)), repr(sorted(meta.items())), str(num_warps),
-             torch.cuda.get_device_name(device), str(torch.cuda.get_device_capability(device)),
+    parts = [getattr(fn, "src", repr(fn)), repr(sorted(meta.items())), str(num_warps), device_description(device),
              triton.__version__]
     parts += [str(a.dtype) if isinstance(a, torch.Tensor) else repr(a) for a in args]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -50,7 +50,7 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
     source = kernel.generate(allow_tf32=allow_tf32)
     device = template.get_device()
-    measured = "\n".join([source, str(template.op), _device_description(device), f"allow_tf32={allow_tf32}",
+    measured = "\n".join([source, str(template.op), autotune_cache.device_description(device), f"allow_tf32={allow_tf32}",
                           f"candidates={template.choice}", *cache_files.versions()[:2]])
     path = cache_files.keyed_path(wrapper.cfg.cache_dir, "autotune", autotune_cache.matmul_key(measured))
     found = autotune_cache.read_matmul(path, measured)
@@ -204,10 +204,3 @@ def _random(size, stride, dtype, device, gen: torch.Generator) -> torch.Tensor:
     else:
         flat.zero_()
     return flat.as_strided(size, stride)
-
-
-def _device_description(device: torch.device) -> str:
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return f"cuda {torch.cuda.get_device_name(index)} {torch.cuda.get_device_capability(index)}"
-    return str(device)

@@ -195,7 +195,7 @@ def environment(device: torch.device) -> str:
     device = torch.device(device)
     if device.type == "cuda":
         cudnn = torch.backends.cudnn
-        return (f"cuda {torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)} "
+        return (f"{autotune_cache.device_description(device)} "
                 f"torch {torch.__version__} cudnn {cudnn.version()} allow_tf32={cudnn.allow_tf32} "
                 f"benchmark={cudnn.benchmark} deterministic={cudnn.deterministic}")
     host = " ".join(filter(None, (platform.machine(), platform.processor())))
