@@ -189,6 +189,10 @@ class Config:
         for f in dataclasses.fields(self):
             setattr(self, f.name, check_option(f.name, getattr(self, f.name)))
 
+    def unsafe_op_names(self) -> frozenset[str]:
+        """`cudagraph_unsafe_ops` as op names ("mylib::baz" is the op str() calls "mylib.baz")."""
+        return frozenset(op.strip().replace("::", ".") for op in self.cudagraph_unsafe_ops.split(",") if op.strip())
+
     def replace(self, **changes: Any) -> "Config":
         """A copy with `changes` (options=, config.patch): unknown names and bad values raise OptionError."""
         for name in changes:

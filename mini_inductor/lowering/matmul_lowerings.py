@@ -31,7 +31,7 @@ def template_refusal(op_name: str, inputs: list[IRNode], dims: int) -> str | Non
     device = inputs[0].get_device()
     if mode == "off":
         return "matmul_templates='off'"
-    unsafe = {op.strip().replace("::", ".") for op in graph.cfg.cudagraph_unsafe_ops.split(",")}
+    unsafe = graph.cfg.unsafe_op_names()
     if op_name in unsafe or f"{op_name}.default" in unsafe:
         return "listed in cudagraph_unsafe_ops: the ATen call, outside CUDA graphs"
     if device.type == "cpu" and (mode == "auto" or not interpreting()):

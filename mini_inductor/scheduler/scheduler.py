@@ -124,8 +124,7 @@ class Scheduler:
         before = len(nodes)
         nodes = self._fuse(nodes)
         matmuls = choose_matmuls(nodes, self.cfg.matmul_templates, self.cfg.max_autotune)
-        user_unsafe = frozenset(op.strip().replace("::", ".") for op in self.cfg.cudagraph_unsafe_ops.split(",")
-                                if op.strip())   # "mylib::baz" names the op str() calls "mylib.baz"
+        user_unsafe = self.cfg.unsafe_op_names()
         moves: list[PartitionMove] = []
         if self.cfg.reorder_for_partitions:
             nodes, moves = reorder_for_partitions(nodes, user_unsafe)
