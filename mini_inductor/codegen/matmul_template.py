@@ -33,7 +33,7 @@ from ..lowering.virtualized import set_ops_handler
 from ..runtime.launch.autotune import next_power_of_2
 from ..scheduler.nodes import SchedulerNode
 from .triton import INT32_MAX, TritonKernel, _broadcast_reads, _split
-from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand, tl_dtype
+from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand, texpr, tl_dtype
 
 BINDEX = sympy.Symbol("bindex", integer=True, nonnegative=True)
 
@@ -369,6 +369,17 @@ class _PrologueOps(TritonOps):
 
     def store(self, name: str, index, value, mode: str | None = None, after_loop: bool = False):
         self.value = self.to_dtype(value, self.k.buffer_dtypes[name])
+
+    def index_expr(self, expr, dtype: torch.dtype):
+        # the tile's row and column variables are blocks already (TritonOps would wrap an index
+        # without xindex in tl.full, which takes only a scalar on a GPU); padded to the tile's shape
+        expr = self._index(expr)
+        if not expr.free_symbols & set(PROLOGUE_VARS[self.operand]):
+            return super().index_expr(expr, dtype)
+        full = set(PROLOGUE_VARS[self.operand]) <= expr.free_symbols
+        pad = "" if full else f" + tl.zeros({self.operand}_mask.shape, tl.int64)"
+        text = texpr(self.k.wide_index(expr))
+        return self.k.emit(f"({text}{pad}).to({tl_dtype(dtype)})", dtype)
 
 
 def _span(x) -> int:

@@ -173,6 +173,12 @@ class TritonOps:
             return value
         if name in k.stores:
             k.load_misses.add(name)
+            if (name, index) not in k.store_cache:
+                # read back what this kernel stored, at an index the codegen could not show to be the
+                # stored one: the scheduler fused them because they name the same elements, so this
+                # program wrote them, but maybe another of its threads. Without a barrier a GPU may
+                # read before that thread's store (the interpreter, one thread, cannot show it).
+                k.section.lines.append("tl.debug_barrier()")
         elif name not in k.loads:
             k.loads.append(name)
         dtype = k.buffer_dtypes[name]

@@ -52,6 +52,16 @@ class FloorDiv(sympy.Function):
                     keep.append(t)
             if out:
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
+        elif divisor.is_positive:
+            # a symbolic divisor (a dynamic size): (a*s + b) // s = a + b // s the same way, for the
+            # terms that are s times a polynomial
+            terms = sympy.Add.make_args(sympy.expand(base))
+            keep, out = [], []
+            for t in terms:
+                q = sympy.cancel(t / divisor)
+                (out if sympy.fraction(q)[1] == 1 else keep).append(q if sympy.fraction(q)[1] == 1 else t)
+            if out:
+                return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         return None
 
 
@@ -79,6 +89,13 @@ class ModularIndexing(sympy.Function):
         if divisor == 1 and modulus.is_Integer:
             terms = sympy.Add.make_args(base)
             kept = [t for t in terms if not _is_multiple(t, int(modulus))]
+            if len(kept) != len(terms):
+                return ModularIndexing(sympy.Add(*kept), divisor, modulus)
+        if not (divisor.is_Integer and modulus.is_Integer) and (divisor * modulus).is_positive:
+            # symbolic sizes: the terms that are (divisor*modulus) times a polynomial vanish
+            period = divisor * modulus
+            terms = sympy.Add.make_args(sympy.expand(base))
+            kept = [t for t in terms if sympy.fraction(sympy.cancel(t / period))[1] != 1]
             if len(kept) != len(terms):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if isinstance(base, FloorDiv):
@@ -254,17 +271,49 @@ def index_range(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> tuple[int, int]
     return None
 
 
+def symbolic_upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> Expr | None:
+    """`upper_bound` where the ranges may be size symbols: an exclusive bound as an expression, for a
+    sum of loop variables times non-negative numbers or sizes; None for anything else."""
+    total = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = _split_coeff(term)
+        if not (coeff.is_positive or coeff == 0):
+            return None
+        if rest == 1:
+            total += coeff
+        elif isinstance(rest, sympy.Symbol) and rest in ranges:
+            total += coeff * (ranges[rest] - 1)
+        else:
+            return None
+    return total + 1
+
+
+def _at_most(a: Expr, b: Expr) -> bool:
+    """a <= b for every value of the (positive) size symbols, as sympy can tell."""
+    if a.is_Integer and b.is_Integer:
+        return int(a) <= int(b)
+    return bool(sympy.expand(b - a).is_nonnegative)
+
+
 def _simplify_divmod(node: Expr, ranges: dict[sympy.Symbol, Expr]) -> Expr | None:
     if isinstance(node, FloorDiv):
         base, div = node.args
         ub = upper_bound(base, ranges)
         if ub is not None and div.is_Integer and ub <= int(div):
             return sympy.Integer(0)
+        if not div.is_Integer:
+            ub = symbolic_upper_bound(base, ranges)
+            if ub is not None and _at_most(ub, div):
+                return sympy.Integer(0)
     if isinstance(node, ModularIndexing):
         base, div, mod = node.args
         ub = upper_bound(base, ranges)
         if ub is not None and div.is_Integer and mod.is_Integer and ub <= int(div) * int(mod):
             return FloorDiv(base, div)
+        if not (div.is_Integer and mod.is_Integer):
+            ub = symbolic_upper_bound(base, ranges)
+            if ub is not None and _at_most(ub, div * mod):
+                return FloorDiv(base, div)
     return None
 
 

@@ -27,6 +27,20 @@ def loads(src: str) -> list[str]:
 
 # ── index expressions ────────────────────────────────────────────────────────────────────────────
 
+def test_division_and_modulo_by_a_size_symbol_drop_what_the_ranges_allow():
+    # a dynamic row of s elements: row x's element r is at r + x*s; (r + x*s) // s is x and
+    # (r + x*s) % s is r where r < s, as with a number
+    from mini_inductor.lowering.sizevars import simplify_index
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    r = sympy.Symbol("rindex", integer=True, nonnegative=True)
+    assert FloorDiv(r + X * s, s) == X + FloorDiv(r, s)
+    assert ModularIndexing(r + X * s, 1, s) == ModularIndexing(r, 1, s)
+    ranges = {X: sympy.Integer(8), r: s}
+    assert simplify_index(FloorDiv(r + X * s, s) + 2 * ModularIndexing(r + X * s, 1, s), ranges) == X + 2 * r
+    # without the range (r up to 2*s) neither may go
+    assert simplify_index(FloorDiv(r + X * s, s), {X: sympy.Integer(8), r: 2 * s}) == X + FloorDiv(r, s)
+
+
 def test_nested_modulo_by_a_divisor_folds_into_one():
     assert ModularIndexing(ModularIndexing(X, 1, 50), 1, 5) == ModularIndexing(X, 1, 5)
     assert ModularIndexing(ModularIndexing(X, 1, 6), 1, 8) == ModularIndexing(X, 1, 6)

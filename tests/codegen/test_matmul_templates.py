@@ -58,6 +58,16 @@ def test_a_1_by_1_product_with_an_epilogue_loads_it_as_a_tile(templates, device)
     assert template_kernels()
 
 
+def test_a_cat_prologue_indexes_with_blocks_not_scalars(templates, device):
+    # cat as the weight's prologue compares the tile's column with a size: on a GPU tl.full takes a
+    # scalar only, and the column is a block (the interpreter accepted it; found on the H100 by
+    # test_accumulation_of_gradients_sharing_one_buffer_matches_eager)
+    x, w1, w2 = torch.randn(5, 8, device=device), torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
+    check(lambda x, w1, w2: F.linear(x, torch.cat([w1, w2])).relu(), x, w1, w2, atol=1e-4, rtol=1e-4)
+    (src,) = template_kernels()
+    assert re.search(r"tl\.full\(\[1\], [ab]_(row|col)", src) is None, src
+
+
 def test_a_template_whose_output_is_then_changed_in_place(templates, device):
     # the scheduler asks every node what it mutates besides its own output (found by the fuzzer with
     # matmul_templates='always', seed 46: the template had no answer)
