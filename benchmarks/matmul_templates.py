@@ -63,7 +63,7 @@ def main() -> None:
             r = torch.randn(m, n, device="cuda", dtype=dtype)
             args = (x, w, b, r)
             eager_ms, ref = gpu_ms(fn, args)
-            _, model = prefer_template(1, m, n, k, dtype, name != "none")
+            _, model = prefer_template(1, m, n, k, dtype, name != "none", name in ("bias+gelu", "silu"))
             row = [f"{m}x{n}x{k} {a.dtype} {name}: eager {eager_ms:.3f} ms"]
             for label, kw in VARIANTS:
                 torch._dynamo.reset()

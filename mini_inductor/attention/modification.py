@@ -64,6 +64,13 @@ _METHOD_ALIASES = {"bmm": "matmul", "true_divide": "div", "subtract": "sub", "mu
                    "logical_not": "not", "bitwise_not": "not", "logical_and": "and", "bitwise_and": "and",
                    "logical_or": "or", "bitwise_or": "or", "clip": "clamp", "remainder": "mod",
                    "swapaxes": "transpose", "floor_divide": "floordiv"}
+# Under a TorchFunctionMode (torch.set_default_device, say) Dynamo writes operators as their dunder
+# methods: ~m is m.__invert__(). The reflected ones of commutative operators keep their meaning.
+_METHOD_ALIASES.update({f"__{name}__": op for name, op in (
+    ("invert", "not"), ("and", "and"), ("rand", "and"), ("or", "or"), ("ror", "or"), ("add", "add"),
+    ("radd", "add"), ("sub", "sub"), ("mul", "mul"), ("rmul", "mul"), ("truediv", "div"),
+    ("floordiv", "floordiv"), ("mod", "mod"), ("neg", "neg"), ("abs", "abs"), ("lt", "lt"), ("le", "le"),
+    ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne"), ("getitem", "getitem"), ("matmul", "matmul"))})
 CASTS = {"to", "type", "float", "half", "bfloat16", "bool", "int", "long", "double", "type_as"}
 SAME = {"contiguous", "clone", "detach"}
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "lt": "<",

@@ -16,9 +16,12 @@ The cost model (`prefer_template`) compares, per matmul and with the epilogue fu
 the epilogue kernel after cuBLAS re-reads the product and the product is written once more: that is
 what fusing saves, against the template's slower main loop. Where both are compute-bound a template
 wins while K < itemsize * (peak / bandwidth) * e / (1 - e) (e = TEMPLATE_EFFICIENCY), about 1400 in
-fp16: the up-projection of a linear layer (K = 768, N = 3072) becomes a template with its bias and
-GELU, its down-projection (K = 3072) stays cuBLAS.
-The constants are the H100's (SXM, dense); measurements under max-autotune are what to refit them to.
+fp16: the up-projection of a linear layer (K = 768, N = 3072) becomes a template with a residual add,
+its down-projection (K = 3072) stays cuBLAS, and so does a GELU epilogue (the cost below).
+plus, for an epilogue computing a transcendental function, TRANSCENDENTAL_US_PER_MELEM per million
+output elements (measured). The constants are the H100's (SXM, dense); the main loop's efficiency
+(0.70-0.80 of cuBLAS on the shapes of benchmarks/matmul_templates.py, fp16, one H100 run of session 23)
+and the transcendental cost were checked against measurements; the peaks are nominal.
 """
 from __future__ import annotations
 
@@ -35,6 +38,13 @@ PEAK_TFLOPS = {torch.float16: 700.0, torch.bfloat16: 700.0, "tf32": 350.0, torch
 HBM_GB_PER_S = 3000.0
 TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same shape (a guess to refit)
 LAUNCH_US = 2.0                # one more kernel in a CUDA graph
+# A transcendental epilogue (GELU's erf, tanh, SiLU's exp) inside the template costs more than in a
+# kernel of its own. Measured on the H100 (fp16, M 8192, benchmarks/matmul_templates.py, session 23):
+# the template with bias+GELU against the same template with a residual add, 94 vs 78 µs for N 2304
+# K 768 and 118 vs 91 µs for N 3072 K 768, i.e. 0.85-1.07 µs per million output elements.
+TRANSCENDENTAL_US_PER_MELEM = 1.0
+TRANSCENDENTAL_OPS = frozenset({"erf", "erfc", "tanh", "exp", "exp2", "expm1", "sigmoid", "log", "log1p",
+                                "gelu", "silu", "softplus", "mish", "sin", "cos", "pow", "rsqrt", "sqrt"})
 MEASURE_DEVICES = ("cuda",)    # where max-autotune times the choice (the interpreter's timings mean nothing)
 
 
@@ -69,8 +79,15 @@ def _tf32(dtype: torch.dtype) -> bool:
     return dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
 
 
-def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epilogue: bool) -> tuple[bool, str]:
-    """(template wins, why) by the cost model of this module's docstring, in µs on an H100."""
+def transcendental(ops) -> bool:
+    """Some of the ATen ops (names as aten.erf.default) are transcendental functions."""
+    return any(_short(str(op)) in TRANSCENDENTAL_OPS for op in ops)
+
+
+def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epilogue: bool,
+                    transcendental: bool = False) -> tuple[bool, str]:
+    """(template wins, why) by the cost model of this module's docstring, in µs on an H100.
+    `transcendental`: the epilogue computes one (erf, tanh, exp, ...), which the template pays for."""
     itemsize = dtype.itemsize
     peak = PEAK_TFLOPS["tf32" if _tf32(dtype) else dtype] * 1e6          # flop per µs
     bandwidth = HBM_GB_PER_S * 1e3                                        # bytes per µs
@@ -78,6 +95,8 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
     moved = (batch * m * k + batch * k * n + batch * m * n) * itemsize
     cublas = max(flops / peak, moved / bandwidth)
     template = max(flops / (peak * TEMPLATE_EFFICIENCY), moved / bandwidth)
+    if transcendental:
+        template += batch * m * n / 1e6 * TRANSCENDENTAL_US_PER_MELEM
     if not epilogue:
         return False, f"no epilogue to fuse: cuBLAS {cublas:.1f} µs, template {template:.1f} µs (model)"
     separate = 2 * batch * m * n * itemsize / bandwidth + LAUNCH_US
@@ -108,7 +127,8 @@ def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], ou
         t = template_of(n1)
         if t.get_device().type != "cuda":
             return None
-        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True)
+        ops = [o.op for m in n2.get_nodes() for o in m.node.origins]
+        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True, transcendental(ops))
         return None if wins else f"cuBLAS preferred for {t.name}: {why}"
     return check
 
@@ -129,7 +149,8 @@ def choose_matmuls(nodes: list[BaseSchedulerNode], mode: str, max_autotune: bool
         elif max_autotune and t.get_device().type in MEASURE_DEVICES:
             choice, reason = "measure", "timed at compile time (max-autotune)"
         else:
-            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue or prologue))
+            ops = [o.op for e in epilogue for o in e.node.origins]
+            wins, reason = prefer_template(b, m, n, k, t.layout.dtype, bool(epilogue or prologue), transcendental(ops))
             choice = "template" if wins else "cublas"
         t.choice, t.choice_reason = choice, reason
         fused = list(dict.fromkeys(o.op for e in epilogue for o in e.node.origins))

@@ -37,7 +37,7 @@ def eager_attention(q, k, v, modify):
 def inputs(device, dtype, B=2, Hq=2, Hkv=None, L=40, S=None, E=16, Ev=None, seed=0):
     gen = torch.Generator().manual_seed(seed)
     Hkv, S, Ev = Hkv or Hq, S or L, Ev or E
-    make = lambda *shape: torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)  # noqa: E731
+    make = lambda *shape: torch.randn(*shape, generator=gen, device="cpu").to(device=device, dtype=dtype)  # noqa: E731
     return make(B, Hq, L, E), make(B, Hkv, S, E), make(B, Hkv, S, Ev)
 
 
@@ -50,7 +50,7 @@ def check_against_eager(q, k, v, extra, mod, modify, *, equal_nan=False):
     ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     expected = eager_attention(*ref_leaves, modify)
     torch.testing.assert_close(out, expected, equal_nan=equal_nan, **TOL[q.dtype])
-    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), device="cpu").to(out)
     grads = torch.autograd.grad(out, leaves, upstream)
     expected_grads = torch.autograd.grad(expected, ref_leaves, upstream)
     for name, g, e in zip("qkv", grads, expected_grads):
@@ -91,7 +91,7 @@ def test_bfloat16_matches_eager_loosely(device, case):
 
 def test_padding_mask_of_bool_broadcast_over_heads_and_rows(device):
     q, k, v = inputs(device, torch.float32)
-    keep = torch.rand(2, 1, 1, 40, generator=torch.Generator().manual_seed(3)).to(device) > 0.4
+    keep = torch.rand(2, 1, 1, 40, generator=torch.Generator().manual_seed(3), device="cpu").to(device) > 0.4
     keep[..., 0] = True   # every row keeps a key: no NaN here
     check_against_eager(q, k, v, [keep], "where(t0, s * 0.25, -inf)",
                         lambda s, i, j: torch.where(keep, s * 0.25, NEG_INF))
@@ -99,7 +99,7 @@ def test_padding_mask_of_bool_broadcast_over_heads_and_rows(device):
 
 def test_additive_float_bias_per_head(device):
     q, k, v = inputs(device, torch.float32)
-    bias = torch.randn(1, 2, 40, 40, generator=torch.Generator().manual_seed(4)).to(device)
+    bias = torch.randn(1, 2, 40, 40, generator=torch.Generator().manual_seed(4), device="cpu").to(device)
     check_against_eager(q, k, v, [bias], "s * 0.25 + t0", lambda s, i, j: s * 0.25 + bias)
 
 
@@ -131,7 +131,7 @@ def test_query_and_key_lengths_differ(device, L, S):
 
 def test_transposed_views_of_q_k_v(device):
     gen = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).to(device).transpose(1, 2) for _ in range(3))
+    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen, device="cpu").to(device).transpose(1, 2) for _ in range(3))
     assert not q.is_contiguous()
     check_against_eager(q, k, v, [], *CASES["causal"])
 

@@ -151,6 +151,28 @@ def test_padding_mask_filled_with_minus_inf_is_flash():
     only_match(compiled_like_eager(attention, *qkv(), keep), "flash", "where(~t0, -inf, s * 0.5)")
 
 
+def test_under_a_default_device_mode_the_operators_are_read_the_same():
+    # torch.set_default_device installs a TorchFunctionMode, and Dynamo then writes ~m as
+    # m.__invert__() and a <= b as a.__le__(b): the masks were data and the causal case lost SDPA
+    # (found with the tests run on the H100, where the default device is CUDA)
+    previous = torch.get_default_device()
+    torch.set_default_device("cpu")
+    try:
+        def tril(q, k, v):
+            causal = torch.ones(L, L, dtype=torch.bool).tril()
+            return (q @ k.transpose(-2, -1) * SCALE).masked_fill(~causal, float("-inf")).softmax(-1) @ v
+
+        def compare(q, k, v):
+            i = torch.arange(L)
+            s = q @ k.transpose(-2, -1) * SCALE
+            return torch.where(i[None, :] <= i[:, None], s, float("-inf")).softmax(-1) @ v
+        for attention in (tril, compare):
+            metrics.reset()
+            only_match(compiled_like_eager(attention, *qkv()), "sdpa")
+    finally:
+        torch.set_default_device(previous)
+
+
 def test_causal_filled_with_finfo_min_is_flash_not_sdpa():
     # a finite fill is not SDPA's -inf: the two differ on a row whose every score is masked
     def attention(q, k, v):

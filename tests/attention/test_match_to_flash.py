@@ -16,7 +16,7 @@ FLASH_OPS = {"mini_inductor.flash_attention_forward.default", "mini_inductor.fla
 
 def _qkv(requires_grad):
     g = torch.Generator().manual_seed(0)
-    return [torch.randn(B, H, L, E, generator=g).requires_grad_(requires_grad) for _ in range(3)]
+    return [torch.randn(B, H, L, E, generator=g, device="cpu").to(torch.get_default_device()).requires_grad_(requires_grad) for _ in range(3)]
 
 
 def _causal_finfo_min(q, k, v):
@@ -68,7 +68,7 @@ def test_written_out_attention_runs_the_flash_kernel_as_eager_does(fn, mod_part,
     (record,) = metrics.attention
     assert record.target == "flash" and mod_part in record.mod, record.describe()
     if backward:
-        weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+        weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), device="cpu").to(want.device)
         (got.nan_to_num() * weights).sum().backward()
         (want.nan_to_num() * weights).sum().backward()
         for a, r in zip(args, ref_args):

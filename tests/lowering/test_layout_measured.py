@@ -201,8 +201,12 @@ class _SmallResNet(nn.Module):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "ieee"])
-def test_cuda_fp32_convolutions_are_decided_by_measurement_and_match_eager(tf32, monkeypatch):
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+def test_cuda_fp32_convolutions_are_decided_by_measurement_and_match_eager(tf32, monkeypatch, request):
+    # (the flags context: a module that imported torch.testing's common_utils forbids setting them)
+    flags = torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
+                                       deterministic=torch.backends.cudnn.deterministic, allow_tf32=tf32)
+    flags.__enter__()
+    request.addfinalizer(lambda: flags.__exit__(None, None, None))
     calls = []
     real = layout_timing.time_layouts
     monkeypatch.setattr(layout_timing, "time_layouts",
@@ -234,7 +238,7 @@ def test_cuda_fp32_convolutions_are_decided_by_measurement_and_match_eager(tf32,
 
 
 @pytest.mark.gpu
-def test_cuda_fp32_in_either_decision_keeps_eager_values_and_strides(monkeypatch):
+def test_cuda_fp32_in_either_decision_keeps_eager_values_and_strides(monkeypatch, tmp_path):
     torch.manual_seed(0)
     model = _Stage(16).cuda().eval()
     x = torch.randn(4, 16, 16, 16, device="cuda")
@@ -243,5 +247,6 @@ def test_cuda_fp32_in_either_decision_keeps_eager_values_and_strides(monkeypatch
         def fake(item, device, conv=conv):
             return conv if isinstance(item, layout_timing.ConvShape) else (0.0, 0.0)
         monkeypatch.setattr(layout_timing, "time_layouts", fake)
-        record = _run(model, x, tol=1e-2, conv_layout="auto")
+        # (a cache of its own each time: the first decision's timings are on disk)
+        record = _run(model, x, tol=1e-2, conv_layout="auto", cache_dir=str(tmp_path / str(nhwc)))
         assert record.layout.startswith("channels-last" if nhwc else "convolutions kept in NCHW"), record.layout

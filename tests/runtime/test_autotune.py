@@ -230,9 +230,11 @@ def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, c
     for got, want in zip(outs, expected):
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(acc, expected_acc)
-    winners = sorted((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json"))
-    assert len(winners) >= 3, winners
-    tried = [json.loads(cache_files.read(str(path), "winner", "failing"))["tried"] for path in winners]
+    files = sorted((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json"))
+    records = {path: json.loads(cache_files.read(str(path), "winner", "failing")) for path in files}
+    winners = [path for path in files if "kernel" in records[path]]   # (the matmul's choice is there too)
+    assert len(winners) >= 3, files
+    tried = [records[path]["tried"] for path in winners]
     assert max(len(t) for t in tried) >= 3 and all(t[0][2] is not None for t in tried)   # the heuristic ran
     tuned_lines = [r for r in caplog.records if "configs)" in r.getMessage()]
     assert len(tuned_lines) == len(winners)
@@ -247,4 +249,4 @@ def test_max_autotune_matches_eager_writes_winners_and_reads_them_back(device, c
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(acc2, expected_acc)
     assert not [r for r in caplog.records if "configs)" in r.getMessage()]
-    assert sorted((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json")) == winners
+    assert sorted((pathlib.Path(config.current().cache_dir) / "autotune").rglob("*.json")) == files

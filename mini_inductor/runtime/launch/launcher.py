@@ -86,7 +86,7 @@ class _Site:
         if self.config is None:
             if self.tuner is not None:
                 self.grid, num_warps, meta = self.tuner.tune(self.fn, self.grid, args, num_warps, meta)
-            self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
+            self.config, self.constexprs = (num_warps, meta), _constexprs(meta)
         num_warps, meta = self.config
         tensors = None
         if self.kernel is None and not interpreting():
@@ -144,16 +144,23 @@ class _Site:
         if kernel is None:
             return False
         self._keep(kernel, tensors[0].device.index, len(args))
-        self.config, self.constexprs = (num_warps, meta), tuple(meta.values())
+        self.config, self.constexprs = (num_warps, meta), _constexprs(meta)
         return True
+
+
+def _constexprs(meta: dict) -> tuple:
+    """The meta values a compiled kernel's launcher takes after the arguments: its constexpr
+    parameters. num_stages (a matmul template's pipeline depth) is a compile option, not a parameter."""
+    return tuple(v for k, v in meta.items() if k != "num_stages")
 
 
 class FastKernel:
     """Stands in for a @triton.jit kernel in a generated module: `kernel[grid](...)` as before."""
 
-    def __init__(self, fn, tuner=None, static: bool = True):
+    def __init__(self, fn, tuner=None, static: bool = True, tunable: bool = True):
         self.fn = fn
-        self.tuner = tuner
+        self.tunable = tunable    # a matmul template is not: its config was chosen when it was generated
+        self.tuner = tuner if tunable else None
         self.static = static      # the static_launch option, for sites created from now on
         self._sites: dict[tuple, _Site] = {}
 
@@ -180,21 +187,21 @@ def accelerate(module, tuner=None, static: bool | None = None) -> None:
         for value in vars(module).values():
             if isinstance(value, FastKernel):
                 value.static = static
-                if tuner is not None:
+                if tuner is not None and value.tunable:
                     value.tuner = tuner
                 for site in value._sites.values():
                     if site.config is None:
                         site.use_static = static
-                        if tuner is not None:
+                        if tuner is not None and value.tunable:
                             site.tuner = tuner
         return
     from triton.runtime.jit import JITFunction
 
     for name, value in list(vars(module).items()):
-        # matmul templates (triton_tem_*) launch through Triton's own path: they take num_stages, which
-        # a site's fast launch would pass on as a kernel argument
-        if name.startswith("triton_") and not name.startswith("triton_tem_") and isinstance(value, JITFunction):
-            setattr(module, name, FastKernel(value, tuner, static))
+        if name.startswith("triton_") and isinstance(value, JITFunction):
+            # a matmul template (triton_tem_*) launches with the config it was generated for
+            tunable = not name.startswith("triton_tem_")
+            setattr(module, name, FastKernel(value, tuner, static, tunable))
     module._mini_inductor_fast = True
 
 
