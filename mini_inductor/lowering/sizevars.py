@@ -55,12 +55,13 @@ class FloorDiv(sympy.Function):
         elif divisor.is_positive:
             # a symbolic divisor (a dynamic size): (a*s + b) // s = a + b // s the same way, for the
             # terms that are s times a polynomial
+            # (only where the rest is non-negative: the generated // truncates toward zero)
             terms = sympy.Add.make_args(sympy.expand(base))
             keep, out = [], []
             for t in terms:
                 q = sympy.cancel(t / divisor)
                 (out if sympy.fraction(q)[1] == 1 else keep).append(q if sympy.fraction(q)[1] == 1 else t)
-            if out:
+            if out and all(t.is_nonnegative for t in keep):
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         return None
 
@@ -96,7 +97,7 @@ class ModularIndexing(sympy.Function):
             period = divisor * modulus
             terms = sympy.Add.make_args(sympy.expand(base))
             kept = [t for t in terms if sympy.fraction(sympy.cancel(t / period))[1] != 1]
-            if len(kept) != len(terms):
+            if len(kept) != len(terms) and all(t.is_nonnegative for t in kept):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if isinstance(base, FloorDiv):
             return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
