@@ -622,22 +622,34 @@ def _scale_of(e):
 _I, _J = ("idx", "i"), ("idx", "j")
 _KEEP = {("bin", "<=", _J, _I), ("bin", ">=", _I, _J), ("not", ("bin", ">", _J, _I)), ("not", ("bin", "<", _I, _J))}
 _MASKED = {("bin", ">", _J, _I), ("bin", "<", _I, _J), ("not", ("bin", "<=", _J, _I)), ("not", ("bin", ">=", _I, _J))}
-_NEG_INF = ("num", -math.inf)
 
 
-def sdpa_form(e):
-    """(scale, is_causal) when `e` is what F.scaled_dot_product_attention computes, else None."""
+def _drops(fill, factor: float) -> bool:
+    """A causal mask's fill (times `factor`, a scale applied after the mask) that softmax turns into
+    exactly 0, as it does -inf: -inf, or a value at or below float16's lowest (-65504; what
+    `torch.finfo(dtype).min` gives for the half types; float32's is -3.4e38). The causal mask keeps
+    key 0 on every row, so no row is all fill, the one place where a finite fill (uniform weights)
+    and -inf (NaN) differ; and exp(fill - the row's max) is 0 unless the row's kept scores are
+    themselves near the fill."""
+    return fill[0] == "num" and fill[1] * factor <= -65504.0
+
+
+def sdpa_form(e, factor: float = 1.0):
+    """(scale, is_causal) when `e` is what F.scaled_dot_product_attention computes, else None.
+    `factor`: what multiplies `e` afterwards (a scale outside the mask)."""
     scale = _scale_of(e)
     if scale is not None:
         return scale, False
     if e[0] == "call" and e[1] == "where":
         cond, x, y = e[2]
-        inner = x if cond in _KEEP and y == _NEG_INF else y if cond in _MASKED and x == _NEG_INF else None
+        inner = (x if cond in _KEEP and _drops(y, factor) else
+                 y if cond in _MASKED and _drops(x, factor) else None)
         scale = _scale_of(inner) if inner is not None else None
         if scale is not None:
             return scale, True
     if e[0] == "bin" and e[1] in ("*", "/") and e[3][0] == "num" and e[3][1] > 0:
-        inner = sdpa_form(e[2])
+        outer = e[3][1] if e[1] == "*" else 1.0 / e[3][1]
+        inner = sdpa_form(e[2], factor * outer)
         if inner is not None and inner[1] and inner[0] == 1.0:
-            return (e[3][1] if e[1] == "*" else 1.0 / e[3][1]), True
+            return outer, True
     return None

@@ -155,7 +155,8 @@ def test_under_a_default_device_mode_the_operators_are_read_the_same():
     # torch.set_default_device installs a TorchFunctionMode, and Dynamo then writes ~m as
     # m.__invert__() and a <= b as a.__le__(b): the masks were data and the causal case lost SDPA
     # (found with the tests run on the H100, where the default device is CUDA)
-    previous = torch.get_default_device()
+    previous = torch.get_default_device()   # (cuda under the GPU machine's conftest, else no mode: None)
+    previous = previous if previous.type != "cpu" else None
     torch.set_default_device("cpu")
     try:
         def tril(q, k, v):
@@ -173,13 +174,22 @@ def test_under_a_default_device_mode_the_operators_are_read_the_same():
         torch.set_default_device(previous)
 
 
-def test_causal_filled_with_finfo_min_is_flash_not_sdpa():
-    # a finite fill is not SDPA's -inf: the two differ on a row whose every score is masked
-    def attention(q, k, v):
+def test_causal_filled_with_finfo_min_is_sdpa_but_a_fill_softmax_keeps_is_flash():
+    # a finite fill differs from -inf only on a row whose every score is masked, and a causal mask
+    # keeps key 0 on every row: finfo.min (Hugging Face's fill) is SDPA's causal attention. A fill
+    # that exp does not take to 0 (-1000, or finfo.min scaled down past float16's lowest) is not.
+    def attention(q, k, v, fill, after=1.0):
         s = q @ k.transpose(-2, -1) * SCALE
         causal = torch.ones(L, L, dtype=torch.bool).tril()
-        return s.masked_fill(~causal, torch.finfo(s.dtype).min).softmax(-1) @ v
-    only_match(compiled_like_eager(attention, *qkv()), "flash", "where(~(j <= i), -3.4028234663852886e+38, s * 0.5)")
+        s = s.masked_fill(~causal, fill)
+        return (s if after == 1.0 else s * after).softmax(-1) @ v
+    only_match(compiled_like_eager(lambda q, k, v: attention(q, k, v, torch.finfo(torch.float32).min), *qkv()),
+               "sdpa", "where(~(j <= i), -3.4028234663852886e+38, s * 0.5)")
+    metrics.reset()
+    only_match(compiled_like_eager(lambda q, k, v: attention(q, k, v, -65504.0, 0.5), *qkv()), "flash")
+    metrics.reset()
+    only_match(compiled_like_eager(lambda q, k, v: attention(q, k, v, -1000.0), *qkv()), "flash",
+               "where(~(j <= i), -1000.0, s * 0.5)")
 
 
 def test_additive_bias_input_with_backward_through_q_k_v():
@@ -457,7 +467,8 @@ def test_render_writes_back_what_it_reads(mod):
                                        ("where(j <= i, s * 0.5, -inf)", (0.5, True)),
                                        ("where(~(j <= i), -inf, s * 0.5)", (0.5, True)),
                                        ("where(j <= i, s, -inf) * 0.5", (0.5, True)),
-                                       ("where(j <= i, s * 0.5, -1e9)", None), ("where(j < i, s, -inf)", None),
+                                       ("where(j <= i, s * 0.5, -1e9)", (0.5, True)),
+                                       ("where(j <= i, s * 0.5, -1e3)", None), ("where(j < i, s, -inf)", None),
                                        ("s * 0.5 + t0", None)])
 def test_sdpa_form_is_only_what_sdpa_computes(mod, form):
     assert sdpa_form(_parsed(mod)) == form
