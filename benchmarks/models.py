@@ -45,6 +45,19 @@ def decoder(device, dtype):
     return Workload("decoder_4x768", m, [torch.randn(8, 512, 768, device=device, dtype=dtype)])
 
 
+def _gpt2(attention):
+    def build(device, dtype):
+        # GPT-2 small's widths, 4 layers, one sequence of 512 tokens: the attention written out
+        m = _seeded(lambda: _catalog.GPT2(50257, 1024, 768, 12, 4, attention)).to(device, dtype).eval()
+        tokens = torch.randint(0, 50257, (1, 512), device=device, generator=None)
+        return Workload(f"gpt2_4x768_{attention}", m, [tokens])
+    build.__name__ = f"gpt2_{attention}"
+    return build
+
+
+gpt2_causal, gpt2_hf_causal = _gpt2("causal"), _gpt2("hf_causal")
+
+
 def mlp_norm(device, dtype):
     m = _seeded(lambda: MLPWithNorm(1024, 4096, 4)).to(device, dtype).eval()
     return Workload("mlp_norm_4x1024", m, [torch.randn(4096, 1024, device=device, dtype=dtype)])
@@ -71,4 +84,5 @@ def train_step(device, dtype):
     return Workload("train_mlp_norm_2x1024", m, [torch.randn(2048, 1024, device=device, dtype=dtype)], train=True)
 
 
-MODELS = {f.__name__: f for f in (decoder, mlp_norm, norm_heavy, resnet, launch_bound, train_step)}
+MODELS = {f.__name__: f for f in (decoder, mlp_norm, norm_heavy, resnet, launch_bound, train_step, gpt2_causal,
+                                  gpt2_hf_causal)}

@@ -239,13 +239,18 @@ class ResNet(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: through SDPA, or written out with a causal or an additive mask."""
+    """Multi-head self-attention: through SDPA, or written out with a causal or an additive mask.
+    kind "hf_causal" writes the causal mask as Hugging Face's GPT-2 eager attention does: a registered
+    bool tril buffer (`context` rows), sliced, and torch.where with finfo.min."""
 
-    def __init__(self, dim, heads, kind="sdpa"):
+    def __init__(self, dim, heads, kind="sdpa", context=None):
         super().__init__()
         self.heads, self.kind = heads, kind
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        if kind == "hf_causal":
+            self.register_buffer("bias", torch.ones(context, context, dtype=torch.bool).tril()[None, None],
+                                 persistent=False)
 
     def forward(self, x, bias=None):
         b, t, d = x.shape
@@ -253,6 +258,12 @@ class SelfAttention(nn.Module):
         q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
         if self.kind == "sdpa":
             out = F.scaled_dot_product_attention(q, k, v)
+        elif self.kind == "hf_causal":
+            w = torch.matmul(q, k.transpose(-1, -2))
+            w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+            mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+            w = torch.where(self.bias[:, :, :t, :t], w, mask_value)
+            out = torch.matmul(w.softmax(-1).type(v.dtype), v)
         else:
             scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
             if self.kind == "causal":
@@ -267,10 +278,10 @@ class SelfAttention(nn.Module):
 class PreNormBlock(nn.Module):
     """x + attn(ln(x)), then x + mlp(ln(x)): the ViT and GPT-2 block."""
 
-    def __init__(self, dim, heads, kind, gelu_approximate="none"):
+    def __init__(self, dim, heads, kind, gelu_approximate="none", context=None):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, heads, kind)
+        self.attn = SelfAttention(dim, heads, kind, context)
         self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
         self.approximate = gelu_approximate
 
@@ -296,10 +307,13 @@ class ViT(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab=64, context=16, dim=32, heads=2, depth=2):
+    """`attention`: "causal" (the mask written out with -inf) or "hf_causal" (as Hugging Face's eager
+    attention writes it: SelfAttention)."""
+
+    def __init__(self, vocab=64, context=16, dim=32, heads=2, depth=2, attention="causal"):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
-        self.blocks = nn.Sequential(*[PreNormBlock(dim, heads, "causal", "tanh") for _ in range(depth)])
+        self.blocks = nn.Sequential(*[PreNormBlock(dim, heads, attention, "tanh", context) for _ in range(depth)])
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied
