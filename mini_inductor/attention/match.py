@@ -21,7 +21,9 @@ and their comparisons and slices become expressions in `i` and `j`, so that a ca
 window mask costs no memory. Registered buffers are data: a sliced `tril` buffer is a tensor `t0`.
 
 The call is `F.scaled_dot_product_attention` when the modification is exactly what it computes (a
-scale, with or without a causal `j <= i` mask filled with -inf), else the flash-attention op.
+scale, with or without a causal `j <= i` mask filled with -inf or a fill softmax takes to 0), else
+the flash-attention op. Float32 attention on a GPU with a small score matrix is left as written
+(`float32_left_as_written`).
 Everything found, matched or not, is an `AttentionMatch` record with the reason of a near miss.
 """
 from __future__ import annotations
@@ -490,8 +492,37 @@ def _erase_dead(graph, nodes) -> None:
         stack.extend(inputs)
 
 
+# float32 attention on a GPU whose score matrix is at most this many bytes stays as written: two
+# cuBLAS matmuls and a softmax kernel. SDPA has no float32 flash kernel (its memory-efficient one
+# runs without tensor cores) and neither has the Triton kernel in IEEE precision; on the H100 (session
+# 23, GPT-2 small widths, 4 layers, 512 tokens, fp32) the model took 2.270 ms with its causal attention
+# sent to SDPA and 2.473 ms with Hugging Face's mask through the Triton kernel, against 1.973 and 1.998
+# ms for Inductor's reduce-overhead, which leaves them written out. The matmuls also keep eager's
+# numerics where TF32 is allowed (SDPA's kernels compute in full float32). Past the limit the memory
+# the score matrix would take decides.
+FLOAT32_WRITTEN_OUT_MAX_SCORE_BYTES = 256 << 20
+
+
+def float32_left_as_written(q, score_shape) -> str | None:
+    """The near-miss reason when a float32 attention on a GPU stays as written, else None."""
+    if q.dtype != torch.float32 or q.device.type != "cuda" or not static(*score_shape):
+        return None
+    nbytes = 4
+    for size in score_shape:
+        nbytes *= int(size)
+    if nbytes > FLOAT32_WRITTEN_OUT_MAX_SCORE_BYTES:
+        return None
+    return (f"float32 on the GPU with {nbytes / 2**20:.1f} MiB of scores: left as written (cuBLAS matmuls "
+            f"and a softmax kernel; no float32 flash kernel is faster; fused past "
+            f"{FLOAT32_WRITTEN_OUT_MAX_SCORE_BYTES >> 20} MiB)")
+
+
 def _choose(found: _Found):
-    """("sdpa", scale, is_causal), or (the flash op, None, False); NearMiss when neither computes it."""
+    """("sdpa", scale, is_causal), or (the flash op, None, False); NearMiss when neither computes it or
+    it is left as written (`float32_left_as_written`)."""
+    reason = float32_left_as_written(value_of(found.q), found.score_shape)
+    if reason is not None:
+        raise NearMiss(reason)
     form = sdpa_form(found.expr)
     score_shape = found.score_shape
     if form is not None and form[1] and not known_eq(score_shape[-1], score_shape[-2]):

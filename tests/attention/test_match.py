@@ -571,3 +571,17 @@ def test_scores_changed_in_place_are_a_near_miss():
         return s.softmax(-1) @ v
     records = compiled_like_eager(attention, *qkv())
     assert [r.target for r in records] == [""] and "used elsewhere" in records[0].reason, [r.describe() for r in records]
+
+
+def test_float32_on_a_gpu_stays_written_out_until_its_scores_are_large():
+    # measured slower fused on the H100 (match.py); past 256 MiB of scores the memory decides
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from mini_inductor.attention.match import float32_left_as_written
+    with FakeTensorMode():
+        q32, q16 = torch.empty(1, 12, 512, 64, device="cuda"), torch.empty(1, 12, 512, 64, device="cuda", dtype=torch.float16)
+    reason = float32_left_as_written(q32, (1, 12, 512, 512))
+    assert reason and reason.startswith("float32 on the GPU with 12.0 MiB of scores: left as written")
+    assert float32_left_as_written(q32, (8, 16, 4096, 4096)) is None      # 8 GiB of scores: fused
+    assert float32_left_as_written(q16, (1, 12, 512, 512)) is None        # half precision: fused
+    assert float32_left_as_written(torch.empty(1, 12, 512, 64), (1, 12, 512, 512)) is None   # the CPU
+
