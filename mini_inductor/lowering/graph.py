@@ -37,7 +37,7 @@ from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
 from .sizevars import sympify_seq
 from . import symbolic
-from .symbolic import stride_exprs, to_expr
+from .symbolic import decide, stride_exprs, to_expr
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
@@ -512,8 +512,10 @@ def _as_extern_input(x: IRNode, meta) -> IRNode:
 
 
 def _strides_match(size, have, want) -> bool:
-    """Equal where observable; a dynamic graph's strides compare as expressions (s*(t + 1) is s*t + s)."""
-    return all(s == 1 or h == w or sympy.expand(h - w) == 0 for s, h, w in zip(size, have, want))
+    """Equal where observable; a dynamic graph's strides compare as expressions (s*(t + 1) is s*t + s),
+    then by the ShapeEnv (a stride of (s0*s1) // 36 is 2 where Dynamo's guards make s0*s1 72)."""
+    return all(s == 1 or h == w or sympy.expand(h - w) == 0 or decide(sympy.Eq(h, w)) is True
+               for s, h, w in zip(size, have, want))
 
 
 def _extern_layout(meta: torch.Tensor) -> Layout:

@@ -526,6 +526,23 @@ def test_a_tiled_kernel_takes_the_size_symbols_its_indices_use(device):
     assert_dynamic(metrics.compiled_graphs)
 
 
+def test_a_reshape_to_constant_sizes_stays_a_view_of_the_other_output(device):
+    # reshape(36, 2) of a dynamic (s0, s1, s2) output: its stride is (s0*s1*s2) // 36, which Dynamo's
+    # guard makes 2; it was compared as an expression, found different, and the view became a copy
+    # (outputs that share storage in eager did not; found by the fuzzer, --dynamic seed 60)
+    torch.set_default_device(None)
+
+    def f(x):
+        y = F.silu(x)
+        return y, y.reshape(36, 2)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x = torch.randn(6, 3, 4, device=device)
+    y, view = compiled(x)
+    assert_same_tensor(view, f(x)[1], "the view")
+    assert view.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    assert_dynamic(metrics.compiled_graphs)
+
+
 def test_squeeze_of_a_size_dynamos_guards_make_1(device):
     # chunk(x, 3)[0] of a dynamic 3-row x has (s0 + 2) // 3 rows, 1 by Dynamo's guards: squeeze drops
     # it, as the FakeTensor did (it was kept, and the output buffer had a 2-D size with 1-D strides;
