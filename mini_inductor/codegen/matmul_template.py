@@ -324,10 +324,14 @@ class MatmulTemplateKernel(TritonKernel):
             return ["if EVEN_K:", f"    {operand} = tl.load({operand}_ptrs)", "else:",
                     f"    {operand} = tl.load({operand}_ptrs, mask={edge} < {k} - k, other=0.0)"]
         r, c = PROLOGUE_VARS[operand]
+        # the mask has the tile's whole shape: a prologue's loads, index values and constants are padded
+        # to it, and so is a value that does not depend on the row (or the column) at all
         if operand == "a":
-            lines = [f"{r} = rows_a[:, None]", f"{c} = (k + offs_k)[None, :]", f"a_mask = {c} < {k}"]
+            lines = [f"{r} = rows_a[:, None]", f"{c} = (k + offs_k)[None, :]",
+                     f"a_mask = tl.broadcast_to({c} < {k}, (BLOCK_M, BLOCK_K))"]
         else:
-            lines = [f"{r} = (k + offs_k)[:, None]", f"{c} = cols_b[None, :]", f"b_mask = {r} < {k}"]
+            lines = [f"{r} = (k + offs_k)[:, None]", f"{c} = cols_b[None, :]",
+                     f"b_mask = tl.broadcast_to({r} < {k}, (BLOCK_K, BLOCK_N))"]
         section = 1 if operand == "a" else 3
         lines += self._lines(self.sections[section].lines, argnames, section)
         value = self.operands[operand]   # zeros past K, in the operand's dtype (tl.dot takes one dtype)

@@ -68,6 +68,23 @@ def test_a_cat_prologue_indexes_with_blocks_not_scalars(templates, device):
     assert re.search(r"tl\.full\(\[1\], [ab]_(row|col)", src) is None, src
 
 
+def test_a_constant_prologue_fills_the_whole_tile(templates, device):
+    # the backward of (x @ w).fill_(c) multiplies a constant gradient: the prologue's value depends on
+    # neither the row nor the column, and it was a [1, BLOCK_K] block where tl.dot takes the tile
+    # (found by the fuzzer with matmul_templates='always', --autograd seed 61)
+    w = torch.randn(5, 1, device=device)
+    x, x_ref = (torch.randn(2, 5, generator=torch.Generator().manual_seed(0), device="cpu").to(device)
+                .requires_grad_() for _ in range(2))
+    def f(x, w):
+        return (x @ w).fill_(0.5)
+    got = torch.compile(f, backend="mini_inductor")(x, w)
+    got.sum().backward()
+    f(x_ref, w).sum().backward()
+    torch.testing.assert_close(got, f(x_ref.detach(), w))
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    assert template_kernels()
+
+
 def test_a_template_whose_output_is_then_changed_in_place(templates, device):
     # the scheduler asks every node what it mutates besides its own output (found by the fuzzer with
     # matmul_templates='always', seed 46: the template had no answer)
