@@ -138,7 +138,7 @@ class KernelCallLine:
 @dataclasses.dataclass
 class TemplateCallLine(KernelCallLine):
     """A matmul template's launch (codegen/matmul_template.py): its own grid (tiles, and the batch),
-    block sizes as constexpr arguments and its pipeline depth. Launched through Triton's own path."""
+    block sizes as constexpr arguments and its pipeline depth (a compile option of the launch)."""
 
     launch_grid: tuple = ()
     num_stages: int = 3
