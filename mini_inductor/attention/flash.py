@@ -6,6 +6,7 @@ The contract (attention/__init__.py) fixes what the op computes; this module dec
         = flash_attention_forward(q, k, v, extra, mod)[0]       (CompositeImplicitAutograd), so AOT
                                                                 autograd traces the two below
     flash_attention_forward(q, k, v, extra, mod) -> (out, lse)  the forward kernel; saves the LSE
+                                                                (base 2: log2 of each row's sum)
     flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
 
 so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
@@ -120,7 +121,7 @@ def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple
     """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
     _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
     out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    return out.to(q.dtype).contiguous(), torch.logsumexp(score, dim=-1).contiguous()
+    return out.to(q.dtype).contiguous(), (torch.logsumexp(score, dim=-1) * score_mod.LOG2E).contiguous()
 
 
 def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):

@@ -301,6 +301,9 @@ def _analyse(out, gm) -> _Found | None:
     changed = [x.name for x in (q, k_source, right) if mutated(x)]
     if changed:
         raise NearMiss(f"{', '.join(changed)} changed in place: the call would read the new values")
+    if mutated(out):
+        # the written-out matmul saves no output for its backward; SDPA and the flash op do
+        raise NearMiss(f"the attention's output {out.name} is changed in place: the call keeps it for the backward")
     dtypes = {value_of(x).dtype for x in (q, k, right)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in ATTENTION_DTYPES:
         raise NearMiss(f"dtype {', '.join(sorted(str(d) for d in dtypes))}: attention takes float16, bfloat16 "

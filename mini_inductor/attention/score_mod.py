@@ -140,8 +140,8 @@ class _Reader:
             for op, left, right in zip(node.ops, terms, terms[1:]):
                 if type(op) not in _COMPARE:
                     raise self.fail(node, f"uses the comparison {type(op).__name__}, which is not allowed")
-                pairs.append(Node(_COMPARE[type(op)], (left, right)))
-            return functools.reduce(lambda a, c: Node("and", (a, c)), pairs)
+                pairs.append(fold(Node(_COMPARE[type(op)], (left, right))))
+            return functools.reduce(lambda a, c: fold(Node("and", (a, c))), pairs)
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name not in FUNCTIONS:
@@ -154,17 +154,26 @@ class _Reader:
 
 
 def fold(node: Node) -> Node:
-    """`node` computed now when every argument is a number (so "-inf" is the number -inf)."""
+    """`node` computed now when every argument is a number (so "-inf" is the number -inf); a where
+    whose condition is a constant is its branch (a causal mask of one row, 0 <= 0, is no mask)."""
+    if node.op == "where" and node.args[0].op == "num" and isinstance(node.args[0].value, bool):
+        return node.args[1] if node.args[0].value else node.args[2]
+    if node.op in ("and", "or"):   # a constant side decides or drops out: (1 < 0) | (j <= i) is j <= i
+        for side, other in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+            if side.op == "num" and isinstance(side.value, bool):
+                if side.value == (node.op == "or"):
+                    return side
+                return other
     if not node.args or any(a.op != "num" for a in node.args):
         return node
-    values = [torch.tensor(a.value, dtype=torch.float64 if isinstance(a.value, float) else torch.int64)
-              for a in node.args]
+    values = [torch.tensor(a.value, dtype=torch.bool if isinstance(a.value, bool) else
+                           torch.float64 if isinstance(a.value, float) else torch.int64) for a in node.args]
     try:
         out = _TORCH[node.op](*values)
     except (RuntimeError, ZeroDivisionError):
         return node
     if out.dtype == torch.bool:
-        return node   # a constant condition: kept as written (where() needs a bool tensor or scalar)
+        return num(bool(out.item()))   # a constant condition (the where above takes its branch)
     return num(out.item())
 
 
@@ -230,7 +239,8 @@ def _tensor_fn(fn):
 _TORCH = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
     "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "neg": lambda a: -a,
-    "and": lambda a, b: a & b, "or": lambda a, b: a | b, "not": lambda a: ~a,
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+    "not": lambda a: ~a if isinstance(a, torch.Tensor) else not a,   # (~True is -2 in Python)
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "where": torch.where, "minimum": _minimum, "maximum": _maximum,
@@ -365,11 +375,21 @@ def gradient(node: Node, upstream: Node = var("g")) -> Node | None:
 # ---------------------------------------------------------------------------------------------------
 # exp2 and block skipping
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
     """`node * factor`, the factor folded into a constant scale (s * 0.125 → s * 0.18033…) and into
-    both branches of a where, so the common modifications cost no extra multiply."""
+    both branches of a where, so the common modifications cost no extra multiply.
+
+    A finite value stays finite: finfo(float32).min times log2(e) would be -inf in float32, and a row
+    filled with it would give NaN where eager's finite fill gives uniform weights. A folded constant
+    is clamped to float32's range; a computed value times the factor is, unless it was -inf."""
     if node.op == "num":
-        return num(float(node.value) * factor)
+        value = float(node.value) * factor
+        if abs(value) > FLOAT32_MAX and math.isfinite(float(node.value)):   # (a double here: no inf yet)
+            value = math.copysign(FLOAT32_MAX, value)
+        return num(value)
     if node.op == "where":
         return Node("where", (node.args[0], log2_scaled(node.args[1], factor), log2_scaled(node.args[2], factor)))
     if node.op == "mul" and node.args[1].op == "num" and isinstance(node.args[1].value, (int, float)):
@@ -380,7 +400,12 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
         return Node("mul", (node.args[0], num(factor / float(node.args[1].value))))
     if node.op == "neg":
         return log2_scaled(node.args[0], -factor)
-    return Node("mul", (node, num(factor)))
+    if finite(node) or abs(factor) <= 1.0:   # (a score times log2(e) stays within float32)
+        return Node("mul", (node, num(factor)))
+    # a data tensor (an additive mask of finfo.min): -inf only where the value itself gives -inf
+    saturated = Node("maximum", (Node("mul", (node, num(factor))), num(-FLOAT32_MAX)))
+    infinite = num(-math.inf if factor > 0 else math.inf)
+    return Node("where", (Node("eq", (node, infinite)), num(-math.inf), saturated))
 
 
 _FINITE_OPS = {"add", "sub", "mul", "neg", "abs", "tanh", "sigmoid", "minimum", "maximum", "where",

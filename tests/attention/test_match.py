@@ -585,3 +585,14 @@ def test_float32_on_a_gpu_stays_written_out_until_its_scores_are_large():
     assert float32_left_as_written(q16, (1, 12, 512, 512)) is None        # half precision: fused
     assert float32_left_as_written(torch.empty(1, 12, 512, 64), (1, 12, 512, 512)) is None   # the CPU
 
+
+
+def test_an_attention_output_changed_in_place_stays_as_written():
+    # SDPA and the flash op keep their output for the backward, the written-out matmul does not: an
+    # in-place change of the output broke the backward (found by the fuzzer's attention family, seed 71)
+    def attention(q, k, v):
+        out = (q @ k.transpose(-2, -1) * SCALE).softmax(-1) @ v
+        out[:, :1].mul_(2)
+        return out
+    (record,) = compiled_like_eager(attention, *qkv(requires_grad=True), backward=True)
+    assert record.target == "" and "changed in place" in record.reason, record.describe()

@@ -16,7 +16,7 @@ import random
 from typing import Callable
 
 FAMILY_WEIGHTS = {"pointwise": 3, "binary": 3, "convert": 1, "reduction": 2, "norm": 1.5, "view": 3,
-                  "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2}
+                  "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2, "attention": 0.6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +234,43 @@ def _group_norm(c):
     groups = c.rng.choice([g for g in range(1, ch + 1) if ch % g == 0])
     w, b = _affine(c, a, (ch,))
     return f"F.group_norm({a}, {groups}, {w}, {b})"
+
+
+# --- attention written out (what attention/match.py finds and replaces) -----------------------
+@row("attention", "attention")
+def _attention(c):
+    """softmax(modification(q @ kᵀ)) @ v over fresh q, k, v, in one of the spellings and with one of
+    the modifications the matcher knows (and some it must refuse)."""
+    rng = c.rng
+    if len(c.inputs) > 2:   # q, k, v and a mask or a bias: at most MAX_INPUTS (6) in all
+        return None
+    dt = rng.choice(["float32", "float32", "float16", "bfloat16"])
+    b, h, length, e = rng.randint(1, 2), rng.randint(1, 3), rng.randint(1, c.max_size), rng.randint(1, 5)
+    keys = length if rng.random() < 0.7 else rng.randint(1, c.max_size)
+    q = c.new_input((b, h, length, e), dt, layout="contiguous")
+    k = c.new_input((b, h, keys, e), dt, layout=rng.choice(["contiguous", "transposed"]))
+    v = c.new_input((b, h, keys, rng.randint(1, 5)), dt, layout="contiguous")
+    scale = rng.choice(["", " * 0.5", " / 2.0", f" * {e ** -0.5!r}"])
+    s = rng.choice([f"({q} @ {k}.transpose(-2, -1){scale})", f"(torch.matmul({q}, {k}.transpose(-1, -2)){scale})",
+                    f"(torch.einsum('bhld,bhsd->bhls', {q}, {k}){scale})"])
+    rows, cols = f"torch.arange({length}, device={q}.device)", f"torch.arange({keys}, device={q}.device)"
+    causal = rng.choice([f"torch.ones({length}, {keys}, dtype=torch.bool, device={q}.device).tril()",
+                         f"({cols}[None, :] <= {rows}[:, None])"])
+    fill = rng.choice(['float("-inf")', f"torch.finfo({q}.dtype).min", "-1000.0", "-30.0"])
+    kind = rng.choice(["plain", "causal", "causal", "window", "padding", "bias", "softcap"])
+    if kind == "causal":
+        s = f"{s}.masked_fill(~{causal}, {fill})" if rng.random() < 0.5 else f"torch.where({causal}, {s}, {fill})"
+    elif kind == "window":
+        s = f"{s}.masked_fill(({rows}[:, None] - {cols}[None, :]).abs() > 1, {fill})"
+    elif kind == "padding":
+        keep = c.new_input((b, 1, 1, keys), "bool")
+        s = f"{s}.masked_fill(~{keep}, {fill})"
+    elif kind == "bias":
+        bias = c.new_input(rng.choice([(b, 1, 1, keys), (1, h, length, keys)]), dt)
+        s = f"({s} + {bias})"
+    elif kind == "softcap":
+        s = f"(torch.tanh({s} / 4.0) * 4.0)"
+    return f"torch.softmax({s}, dim=-1) @ {v}" if rng.random() < 0.6 else f"{s}.softmax(-1).matmul({v})"
 
 
 # the shape, indexing, scan, sort, matmul and in-place rows (registered after these, in this order)
