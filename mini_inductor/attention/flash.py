@@ -6,7 +6,8 @@ The contract (attention/__init__.py) fixes what the op computes; this module dec
         = flash_attention_forward(q, k, v, extra, mod)[0]       (CompositeImplicitAutograd), so AOT
                                                                 autograd traces the two below
     flash_attention_forward(q, k, v, extra, mod) -> (out, lse)  the forward kernel; saves the LSE
-                                                                (base 2: log2 of each row's sum)
+                                                                as [B, H, 2, L]: each row's max and
+                                                                log2 of its sum, in base 2, apart
     flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
 
 so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
@@ -24,10 +25,10 @@ Choices, and why:
   triangle only, and masks only its diagonal blocks (the others run the modification without its
   `where`). It is computed once, with torch, from score_mod.dead_mask (where the modification is -inf
   whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
-- Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, LSE -inf. Eager's backward
+- Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, row max -inf. Eager's backward
   then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
   in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
-  -inf LSE (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
+  -inf row max (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
   when such a row exists, the backward visits every block, as eager touches every key.
 - Precision: scores and softmax in float32; tl.dot in the input dtype, accumulating in float32;
   float32 inputs use TF32 only when torch.backends.cuda.matmul.allow_tf32 says so ("ieee" otherwise).
@@ -121,7 +122,9 @@ def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple
     """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
     _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
     out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    return out.to(q.dtype).contiguous(), (torch.logsumexp(score, dim=-1) * score_mod.LOG2E).contiguous()
+    m = score.amax(dim=-1) * score_mod.LOG2E
+    total = torch.exp2(score * score_mod.LOG2E - m[..., None]).sum(-1)
+    return out.to(q.dtype).contiguous(), torch.stack([m, torch.log2(total)], dim=2).contiguous()
 
 
 def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):
@@ -350,7 +353,7 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     plan = _plan_for(q, v, extra, sm, backward=False)
     bm, bn = plan.block_m, plan.block_n
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
+    lse = torch.empty(B, Hq, 2, L, dtype=torch.float32, device=q.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
     if sm.skips_blocks:
         table = block_ranges(sm, L, S, bm, bn, q.device, False)
@@ -414,7 +417,7 @@ def flash_attention_forward(q, k, v, extra, mod):
 def _forward_fake(q, k, v, extra, mod):
     _check(q, k, v, extra, mod)
     B, Hq, L, _ = q.shape
-    return q.new_empty(B, Hq, L, v.shape[3]), q.new_empty(B, Hq, L, dtype=torch.float32)
+    return q.new_empty(B, Hq, L, v.shape[3]), q.new_empty(B, Hq, 2, L, dtype=torch.float32)
 
 
 @torch.library.custom_op("mini_inductor::flash_attention_backward", mutates_args=(), schema=_SCHEMA_BWD)

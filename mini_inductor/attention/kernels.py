@@ -12,9 +12,9 @@ Block sizes, dtypes and the dot's precision are constexprs: Triton specializes t
                                                  of its group (no atomics)
     flash_bwd_dq     grid (query blocks, B*Hq)   dq of one query block
 
-The LSE is kept in base 2 (m + log2(l), as the forward has it): a round trip through natural units
-loses the row's log2(l) where the scores are near float32's lowest (a finite fill such as finfo.min).
-The backward recomputes P = exp2(mod(s)·log2(e) − LSE₂) from it; d loss / d s is
+The LSE is kept as its two parts, each row's max m and log2 of its sum l, in base 2: m + log2(l)
+in one float loses log2(l) where the scores are near float32's lowest (a row all filled with
+finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)); d loss / d s is
 the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
 With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
@@ -161,7 +161,8 @@ def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
     out = acc / l_i[:, None]
     tl.store(OUT + bh.to(tl.int64) * len_q * dim_v + row * dim_v + ev[None, :], out.to(OUT.dtype.element_ty),
              mask=(row < len_q) & (ev[None, :] < dim_v))
-    tl.store(LSE + bh.to(tl.int64) * len_q + rows, m_i + tl.math.log2(l_i), mask=rows < len_q)
+    tl.store(LSE + bh.to(tl.int64) * 2 * len_q + rows, m_i, mask=rows < len_q)
+    tl.store(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, tl.math.log2(l_i), mask=rows < len_q)
 
 
 @triton.jit
@@ -215,8 +216,9 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common},
             qk = mm(k, q_t, DOT, PRECISION)
             {loads(12)}
             valid = (row < len_q) & (col < len_k)
-            lse2 = tl.load(LSE + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
-            p = tl.where(valid, tl.math.exp2({score2("[BLOCK_N, BLOCK_M]")} - lse2[None, :]), 0.0)
+            m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
+            l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+            p = tl.where(valid, tl.math.exp2(({score2("[BLOCK_N, BLOCK_M]")} - m2[None, :]) - l2[None, :]), 0.0)
             do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
                          mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
             dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)
@@ -239,7 +241,8 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
 {query_block}
     do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
                  mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
-    lse2 = tl.load(LSE + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
+    m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
+    l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
     k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
     v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
@@ -253,7 +256,7 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
         qk = mm(q, k_t, DOT, PRECISION)
         {loads(8)}
         valid = (row < len_q) & (col < len_k)
-        p = tl.where(valid, tl.math.exp2({score2("[BLOCK_M, BLOCK_N]")} - lse2[:, None]), 0.0)
+        p = tl.where(valid, tl.math.exp2(({score2("[BLOCK_M, BLOCK_N]")} - m2[:, None]) - l2[:, None]), 0.0)
         dp = mm(do, v_t, DOT, PRECISION)
         dscore = p * (dp - delta[:, None])
         ds = tl.where(valid, {grad}, 0.0)

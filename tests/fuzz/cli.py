@@ -154,9 +154,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager and aot_eager_decomp_partition")
     ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
+    ap.add_argument("--weight", action="append", default=[], metavar="FAMILY=W",
+                    help="draw an op family this often instead (attention=60 makes most programs hold one); "
+                         "the programs of a seed change with the weights")
     args = ap.parse_args(argv)
     if args.dynamic:
         os.environ["MINI_FUZZ_DYNAMIC"] = "1"   # read by every worker (execute.py)
+    if args.weight:
+        os.environ["MINI_FUZZ_WEIGHTS"] = ",".join(args.weight)   # read by every worker (ops.py)
     device = args.device or _default_device()
     start = time.monotonic()
     pool = WorkerPool(args.jobs, args.timeout, device)

@@ -12,11 +12,18 @@ exact when its operands are. Rows that take `exact=True` operands are discontinu
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from typing import Callable
 
 FAMILY_WEIGHTS = {"pointwise": 3, "binary": 3, "convert": 1, "reduction": 2, "norm": 1.5, "view": 3,
                   "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2, "attention": 0.6}
+# `--weight FAMILY=W` (cli.py) passes its changes to the workers in the environment
+for _item in filter(None, os.environ.get("MINI_FUZZ_WEIGHTS", "").split(",")):
+    _family, _, _weight = _item.partition("=")
+    if _family not in FAMILY_WEIGHTS:
+        raise ValueError(f"--weight {_item}: no op family {_family!r} ({', '.join(FAMILY_WEIGHTS)})")
+    FAMILY_WEIGHTS[_family] = float(_weight)
 
 
 @dataclasses.dataclass(frozen=True)
