@@ -35,6 +35,16 @@ def test_alpha_of_add_and_sub_takes_no_part_in_type_promotion(fn, device):
     check(fn, a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_integers_and_wider_floats_are_rounded_to_a_half_result_type_first(dtype, device):
+    # eager casts every operand to the result's dtype before computing in float32: int64 2049 is 2048
+    # in float16, and 70000 is inf (found by the fuzzer, --dynamic seed 75: remainder(int64, float16))
+    x = torch.rand(8, dtype=dtype, device=device) + 1
+    i = torch.tensor([2049, 4097, 70000, 3, -5, 100000, 2047, 1], device=device)
+    check(lambda x, i, t: (torch.remainder(i, x.abs() + 1), i * x, x * t + 1), x, i,
+          torch.tensor(1.0001, device=device), atol=0, rtol=0)
+
+
 def test_a_sum_and_a_product_of_bools_are_or_and_and(device):
     # in Triton's 1-bit arithmetic True + True wraps to False (seen on the H100: fuzz seed 20)
     a = torch.tensor([True, True, False, False], device=device)
