@@ -103,10 +103,17 @@ class Ctx:
         if unique_along is not None and t.dim() > 0:
             if t.shape[unique_along] > bound:
                 return None
-            moved = t.movedim(unique_along, -1)
-            for idx in range(moved[..., 0].numel()):
-                row = self.rng.sample(range(bound), moved.shape[-1])
-                moved.reshape(-1, moved.shape[-1])[idx] = torch.tensor(row, dtype=torch.int64)
+            # rows of distinct values along the last dim, moved to `unique_along` (writing through
+            # reshape of the moved view wrote into a copy where that dim was not the last: the
+            # tensor kept torch.empty's garbage, which the fuzzer then passed as index values)
+            moved = list(t.movedim(unique_along, -1).shape)
+            count = 1
+            for n in moved[:-1]:
+                count *= n
+            rows = torch.empty(count, moved[-1], dtype=torch.int64)
+            for idx in range(rows.shape[0]):
+                rows[idx] = torch.tensor(self.rng.sample(range(bound), moved[-1]), dtype=torch.int64)
+            t = rows.view(moved).movedim(-1, unique_along)
         else:
             t = torch.tensor([self.rng.randrange(bound) for _ in range(t.numel())],
                              dtype=torch.int64).view(shape)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU checks of a session, in one device call: each step under its own time limit, its whole
+# output in a file of $OUT (a step cut by its limit keeps what it printed), a one-line summary per
+# step at the end. Not a test. Steps run in the order given; the default is all of them:
+#
+#   bash benchmarks/device_checks.sh [tests] [attention] [matmul] [suite] [dynamic]
+#
+#   tests      pytest -m gpu over tests/ (the large-tensor file and tests/distributed left out)
+#   attention  benchmarks.attention_sweep, fp16, L 1024 and 4096, every variant, fwd and fwd+bwd
+#   matmul     benchmarks.matmul_templates, fp16 and bf16, M 8192
+#   suite      benchmarks.suite, the GPT-2 forms and the decoder in float32, against Inductor
+#   dynamic    benchmarks.dynamic_shapes, the serving and the training loop
+#
+# The limits add up to under 10 minutes (one call of the device tool): 200 + 120 + 100 + 100 + 60 s.
+set -u
+export PYTHONPATH=.
+OUT=${OUT:-/tmp/device_checks}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests attention matmul suite dynamic)
+summary="$OUT/summary.txt"
+{ nvidia-smi -L; git log --oneline -1 2>/dev/null; } > "$summary"
+
+run() {   # run NAME SECONDS COMMAND...: the output to $OUT/NAME.txt, a line to the summary
+    local name=$1 limit=$2
+    shift 2
+    local began=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    local note=""
+    [ $rc -eq 124 ] && note=" (cut by its ${limit} s limit)"
+    echo "$name: exit $rc in $((SECONDS - began)) s$note; $(grep -E 'passed|failed' "$OUT/$name.txt" | tail -1)" >> "$summary"
+}
+
+for step in "${steps[@]}"; do
+    case $step in
+        tests) run tests 200 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests \
+                   --deselect tests/e2e/test_large_tensors_gpu.py --ignore tests/distributed -rfE --tb=short ;;
+        attention) run attention 120 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
+                       --out "$OUT/attention.json" ;;
+        matmul) run matmul 100 python3 -u -m benchmarks.matmul_templates --dtype float16 --tokens 8192 ;;
+        suite) run suite 100 python3 -m benchmarks.suite --models gpt2_causal,gpt2_hf_causal,decoder \
+                   --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
+                   --out "$OUT/suite" ;;
+        dynamic) run dynamic 60 python3 -m benchmarks dynamic_shapes --out "$OUT/dynamic.json" ;;
+        *) echo "unknown step $step" >> "$summary" ;;
+    esac
+done
+cat "$summary"
