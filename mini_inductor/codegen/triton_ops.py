@@ -173,7 +173,7 @@ class TritonOps:
             return value
         if name in k.stores:
             k.load_misses.add(name)
-            if (name, index) not in k.store_cache:
+            if not self._stored_at(name, index):
                 # read back what this kernel stored, at an index the codegen could not show to be the
                 # stored one: the scheduler fused them because they name the same elements, so this
                 # program wrote them, but maybe another of its threads. Without a barrier a GPU may
@@ -185,6 +185,18 @@ class TritonOps:
         kind = "bcast" if name in k.broadcast_reads else ("loop" if k.looped and self.inside else "")
         k.loaded_in.setdefault(name, set()).add(k.section.index)
         return k.emit(f"tl.load({self._pointer(name, index)}, {self._mask(index, name)}@evict:{name}:{kind}@)", dtype)
+
+    def _stored_at(self, name: str, index) -> bool:
+        """This kernel stored `name` at `index`, as written or once the loop variables that take one
+        value (a range of 1: xindex of a single row) are 0."""
+        k = self.k
+        if (name, index) in k.store_cache:
+            return True
+        single = {v: 0 for v, n in k.var_ranges.items() if n == 1}
+        if not single:
+            return False
+        index = index.subs(single)
+        return any(key[0] == name and key[1].subs(single) == index for key in k.store_cache)
 
     def _pointer(self, name: str, index, after_loop: bool = False) -> str:
         # an index without xindex (or yindex) still needs a block of pointers to match the mask
