@@ -276,6 +276,12 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     result = lowering(*args, **kwargs)
+                    if isinstance(result, IRNode) and isinstance(meta, torch.Tensor) and \
+                            len(result.get_size()) != meta.dim():
+                        # (a dynamic graph's squeeze of a size Dynamo's guards make 1, which the
+                        # ShapeEnv could not prove here): the FakeTensor is what eager gives
+                        raise NotImplementedError(f"the lowering gave rank {len(result.get_size())} where the "
+                                                  f"FakeTensor has {meta.dim()}")
                 except LoweringError as e:   # not even ATen can run it here: the compile stops, naming the node
                     raise LoweringError(e.why, graph=self.name, op=_op_name(target), node=node.name) from e
                 except Exception as why:   # this case of the op runs in ATen; say why

@@ -543,6 +543,25 @@ def test_a_reshape_to_constant_sizes_stays_a_view_of_the_other_output(device):
     assert_dynamic(metrics.compiled_graphs)
 
 
+def test_a_squeeze_the_shape_env_cannot_prove_keeps_eagers_rank(device):
+    # unbind of a dynamic diagonal: its length Min(s0, s1) // 2 is 1 by Dynamo's guards, which the
+    # ShapeEnv could not prove here; the squeeze kept the dim and the output had rank 1, not 0. A
+    # lowering whose rank differs from the FakeTensor's now runs in ATen (found by the fuzzer,
+    # --dynamic --autograd seed 77)
+    torch.set_default_device(None)
+
+    def f(x):
+        return torch.unbind(torch.diagonal(x, 0, 1, 0), 0)[0] * 2
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x, x_ref = torch.randn(2, 3, device=device, requires_grad=True), None
+    x_ref = x.detach().clone().requires_grad_()
+    got, want = compiled(x), f(x_ref)
+    assert_same_tensor(got, want, "the output")
+    got.backward()
+    want.backward()
+    assert_same_tensor(x.grad, x_ref.grad, "the gradient")
+
+
 def test_squeeze_of_a_size_dynamos_guards_make_1(device):
     # chunk(x, 3)[0] of a dynamic 3-row x has (s0 + 2) // 3 rows, 1 by Dynamo's guards: squeeze drops
     # it, as the FakeTensor did (it was kept, and the output buffer had a 2-D size with 1-D strides;
