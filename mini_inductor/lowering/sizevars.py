@@ -333,7 +333,9 @@ def _split_coeff(term: Expr) -> tuple[Expr, Expr]:
     graph's), the rest its index part (loop variables, divisions and moduli of them)."""
     coeff, rest = [], []
     for f in sympy.Mul.make_args(term):
-        (coeff if f.is_Number or (f.is_Symbol and f.is_positive) else rest).append(f)
+        # a size symbol, or a power of one (s**2 of a square's stride): positive, no index in it
+        size = f.is_Number or (f.is_positive and (f.is_Symbol or (f.is_Pow and f.base.is_Symbol)))
+        (coeff if size else rest).append(f)
     return sympy.Mul(*coeff), sympy.Mul(*rest)
 
 

@@ -543,6 +543,22 @@ def test_a_reshape_to_constant_sizes_stays_a_view_of_the_other_output(device):
     assert_dynamic(metrics.compiled_graphs)
 
 
+def test_a_flat_view_of_an_output_with_two_equal_dynamic_dims_stays_a_view(device):
+    # (s0, s1, s1, s2): Dynamo gives the two equal dims one symbol, and the stride s2*s1**2 holds a
+    # power; merging the flattened index back to i missed it and the view became a copy (found by the
+    # fuzzer, --dynamic seed 76)
+    torch.set_default_device(None)
+
+    def f(x, y):
+        z = torch.logical_and(x, y)
+        return z, z.view(432)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x, y = torch.rand(4, 6, 6, 3, device=device) < 0.5, torch.rand((), device=device) < 0.5
+    z, flat = compiled(x, y)
+    assert_same_tensor(flat, f(x, y)[1], "the view")
+    assert flat.untyped_storage().data_ptr() == z.untyped_storage().data_ptr()
+
+
 def test_a_squeeze_the_shape_env_cannot_prove_keeps_eagers_rank(device):
     # unbind of a dynamic diagonal: its length Min(s0, s1) // 2 is 1 by Dynamo's guards, which the
     # ShapeEnv could not prove here; the squeeze kept the dim and the output had rank 1, not 0. A
