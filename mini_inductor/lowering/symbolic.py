@@ -221,13 +221,14 @@ def _convert(e: sympy.Basic) -> Expr:
 
 
 def stride_exprs(t: torch.Tensor) -> list[Expr]:
-    """A tensor's strides as expressions. A FakeTensor with an unbacked size u0 has strides such as
-    Max(1, u0) (never 0); at u0 = 0 the tensor is empty and no stride is observable, so it is u0
-    wherever it matters, and compares equal to the products of sizes that eager's strides are."""
+    """A tensor's strides as expressions. A FakeTensor with a size that may be 0 (unbacked u0, or a
+    backed difference such as s0 - 4 of a split) has strides such as Max(1, u0) (never 0); at u0 = 0
+    the tensor is empty and no stride is observable, so it is u0 wherever it matters, and compares
+    equal to the products of sizes that eager's strides are."""
     out = []
     for x in t.stride():
         e = sympy.Integer(x) if isinstance(x, int) else to_expr(x)
-        if e.free_symbols and any(s.name.startswith("u") for s in e.free_symbols):
+        if e.free_symbols:
             e = e.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and sympy.Integer(1) in a.args,
                           lambda a: next(x for x in a.args if x != 1))
         out.append(e)

@@ -559,6 +559,20 @@ def test_a_flat_view_of_an_output_with_two_equal_dynamic_dims_stays_a_view(devic
     assert flat.untyped_storage().data_ptr() == z.untyped_storage().data_ptr()
 
 
+def test_an_output_keeps_eagers_strides_where_a_size_may_be_0(device):
+    # the last chunk of a split has s0 - 4 columns, which may be 0, so its FakeTensor's strides hold
+    # Max(1, s0 - 4): the layout was not recognised as dense and the output came out contiguous, not
+    # with the transposed input's strides as eager's (found by the fuzzer, --dynamic seed 79)
+    torch.set_default_device(None)
+
+    def f(x, y):
+        return torch.split(x, 2, -1)[-1] == y
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x = torch.randint(-4, 5, (1, 2, 6, 2), dtype=torch.int32, device=device).transpose(-2, -1)
+    y = torch.randint(-4, 5, (), dtype=torch.int32, device=device)
+    assert_same_tensor(compiled(x, y), f(x, y), "the output")
+
+
 def test_a_squeeze_the_shape_env_cannot_prove_keeps_eagers_rank(device):
     # unbind of a dynamic diagonal: its length Min(s0, s1) // 2 is 1 by Dynamo's guards, which the
     # ShapeEnv could not prove here; the squeeze kept the dim and the output had rank 1, not 0. A
