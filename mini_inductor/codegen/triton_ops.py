@@ -219,8 +219,12 @@ class TritonOps:
             if value.dtype != dtype:
                 value = self.to_dtype(value, dtype)
             k.load_misses.add(name)
-            k.section.lines.append(StoreLine(name, f"tl.atomic_add({self._pointer(name, index)}, {value}, "
-                                                   f"{self._mask(index)}, sem='relaxed')"))
+            # the value as a block of the pointers' shape, computed (not a broadcast view): Triton's
+            # interpreter reads a [1] value (a constant) past its end for every lane; a GPU broadcasts
+            pointer = self._pointer(name, index)
+            full = f"{value} + tl.zeros(({pointer}).shape, {tl_dtype(value.dtype)})"
+            k.section.lines.append(StoreLine(name, f"tl.atomic_add({pointer}, {full}, {self._mask(index)}, "
+                                                   f"sem='relaxed')"))
             return
         if mode is not None:
             raise NotImplementedError(f"store mode {mode!r}")

@@ -28,6 +28,15 @@ def test_scatter_add_with_repeated_targets_sums_them(device, dtype):
     assert_no_fallbacks()
 
 
+def test_an_accumulated_constant_is_added_once_per_index(device):
+    # the atomic add of a constant: Triton's interpreter read a [1] value past its end for every lane
+    # (garbage added on the CPU; a GPU broadcasts it). Found by the fuzzer (--dynamic --autograd seed
+    # 85: the gradient of floor(index_select(x)), zeros added, had -inf in it)
+    idx = torch.tensor([2, 5, 0, 6, 5, 2, 2], device=device)
+    check(lambda x, i: x.index_put((i,), torch.full((7,), 1.5, device=x.device), accumulate=True),
+          torch.zeros(9, device=device), idx, atol=0, rtol=0)
+
+
 def test_scatter_add_along_a_long_span_adds_with_atomics(device):
     index = torch.randint(0, 64, (2, 32), device=device)   # duplicates: every one must count
     check(lambda x, src, i: x.scatter_add(1, i, src), torch.randn(2, 64, device=device),
