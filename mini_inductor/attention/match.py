@@ -315,6 +315,9 @@ def _analyse(out, gm) -> _Found | None:
     except Untranslatable as e:
         raise NearMiss(f"the modification cannot be written as an expression: {e}") from None
     for extra in translator.extras:
+        if mutated(extra, after=out):
+            raise NearMiss(f"{extra.name} is changed in place after the attention: the flash-attention op "
+                           "reads it again in the backward")
         value = value_of(extra)
         if value.requires_grad and torch.is_grad_enabled():     # (Dynamo guards the graph on grad mode)
             raise NearMiss(f"{extra.name} requires grad: the flash-attention op gives extra tensors no gradient")

@@ -131,9 +131,12 @@ _OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "
                       "ilshift", "irshift", "imatmul"}
 
 
-def mutated(node) -> bool:
+def mutated(node, after=None) -> bool:
     """Whether the graph changes `node`'s tensor in place, directly or through a view of it (a setitem,
-    an in-place method such as `masked_fill_`, an `out=`): its value then is not what built it."""
+    an in-place method such as `masked_fill_`, an `out=`): its value then is not what built it.
+    `after`: only changes after that node (in the graph's order) count."""
+    def late(u) -> bool:
+        return after is None or u.meta.get("mini_inductor_order", 0) > after.meta.get("mini_inductor_order", 0)
     seen, stack = set(), [node]
     while stack:
         n = stack.pop()
@@ -148,9 +151,9 @@ def mutated(node) -> bool:
                 in_place = name == "setitem" or name in _OPERATOR_IN_PLACE
             else:                                                        # Tensor.masked_fill_, torch.relu_
                 in_place = name.endswith("_") and not name.endswith("__")
-            if u.args and u.args[0] is n and in_place:
+            if u.args and u.args[0] is n and in_place and late(u):
                 return True
-            if "out" in u.kwargs:
+            if "out" in u.kwargs and late(u):
                 return True
             if op_of(u) in _VIEWS or name in _VIEWS or name == "getitem":
                 stack.append(u)
