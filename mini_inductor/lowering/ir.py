@@ -504,9 +504,9 @@ class View(IRNode):
         offset = flat.subs({v: 0 for v in idx})
         if sympy.expand(offset + sum(st * v for st, v in zip(stride, idx)) - flat) != 0:
             return None  # not linear in the index
-        # non-negative integers, or (a dynamic graph's) products and sums of its positive size symbols
-        if any(not (st.is_integer and st.is_nonnegative) for st in stride) \
-                or not (offset.is_integer and offset.is_nonnegative):
+        # non-negative integers, or (a dynamic graph's) products and sums of its positive size symbols,
+        # or differences its ShapeEnv shows non-negative (s0 - 2, the rows of a split's last chunk)
+        if any(not _nonnegative(st) for st in stride) or not _nonnegative(offset):
             return None
         layout = Layout(inner_layout.device, inner_layout.dtype, tuple(self.size), tuple(stride), offset)
         return ReinterpretView(base_buf, layout)
@@ -517,6 +517,15 @@ class View(IRNode):
 
     def __repr__(self):
         return f"View({self.data!r}, size={[str(s) for s in self.size]})"
+
+
+def _nonnegative(e: Expr) -> bool:
+    if not e.is_integer:
+        return False
+    if e.is_nonnegative:
+        return True
+    from .symbolic import decide
+    return decide(e >= 0) is True
 
 
 class ReinterpretView(IRNode):

@@ -573,6 +573,22 @@ def test_an_output_keeps_eagers_strides_where_a_size_may_be_0(device):
     assert_same_tensor(compiled(x, y), f(x, y), "the output")
 
 
+def test_a_transpose_of_a_split_chunks_output_stays_a_view(device):
+    # the last chunk of a split has s0 - 2 rows: a stride of s0 - 2 is not non-negative by sympy's
+    # assumptions, only by the ShapeEnv, and the transposed output became a copy (found by the fuzzer,
+    # --dynamic --autograd seed 91)
+    torch.set_default_device(None)
+
+    def f(x, y):
+        z = y == torch.split(x, 2, -2)[-1]
+        return z, z.mT
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x, y = torch.randint(-4, 5, (4, 1), device=device), torch.randint(-4, 5, (1, 1, 1), device=device)
+    z, t = compiled(x, y)
+    assert_same_tensor(t, f(x, y)[1], "the transpose")
+    assert t.untyped_storage().data_ptr() == z.untyped_storage().data_ptr()
+
+
 def test_a_squeeze_the_shape_env_cannot_prove_keeps_eagers_rank(device):
     # unbind of a dynamic diagonal: its length Min(s0, s1) // 2 is 1 by Dynamo's guards, which the
     # ShapeEnv could not prove here; the squeeze kept the dim and the output had rank 1, not 0. A
