@@ -53,17 +53,27 @@ class FloorDiv(sympy.Function):
             if out:
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         elif divisor.is_positive:
-            # a symbolic divisor (a dynamic size): (a*s + b) // s = a + b // s the same way, for the
-            # terms that are s times a polynomial
-            # (only where the rest is non-negative: the generated // truncates toward zero)
-            terms = sympy.Add.make_args(sympy.expand(base))
-            keep, out = [], []
-            for t in terms:
-                q = sympy.cancel(t / divisor)
-                (out if sympy.fraction(q)[1] == 1 else keep).append(q if sympy.fraction(q)[1] == 1 else t)
-            if out and all(t.is_nonnegative for t in keep):
+            # a symbolic divisor (a dynamic size): (a*s + b) // s = a + b // s the same way
+            out, keep = _multiples_of(base, divisor)
+            if out:
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         return None
+
+
+def _multiples_of(base: Expr, period: Expr) -> tuple[list[Expr], list[Expr]]:
+    """The terms of `base` that are `period` (a product of size symbols) times something, as those
+    quotients, and the other terms; no quotients where the other terms may be negative (the
+    generated // and % truncate toward zero, so only a non-negative rest keeps them exact)."""
+    out, keep = [], []
+    for term in sympy.Add.make_args(sympy.expand(base)):
+        quotient = term / period            # sympy cancels common factors: s*t*x / s = t*x
+        if quotient.as_numer_denom()[1] == 1:
+            out.append(quotient)
+        else:
+            keep.append(term)
+    if not all(t.is_nonnegative for t in keep):
+        return [], list(sympy.Add.make_args(base))
+    return out, keep
 
 
 class ModularIndexing(sympy.Function):
@@ -93,11 +103,9 @@ class ModularIndexing(sympy.Function):
             if len(kept) != len(terms):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if not (divisor.is_Integer and modulus.is_Integer) and (divisor * modulus).is_positive:
-            # symbolic sizes: the terms that are (divisor*modulus) times a polynomial vanish
-            period = divisor * modulus
-            terms = sympy.Add.make_args(sympy.expand(base))
-            kept = [t for t in terms if sympy.fraction(sympy.cancel(t / period))[1] != 1]
-            if len(kept) != len(terms) and all(t.is_nonnegative for t in kept):
+            # symbolic sizes: the terms that are multiples of divisor*modulus vanish
+            dropped, kept = _multiples_of(base, divisor * modulus)
+            if dropped:
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if isinstance(base, FloorDiv):
             return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
