@@ -9,7 +9,7 @@ matmul); mini_inductor is expected to find it in the graph (attention/match.py) 
 flash-attention kernel. `flash` is ATen's scaled_dot_product_attention called directly where its own
 flash kernel computes the variant (plain and causal): the reference the issue's "within 15%" targets.
 Each row: the median milliseconds per call (CUDA events, L2 flushed), forward or forward + backward,
-batch 4 x 16 heads, and whether the output matched eager's (fp32 reference).
+batch 4 x 16 heads, and whether the output matched the float32 reference as closely as eager's does.
 """
 from __future__ import annotations
 
@@ -114,7 +114,11 @@ def measure(backend: str, variant: str, dtype, length: int, head_dim: int, mode:
     out = call()
     with torch.no_grad():
         ref = VARIANTS[variant](q.float(), k.float(), v.float(), extra)
-    correct = bool(torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2))
+        eager_err = (VARIANTS[variant](q, k, v, extra).float() - ref).abs().max().item()
+    # within 2e-2 of the float32 result, or no further from it than twice eager's own error (ALiBi's
+    # bias, rounded to float16 as the variant writes it, moves eager's result past 2e-2 at L 1024)
+    correct = bool(torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2)
+                   or (out.float() - ref).abs().max().item() <= 2 * eager_err + 1e-3)
     t = bench(call, warmup=3, samples=10, flush_l2=True)
     return {"backend": backend, "variant": variant, "dtype": str(dtype).split(".")[-1], "length": length,
             "head_dim": head_dim, "mode": mode, "ms": round(t.gpu_ms, 4), "correct": correct}

@@ -219,19 +219,12 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
         # kernels), in its pool, and not kept (a kept tensor of the pool would outlive its recording)
         return build()
     else:
-        # on a stream of its own: the current stream's allocations may be going to a CUDA-graph tree's
-        # pool (its warm-up run), which must not hold a table kept for the process's life
-        current = torch.cuda.current_stream(device)
-        side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
+        # kept for the process's life: not in a CUDA-graph tree's pool, where its warm-up run allocates
+        from ..runtime.cudagraphs.utils import outside_pool
+        with outside_pool(device.index if device.index is not None else torch.cuda.current_device()):
             table = build()
-        current.wait_stream(side)
     _RANGES[key] = table
     return table
-
-
-_SIDE_STREAMS: dict = {}
 
 
 def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,

@@ -70,25 +70,6 @@ def texpr(expr: sympy.Expr) -> str:
     raise NotImplementedError(f"index expression {expr}")
 
 
-def _float_expr(expr: sympy.Expr) -> str:
-    """A float made of sizes (n / (n - 1)) as Triton arithmetic on the size arguments."""
-    if expr.is_Number:
-        return repr(float(expr))
-    if isinstance(expr, sympy.Symbol):
-        return expr.name
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(_float_expr(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + " * ".join(_float_expr(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
-        e = int(expr.exp)
-        power = " * ".join([_float_expr(expr.base)] * abs(e))
-        return f"(1.0 / ({power}))" if e < 0 else f"({power})"
-    if expr.is_integer:
-        return texpr(expr)
-    raise NotImplementedError(f"a float made of sizes: {expr}")
-
-
 def _operand(expr: sympy.Expr) -> str:
     """`expr` as an operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
     if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
@@ -250,7 +231,7 @@ class TritonOps:
         if isinstance(value, sympy.Basic) and value.free_symbols:   # made of a dynamic graph's sizes
             if value.is_integer:
                 return self.index_expr(value, dtype)
-            return self.k.emit(f"tl.full([1], 0, {tl_dtype(dtype)}) + ({_float_expr(value)})", dtype)
+            return self.to_dtype(self._size_float(value), dtype)
         if dtype == torch.bool:
             lit = "1" if value else "0"
         elif dtype.is_floating_point:
@@ -258,6 +239,34 @@ class TritonOps:
         else:
             lit = str(int(value))
         return self.k.emit(f"tl.full([1], {lit}, {tl_dtype(dtype)})", dtype)
+
+    def _size_float(self, expr: sympy.Expr) -> CSEVar:
+        """A float made of sizes (a SymFloat: 1 / n, n / (n - 1)) in float64, as Python computes it in
+        double. Never in Triton's arithmetic on the bare size arguments: `1.0 / s0` of an integer
+        argument and a literal is float32 there. Sizes are exact in float64 (below 2**53), and a
+        quotient of integers is one division, rounded once as Python's `n / d` is."""
+        f64 = torch.float64
+        if expr.is_Number:
+            return self.constant(float(expr), f64)
+        if expr.is_integer:
+            return self.index_expr(expr, f64)
+        num, den = sympy.fraction(sympy.together(expr))
+        if den != 1:
+            return self.truediv(self._size_float(num), self._size_float(den))
+        if isinstance(expr, (sympy.Add, sympy.Mul)):
+            combine = self.add if isinstance(expr, sympy.Add) else self.mul
+            terms = [self._size_float(a) for a in sorted(expr.args, key=sympy.default_sort_key)]
+            out = terms[0]
+            for t in terms[1:]:
+                out = combine(out, t)
+            return out
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+            base = self._size_float(expr.base)
+            out = base
+            for _ in range(int(expr.exp) - 1):
+                out = self.mul(out, base)
+            return out
+        raise NotImplementedError(f"a float made of sizes: {expr}")
 
     def index_expr(self, expr, dtype: torch.dtype):
         expr = self._index(expr)

@@ -247,6 +247,18 @@ def test_batch_norm_training_uses_a_float_made_of_sizes():
     assert len(metrics.compiled_graphs) == 1 and metrics.compiled_graphs[0].dynamic_fallback is None
 
 
+def test_a_float_made_of_sizes_is_computed_in_float64_for_a_float64_graph():
+    # found by the fuzzer (seed 94, --dynamic --autograd): batch_norm's backward scales by 1 / n, a
+    # SymFloat; the kernel computed it from the size argument in float32 (1.0 / s0), 3e-8 off in float64.
+    # Python computes a SymFloat in double, so the kernel must too: the result is eager's to the last bits
+    def f(x, w):
+        return F.batch_norm(torch.cos(x), None, None, w, None, training=True), x * (x.shape[0] / (x.shape[0] - 1))
+
+    def make(n):
+        return torch.rand(n, 2, 1, dtype=torch.float64) * 4 - 2, torch.rand(2, dtype=torch.float64) + 0.5
+    assert_dynamic(run_sizes(f, make, sizes=(3, 7), grad=True, atol=1e-12, rtol=1e-12))
+
+
 def test_an_elementwise_output_takes_eagers_layout_from_its_operands_at_every_size():
     # found by the fuzzer (--dynamic): bf16 operands, one transposed and one expanded; the FakeTensor's
     # strides are not eager's here, and the dims' order is decided on the traced sizes

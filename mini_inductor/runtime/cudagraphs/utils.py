@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import threading
 import warnings
 from typing import Any, Callable, Iterator
 
@@ -159,14 +160,42 @@ def allocating_in_pool(device: int, pool, stream: torch.cuda.Stream) -> Iterator
     """
     torch.cuda.synchronize(device)
     stream.wait_stream(torch.cuda.current_stream(device))
+    routes = _routing.__dict__.setdefault("stack", [])
     with torch.cuda.device(device), torch.cuda.stream(stream):
         _begin_allocate(device, pool)
+        routes.append((device, pool, stream))
         try:
             yield
         finally:
+            routes.pop()
             torch._C._cuda_endAllocateToPool(device, pool)
             torch._C._cuda_releasePool(device, pool)
     torch.cuda.current_stream(device).wait_stream(stream)
+
+
+_routing = threading.local()   # .stack: the (device, pool, stream) of each allocating_in_pool this thread is in
+
+
+@contextlib.contextmanager
+def outside_pool(device: int) -> Iterator[None]:
+    """Allocate from the ordinary caching allocator in the body, even inside allocating_in_pool.
+
+    For a tensor kept for the process's life (a cache) that is first made during a tree's warm-up run:
+    in the pool it would be a live block the tree does not track, and be handed out again once the
+    tree frees the pool. A side stream does not escape the routing (newer torch routes by thread).
+    """
+    routes = getattr(_routing, "stack", None)
+    route = routes[-1] if routes else None
+    if route is None or route[0] != device:
+        yield
+        return
+    _, pool, stream = route
+    torch._C._cuda_endAllocateToPool(device, pool)
+    try:
+        yield
+    finally:
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            _begin_allocate(device, pool)
 
 
 @contextlib.contextmanager
