@@ -3,13 +3,14 @@
 # output in a file of $OUT (a step cut by its limit keeps what it printed), a one-line summary per
 # step at the end. Not a test. Steps run in the order given; the default is all of them:
 #
-#   bash benchmarks/device_checks.sh [tests] [attention] [matmul] [suite] [dynamic]
+#   bash benchmarks/device_checks.sh [tests] [attention] [matmul] [suite] [dynamic] [profile]
 #
 #   tests      pytest -m gpu over tests/ (the large-tensor file and tests/distributed left out)
 #   attention  benchmarks.attention_sweep, fp16, L 1024 and 4096, every variant, fwd and fwd+bwd
 #   matmul     benchmarks.matmul_templates, fp16 and bf16, M 8192
 #   suite      benchmarks.suite, the GPT-2 forms and the decoder in float32, against Inductor
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop
+#   profile    benchmarks.kernel_profile: GPT-2 (causal, float32) and the serving loop, kernel by kernel
 #
 # The limits add up to under 10 minutes (one call of the device tool): 200 + 120 + 100 + 100 + 60 s.
 set -u
@@ -43,6 +44,9 @@ for step in "${steps[@]}"; do
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite" ;;
         dynamic) run dynamic 60 python3 -m benchmarks dynamic_shapes --out "$OUT/dynamic.json" ;;
+        profile) run profile_gpt2 90 python3 -m benchmarks kernel_profile --model gpt2_causal --dtype float32 \
+                     --backends eager,inductor,mini_inductor
+                 run profile_serve 90 python3 -m benchmarks kernel_profile --model serve ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
 done

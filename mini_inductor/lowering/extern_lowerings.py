@@ -13,7 +13,8 @@ aten = torch.ops.aten
 @register_lowering(aten.addmm)
 def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     """addmm through cuBLAS in the inputs' dtype (bias added in cuBLAS's epilogue); with scaling
-    factors, an mm whose bias add becomes an epilogue of the next kernel.
+    factors, or in float32 when every use is pointwise (_bias_fuses_downstream), an mm whose bias add
+    becomes part of the next kernel.
 
     Not torch's decomposition: it upcasts fp16/bf16 inputs to fp32 and runs the matmul in fp32. Not
     mm + a fused bias either: on the H100, cuBLAS's plain fp32 mm of an (8, 256) activation with a
@@ -22,7 +23,7 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     """
     m, n = mat1.get_size()[0], mat2.get_size()[1]
     layout = Layout.contiguous(mat1.get_device(), mat1.get_dtype(), [m, n])
-    if alpha == 1 and beta == 1 and len(bias.get_size()) <= 2:
+    if alpha == 1 and beta == 1 and len(bias.get_size()) <= 2 and not _bias_fuses_downstream(mat1, bias):
         return addmm_template(bias, mat1, mat2) or \
             current_graph().make_extern(aten.addmm.default, (bias, mat1, mat2), {}, layout)
     product = mm_template(mat1, mat2) or current_graph().make_extern(aten.mm.default, (mat1, mat2), {}, layout)
@@ -33,6 +34,34 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     if beta != 1:
         bias = lowering_of(aten.mul.Tensor)(bias, beta)
     return lowering_of(aten.add.Tensor)(product, bias)
+
+
+# views between an addmm and its uses (a linear layer over [B, T, C] is view → addmm → view)
+_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+
+
+def _pointwise_uses(node) -> bool:
+    """Every use of `node`'s value, looking through views, is a pointwise op (torch's tag)."""
+    if not node.users:
+        return False
+    for user in node.users:
+        if user.target in _VIEWS:
+            if not _pointwise_uses(user):
+                return False
+        elif not (isinstance(user.target, torch._ops.OpOverload) and torch.Tag.pointwise in user.target.tags):
+            return False
+    return True
+
+
+def _bias_fuses_downstream(mat1, bias) -> bool:
+    """A float32 addmm on CUDA whose uses are all pointwise runs as mm, its bias added in the kernel of
+    those uses. On the H100 (GPT-2's widths, 512 tokens, fp32, benchmarks/kernel_profile.py, session 24)
+    cuBLASLt's addmm of the MLP's down-projection (K 3072 → 768) took 125 µs a call where the plain mm
+    (split-K) took 66; the bias costs nothing in the next kernel. Half types keep cuBLASLt's bias: the
+    product would be rounded once more before the add (and torch's Inductor keeps them too)."""
+    node = current_graph().current_node
+    return (mat1.get_dtype() == torch.float32 and mat1.get_device().type == "cuda" and len(bias.get_size()) == 1
+            and node is not None and node.target is aten.addmm.default and _pointwise_uses(node))
 
 
 @register_lowering(aten.mm.default)

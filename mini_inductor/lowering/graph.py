@@ -122,6 +122,7 @@ class GraphLowering:
         self._new_buffers: list[Buffer] = []
         self._gpu_scalars: dict[int, tuple[IRNode, IRNode]] = {}   # id(CPU 0-d value) → (it, its GPU copy)
         self._output_bases: set[torch.fx.Node] = set()   # see _output_bases
+        self.current_node: torch.fx.Node | None = None   # the node being lowered (a lowering may look at its users)
 
     # called by ir.StorageBox.realize and friends
     def new_buffer_name(self) -> str:
@@ -275,6 +276,7 @@ class GraphLowering:
         try:
             if lowering is not None:
                 try:
+                    self.current_node = node
                     result = lowering(*args, **kwargs)
                     if isinstance(result, IRNode) and isinstance(meta, torch.Tensor) and \
                             len(result.get_size()) != meta.dim():

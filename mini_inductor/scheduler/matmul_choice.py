@@ -37,6 +37,10 @@ from .nodes import BaseSchedulerNode, template_in, template_parts
 PEAK_TFLOPS = {torch.float16: 700.0, torch.bfloat16: 700.0, "tf32": 350.0, torch.float32: 50.0}
 HBM_GB_PER_S = 3000.0
 TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same shape (a guess to refit)
+# float32 without TF32 (tl.dot in "ieee" precision, FMA loops like cuBLAS's SIMT kernels): GPT-2's
+# scores (12 x 512 x 512 x 64) took 31.5 µs in the template (a mask fused) against cuBLAS's 21.5 µs
+# (H100, benchmarks/kernel_profile.py, session 24)
+TEMPLATE_EFFICIENCY_FP32 = 0.6
 LAUNCH_US = 2.0                # one more kernel in a CUDA graph
 # A transcendental epilogue (GELU's erf, tanh, SiLU's exp) inside the template costs more than in a
 # kernel of its own. Measured on the H100 (fp16, M 8192, benchmarks/matmul_templates.py, session 23):
@@ -85,24 +89,46 @@ def transcendental(ops) -> bool:
 
 
 def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epilogue: bool,
-                    transcendental: bool = False) -> tuple[bool, str]:
+                    transcendental: bool = False, separate_passes: int = 2) -> tuple[bool, str]:
     """(template wins, why) by the cost model of this module's docstring, in µs on an H100.
-    `transcendental`: the epilogue computes one (erf, tanh, exp, ...), which the template pays for."""
+    `transcendental`: the epilogue computes one (erf, tanh, exp, ...), which the template pays for.
+    `separate_passes`: what the epilogue costs after cuBLAS, in passes over the product: 2 as a kernel
+    of its own (and a launch), fewer where its readers would compute it instead (`_epilogue_passes`)."""
     itemsize = dtype.itemsize
     peak = PEAK_TFLOPS["tf32" if _tf32(dtype) else dtype] * 1e6          # flop per µs
     bandwidth = HBM_GB_PER_S * 1e3                                        # bytes per µs
     flops = 2.0 * batch * m * n * k
     moved = (batch * m * k + batch * k * n + batch * m * n) * itemsize
+    efficiency = TEMPLATE_EFFICIENCY_FP32 if dtype == torch.float32 and not _tf32(dtype) else TEMPLATE_EFFICIENCY
     cublas = max(flops / peak, moved / bandwidth)
-    template = max(flops / (peak * TEMPLATE_EFFICIENCY), moved / bandwidth)
+    template = max(flops / (peak * efficiency), moved / bandwidth)
     if transcendental:
         template += batch * m * n / 1e6 * TRANSCENDENTAL_US_PER_MELEM
     if not epilogue:
         return False, f"no epilogue to fuse: cuBLAS {cublas:.1f} µs, template {template:.1f} µs (model)"
-    separate = 2 * batch * m * n * itemsize / bandwidth + LAUNCH_US
+    separate = separate_passes * batch * m * n * itemsize / bandwidth + (LAUNCH_US if separate_passes == 2 else 0.0)
     wins = template < cublas + separate
-    return wins, (f"template {template:.1f} µs vs cuBLAS {cublas:.1f} µs + epilogue {separate:.1f} µs "
+    where = "" if separate_passes == 2 else f", in its readers' kernel ({separate_passes} pass{'es' if separate_passes != 1 else ''})"
+    return wins, (f"template {template:.1f} µs vs cuBLAS {cublas:.1f} µs + epilogue {separate:.1f} µs{where} "
                   f"(cost model)")
+
+
+def _epilogue_passes(n2: BaseSchedulerNode, readers: dict[str, set[str]], outputs: set[str],
+                     by_name: dict[str, BaseSchedulerNode]) -> int:
+    """Passes over the product an epilogue n2 costs if it is not fused into the template: 2 (a kernel
+    of its own) unless every reader of what it writes is a kernel it can fuse into (no library call, no
+    template). Then those readers compute it: 0 where its one reader is the only use of its result (a
+    causal mask before a softmax), 1 where the result is stored anyway (a residual kept for later)."""
+    members = n2.get_names()
+    users: set[str] = set()
+    stored = False
+    for name in members:
+        users |= readers.get(name, set()) - members
+        stored |= name in outputs
+    nodes = [by_name.get(u) for u in users]
+    if not nodes or any(r is None or r.is_extern() or r.is_template() for r in nodes):
+        return 2
+    return 1 if stored or len(nodes) > 1 else 0
 
 
 def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
@@ -111,7 +137,8 @@ def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
     return template
 
 
-def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str]):
+def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str],
+                 by_name: dict[str, BaseSchedulerNode] | None = None):
     """can_fuse's `template_check(n1, n2)`. A prologue n1 must have no reader but the template (not
     even an epilogue of it) and not be a graph output: it is recomputed per tile, never stored. An epilogue n2 is
     refused in "auto" without max-autotune where the cost model keeps cuBLAS even with it fused."""
@@ -128,7 +155,8 @@ def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], ou
         if t.get_device().type != "cuda":
             return None
         ops = [o.op for m in n2.get_nodes() for o in m.node.origins]
-        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True, transcendental(ops))
+        passes = _epilogue_passes(n2, readers, outputs, by_name or {})
+        wins, why = prefer_template(*t.sizes(), t.layout.dtype, True, transcendental(ops), passes)
         return None if wins else f"cuBLAS preferred for {t.name}: {why}"
     return check
 
