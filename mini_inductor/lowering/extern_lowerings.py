@@ -6,6 +6,7 @@ import torch
 from .ir import Layout, current_graph
 from .lowerings import lowering_of, register_lowering
 from .matmul_lowerings import addmm_template, bmm_template, mm_template
+from .symbolic import hint
 
 aten = torch.ops.aten
 
@@ -54,13 +55,16 @@ def _pointwise_uses(node) -> bool:
 
 
 def _bias_fuses_downstream(mat1, bias) -> bool:
-    """A float32 addmm on CUDA whose uses are all pointwise runs as mm, its bias added in the kernel of
-    those uses. On the H100 (GPT-2's widths, 512 tokens, fp32, benchmarks/kernel_profile.py, session 24)
-    cuBLASLt's addmm of the MLP's down-projection (K 3072 → 768) took 125 µs a call where the plain mm
-    (split-K) took 66; the bias costs nothing in the next kernel. Half types keep cuBLASLt's bias: the
-    product would be rounded once more before the add (and torch's Inductor keeps them too)."""
+    """A float32 addmm on CUDA (no TF32) of 64 rows or more, whose uses are all pointwise, runs as mm,
+    its bias added in the kernel of those uses. On the H100 (benchmarks/addmm_split.py, session 24)
+    cuBLASLt's addmm took up to twice the plain mm's time at 64 to 2048 rows (512 x 3072 -> 768, a
+    GPT-2 down-projection: 102 against 66 µs), and within 13% the other way at the shapes where it won;
+    at 8 rows the mm could take 9 times as long (31.7 against 3.6 µs, 256 -> 256), and with TF32 the
+    two were even (0.38 to 1.29). The bias costs nothing in the next kernel. Half types keep cuBLASLt's
+    bias: the product would be rounded once more before the add (torch's Inductor keeps them too)."""
     node = current_graph().current_node
     return (mat1.get_dtype() == torch.float32 and mat1.get_device().type == "cuda" and len(bias.get_size()) == 1
+            and not torch.backends.cuda.matmul.allow_tf32 and hint(mat1.get_size()[0]) >= 64
             and node is not None and node.target is aten.addmm.default and _pointwise_uses(node))
 
 
