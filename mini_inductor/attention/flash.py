@@ -19,12 +19,14 @@ kernels (kernels.py); other CPU tensors (and empty ones) run the torch reference
 modification on the materialized score matrix (and is what the tests check the kernels against).
 
 Choices, and why:
-- Block skipping. When the modification reads only s, i, j, L and S and contains -inf, a table per
-  (mod, L, S, block sizes, device) gives each query block the range of key blocks holding a live
-  score (and each key block its range of query blocks, for dk/dv): a causal mask visits the lower
-  triangle only, and masks only its diagonal blocks (the others run the modification without its
-  `where`). It is computed once, with torch, from score_mod.dead_mask (where the modification is -inf
-  whatever s is), and lives on the device (no host sync, CUDA-graph safe after the first call).
+- Block skipping. When the modification masks with -inf (or a fill at or below score_mod.DEAD_FILL,
+  finfo.min) where i, j, L, S or the extra tensors say, a table gives each query block the range of
+  key blocks holding a live score (and each key block its range of query blocks, for dk/dv): a causal
+  mask visits the lower triangle only, and masks only its diagonal blocks (the others run the
+  modification without its `where`). It is computed with torch from score_mod.dead_mask (where the
+  modification is dead whatever s is) and lives on the device (no host sync): once per (mod, L, S,
+  block sizes, device) from the indices, or on every call from the tensors' values (a causal mask
+  kept as a bool buffer, as HuggingFace's GPT-2 does; a padding mask).
 - Fully masked rows give NaN, as eager's softmax does: the forward's 0/0, row max -inf. Eager's backward
   then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
   in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
@@ -203,10 +205,17 @@ class BlockTable:
 
 
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                 backward: bool) -> BlockTable:
+                 backward: bool, extra=()) -> BlockTable:
     """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
     range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
-    the module docstring)."""
+    the module docstring); for the forward too where a masked score may be a finite fill (such a row
+    is eager's average over every key).
+
+    Where the extra tensors decide which scores are dead (a mask given as data), the table is built
+    from their values on every call (in a CUDA graph, by every replay): a block is skipped only where
+    it is dead for every batch and head, and runs unmasked only where it is live for all of them."""
+    if sm.dead_reads_tensors:
+        return _block_ranges(sm, L, S, block_m, block_n, device, backward, extra)
     key = (sm.text, L, S, block_m, block_n, device, backward)
     hit = _RANGES.get(key)
     if hit is not None:
@@ -227,24 +236,43 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     return table
 
 
+def _grid_view(t: Tensor, rows: Tensor, cols: Tensor, L: int, S: int) -> Tensor:
+    """An extra tensor (broadcasting to [B, H, L, S]) at the grid's rows and columns (clamped: the
+    padding past L and S is not valid anyway), as [B or 1, H or 1, rows or 1, cols or 1]."""
+    t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
+    if t.shape[2] > 1:
+        t = t.index_select(2, rows.clamp(max=L - 1))
+    if t.shape[3] > 1:
+        t = t.index_select(3, cols.clamp(max=S - 1))
+    return t
+
+
 def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                  backward: bool) -> BlockTable:
+                  backward: bool, extra=()) -> BlockTable:
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
     whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones
     dead_row = torch.zeros((), dtype=torch.bool, device=device)
     cols = torch.arange(n_n * block_n, device=device)
-    step = max(1, (1 << 22) // (n_n * block_n * block_m))     # query blocks per chunk: ~4M grid points
+    read = {f"t{n}": t for n, t in enumerate(extra) if f"t{n}" in score_mod.dead_names(sm.tree)}
+    heads = max([t.shape[:-2].numel() if t.dim() > 2 else 1 for t in read.values()] or [1])
+    step = max(1, (1 << 22) // (n_n * block_n * block_m * heads))   # query blocks per chunk: ~4M grid points
     for m0 in range(0, n_m, step):
         m1 = min(n_m, m0 + step)
         rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
-        env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S}
-        dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device).expand(len(rows), len(cols))
+        env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S,
+               **{name: _grid_view(t.to(device), rows, cols, L, S) for name, t in read.items()}}
+        dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device)
+        dead = dead.expand(*dead.shape[:-2], len(rows), len(cols)) if dead.dim() >= 2 \
+            else dead.expand(len(rows), len(cols))
+        # over batches and heads: dead for all of them (skipped), dead for some (masked)
+        dead_all = dead.flatten(0, -3).all(0) if dead.dim() > 2 else dead
+        dead_any = dead.flatten(0, -3).any(0) if dead.dim() > 2 else dead
         valid = (rows[:, None] < L) & (cols[None, :] < S)
         blocks = (m1 - m0, block_m, n_n, block_n)
-        live[m0:m1] = (valid & ~dead).view(blocks).any(3).any(1)
-        whole[m0:m1] = (~valid | ~dead).view(blocks).all(3).all(1)
-        dead_row |= ((dead | ~valid)[:, :S].all(1) & (rows < L)).any()
+        live[m0:m1] = (valid & ~dead_all).view(blocks).any(3).any(1)
+        whole[m0:m1] = (~valid | ~dead_any).view(blocks).all(3).all(1)
+        dead_row |= ((dead | ~valid)[..., :S].all(-1) & (rows < L)).any()
     whole &= live
 
     index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
@@ -262,6 +290,8 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     full_lo, full_hi = torch.where(run & (full_hi > full_lo), full_lo, kv_hi), torch.where(run, full_hi, kv_hi)
     full_hi = torch.maximum(full_hi, full_lo)
     q_lo, q_hi = span(live.t(), index_m)
+    if not backward and sm.finite_fill:
+        kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
     if backward:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
@@ -317,27 +347,37 @@ class LaunchPlan:
     block_m: int
     block_n: int
     meta: dict               # the kernels' constexprs and launch options
+    skip: bool               # the kernels take a block table (block_ranges)
+
+
+# A mask given as data is turned into a block table on every call by some 70 small torch kernels
+# (~2 µs each in a CUDA graph, more without one): worth it only where the attention skips more than
+# that, from about this many scores (B * H * L * S; 4 x 16 heads at 2048 x 2048). Below, every block
+# runs, masked.
+DATA_SKIP_MIN_SCORES = 1 << 28
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
-          backward: bool) -> LaunchPlan:
+          backward: bool, skip: bool) -> LaunchPlan:
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu)
     else:
-        bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, sm.skips_blocks)
-    module = _kernels(sm, kinds, sm.skips_blocks, E == block_e, Ev == block_ev)
+        bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
+    module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
                 DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
-    return LaunchPlan(module, bm, bn, meta)
+    return LaunchPlan(module, bm, bn, meta, skip)
 
 
 def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool) -> LaunchPlan:
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
+    B, Hq, L, _ = q.shape
+    skip = sm.skips_blocks and (not sm.dead_reads_tensors or B * Hq * L * v.shape[2] >= DATA_SKIP_MIN_SCORES)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
-                 torch.backends.cuda.matmul.allow_tf32, backward)
+                 torch.backends.cuda.matmul.allow_tf32, backward, skip)
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
@@ -348,8 +388,8 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, 2, L, dtype=torch.float32, device=q.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    if sm.skips_blocks:
-        table = block_ranges(sm, L, S, bm, bn, q.device, False)
+    if plan.skip:
+        table = block_ranges(sm, L, S, bm, bn, q.device, False, extra)
         ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi)
     else:
         ranges = (lse,) * 4   # not read
@@ -372,8 +412,8 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
-    if sm.skips_blocks:
-        table = block_ranges(sm, L, S, bm, bn, q.device, True)
+    if plan.skip:
+        table = block_ranges(sm, L, S, bm, bn, q.device, True, extra)
         kv_lo, kv_hi, q_lo, q_hi = table.kv_lo, table.kv_hi, table.q_lo, table.q_hi
     else:
         kv_lo = kv_hi = q_lo = q_hi = delta   # not read

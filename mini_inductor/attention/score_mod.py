@@ -74,15 +74,18 @@ def var(name: str) -> Node:
 @dataclasses.dataclass(frozen=True)
 class ScoreMod:
     """A checked modification: its text, its tree, how many extra tensors it reads (t0 … t{n-1}), the
-    names it uses, and whether it skips blocks: whether whole blocks of scores can be -inf for every
-    s, decided by i, j, L and S alone (then a precomputed table says which key blocks each query
-    block must visit)."""
+    names it uses, and whether it skips blocks: whether whole blocks of scores can be -inf (or a fill
+    at or below DEAD_FILL) for every s, decided by i, j, L, S and the extra tensors' values (then a
+    table says which key blocks each query block must visit: computed once from i, j, L and S, or on
+    every call from the tensors)."""
 
     text: str
     tree: Node
     tensors: int
     names: frozenset[str]
     skips_blocks: bool
+    dead_reads_tensors: bool = False   # which scores are dead depends on the extra tensors' values
+    finite_fill: bool = False          # a dead score may be a finite fill (finfo.min), not -inf
 
 
 class ModError(ValueError):
@@ -103,8 +106,11 @@ def parse(text: str) -> ScoreMod:
         raise ModError(f"flash_attention mod {text!r}: the result is a bool, not a score")
     names = frozenset(variables(tree))
     used = [int(n[1:]) for n in names if _TENSOR_NAME.match(n)]
-    skips = contains_minus_inf(tree) and names <= {"s", "i", "j", "L", "S"}
-    return ScoreMod(text, tree, max(used) + 1 if used else 0, names, skips)
+    decides = dead_names(tree)
+    tensors = {n for n in decides if _TENSOR_NAME.match(n)}
+    skips = contains_dead_fill(tree) and decides <= {"i", "j", "L", "S"} | tensors
+    return ScoreMod(text, tree, max(used) + 1 if used else 0, names, skips, skips and bool(tensors),
+                    skips and contains_dead_fill(tree, finite_only=True))
 
 
 class _Reader:
@@ -187,6 +193,26 @@ def contains_minus_inf(node: Node) -> bool:
     if node.op == "num":
         return node.value == -math.inf
     return any(contains_minus_inf(a) for a in node.args)
+
+
+# A fill at or below this masks a score as -inf does, for block skipping: float16's finfo.min and the
+# finfo.min of float32 and bfloat16, which models (HuggingFace's among them) write as their mask value.
+# A block of such scores adds exp2(fill - m) = 0 to its row, in float32, whenever the row's max m is
+# more than ~150 above the fill, i.e. for any row holding a score above -65000. A row of fills only is
+# eager's uniform average, not -inf's NaN: the forward then visits every block (flash.py).
+DEAD_FILL = -65504.0
+
+
+def dead_value(value) -> bool:
+    """-inf, or a finite fill at or below DEAD_FILL."""
+    return isinstance(value, float) and value <= DEAD_FILL
+
+
+def contains_dead_fill(node: Node, finite_only: bool = False) -> bool:
+    """Whether `node` holds a constant that masks (dead_value); finite_only: a finite one."""
+    if node.op == "num":
+        return dead_value(node.value) and (math.isfinite(node.value) or not finite_only)
+    return any(contains_dead_fill(a, finite_only) for a in node.args)
 
 
 def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
@@ -432,9 +458,9 @@ def assume_live(node: Node) -> Node:
     exactly the positions dead_mask does, so nothing it drops could have been live."""
     if node.op == "where" and "s" not in variables(node.args[0]):
         cond, x, y = node.args
-        if y.op == "num" and y.value == -math.inf:
+        if y.op == "num" and dead_value(y.value):
             return assume_live(x)
-        if x.op == "num" and x.value == -math.inf:
+        if x.op == "num" and dead_value(x.value):
             return assume_live(y)
         return Node("where", (cond, assume_live(x), assume_live(y)))
     if node.op in ("add", "sub", "minimum"):
@@ -450,11 +476,30 @@ def assume_live(node: Node) -> Node:
     return node
 
 
+def dead_names(node: Node) -> set[str]:
+    """The names dead_mask(node, env) reads from env: the variables of the conditions it evaluates."""
+    if node.op == "where":
+        cond, x, y = node.args
+        own = set() if "s" in variables(cond) else variables(cond)
+        return own | dead_names(x) | dead_names(y)
+    if node.op in ("add", "sub", "minimum"):
+        a, b = node.args
+        return (dead_names(a) if finite(b) else set()) | \
+            (dead_names(b) if finite(a) and node.op != "sub" else set())
+    if node.op in ("mul", "div") and node.args[1].op == "num" and node.args[1].value > 0 \
+            and math.isfinite(node.args[1].value):
+        return dead_names(node.args[0])
+    if node.op == "mul" and node.args[0].op == "num" and node.args[0].value > 0 and math.isfinite(node.args[0].value):
+        return dead_names(node.args[1])
+    return set()
+
+
 def dead_mask(node: Node, env: dict):
-    """Where `node` is -inf whatever the (finite) score s is: a bool tensor (or a Python bool) over the
-    index grid of `env` (i, j, L, S). Conservative: False where it cannot tell."""
+    """Where `node` is -inf (or a fill at or below DEAD_FILL) whatever the (finite) score s is: a bool
+    tensor (or a Python bool) over the grid of `env` (i, j, L, S, and the extra tensors dead_names
+    says it reads). Conservative: False where it cannot tell."""
     if node.op == "num":
-        return node.value == -math.inf
+        return dead_value(node.value)
     if node.op == "where":
         cond, x, y = node.args
         dx, dy = dead_mask(x, env), dead_mask(y, env)

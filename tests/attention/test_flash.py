@@ -229,6 +229,75 @@ def test_an_additive_mask_written_in_the_modification_is_skipped():
     assert ranges("s * 0.125 + where(j <= i, 0.0, -inf)", 32, 32)["kv_hi"] == [1, 2]
 
 
+FILL32 = torch.finfo(torch.float32).min
+
+
+def data_ranges(mod, extra, L=64, S=64, backward=False):
+    table = flash.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device("cpu"), backward, extra)
+    return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
+
+
+def test_a_causal_mask_kept_as_a_bool_buffer_skips_as_the_written_one():
+    # HuggingFace's GPT-2: a tril buffer, sliced, and where(mask, scores, finfo.min)
+    mod = f"where(t0, s * 0.125, {FILL32!r})"
+    sm = score_mod.parse(mod)
+    assert sm.skips_blocks and sm.dead_reads_tensors and sm.finite_fill
+    buffer = torch.ones(80, 80, dtype=torch.bool).tril()[None, None, :64, :64]
+    assert data_ranges(mod, [buffer]) == ranges("where(j <= i, s * 0.125, -inf)")
+    assert data_ranges(mod, [buffer], backward=True) == ranges("where(j <= i, s * 0.125, -inf)", backward=True)
+
+
+def test_a_padding_mask_skips_the_key_blocks_padded_in_every_batch():
+    pad = torch.zeros(2, 1, 1, 64, dtype=torch.bool)
+    pad[0, ..., 40:] = True
+    pad[1, ..., 48:] = True
+    table = data_ranges("where(t0, -inf, s * 0.125)", [pad])
+    assert table["kv_lo"] == [0] * 4 and table["kv_hi"] == [3] * 4     # block 3 is padding in both batches
+    assert table["full_lo"] == [0] * 4 and table["full_hi"] == [2] * 4   # block 2 is padding in batch 0 only
+    assert table["q_lo"] == [0, 0, 0, 0] and table["q_hi"] == [4, 4, 4, 0]
+
+
+def test_a_row_of_finite_fills_only_makes_the_forward_visit_every_block():
+    # eager's softmax of a row of finfo.min is the average over every key, not -inf's NaN
+    keep = torch.ones(64, 64, dtype=torch.bool).tril()
+    keep[5] = False
+    mod = f"where(t0, s, {FILL32!r})"
+    assert data_ranges(mod, [keep])["kv_hi"] == [4] * 4
+    assert data_ranges("where(t0, s, -inf)", [keep])["kv_hi"] == [1, 2, 3, 4]
+
+
+def test_a_tensor_outside_the_mask_keeps_the_table_static():
+    sm = score_mod.parse("where(j <= i, s + t0 * (j - i), -inf)")   # ALiBi under a causal mask
+    assert sm.skips_blocks and not sm.dead_reads_tensors and not sm.finite_fill
+    assert not score_mod.parse("s * 0.125 + t0").skips_blocks       # an additive mask is not read
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("case", ["hf_causal", "padding", "padding_finite", "two_masks", "alibi_causal"])
+def test_masks_given_as_data_skip_blocks_and_match_eager(case, skip, monkeypatch):
+    # skip: from every size (the table built from the tensors); else as below DATA_SKIP_MIN_SCORES
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0 if skip else flash.DATA_SKIP_MIN_SCORES)
+    q, k, v = inputs("cpu", torch.float32, B=2, Hq=2, L=52, S=60, E=8)
+    i, j = torch.arange(52)[:, None], torch.arange(60)[None, :]
+    pad = torch.zeros(2, 1, 1, 60, dtype=torch.bool)
+    pad[0, ..., 30:] = True
+    pad[1, ..., 45:] = True
+    slopes = torch.tensor([0.5, 0.25]).view(1, 2, 1, 1)
+    mod, extra, modify = {
+        "hf_causal": (f"where(t0, s * 0.25, {FILL32!r})", [torch.ones(64, 64, dtype=torch.bool).tril()[:52, :60]],
+                      lambda s, i_, j_: torch.where(j <= i, s * 0.25, FILL32)),
+        "padding": ("where(t0, -inf, s * 0.25)", [pad], lambda s, i_, j_: s.masked_fill(pad, NEG_INF) * 0.25),
+        "padding_finite": (f"where(t0, {FILL32!r}, s * 0.25)", [pad], lambda s, i_, j_: torch.where(pad, FILL32, s * 0.25)),
+        "two_masks": ("where(t0 & t1, s * 0.25, -inf)", [pad.logical_not(), j <= i],
+                      lambda s, i_, j_: torch.where(~pad & (j <= i), s * 0.25, NEG_INF)),
+        "alibi_causal": ("where(j <= i, s * 0.25 + t0 * (j - i), -inf)", [slopes],
+                         lambda s, i_, j_: torch.where(j <= i, s * 0.25 + slopes * (j - i), NEG_INF)),
+    }[case]
+    sm = score_mod.parse(mod)
+    assert sm.skips_blocks and flash._plan_for(q, v, extra, sm, False).skip == (skip or not sm.dead_reads_tensors)
+    check_against_eager(q, k, v, extra, mod, modify)
+
+
 @pytest.mark.parametrize("mod,live", [
     ("where(j <= i, s * 0.125, -inf)", "(s * 0.125)"),
     ("s * 0.125 + where(j <= i, 0.0, -inf)", "((s * 0.125) + 0.0)"),
