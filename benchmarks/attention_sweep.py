@@ -1,6 +1,6 @@
 """Attention written out by hand (scores, a modification, softmax, values) against eager, Inductor and ATen's flash attention. Not a test.
 
-    PYTHONPATH=. python -m benchmarks attention_sweep [--variants causal,padding,alibi,softcap,window]
+    PYTHONPATH=. python -m benchmarks attention_sweep [--variants causal,hf_causal,padding,alibi,softcap,window]
         [--dtypes float16,bfloat16] [--lengths 256,1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
         [--backends eager,inductor,mini_inductor,flash] [--out FILE]
 
@@ -38,6 +38,13 @@ def causal(q, k, v, extra):
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
 
 
+def hf_causal(q, k, v, extra):
+    # HuggingFace's GPT-2: a causal bool buffer registered once, sliced, and where(mask, scores, finfo.min)
+    s = _scores(q, k)
+    L, S = s.shape[-2:]
+    return torch.softmax(torch.where(extra["tril"][:, :, :L, :S], s, torch.finfo(s.dtype).min), dim=-1) @ v
+
+
 def padding(q, k, v, extra):
     s = _scores(q, k).masked_fill(extra["pad"][:, None, None, :], float("-inf"))
     return torch.softmax(s, dim=-1) @ v
@@ -68,8 +75,9 @@ def plain(q, k, v, extra):
     return torch.softmax(_scores(q, k), dim=-1) @ v
 
 
-VARIANTS = {"plain": plain, "causal": causal, "padding": padding, "alibi": alibi, "softcap": softcap, "window": window}
-FLASH = {"plain": dict(is_causal=False), "causal": dict(is_causal=True)}   # what ATen's flash kernel computes
+VARIANTS = {"plain": plain, "causal": causal, "hf_causal": hf_causal, "padding": padding, "alibi": alibi,
+            "softcap": softcap, "window": window}
+FLASH = {"plain": dict(is_causal=False), "causal": dict(is_causal=True), "hf_causal": dict(is_causal=True)}   # what ATen's flash kernel computes
 
 
 def _inputs(length: int, head_dim: int, dtype, grad: bool):
@@ -79,7 +87,8 @@ def _inputs(length: int, head_dim: int, dtype, grad: bool):
     pad = torch.zeros(BATCH, length, dtype=torch.bool, device="cuda")
     pad[:, length - length // 8:] = True
     slopes = 2.0 ** (-8.0 * torch.arange(1, HEADS + 1, device="cuda") / HEADS)
-    return q, k, v, {"pad": pad, "slopes": slopes}
+    tril = torch.ones(length, length, dtype=torch.bool, device="cuda").tril()[None, None]
+    return q, k, v, {"pad": pad, "slopes": slopes, "tril": tril}
 
 
 def _run(backend: str, variant: str):
@@ -126,7 +135,7 @@ def measure(backend: str, variant: str, dtype, length: int, head_dim: int, mode:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variants", default="plain,causal,padding,alibi,softcap,window")
+    p.add_argument("--variants", default="plain,causal,hf_causal,padding,alibi,softcap,window")
     p.add_argument("--dtypes", default="float16,bfloat16")
     p.add_argument("--lengths", default="256,1024,4096")
     p.add_argument("--head-dim", type=int, default=64)
