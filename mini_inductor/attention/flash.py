@@ -298,12 +298,13 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
 
 
-def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool):
-    key = (sm.text, kinds, skip, even_e, even_ev)
+def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool,
+             axes: tuple[str, ...]):
+    key = (sm.text, kinds, skip, even_e, even_ev, axes)
     module = _KERNELS.get(key)
     if module is None:
         from ..caching.modules import load_module
-        module, _ = load_module(kernel_source(sm, kinds, skip, even_e, even_ev), current_config().cache_dir)
+        module, _ = load_module(kernel_source(sm, kinds, skip, even_e, even_ev, axes), current_config().cache_dir)
         _KERNELS[key] = module
     return module
 
@@ -359,14 +360,14 @@ DATA_SKIP_MIN_SCORES = 1 << 28
 
 @functools.lru_cache(maxsize=1024)
 def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
-          backward: bool, skip: bool) -> LaunchPlan:
+          backward: bool, skip: bool, axes: tuple[str, ...]) -> LaunchPlan:
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu)
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
-    module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev)
+    module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
                 DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
     return LaunchPlan(module, bm, bn, meta, skip)
@@ -376,8 +377,15 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     B, Hq, L, _ = q.shape
     skip = sm.skips_blocks and (not sm.dead_reads_tensors or B * Hq * L * v.shape[2] >= DATA_SKIP_MIN_SCORES)
+    S = v.shape[2]
+    axes = tuple(_axes(t.expand(B, Hq, L, S).stride(), L, S) for t in extra)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
-                 torch.backends.cuda.matmul.allow_tf32, backward, skip)
+                 torch.backends.cuda.matmul.allow_tf32, backward, skip, axes)
+
+
+def _axes(stride, L: int, S: int) -> str:
+    """The score axes ("i", "j") along which an extra tensor, expanded to [B, H, L, S], varies."""
+    return ("i" if stride[2] != 0 and L > 1 else "") + ("j" if stride[3] != 0 and S > 1 else "")
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:

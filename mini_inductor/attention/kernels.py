@@ -80,11 +80,15 @@ FWD_LOOP = '''\
 
 
 def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool, even_e: bool = False,
-                  even_ev: bool = False) -> str:
+                  even_ev: bool = False, tensor_axes: tuple[str, ...] | None = None) -> str:
     """The module text for `sm` with extra tensors of `tensor_kinds` ("bool", "int", "float" each).
     `even_e` / `even_ev`: the head dims are their block's width, so loads and stores mask rows only
-    (a mask that varies along the contiguous dim would keep Triton from vectorizing them)."""
+    (a mask that varies along the contiguous dim would keep Triton from vectorizing them).
+    `tensor_axes`: per extra tensor, the score axes it varies along ("ij", "i", "j" or ""; None: "ij"
+    for each). A tensor is loaded in that shape only: ALiBi's slopes are one value per program and
+    iteration, a padding mask a row of keys, not a [BLOCK_M, BLOCK_N] gather of one address."""
     kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
+    axes = {f"t{n}": (tensor_axes[n] if tensor_axes is not None else "ij") for n in range(len(tensor_kinds))}
     used = sorted(int(n[1:]) for n in sm.names if n.startswith("t"))
     extras = [f"T{n}" for n in range(len(tensor_kinds))]
     extra_strides = [f"st{n}_{d}" for n in range(len(tensor_kinds)) for d in "bhij"]
@@ -96,7 +100,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
         """mod(s) · log2(e) as Triton, broadcast to `shape` when it would not be already."""
         used_names = score_mod.variables(tree)
-        full = "s" in used_names or any(n.startswith("t") for n in used_names) or {"i", "j"} <= used_names
+        along = set().union(*(set(axes.get(n, n)) for n in used_names if n in axes or n in ("i", "j")))
+        full = "s" in used_names or along >= {"i", "j"}
         pad = "" if full else f" + tl.zeros({shape}, tl.float32)"
         return f"({score_mod.triton_source(score_mod.log2_scaled(tree), names, kinds)}).to(tl.float32){pad}"
 
@@ -104,8 +109,13 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return FWD_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree))
 
     def loads(indent: int) -> str:
-        lines = [f"t{n} = tl.load(T{n} + bid.to(tl.int64) * st{n}_b + hid.to(tl.int64) * st{n}_h + row * st{n}_i"
-                 f" + col * st{n}_j, mask=(row < len_q) & (col < len_k), other=0)" for n in used]
+        lines = []
+        for n in used:
+            along = axes[f"t{n}"]
+            offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
+                ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
+            mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
+            lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
         return textwrap.indent("\n".join(lines), " " * indent).lstrip() if lines else "pass"
 
     common = ", ".join(extras + ["RANGE_LO", "RANGE_HI"])

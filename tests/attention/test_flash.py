@@ -346,6 +346,23 @@ def test_exp2_folds_log2e_into_the_scale():
     assert str(scaled) == f"where((j <= i), (s * {0.125 * math.log2(math.e)!r}), -inf)"
 
 
+def test_extra_tensors_are_loaded_in_the_shape_they_vary_in_and_match_eager():
+    # per (batch, head) as ALiBi's slopes, per key as a padding mask, per query, and per score
+    q, k, v = inputs("cpu", torch.float32, B=2, Hq=2, L=20, S=24, E=8)
+    gen = torch.Generator().manual_seed(3)
+    t = [torch.randn(shape, generator=gen) for shape in ((1, 2, 1, 1), (2, 1, 1, 24), (20, 1), (2, 2, 20, 24))]
+    mod = "s * 0.25 + t0 * (j - i) + t1 + t2 + t3"
+    check_against_eager(q, k, v, t, mod, lambda s, i, j: s * 0.25 + t[0] * (j - i) + t[1] + t[2] + t[3])
+    sm = score_mod.parse(mod)
+    assert [flash._axes(x.expand(2, 2, 20, 24).stride(), 20, 24) for x in t] == ["", "j", "i", "ij"]
+    from mini_inductor.attention.kernels import kernel_source
+    source = kernel_source(sm, ("float",) * 4, False, tensor_axes=("", "j", "i", "ij"))
+    assert "t0 = tl.load(T0 + bid.to(tl.int64) * st0_b + hid.to(tl.int64) * st0_h)" in source
+    assert "t1 = tl.load(T1 + bid.to(tl.int64) * st1_b + hid.to(tl.int64) * st1_h + col * st1_j, mask=(col < len_k)" in source
+    assert "+ row * st2_i, mask=(row < len_q), other=0)" in source
+    assert "+ row * st3_i + col * st3_j, mask=(row < len_q) & (col < len_k)" in source
+
+
 def test_a_causal_kernel_source_reads_its_block_table_and_a_plain_one_does_not():
     from mini_inductor.attention.kernels import kernel_source
     causal = kernel_source(score_mod.parse("where(j <= i, s * 0.125, -inf)"), (), True)
