@@ -351,11 +351,12 @@ class LaunchPlan:
     skip: bool               # the kernels take a block table (block_ranges)
 
 
-# A mask given as data is turned into a block table on every call by some 70 small torch kernels
-# (~2 µs each in a CUDA graph, more without one): worth it only where the attention skips more than
-# that, from about this many scores (B * H * L * S; 4 x 16 heads at 2048 x 2048). Below, every block
-# runs, masked.
-DATA_SKIP_MIN_SCORES = 1 << 28
+# A mask given as data is turned into a block table on every call by torch ops over the whole score
+# grid, chunk by chunk. On the H100 (fp16, B 4, 16 heads, L 4096; session 24) that took milliseconds
+# a call: a padding mask's forward went from 1.35 to 9.10 ms, a causal bool buffer's to 4.77 ms (SDPA's
+# causal 0.37). Off (None) until one kernel builds the table; from this many scores (B * H * L * S)
+# otherwise. The tests turn it on to check the tables and the kernels that read them.
+DATA_SKIP_MIN_SCORES: int | None = None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -376,7 +377,8 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
 def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool) -> LaunchPlan:
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     B, Hq, L, _ = q.shape
-    skip = sm.skips_blocks and (not sm.dead_reads_tensors or B * Hq * L * v.shape[2] >= DATA_SKIP_MIN_SCORES)
+    skip = sm.skips_blocks and (not sm.dead_reads_tensors or (DATA_SKIP_MIN_SCORES is not None
+                                                              and B * Hq * L * v.shape[2] >= DATA_SKIP_MIN_SCORES))
     S = v.shape[2]
     axes = tuple(_axes(t.expand(B, Hq, L, S).stride(), L, S) for t in extra)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
