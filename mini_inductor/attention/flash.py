@@ -215,7 +215,7 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     from their values on every call (in a CUDA graph, by every replay): a block is skipped only where
     it is dead for every batch and head, and runs unmasked only where it is live for all of them."""
     if sm.dead_reads_tensors:
-        return _block_ranges(sm, L, S, block_m, block_n, device, backward, extra)
+        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra)
     key = (sm.text, L, S, block_m, block_n, device, backward)
     hit = _RANGES.get(key)
     if hit is not None:
@@ -276,13 +276,7 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     whole &= live
 
     index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
-
-    def span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
-        count = len(index)
-        hi = torch.where(mask, index + 1, 0).amax(-1)
-        lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi)
-        return lo, hi
-
+    span = _span
     kv_lo, kv_hi = span(live, index_n)
     full_lo, full_hi = span(whole, index_n)
     # the unmasked loop needs one run of whole blocks: otherwise (or with none) it is empty, at kv_hi
@@ -296,6 +290,61 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
     return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+
+
+def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row of `mask` (blocks along its last dim): the first and one past the last set block; an
+    empty range at 0 where none is set."""
+    count = len(index)
+    hi = torch.where(mask, index + 1, 0).amax(-1)
+    lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi)
+    return lo, hi
+
+
+def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
+                       backward: bool, extra) -> BlockTable:
+    """block_ranges for a mask given as data: the generated `block_table` kernel (kernels.py
+    table_source) reads the tensors once, over the batches and heads the mask varies along; the
+    backward's key-block ranges and the fully-masked-row rule are a few ops on the small tables."""
+    n_m, n_n = -(-L // block_m), -(-S // block_n)
+    read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
+    as4 = [t.to(device).reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in extra]
+    n_b, n_h = max(as4[n].shape[0] for n in read), max(as4[n].shape[1] for n in read)
+    strides, axes = [], []
+    for n, t in enumerate(as4):
+        stride = t.expand(n_b, n_h, L, S).stride() if n in read else (0, 0, 0, 0)
+        strides.extend(stride)
+        axes.append(_axes(stride, L, S))
+    kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
+    module = _table_kernel(sm, kinds, tuple(axes))
+    live = torch.empty(n_m, n_n, dtype=torch.int8, device=device)
+    ranges = torch.empty(4, n_m, dtype=torch.int32, device=device)
+    dead_rows = torch.empty(n_m, dtype=torch.int8, device=device)
+    need_rows = backward or sm.finite_fill
+    with _launch_context_of(device):
+        module.block_table[(n_m,)](live, ranges, dead_rows, *as4, *strides, n_b * n_h, n_h, L, S, n_m, n_n,
+                                   BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
+    kv_lo, kv_hi, full_lo, full_hi = ranges.unbind(0)
+    q_lo = q_hi = kv_lo    # (the forward reads no query ranges)
+    if backward:
+        q_lo, q_hi = (r.to(torch.int32) for r in _span(live.t() != 0, torch.arange(n_m, device=device)))
+    if need_rows:
+        dead = dead_rows.any()
+        kv_lo, kv_hi = torch.where(dead, 0, kv_lo), torch.where(dead, n_n, kv_hi)
+        if backward:
+            q_lo, q_hi = torch.where(dead, 0, q_lo), torch.where(dead, n_m, q_hi)
+    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+
+
+def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):
+    key = ("table", sm.text, kinds, axes)
+    module = _KERNELS.get(key)
+    if module is None:
+        from ..caching.modules import load_module
+        from .kernels import table_source
+        module, _ = load_module(table_source(sm, kinds, axes), current_config().cache_dir)
+        _KERNELS[key] = module
+    return module
 
 
 def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool,
@@ -337,7 +386,11 @@ def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
 
 
 def _launch_context(q: Tensor):
-    return torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
+    return _launch_context_of(q.device)
+
+
+def _launch_context_of(device: torch.device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,10 +404,11 @@ class LaunchPlan:
     skip: bool               # the kernels take a block table (block_ranges)
 
 
-# A mask given as data is turned into a block table on every call by torch ops over the whole score
-# grid, chunk by chunk. On the H100 (fp16, B 4, 16 heads, L 4096; session 24) that took milliseconds
-# a call: a padding mask's forward went from 1.35 to 9.10 ms, a causal bool buffer's to 4.77 ms (SDPA's
-# causal 0.37). Off (None) until one kernel builds the table; from this many scores (B * H * L * S)
+# A mask given as data is turned into a block table on every call. Built with torch ops over the whole
+# score grid it took milliseconds a call on the H100 (fp16, B 4, 16 heads, L 4096; session 24): a
+# padding mask's forward went from 1.35 to 9.10 ms, a causal bool buffer's to 4.77 ms (SDPA's causal
+# 0.37). The table is now one generated kernel (`_data_block_ranges`), checked on the CPU only: off
+# (None) until a GPU run sets the size from which it pays; from that many scores (B * H * L * S)
 # otherwise. The tests turn it on to check the tables and the kernels that read them.
 DATA_SKIP_MIN_SCORES: int | None = None
 

@@ -279,3 +279,93 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
     if even_ev:
         source = source.replace(" & (ev[None, :] < dim_v)", "").replace(" & (ev[:, None] < dim_v)", "")
     return source
+
+
+def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple[str, ...]) -> str:
+    """The module text of `block_table`: the block table of a modification whose dead scores depend on
+    its extra tensors (a mask given as data), computed from their values by one kernel on every call.
+
+        block_table   grid (query blocks,)   for each key block: live for some batch and head (some
+                                             valid score not dead), whole (no valid score dead for any);
+                                             the query block's ranges as flash.py's BlockTable has them,
+                                             and whether one of its rows is dead everywhere for some
+                                             batch and head (DEAD_ROWS, only where NEED_ROWS)
+
+    `tensor_axes` as for kernel_source. The batches and heads it loops over are those the mask
+    tensors vary along (`n_bh`, `n_h`: the extra tensors come expanded to [n_bh // n_h, n_h, L, S]).
+    """
+    kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
+    tree = score_mod.dead_tree(sm.tree)
+    assert tree is not None and tree is not True, sm.text
+    names = {"i": "row", "j": "col", "L": "len_q", "S": "len_k", **{f"t{n}": f"t{n}" for n in range(len(tensor_kinds))}}
+    dead = score_mod.triton_source(tree, names, kinds)
+    used = sorted(int(n[1:]) for n in score_mod.dead_names(sm.tree) if n.startswith("t"))
+    lines = []
+    for n in used:
+        along = tensor_axes[n]
+        offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
+            ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
+        mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
+        lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
+    loads = "\n".join(lines) or "pass"
+    extras = "".join(f"T{n}, " for n in range(len(tensor_kinds)))
+    strides = "".join(f"st{n}_b, st{n}_h, st{n}_i, st{n}_j, " for n in range(len(tensor_kinds)))
+    return HEADER.format(mod=sm.text, log2e=score_mod.LOG2E) + f'''
+
+@triton.jit
+def block_dead(row, col, bid, hid, {extras}{strides}len_q, len_k):
+    {textwrap.indent(loads, "    ").lstrip()}
+    # every valid score of the block, dead or not ((row >= 0) & (col >= 0) gives the block's shape)
+    return ((({dead}) != 0) & (row >= 0) & (col >= 0)) & ((row < len_q) & (col < len_k))
+
+
+@triton.jit
+def block_table(LIVE, RANGES, DEAD_ROWS, {extras}{strides}n_bh, n_h, len_q, len_k, n_m, n_n,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NEED_ROWS: tl.constexpr):
+    pid_m = tl.program_id(0)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row = rows[:, None]
+    zero = tl.full([], 0, tl.int32)
+    kv_lo = zero + n_n
+    kv_hi = zero
+    full_lo = zero + n_n
+    full_hi = zero
+    n_whole = zero
+    for pn in range(0, n_n):
+        col = (pn * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+        valid = (row < len_q) & (col < len_k)
+        live = zero
+        dead = zero
+        for bh in range(0, n_bh):
+            d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
+            live = tl.maximum(live, tl.max(tl.max((valid & ~d).to(tl.int32), 1), 0))
+            dead = tl.maximum(dead, tl.max(tl.max(d.to(tl.int32), 1), 0))
+        tl.store(LIVE + pid_m * n_n + pn, live.to(tl.int8))
+        whole = live * (1 - dead)
+        kv_lo = tl.where(live > 0, tl.minimum(kv_lo, pn), kv_lo)
+        kv_hi = tl.where(live > 0, pn + 1, kv_hi)
+        full_lo = tl.where(whole > 0, tl.minimum(full_lo, pn), full_lo)
+        full_hi = tl.where(whole > 0, pn + 1, full_hi)
+        n_whole += whole
+    # nothing live: an empty range at 0; the whole blocks run as one loop only where they are one run
+    kv_lo = tl.minimum(kv_lo, kv_hi)
+    run = n_whole == full_hi - full_lo
+    full_lo2 = tl.where(run & (full_hi > full_lo), full_lo, kv_hi)
+    full_hi2 = tl.where(run & (n_whole > 0), full_hi, kv_hi)
+    full_hi2 = tl.maximum(full_hi2, full_lo2)
+    tl.store(RANGES + pid_m, kv_lo)
+    tl.store(RANGES + n_m + pid_m, kv_hi)
+    tl.store(RANGES + 2 * n_m + pid_m, full_lo2)
+    tl.store(RANGES + 3 * n_m + pid_m, full_hi2)
+    dead_row = zero
+    if NEED_ROWS:
+        for bh in range(0, n_bh):
+            row_live = tl.zeros([BLOCK_M], tl.int32)
+            for pn in range(0, n_n):
+                col = (pn * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+                valid = (row < len_q) & (col < len_k)
+                d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
+                row_live = tl.maximum(row_live, tl.max((valid & ~d).to(tl.int32), 1))
+            dead_row = tl.maximum(dead_row, tl.max(((row_live == 0) & (rows < len_q)).to(tl.int32), 0))
+    tl.store(DEAD_ROWS + pid_m, dead_row.to(tl.int8))
+'''

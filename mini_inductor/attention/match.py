@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
 from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, NearMiss, Translator, Untranslatable,
-                           arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
+                           _VIEWS, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -196,6 +196,17 @@ def _untransposed(node):
     return None
 
 
+def _base(node):
+    """The tensor `node` is a view of, through a chain of views (`node` itself when it is no view)."""
+    while isinstance(node, torch.fx.Node) and node.op in ("call_function", "call_method") and node.args \
+            and isinstance(node.args[0], torch.fx.Node):
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if op_of(node) not in _VIEWS and name not in _VIEWS:
+            break
+        node = node.args[0]
+    return node
+
+
 def _unrepeated(node):
     """(x, Hkv) for the heads of a 4-D x repeated Hq // Hkv times each (repeat_interleave on dim 1, or
     x[:, :, None].expand(...).reshape(...)), else (node, None)."""
@@ -299,6 +310,9 @@ def _analyse(out, gm) -> _Found | None:
         if any(u not in inside for u in node.users):
             raise NearMiss("the attention scores are used elsewhere")
     changed = [x.name for x in (q, k_source, right) if mutated(x)]
+    # a view shares its base's version counter: a change through another view of the base after the
+    # scores breaks the call's backward, which keeps q, k and v (fuzz seed 98)
+    changed += [x.name for x in (q, k_source, right) if x.name not in changed and mutated(_base(x), after=score)]
     if changed:
         raise NearMiss(f"{', '.join(changed)} changed in place: the call would read the new values")
     if mutated(out):
@@ -315,7 +329,7 @@ def _analyse(out, gm) -> _Found | None:
     except Untranslatable as e:
         raise NearMiss(f"the modification cannot be written as an expression: {e}") from None
     for extra in translator.extras:
-        if mutated(extra, after=out):
+        if mutated(_base(extra), after=out):
             raise NearMiss(f"{extra.name} is changed in place after the attention: the flash-attention op "
                            "reads it again in the backward")
         value = value_of(extra)

@@ -494,6 +494,60 @@ def dead_names(node: Node) -> set[str]:
     return set()
 
 
+def dead_tree(node: Node):
+    """dead_mask as an expression: a bool Node over the names dead_names gives, True where every score
+    is dead, or None where none is (for generated code: flash.py's block-table kernel)."""
+    if node.op == "num":
+        return True if dead_value(node.value) else None
+    if node.op == "where":
+        cond, x, y = node.args
+        dx, dy = dead_tree(x), dead_tree(y)
+        if "s" in variables(cond):
+            return _tree_and(dx, dy)
+        if dx is None and dy is None:
+            return None
+        if dx is not None and dy is not None:
+            if dx is True and dy is True:
+                return True
+            return Node("where", (cond, _as_node(dx), _as_node(dy)))
+        if dy is None:
+            return cond if dx is True else Node("and", (cond, dx))
+        negated = Node("not", (cond,))
+        return negated if dy is True else Node("and", (negated, dy))
+    if node.op in ("add", "sub", "minimum"):
+        a, b = node.args
+        left = dead_tree(a) if finite(b) else None
+        right = dead_tree(b) if finite(a) and node.op != "sub" else None
+        if left is True or right is True:
+            return True
+        if left is None or right is None:
+            return left if right is None else right
+        return Node("or", (left, right))
+    if node.op in ("mul", "div") and node.args[1].op == "num" and node.args[1].value > 0 \
+            and math.isfinite(node.args[1].value):
+        return dead_tree(node.args[0])
+    if node.op == "mul" and node.args[0].op == "num" and node.args[0].value > 0 and math.isfinite(node.args[0].value):
+        return dead_tree(node.args[1])
+    return None
+
+
+def _tree_and(a, b):
+    if a is None or b is None:
+        return None
+    if a is True or b is True:
+        return b if a is True else a
+    return Node("and", (a, b))
+
+
+def _as_node(value) -> Node:
+    """A dead_tree value as a bool expression (True and None as comparisons Triton and torch agree on)."""
+    if value is True:
+        return Node("eq", (num(0), num(0)))
+    if value is None:
+        return Node("ne", (num(0), num(0)))
+    return value
+
+
 def dead_mask(node: Node, env: dict):
     """Where `node` is -inf (or a fill at or below DEAD_FILL) whatever the (finite) score s is: a bool
     tensor (or a Python bool) over the grid of `env` (i, j, L, S, and the extra tensors dead_names

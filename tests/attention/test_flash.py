@@ -243,7 +243,9 @@ def test_a_causal_mask_kept_as_a_bool_buffer_skips_as_the_written_one():
     sm = score_mod.parse(mod)
     assert sm.skips_blocks and sm.dead_reads_tensors and sm.finite_fill
     buffer = torch.ones(80, 80, dtype=torch.bool).tril()[None, None, :64, :64]
-    assert data_ranges(mod, [buffer]) == ranges("where(j <= i, s * 0.125, -inf)")
+    forward = FORWARD_RANGES
+    assert {n: data_ranges(mod, [buffer])[n] for n in forward} == \
+        {n: ranges("where(j <= i, s * 0.125, -inf)")[n] for n in forward}
     assert data_ranges(mod, [buffer], backward=True) == ranges("where(j <= i, s * 0.125, -inf)", backward=True)
 
 
@@ -254,7 +256,34 @@ def test_a_padding_mask_skips_the_key_blocks_padded_in_every_batch():
     table = data_ranges("where(t0, -inf, s * 0.125)", [pad])
     assert table["kv_lo"] == [0] * 4 and table["kv_hi"] == [3] * 4     # block 3 is padding in both batches
     assert table["full_lo"] == [0] * 4 and table["full_hi"] == [2] * 4   # block 2 is padding in batch 0 only
+    table = data_ranges("where(t0, -inf, s * 0.125)", [pad], backward=True)
     assert table["q_lo"] == [0, 0, 0, 0] and table["q_hi"] == [4, 4, 4, 0]
+
+
+FORWARD_RANGES = ("kv_lo", "kv_hi", "full_lo", "full_hi")
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_table_kernel_gives_the_table_torch_computes_from_the_whole_grid(backward):
+    gen = torch.Generator().manual_seed(0)
+    pad = torch.zeros(2, 1, 1, 60, dtype=torch.bool)
+    pad[0, ..., 30:] = True
+    pad[1, ..., 45:] = True
+    keep = torch.ones(52, 60, dtype=torch.bool).tril()
+    keep[5] = False                                   # a row with nothing live
+    cases = [(f"where(t0, s * 0.125, {FILL32!r})", [torch.ones(64, 64, dtype=torch.bool).tril()[None, None, :52, :60]]),
+             ("where(t0, -inf, s)", [pad]), (f"where(t0, {FILL32!r}, s)", [pad]),
+             ("where(t0 & t1, s, -inf)", [~pad, torch.rand(2, 2, 52, 60, generator=gen) > 0.2]),
+             (f"where(t0, s, {FILL32!r})", [keep]), ("where(t0, s, -inf)", [keep]),
+             ("where(t1, where(j <= i, s + t0, -inf), -inf)",
+              [torch.randn(52, 60, generator=gen), torch.rand(2, 1, 52, 1, generator=gen) > 0.1])]
+    for mod, extra in cases:
+        sm = score_mod.parse(mod)
+        for bm, bn in ((16, 16), (32, 16)):
+            want = flash._block_ranges(sm, 52, 60, bm, bn, torch.device("cpu"), backward, extra)
+            got = flash._data_block_ranges(sm, 52, 60, bm, bn, torch.device("cpu"), backward, extra)
+            for name in FORWARD_RANGES + (("q_lo", "q_hi") if backward else ()):
+                assert getattr(got, name).tolist() == getattr(want, name).tolist(), (mod, bm, bn, name)
 
 
 def test_a_row_of_finite_fills_only_makes_the_forward_visit_every_block():
