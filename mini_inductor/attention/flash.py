@@ -249,6 +249,8 @@ def _grid_view(t: Tensor, rows: Tensor, cols: Tensor, L: int, S: int) -> Tensor:
 
 def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
                   backward: bool, extra=()) -> BlockTable:
+    """The table from the whole score grid, with torch (chunk by chunk): for masks of i, j, L and S,
+    once per shape; with extra tensors, the reference the table kernel is tested against."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
     whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones

@@ -109,14 +109,7 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return FWD_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree))
 
     def loads(indent: int) -> str:
-        lines = []
-        for n in used:
-            along = axes[f"t{n}"]
-            offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
-                ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
-            mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
-            lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
-        return textwrap.indent("\n".join(lines), " " * indent).lstrip() if lines else "pass"
+        return textwrap.indent(tensor_loads(used, axes), " " * indent).lstrip()
 
     common = ", ".join(extras + ["RANGE_LO", "RANGE_HI"])
     strides = ", ".join(extra_strides) + ("," if extra_strides else "")
@@ -281,6 +274,19 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
     return source
 
 
+def tensor_loads(used: list[int], axes: dict[str, str]) -> str:
+    """The lines loading extra tensors t{n} (n in `used`) at the grid's row and col, each only along
+    the axes it varies in (`axes`: "ij", "i", "j" or ""), masked past L and S; "pass" for none."""
+    lines = []
+    for n in used:
+        along = axes[f"t{n}"]
+        offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
+            ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
+        mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
+        lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
+    return "\n".join(lines) or "pass"
+
+
 def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple[str, ...]) -> str:
     """The module text of `block_table`: the block table of a modification whose dead scores depend on
     its extra tensors (a mask given as data), computed from their values by one kernel on every call.
@@ -300,14 +306,7 @@ def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple
     names = {"i": "row", "j": "col", "L": "len_q", "S": "len_k", **{f"t{n}": f"t{n}" for n in range(len(tensor_kinds))}}
     dead = score_mod.triton_source(tree, names, kinds)
     used = sorted(int(n[1:]) for n in score_mod.dead_names(sm.tree) if n.startswith("t"))
-    lines = []
-    for n in used:
-        along = tensor_axes[n]
-        offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
-            ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
-        mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
-        lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
-    loads = "\n".join(lines) or "pass"
+    loads = tensor_loads(used, {f"t{n}": a for n, a in enumerate(tensor_axes)})
     extras = "".join(f"T{n}, " for n in range(len(tensor_kinds)))
     strides = "".join(f"st{n}_b, st{n}_h, st{n}_i, st{n}_j, " for n in range(len(tensor_kinds)))
     return HEADER.format(mod=sm.text, log2e=score_mod.LOG2E) + f'''
@@ -315,7 +314,7 @@ def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple
 @triton.jit
 def block_dead(row, col, bid, hid, {extras}{strides}len_q, len_k):
     {textwrap.indent(loads, "    ").lstrip()}
-    # every valid score of the block, dead or not ((row >= 0) & (col >= 0) gives the block's shape)
+    # the block's valid scores that are dead ((row >= 0) & (col >= 0) gives the block's shape)
     return ((({dead}) != 0) & (row >= 0) & (col >= 0)) & ((row < len_q) & (col < len_k))
 
 
