@@ -28,11 +28,12 @@ The contract between them:
                   (the op loads it through its strides, 0 for a broadcast dimension); bool or floating
       L, S        the query and key lengths
     with float and int literals, `inf`, the operators + - * / // % unary -, comparisons, & | ~ (on
-    bools), and the functions where(c, x, y), tanh, exp, log, sigmoid, abs, sqrt, minimum, maximum.
+    bools), and the functions where(c, x, y), tanh, exp, log, sigmoid, abs, sqrt, minimum, maximum,
+    and f16(x), bf16(x): x rounded to float16 or bfloat16 (a bias the model casts to the inputs' dtype).
     Extra tensors get no gradient (the matcher does not match when one requires grad).
     Examples: "s * 0.125", "where(j <= i, s * 0.125, -inf)", "tanh(s * 0.125 / 50.0) * 50.0",
     "s * 0.125 + t0", "where(t0, -inf, s * 0.125)", "s * 0.125 - 0.5 * (i - j)",
-    "where((j <= i) & (i - j < 256), s * 0.125, -inf)".
+    "where((j <= i) & (i - j < 256), s * 0.125, -inf)", "s * 0.125 + f16(t0 * (j - i))" (ALiBi).
 """
 
 # registers torch.ops.mini_inductor.flash_attention (and its forward and backward ops) on import

@@ -441,6 +441,9 @@ class Translator:
             expr = val.expr       # exact, or the scores' own rounding (computed in float32 here)
         elif not to.is_floating_point and not was.is_floating_point:
             expr = val.expr
+        elif was == torch.float32 and to in (torch.float16, torch.bfloat16):
+            # a value computed in float32 (ALiBi's slopes times positions) rounded to the inputs' type
+            expr = ("call", "f16" if to == torch.float16 else "bf16", (val.expr,))
         else:
             raise Untranslatable(f"a cast from {was} to {to}")
         return dataclasses.replace(val, expr=expr, shape=shape_of(node), dtype=to)

@@ -31,7 +31,8 @@ LOG2E = 1.4426950408889634
 INDEX_NAMES = ("b", "h", "i", "j")
 SIZE_NAMES = ("L", "S")
 FUNCTIONS = {"where": 3, "tanh": 1, "exp": 1, "log": 1, "sigmoid": 1, "abs": 1, "sqrt": 1,
-             "minimum": 2, "maximum": 2}
+             "minimum": 2, "maximum": 2, "f16": 1, "bf16": 1}
+ROUNDINGS = {"f16": torch.float16, "bf16": torch.bfloat16}   # x rounded to that type (kept in float32)
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
            ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or"}
 _COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
@@ -238,7 +239,7 @@ def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
         if kinds[0] not in ("bool", "any"):
             raise ModError(f"flash_attention mod: the condition of {node} is not a bool")
         kinds = kinds[1:]
-    if node.op in ("tanh", "exp", "log", "sigmoid", "sqrt", "div"):
+    if node.op in ("tanh", "exp", "log", "sigmoid", "sqrt", "div", *ROUNDINGS):
         return "float"
     return "float" if "float" in kinds or "any" in kinds else "int"
 
@@ -273,6 +274,7 @@ _TORCH = {
     "tanh": _tensor_fn(_float_fn(torch.tanh)), "exp": _tensor_fn(_float_fn(torch.exp)),
     "log": _tensor_fn(_float_fn(torch.log)), "sigmoid": _tensor_fn(_float_fn(torch.sigmoid)),
     "sqrt": _tensor_fn(_float_fn(torch.sqrt)), "abs": _tensor_fn(torch.abs),
+    **{name: _tensor_fn(_float_fn(lambda x, to=to: x.to(to).to(x.dtype))) for name, to in ROUNDINGS.items()},
 }
 
 
@@ -325,6 +327,8 @@ def triton_source(node: Node, names: dict[str, str], tensor_kinds: dict[str, str
             return f"tl.abs({args[0]})"
         if n.op == "tanh":
             return f"libdevice.tanh({floats[0]})"
+        if n.op in ROUNDINGS:
+            return f"({floats[0]}).to(tl.{str(ROUNDINGS[n.op]).split('.')[-1]}).to(tl.float32)"
         return f"tl.{n.op}({floats[0]})"   # exp, log, sigmoid, sqrt
     return emit(node)
 
@@ -373,6 +377,8 @@ def gradient(node: Node, upstream: Node = var("g")) -> Node | None:
     if node.op == "where":
         return _add(gradient(node.args[1], Node("where", (a, g, zero))),
                     gradient(node.args[2], Node("where", (a, zero, g))))
+    if node.op in ROUNDINGS:   # a cast: its gradient is the upstream gradient, cast back
+        return gradient(a, g)
     if node.op == "tanh":
         return gradient(a, Node("mul", (g, Node("sub", (num(1.0), Node("mul", (node, node)))))))
     if node.op == "exp":

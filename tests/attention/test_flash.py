@@ -512,3 +512,16 @@ def test_a_constant_condition_is_its_branch():
     assert score_mod.parse("where((1 < 0) | (j <= i), s, -inf)").tree == score_mod.parse("where(j <= i, s, -inf)").tree
     q, k, v = inputs("cpu", torch.float32, L=1, S=1, E=4)
     check_against_eager(q, k, v, [], "where(~(0 <= 0), -inf, s * 0.5)", lambda s, i, j: s * 0.5)
+
+
+def test_a_rounding_to_a_half_type_is_computed_as_eager_casts():
+    sm = score_mod.parse("s * 0.25 + f16(t0 * (j - i))")
+    assert score_mod.kind(sm.tree, {"t0": "float"}) == "float"
+    x = torch.tensor([1.0 + 2 ** -12, 3000.3, 70000.0])
+    assert score_mod.evaluate(score_mod.parse("f16(t0)").tree, {"t0": x}).tolist() == x.half().float().tolist()
+    assert score_mod.evaluate(score_mod.parse("bf16(t0)").tree, {"t0": x}).tolist() == x.bfloat16().float().tolist()
+    assert score_mod.gradient(score_mod.parse("f16(s) * 2.0").tree) is not None
+    slopes = torch.tensor([0.5, 3.3]).view(1, 2, 1, 1)
+    q, k, v = inputs("cpu", torch.float32, L=20, E=8)
+    check_against_eager(q, k, v, [slopes], "s * 0.25 + f16(t0 * (j - i))",
+                        lambda s, i, j: s * 0.25 + (slopes * (j - i)).half().float())

@@ -110,3 +110,31 @@ def test_gpu_sliding_window_runs_in_cuda_graph_trees_call_after_call(backward):
                 torch.testing.assert_close(a.grad, r.grad, atol=2e-2, rtol=2e-2)
     (record,) = {r.target for r in metrics.attention}
     assert record == "flash"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("backward", [False, True])
+def test_an_alibi_bias_cast_to_the_inputs_dtype_is_computed_in_the_kernel(dtype, backward):
+    # (slopes * (j - i)).to(q.dtype): the cast rounds a float32 value, written f16(...) or bf16(...)
+    # in the modification, so the bias is computed from the slopes, not read as a [B, H, L, S] tensor
+    def alibi(q, k, v, slopes):
+        pos = torch.arange(L, device=q.device)
+        bias = (slopes[None, :, None, None] * (pos[None, :] - pos[:, None])).to(q.dtype)
+        return ((q @ k.transpose(-2, -1)) * SCALE + bias).softmax(-1) @ v
+
+    slopes = torch.tensor([0.5, 0.0625]) * 37.0    # large enough that the rounding shows
+    args = [t.to(dtype).detach().requires_grad_(backward) for t in _qkv(False)]
+    ref_args = [t.detach().clone().requires_grad_(backward) for t in args]
+    got = torch.compile(alibi, backend="mini_inductor")(*args, slopes)
+    want = alibi(*ref_args, slopes)
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.float16 else dict(atol=8e-2, rtol=5e-2)
+    torch.testing.assert_close(got, want, **tol)
+    (record,) = metrics.attention
+    name = "f16" if dtype == torch.float16 else "bf16"
+    assert record.target == "flash" and f"{name}(t0 * (j - i))" in record.mod, record.describe()
+    if backward:
+        upstream = torch.randn(want.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        got.backward(upstream)
+        want.backward(upstream)
+        for a, r in zip(args, ref_args):
+            torch.testing.assert_close(a.grad, r.grad, **tol)
