@@ -295,6 +295,14 @@ def test_a_row_of_finite_fills_only_makes_the_forward_visit_every_block():
     assert data_ranges("where(t0, s, -inf)", [keep])["kv_hi"] == [1, 2, 3, 4]
 
 
+def test_a_static_mask_with_a_finite_fill_skips_unless_a_row_is_all_fill():
+    assert ranges(f"where(j <= i, s, {FILL32!r})")["kv_hi"] == [1, 2, 3, 4]
+    assert ranges(f"where(j <= i - 20, s, {FILL32!r})")["kv_hi"] == [4] * 4   # rows 0-19: eager's average
+    q, k, v = inputs("cpu", torch.float32, L=40, E=8)
+    check_against_eager(q, k, v, [], f"where(j <= i - 20, s * 0.25, {FILL32!r})",
+                        lambda s, i, j: torch.where(j <= i - 20, s * 0.25, FILL32))
+
+
 def test_a_tensor_outside_the_mask_keeps_the_table_static():
     sm = score_mod.parse("where(j <= i, s + t0 * (j - i), -inf)")   # ALiBi under a causal mask
     assert sm.skips_blocks and not sm.dead_reads_tensors and not sm.finite_fill
