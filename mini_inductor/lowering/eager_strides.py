@@ -287,6 +287,8 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     the FakeTensor; (None, None) elsewhere."""
     target = node.target
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
+        if target in _BATCH_NORMS:
+            return _symbolic_batch_norm_strides(node), 0
         return _symbolic_pointwise_strides(node), None
     if target in _BATCH_NORMS:
         args, kwargs = _metas_of((node.args, node.kwargs))
@@ -335,6 +337,28 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
         out[d] = acc
         acc = acc * val.shape[d]
     return out
+
+
+def _symbolic_batch_norm_strides(node: torch.fx.Node) -> list | None:
+    """Eager's strides for output 0 of a batch norm of a dynamic graph, as SymInts: its memory format
+    decided on the traced sizes (fuzz seed 120: a transposed input's kept the input's layout)."""
+    val = node.meta.get("val")
+    out = val[0] if isinstance(val, (list, tuple)) and val else val
+    if not isinstance(out, torch.Tensor):
+        return None
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    fmt = _traced_batch_norm_format(node.target, args, kwargs, _aten_op_called(node))
+    if fmt is None:
+        return None
+    order = list(range(out.dim()))[::-1]                  # innermost first
+    if fmt is torch.channels_last or fmt is torch.channels_last_3d:
+        order = [1] + list(range(out.dim() - 1, 1, -1)) + [0]
+    strides: list = [0] * out.dim()
+    step = 1
+    for d in order:
+        strides[d] = step
+        step = step * (max(out.shape[d], 1) if isinstance(out.shape[d], int) else out.shape[d])
+    return strides
 
 
 def _hint(n) -> int:
@@ -469,9 +493,10 @@ def _permuted_copy(x: torch.Tensor, stride: list[int]) -> torch.Tensor:
 def _ending_in_eager_layout(target, decomp):
     def run(*args, **kwargs):
         result = decomp(*args, **kwargs)
-        if not _static(list(args)):
-            return result
-        fmt = _batch_norm_output_format(target, args, kwargs)
+        if _static(list(args)):
+            fmt = _batch_norm_output_format(target, args, kwargs)
+        else:   # a dynamic graph: decided on the traced sizes, as for pointwise ops (fuzz seed 120)
+            fmt = _traced_batch_norm_format(target, args, kwargs)
         # always the copy (inlined by lowering): what the decomposition's last node is traced with
         # here is not always what its FakeTensor propagation gives the graph
         if fmt is None or not isinstance(result[0], torch.Tensor):
@@ -479,3 +504,26 @@ def _ending_in_eager_layout(target, decomp):
         return (aten.clone.default(result[0], memory_format=fmt), *result[1:])
     run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
     return run
+
+
+def _traced_batch_norm_format(target, args, kwargs, aten_op_called: bool = False):
+    """_batch_norm_output_format for symbolic arguments, on stand-ins with their traced sizes and
+    strides (deciding on the SymInts would guard on them); None where a size has no hint."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    mode = _fake_mode([a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)])
+    if mode is None:
+        return None
+
+    def stand_in(a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        return torch.empty_strided([_hint(n) for n in a.shape], [_hint(s) for s in a.stride()],
+                                   dtype=a.dtype, device=a.device)
+    try:
+        with _disable_current_modes(), mode:   # not traced into the graph being decomposed
+            return _batch_norm_output_format(target, [stand_in(a) for a in args],
+                                             {k: stand_in(v) for k, v in kwargs.items()}, aten_op_called)
+    except Exception as e:   # noqa: BLE001  (a size without a hint: the decomposition's layout stays)
+        log.debug("eager strides: no traced sizes for %s: %s", target, e)
+        return None

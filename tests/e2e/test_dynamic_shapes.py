@@ -633,3 +633,16 @@ def test_squeeze_of_a_size_dynamos_guards_make_1(device):
     assert_same_tensor(compiled(x, w), f(x, w), "3 rows")
     (record,) = metrics.compiled_graphs
     assert record.ran_eagerly is None and record.dynamic_fallback is None
+
+
+@pytest.mark.parametrize("stats", [False, True], ids=["no_stats", "running_stats"])
+@pytest.mark.parametrize("make", [lambda n: torch.randn(3, n).t(), lambda n: torch.randn(2, 3, n, 4).transpose(-2, -1)],
+                         ids=["2d", "4d"])
+def test_batch_norm_of_a_transposed_input_has_eagers_layout_at_every_size(make, stats):
+    # found by the fuzzer (--dynamic --autograd, seed 120): in a symbolic graph batch norm's output kept
+    # the input's layout (the op lowered whole, and the decomposition of the running-stats form), where
+    # eager's CPU kernel allocates it contiguous
+    def f(x, w):
+        mean, var = (torch.zeros(3), torch.ones(3)) if stats else (None, None)
+        return F.batch_norm(x, mean, var, w, None, training=True) * 2
+    assert_dynamic(run_sizes(f, lambda n: (make(n), torch.randn(3)), grad=True, atol=1e-5, rtol=1e-5))
