@@ -52,6 +52,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
                   static_input_idxs: tuple[int, ...] | None = None, sizes_key=None):
     """One ATen graph → a callable. `static_input_idxs` defaults to what aot_autograd knows;
     `sizes_key` is set for a static specialization of a graph with dynamic dims (capture sizes)."""
+    if kind == "forward":
+        _copy_saved_mutated_inputs(gm)
     name = metrics.graph_name(kind)
     start = time.perf_counter()
     record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
@@ -261,6 +263,42 @@ def _compile_specialization(gm, example_inputs, sizes_key, *, kind: str, cfg: Co
         log.warning("mini_inductor: the specialization of a %s graph for sizes %s runs eagerly: %s",
                     kind, sizes_key, compiled.reason)
     return compiled
+
+
+def _copy_saved_mutated_inputs(gm) -> None:
+    """A forward graph that saves for the backward an input whose data it mutates saves a copy instead.
+
+    AOT autograd copies a mutated input's new value into it after the forward, which bumps the input's
+    version; the min-cut partitioner may still save the input itself (to recompute, say, a zeros_like
+    of it in the backward), and the backward then failed its version check (fuzz seed 107: x.zero_()
+    then x.mul_(w)). Only where the copy has the input's strides (a dense input): the backward reads
+    it with those.
+    """
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if fw is None or getattr(fw, "tokens", None) or len(placeholders) != len(fw.input_info):
+        return   # inputs that are not the user's one to one (tokens, synthetic bases): left alone
+    mutated = {p for p, info in zip(placeholders, fw.input_info) if info.mutates_data}
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outs, copies = list(output.args[0]), {}
+    for j in range(fw.num_forward_returns, len(outs)):
+        p = outs[j]
+        val = p.meta.get("val") if p in mutated else None
+        if p not in copies and isinstance(val, torch.Tensor):
+            copied = torch.ops.aten.clone.default(val)
+            if not all(statically_known_true(a == b) for a, b in zip(copied.stride(), val.stride())):
+                continue
+            with gm.graph.inserting_after(placeholders[-1]):
+                copies[p] = gm.graph.call_function(torch.ops.aten.clone.default, (p,))
+            copies[p].meta["val"] = copied
+        if p in copies:
+            outs[j] = copies[p]
+    if copies:
+        output.update_arg(0, type(output.args[0])(outs))
+        gm.recompile()
 
 
 def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:

@@ -146,3 +146,24 @@ def test_batch_norm_module_in_training_mode_updates_its_buffers(device):
     torch.testing.assert_close(compiled_module.running_mean, eager.running_mean)
     torch.testing.assert_close(compiled_module.running_var, eager.running_var)
     assert compiled_module.num_batches_tracked.item() == eager.num_batches_tracked.item() == 2
+
+
+def test_input_zeroed_then_multiplied_by_a_grad_tensor_keeps_its_backward(device):
+    # the min-cut partitioner saved the mutated input x itself (to recompute zeros_like(x) in the
+    # backward); AOT autograd's copy of x's new value into x bumped its version, and the backward
+    # failed its version check (fuzz seed 107): the forward now saves a copy of x
+    def fn(x, w):
+        x.zero_()
+        x.mul_(w)
+        return x, torch.amin(x)
+
+    def run(f):
+        x = torch.arange(6.0, device=device).view(2, 3)
+        w = torch.linspace(-1, 1, 6, device=device).view(2, 3).requires_grad_()
+        out = f(x, w)
+        (out[0] * torch.arange(6.0, device=device).view(2, 3)).sum().add(out[1]).backward()
+        return x, out, w.grad
+
+    expected, actual = run(fn), run(compile_fn(fn))
+    for a, e in zip(torch.utils._pytree.tree_leaves(actual), torch.utils._pytree.tree_leaves(expected)):
+        torch.testing.assert_close(a, e)
