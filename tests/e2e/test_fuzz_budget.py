@@ -74,6 +74,19 @@ def test_program_i_of_seed_s_is_drawn_the_same_every_time():
     assert generate(3, 11).to_source() != generate(3, 12).to_source()
 
 
+def test_a_uint8_partner_input_is_drawn_in_its_range():
+    # a partner of a uint8 value (after .to(torch.uint8)) was torch.randint(-2, 2, dtype=uint8): the
+    # draw raised and the whole program counted as an eager error (seeds 97 and 100)
+    import random
+
+    import torch
+    from tests.fuzz.generate import Ctx
+
+    ctx = Ctx(random.Random(0), False, 4, input_seed=0)
+    t = ctx.t(ctx.new_input((3, 2), "uint8"))
+    assert t.dtype == torch.uint8 and t.shape == (3, 2)
+
+
 def test_shrinker_keeps_only_the_statement_that_fails():
     from tests.fuzz.execute import Outcome
     from tests.fuzz.generate import generate
