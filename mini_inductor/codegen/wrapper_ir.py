@@ -258,7 +258,8 @@ def render_arg(a) -> str:
         return f"_unused_arg{a.index}"
     if isinstance(a, ReinterpretView):
         lay = a.layout
-        return (f"reinterpret({a.data.name}, {_ints(lay.size)}, {_ints(lay.stride)}, "
+        helper = "aliased_view" if getattr(a, "view_of_input", False) else "reinterpret"
+        return (f"{helper}({a.data.name}, {_ints(lay.size)}, {_ints(lay.stride)}, "
                 f"{size_source(lay.offset)})")
     if isinstance(a, Buffer):
         return a.name

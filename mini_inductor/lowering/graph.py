@@ -217,7 +217,7 @@ class GraphLowering:
             return None   # the graph's view chain starts from another layout than the input's
         offset = sympify_seq([meta.storage_offset()])[0] - sympify_seq([root_meta.storage_offset()])[0]
         return ReinterpretView(inputs[index], Layout(meta.device, meta.dtype, tuple(sympify_seq(meta.shape)),
-                                                     tuple(stride_exprs(meta)), offset))
+                                                     tuple(stride_exprs(meta)), offset), view_of_input=True)
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")

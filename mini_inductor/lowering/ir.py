@@ -531,9 +531,12 @@ def _nonnegative(e: Expr) -> bool:
 class ReinterpretView(IRNode):
     """A buffer seen through another strided layout (what `as_strided` on its storage gives)."""
 
-    def __init__(self, data: Buffer, layout: Layout):
+    def __init__(self, data: Buffer, layout: Layout, view_of_input: bool = False):
         self.data = data
         self.layout = layout
+        # an output AOT autograd regenerates from a graph input (graph.py _input_alias): made by a view
+        # op where one gives this layout, for its backward (wrapper.py aliased_view)
+        self.view_of_input = view_of_input
 
     @property
     def origins(self):  # type: ignore[override]

@@ -646,3 +646,22 @@ def test_batch_norm_of_a_transposed_input_has_eagers_layout_at_every_size(make, 
         mean, var = (torch.zeros(3), torch.ones(3)) if stats else (None, None)
         return F.batch_norm(x, mean, var, w, None, training=True) * 2
     assert_dynamic(run_sizes(f, lambda n: (make(n), torch.randn(3)), grad=True, atol=1e-5, rtol=1e-5))
+
+
+def test_a_view_of_an_expanded_input_that_requires_grad_has_eagers_gradient():
+    # found by the fuzzer (--dynamic --autograd, seed 109): an output that is a view of an input came
+    # back as as_strided of it, whose backward is wrong where the input's memory overlaps (an expanded
+    # leaf): every row of x.grad got row 1's share. It is now the view itself (ViewBackward0).
+    def f(x):
+        return x.unflatten(-1, (1, -1)), x * 2
+
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n in (5, 7):
+        grads = []
+        for fn in (f, compiled):
+            x = torch.arange(float(n)).view(1, n).expand(3, n).detach().requires_grad_()
+            a, b = fn(x)
+            w = torch.arange(3.0 * n).view(3, 1, n)
+            ((a * w).sum() + (b * w.view(3, n) ** 2).sum()).backward()
+            grads.append(x.grad)
+        torch.testing.assert_close(grads[1], grads[0], msg=f"size {n}")
