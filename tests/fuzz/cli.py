@@ -4,7 +4,8 @@
                          [--out DIR] [--size 6] [--timeout 120] [--no-shrink] [--no-triage]
 
 Exit status 1 when a program is wrong, errors, hangs or crashes under mini_inductor in a way that
-aot_eager (or aot_eager_decomp_partition) does not share (torch_bug failures are listed, not counted against us).
+aot_eager (or, for errors, aot_eager_decomp_partition) does not share (torch_bug failures are listed,
+not counted against us; a wrong result only torch's decompositions share is ours: workers.py _triage).
 """
 from __future__ import annotations
 
