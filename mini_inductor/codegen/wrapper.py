@@ -56,9 +56,10 @@ def reinterpret(t, size, stride, offset):
 
 
 def aliased_view(t, size, stride, offset):
-    """An output that is a view of input `t`: t.view(size) where that gives the layout, else
-    as_strided. AOT autograd replays the view we return on the input, and as_strided's backward is
-    wrong where the input's memory overlaps (an expanded input that requires grad)."""
+    """An output that is a view of input `t`: t.view(size), or a permutation of t's dims, where that
+    gives the layout, else as_strided. AOT autograd replays the view we return on the input, and
+    as_strided's backward is wrong where the input's memory overlaps (an expanded input that requires
+    grad)."""
     if offset == 0 and t.numel() == math.prod(size):
         try:
             v = t.view(size)
@@ -66,6 +67,16 @@ def aliased_view(t, size, stride, offset):
             v = None
         if v is not None and all(n == 1 or a == b for n, a, b in zip(size, v.stride(), stride)):
             return v
+        if t.dim() == len(size):   # a transpose or permute: each dim taken from a distinct dim of t
+            dims, free = [], list(range(t.dim()))
+            for n, st in zip(size, stride):
+                d = next((d for d in free if t.size(d) == n and (n == 1 or t.stride(d) == st)), None)
+                if d is None:
+                    break
+                dims.append(d)
+                free.remove(d)
+            else:
+                return t.permute(dims)
     return reinterpret(t, size, stride, offset)
 
 

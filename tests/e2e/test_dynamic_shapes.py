@@ -655,13 +655,17 @@ def test_a_view_of_an_expanded_input_that_requires_grad_has_eagers_gradient():
     def f(x):
         return x.unflatten(-1, (1, -1)), x * 2
 
-    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
-    for n in (5, 7):
-        grads = []
-        for fn in (f, compiled):
-            x = torch.arange(float(n)).view(1, n).expand(3, n).detach().requires_grad_()
-            a, b = fn(x)
-            w = torch.arange(3.0 * n).view(3, 1, n)
-            ((a * w).sum() + (b * w.view(3, n) ** 2).sum()).backward()
-            grads.append(x.grad)
-        torch.testing.assert_close(grads[1], grads[0], msg=f"size {n}")
+    def g(x):   # a transpose: a permutation of the input's dims
+        return x.t(), x * 2
+
+    for fn, view in ((f, lambda w, n: w.view(3, 1, n)), (g, lambda w, n: w.t())):
+        compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+        for n in (5, 7):
+            grads = []
+            for run in (fn, compiled):
+                x = torch.arange(float(n)).view(1, n).expand(3, n).detach().requires_grad_()
+                a, b = run(x)
+                w = torch.arange(3.0 * n).view(3, n)
+                ((a * view(w, n)).sum() + (b * w ** 2).sum()).backward()
+                grads.append(x.grad)
+            torch.testing.assert_close(grads[1], grads[0], msg=f"{fn.__name__}, size {n}")
