@@ -1,9 +1,10 @@
 """Matmul templates (option matmul_templates) against cuBLAS plus the epilogue kernel, on transformer
 shapes: each linear layer with its epilogue compiled with "off" (cuBLAS), "always" (the template, default
 config), "auto" (the cost model's choice) and mode="max-autotune" (timed at compile time), CUDA graphs
-on. Not a test; needs a CUDA GPU.
+on; with --variants ...,inductor-max-autotune, torch's Inductor in max-autotune mode in the same run.
+Not a test; needs a CUDA GPU.
 
-    PYTHONPATH=. python3 -m benchmarks.matmul_templates [--dtype float16] [--tokens 8192]
+    PYTHONPATH=. python3 -m benchmarks.matmul_templates [--dtype float16] [--tokens 8192] [--variants off,auto]
 
 One line per shape and epilogue: ms per call of each, the cost model's prediction (µs) and the largest
 difference from eager. The lines are what to refit scheduler/matmul_choice.py's constants to
@@ -30,6 +31,8 @@ VARIANTS = (("off", dict(options={"matmul_templates": "off"})),
             ("always", dict(options={"matmul_templates": "always"})),
             ("auto", dict(options={"matmul_templates": "auto"})),
             ("max-autotune", dict(mode="max-autotune")))
+# torch's Inductor in the same run (what it chose is not read: its row gives the time, error and compile time)
+INDUCTOR = (("inductor-max-autotune", dict(backend="inductor", mode="max-autotune")),)
 
 
 def gpu_ms(fn, args, n=50) -> tuple[float, torch.Tensor]:
@@ -49,7 +52,11 @@ def main() -> None:
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     p.add_argument("--tokens", type=int, default=8192, help="M: rows of the activations")
     p.add_argument("--epilogues", default=",".join(EPILOGUES))
+    p.add_argument("--variants", default=",".join(label for label, _ in VARIANTS),
+                   help="of " + ", ".join(label for label, _ in VARIANTS) + ", and inductor-max-autotune: "
+                   "torch's Inductor with mode='max-autotune' (its Triton templates against cuBLAS, timed)")
     a = p.parse_args()
+    chosen = [(label, kw) for label, kw in VARIANTS + INDUCTOR if label in a.variants.split(",")]
     from mini_inductor import metrics
     from mini_inductor.scheduler.matmul_choice import prefer_template
     dtype, m = getattr(torch, a.dtype), a.tokens
@@ -65,18 +72,19 @@ def main() -> None:
             eager_ms, ref = gpu_ms(fn, args)
             _, model = prefer_template(1, m, n, k, dtype, name != "none", name in ("bias+gelu", "silu"))
             row = [f"{m}x{n}x{k} {a.dtype} {name}: eager {eager_ms:.3f} ms"]
-            for label, kw in VARIANTS:
+            for label, kw in chosen:
                 torch._dynamo.reset()
                 metrics.reset()
                 t0 = time.perf_counter()
                 try:
-                    ms, out = gpu_ms(torch.compile(fn, backend="mini_inductor", **kw), args)
+                    ms, out = gpu_ms(torch.compile(fn, **{"backend": "mini_inductor", **kw}), args)
                     err = (out.float() - ref.float()).abs().max().item()
                     kernels = [k for g in metrics.compiled_graphs for k in g.kernel_names]
                     externs = [c for g in metrics.compiled_graphs for c in g.extern_calls]
                     used = "template" if any(k.startswith("triton_tem_") for k in kernels) else "cuBLAS"
-                    row.append(f"{label} {ms:.3f} ms ({used}, {len(kernels)} kernels, {len(externs)} extern, "
-                               f"err {err:.3g}, compile {time.perf_counter() - t0:.0f} s)")
+                    what = f"{used}, {len(kernels)} kernels, {len(externs)} extern, " \
+                        if kw.get("backend") != "inductor" else ""
+                    row.append(f"{label} {ms:.3f} ms ({what}err {err:.3g}, compile {time.perf_counter() - t0:.0f} s)")
                 except Exception as e:  # noqa: BLE001  (a failing variant is a result)
                     row.append(f"{label} failed: {type(e).__name__}: {str(e)[:200]}")
             row.append(f"model: {model}")
