@@ -6,13 +6,16 @@
 #   bash benchmarks/device_checks.sh [tests] [attention] [matmul] [suite] [dynamic] [profile]
 #
 #   tests      pytest -m gpu over tests/ (the large-tensor file and tests/distributed left out)
-#   attention  benchmarks.attention_sweep, fp16, L 1024 and 4096, every variant, fwd and fwd+bwd
-#   matmul     benchmarks.matmul_templates, fp16 and bf16, M 8192
-#   suite      benchmarks.suite, the GPT-2 forms and the decoder in float32, against Inductor
-#   dynamic    benchmarks.dynamic_shapes, the serving and the training loop
+#   attention  benchmarks.attention_sweep, fp16, L 1024 and 4096, five variants, fwd and fwd+bwd
+#   matmul     benchmarks.matmul_templates, fp16, M 8192, cuBLAS against the cost model's choice
+#              (max-autotune compiles 20-30 s a line: run it on its own)
+#   suite      benchmarks.suite, GPT-2 (causal) and the decoder in float32, against Inductor
+#   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
+#              reduce-overhead interleaved
 #   profile    benchmarks.kernel_profile: GPT-2 (causal, float32) and the serving loop, kernel by kernel
 #
-# The limits add up to under 10 minutes (one call of the device tool): 200 + 120 + 100 + 100 + 60 s.
+# The limits add up to under 10 minutes (one call of the device tool, with the machine's start):
+# 190 + 90 + 60 + 120 + 80 s (profile: 90 + 90 s, on its own).
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/device_checks}
@@ -35,15 +38,17 @@ run() {   # run NAME SECONDS COMMAND...: the output to $OUT/NAME.txt, a line to 
 
 for step in "${steps[@]}"; do
     case $step in
-        tests) run tests 200 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests \
+        tests) run tests 190 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests \
                    --deselect tests/e2e/test_large_tensors_gpu.py --ignore tests/distributed -rfE --tb=short ;;
-        attention) run attention 120 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
-                       --out "$OUT/attention.json" ;;
-        matmul) run matmul 100 python3 -u -m benchmarks.matmul_templates --dtype float16 --tokens 8192 ;;
-        suite) run suite 100 python3 -m benchmarks.suite --models gpt2_causal,gpt2_hf_causal,decoder \
+        attention) run attention 90 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
+                       --variants causal,hf_causal,padding,alibi,window --out "$OUT/attention.json" ;;
+        matmul) run matmul 60 python3 -u -m benchmarks.matmul_templates --dtype float16 --tokens 8192 \
+                    --variants off,auto --epilogues bias+gelu,residual ;;
+        suite) run suite 120 python3 -m benchmarks.suite --models gpt2_causal,decoder \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite" ;;
-        dynamic) run dynamic 60 python3 -m benchmarks dynamic_shapes --out "$OUT/dynamic.json" ;;
+        dynamic) run dynamic 80 python3 -m benchmarks dynamic_shapes --out "$OUT/dynamic.json" \
+                     --backends inductor_reduce_overhead,mini_inductor,inductor_reduce_overhead,mini_inductor ;;
         profile) run profile_gpt2 90 python3 -m benchmarks kernel_profile --model gpt2_causal --dtype float32 \
                      --backends eager,inductor,mini_inductor
                  run profile_serve 90 python3 -m benchmarks kernel_profile --model serve ;;
