@@ -135,17 +135,19 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
         out_size = broadcast_sizes(*[t.get_size() for t in tensors])
         loaders = [broadcast_loader(a, out_size) if isinstance(a, IRNode) else a for a in args]
 
-        # eager casts each operand to the result's dtype, then computes in float32 for a half type:
-        # an int64 2049 (or a 0-d float32 tensor) next to float16 becomes 2048 first
-        rounds = rdt in (torch.float16, torch.bfloat16) and cdt != rdt
+        # eager casts each operand to the common dtype, then computes in float32 for a half type:
+        # an int64 2049 (or a 0-d float32 tensor) next to float16 becomes 2048 first; for a comparison
+        # (a bool result) the common dtype is the operands' (bf16 == 1.001 compares 1.0)
+        common = promote(args, KIND.DEFAULT)[1] if rdt == torch.bool and kind != KIND.DEFAULT else rdt
+        rounds = common in (torch.float16, torch.bfloat16) and cdt != common
 
         def inner_fn(idx):
             values = []
             for a, ld in zip(args, loaders):
                 if isinstance(a, IRNode):
                     v = ld(idx)
-                    if rounds and a.get_dtype() != rdt:
-                        v = ops.to_dtype(v, rdt)
+                    if rounds and a.get_dtype() != common:
+                        v = ops.to_dtype(v, common)
                     values.append(v if a.get_dtype() == cdt and not rounds else ops.to_dtype(v, cdt))
                 else:
                     values.append(constant(a, cdt))

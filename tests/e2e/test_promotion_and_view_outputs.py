@@ -45,6 +45,15 @@ def test_integers_and_wider_floats_are_rounded_to_a_half_result_type_first(dtype
           torch.tensor(1.0001, device=device), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_comparisons_round_the_operands_to_a_half_common_dtype_first(dtype, device):
+    # a comparison's result is bool, but eager compares in the operands' common dtype: a 0-d float32
+    # 1.001 next to bfloat16 is 1.0 (found by the fuzzer, seed 136: s == x was all False)
+    x = torch.tensor([1.0, 1.0078125, 1.5, 2048.0, 0.0], dtype=dtype, device=device)
+    s, i = torch.tensor(1.001, device=device), torch.tensor([1, 1, 2, 2049, 0], device=device)
+    check(lambda x, s, i: (s == x, x < s, x == i, torch.logical_and(x, s * 1e-8), x.ne(s)), x, s, i)
+
+
 def test_a_sum_and_a_product_of_bools_are_or_and_and(device):
     # in Triton's 1-bit arithmetic True + True wraps to False (seen on the H100: fuzz seed 20)
     a = torch.tensor([True, True, False, False], device=device)
