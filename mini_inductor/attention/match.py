@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
 from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, NearMiss, Translator, Untranslatable,
-                           _VIEWS, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
+                           ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -197,11 +197,12 @@ def _untransposed(node):
 
 
 def _base(node):
-    """The tensor `node` is a view of, through a chain of views (`node` itself when it is no view)."""
+    """The tensor `node` is a view of, through a chain of views and ops that may alias (`node` itself
+    when it is no view)."""
     while isinstance(node, torch.fx.Node) and node.op in ("call_function", "call_method") and node.args \
             and isinstance(node.args[0], torch.fx.Node):
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if op_of(node) not in _VIEWS and name not in _VIEWS:
+        if op_of(node) not in ALIASING and name not in ALIASING:
             break
         node = node.args[0]
     return node

@@ -127,6 +127,15 @@ _VIEWS = {"view", "reshape", "transpose", "permute", "expand", "unsqueeze", "squ
           "flatten", "unflatten", "t", "getitem", "unbind", "split", "chunk", "as_strided", "view_as", "getattr"}
 
 
+# ops that may return their input itself or a view of it (contiguous of a contiguous tensor, a `to` that
+# changes nothing, movedim, diagonal): an in-place change through their result changes the input
+# (fuzz seeds 132 and 137: attention(...).contiguous().zero_() broke the flash op's backward)
+_MAY_ALIAS = {"contiguous", "to", "float", "half", "double", "bfloat16", "type", "type_as", "reshape_as",
+              "expand_as", "movedim", "moveaxis", "diagonal", "alias", "unfold", "tensor_split", "split_with_sizes",
+              "swapaxes", "swapdims", "detach", "view_as_real", "real", "imag", "resolve_conj", "resolve_neg"}
+ALIASING = _VIEWS | _MAY_ALIAS
+
+
 _OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
                       "ilshift", "irshift", "imatmul"}
 
@@ -155,7 +164,7 @@ def mutated(node, after=None) -> bool:
                 return True
             if "out" in u.kwargs and late(u):
                 return True
-            if op_of(u) in _VIEWS or name in _VIEWS or name == "getitem":
+            if op_of(u) in ALIASING or name in ALIASING or name == "getitem":
                 stack.append(u)
     return False
 

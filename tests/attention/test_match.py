@@ -641,3 +641,29 @@ def test_a_key_whose_base_is_changed_in_place_after_the_attention_stays_as_writt
     torch.testing.assert_close(v.grad, refs[2].grad, atol=1e-5, rtol=1e-5)
     (record,) = metrics.attention
     assert record.target == "" and "changed in place" in record.reason, record.describe()
+
+
+@pytest.mark.parametrize("through", ["contiguous", "to", "movedim", "diagonal"])
+def test_an_output_changed_through_an_op_that_may_alias_it_stays_as_written(through):
+    # .contiguous() of a contiguous tensor, a .to() that changes nothing, movedim and diagonal return
+    # the tensor itself or a view of it: zero_() through them changed the attention's output, which the
+    # flash op saves for its backward (found by the fuzzer, seeds 132 and 137)
+    alias = {"contiguous": lambda o: o.contiguous(), "to": lambda o: o.to(o.dtype),
+             "movedim": lambda o: o.movedim(1, 2), "diagonal": lambda o: o.diagonal(0, -2, -1)}[through]
+
+    def attention(q, k, v, m):
+        out = (q @ k.transpose(-2, -1) * SCALE).masked_fill(m, -1.0).softmax(-1) @ v
+        alias(out).zero_()
+        return out
+    q, k, v = qkv(requires_grad=True)
+    m = torch.rand(L, L, generator=torch.Generator().manual_seed(0)) > 0.7
+    refs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    got = torch.compile(attention, backend="mini_inductor")(q, k, v, m)
+    want = attention(*refs, m)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    for a, r in zip((q, k, v), refs):
+        torch.testing.assert_close(a.grad, r.grad, atol=1e-5, rtol=1e-5)
+    (record,) = metrics.attention
+    assert record.target == "" and "changed in place" in record.reason, record.describe()
