@@ -338,6 +338,12 @@ class WrapperCodegen:
             from .matmul_autotune import choose_by_timing
             choice, config = choose_by_timing(self, group, i, users, outputs)
             template.choice = choice   # what ran, for the reports
+        if choice != "cublas":
+            read = self._template_size_symbols(group, i, users, outputs, config)
+            if read:   # the template kernel takes no size arguments (fuzz seed 136: NameError 's4')
+                choice = template.choice = "cublas"
+                template.choice_reason = (f"its fused code reads the size symbols {', '.join(read)}, which the "
+                                          "template kernel does not take: cuBLAS and a kernel of its own")
         if choice == "cublas":
             for node in prologue:   # stored this time: the ATen call reads it
                 self._kernel(node, i, users, outputs, scope, keep={node.name})
@@ -365,6 +371,16 @@ class WrapperCodegen:
                                 launch_grid=grid, num_stages=stages)
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
+
+    def _template_size_symbols(self, group, i, users, outputs, config) -> list[str]:
+        """The size symbols of a dynamic graph that group i's template kernel would read (a fused
+        epilogue's negative-index wrap, a bound check), which it cannot: it takes no size arguments."""
+        names = [str(s) for s in (*symbolic.current().sources, *symbolic.current().unbacked)]
+        if not names:
+            return []
+        text = self.template_kernel(group, i, users, outputs, config).generate(
+            allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+        return [n for n in names if re.search(rf"\b{n}\b", text)]
 
     def template_kernel(self, group, i, users, outputs, config=None) -> MatmulTemplateKernel:
         """The (not yet generated) template kernel of group i, with `config` or the default one."""

@@ -567,3 +567,17 @@ def test_a_matmul_listed_as_cudagraph_unsafe_stays_the_aten_call(templates):
     with config.patch(cudagraph_unsafe_ops="aten.mm"):
         check(lambda x, w: torch.relu(x @ w), x, w, kernels=1, atol=1e-4, rtol=1e-4)
     assert extern_calls() == ["aten.mm.default"]
+
+
+def test_an_epilogue_reading_a_size_symbol_makes_a_dynamic_graphs_matmul_cublas(templates):
+    # the template kernel takes no size arguments: an epilogue whose code reads one (the wrap of a
+    # negative index into a dynamic dim) raised NameError 's4' at its launch (fuzz seed 136)
+    def f(a, b, c, idx):
+        return a.view(3, 4) @ b.view(4, 5) + c[idx]
+
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "symbolic"})
+    a, b, idx = torch.randn(12), torch.randn(20), torch.tensor([0, -1, 2])
+    for rows in (7, 9):
+        c = torch.randn(rows, 5)
+        torch.testing.assert_close(compiled(a, b, c, idx), f(a, b, c, idx), atol=1e-5, rtol=1e-5)
+    assert extern_calls() == ["aten.mm.default"] and not [n for n in kernel_names() if n.startswith("triton_tem_")]
