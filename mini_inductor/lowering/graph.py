@@ -431,7 +431,8 @@ class GraphLowering:
     def _realize_output(self, value, meta):
         if not isinstance(value, IRNode):
             return value
-        want = stride_exprs(meta) if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) else None
+        want = stride_exprs(meta) if isinstance(meta, torch.Tensor) and (is_non_overlapping_and_dense(meta)
+                                                                       or _gapped(meta)) else None
         if isinstance(value, StorageBox) and isinstance(value.data, Pointwise):
             return _with_unit_strides_of(value.realize(stride=want), meta)
         tensor = ir.realize_as_tensor(value)
@@ -439,6 +440,21 @@ class GraphLowering:
             return StorageBox(Pointwise(tensor.get_device(), tensor.get_dtype(), tensor.make_loader(),
                                         tensor.get_size(), value.origins)).realize(stride=want)
         return _with_unit_strides_of(tensor, meta)
+
+
+def _gapped(meta: torch.Tensor) -> bool:
+    """Static strides that never address one element twice but leave gaps (x[::2]): a tensor AOT
+    autograd saves for the backward can have them, and the backward graph reads it with them (fuzz
+    seed 136: a slice_scatter saved with stride 2 was realized dense, and the backward read past it)."""
+    if not all(isinstance(n, int) for n in (*meta.shape, *meta.stride())) or meta.numel() <= 1:
+        return False
+    dims = sorted((st, n) for n, st in zip(meta.shape, meta.stride()) if n > 1)
+    span = 1
+    for st, n in dims:
+        if st < span:
+            return False
+        span = st * n
+    return True
 
 
 def _is_opaque(value) -> bool:

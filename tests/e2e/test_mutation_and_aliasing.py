@@ -167,3 +167,19 @@ def test_input_zeroed_then_multiplied_by_a_grad_tensor_keeps_its_backward(device
     expected, actual = run(fn), run(compile_fn(fn))
     for a, e in zip(torch.utils._pytree.tree_leaves(actual), torch.utils._pytree.tree_leaves(expected)):
         torch.testing.assert_close(a, e)
+
+
+def test_a_tensor_saved_with_gaps_in_its_strides_is_stored_with_them():
+    # AOT autograd saved the input's new value (a slice_scatter) for the backward with stride 2; the
+    # forward stored it dense and the backward read it with stride 2, past its end (fuzz seed 136)
+    def f(x, w):
+        x[1::3].clamp_(-1, 1)
+        return w @ x
+
+    grads = []
+    for fn in (f, torch.compile(f, backend="mini_inductor")):
+        x = (torch.arange(8.0) - 2)[::2]
+        w = torch.ones(4, requires_grad=True)
+        fn(x, w).backward()
+        grads.append(w.grad)
+    torch.testing.assert_close(grads[1], grads[0])
