@@ -430,13 +430,17 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     return LaunchPlan(module, bm, bn, meta, skip)
 
 
-def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool) -> LaunchPlan:
+def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool,
+              extra_strides: list[int] | None = None) -> LaunchPlan:
+    """`extra_strides`: the extra tensors' strides at [B, Hq, L, S], as _extra_args gives them."""
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     B, Hq, L, _ = q.shape
-    skip = sm.skips_blocks and (not sm.dead_reads_tensors or (DATA_SKIP_MIN_SCORES is not None
-                                                              and B * Hq * L * v.shape[2] >= DATA_SKIP_MIN_SCORES))
     S = v.shape[2]
-    axes = tuple(_axes(t.expand(B, Hq, L, S).stride(), L, S) for t in extra)
+    skip = sm.skips_blocks and (not sm.dead_reads_tensors or (DATA_SKIP_MIN_SCORES is not None
+                                                              and B * Hq * L * S >= DATA_SKIP_MIN_SCORES))
+    if extra_strides is None:
+        extra_strides = _extra_args(extra, (B, Hq, L, S), q.device)[1]
+    axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
                  torch.backends.cuda.matmul.allow_tf32, backward, skip, axes)
 
@@ -449,11 +453,11 @@ def _axes(stride, L: int, S: int) -> str:
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
     B, Hq, L, _ = q.shape
     S, Ev = k.shape[2], v.shape[3]
-    plan = _plan_for(q, v, extra, sm, backward=False)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    plan = _plan_for(q, v, extra, sm, False, strides)
     bm, bn = plan.block_m, plan.block_n
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, 2, L, dtype=torch.float32, device=q.device)
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
     if plan.skip:
         table = block_ranges(sm, L, S, bm, bn, q.device, False, extra)
         ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi)
@@ -470,14 +474,14 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                     sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
-    plan = _plan_for(q, v, extra, sm, backward=True)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    plan = _plan_for(q, v, extra, sm, True, strides)
     bm, bn = plan.block_m, plan.block_n
     dout = dout.to(q.dtype)
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     dq = torch.empty(B, Hq, L, E, dtype=q.dtype, device=q.device)
     dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
     if plan.skip:
         table = block_ranges(sm, L, S, bm, bn, q.device, True, extra)
         kv_lo, kv_hi, q_lo, q_hi = table.kv_lo, table.kv_hi, table.q_lo, table.q_hi

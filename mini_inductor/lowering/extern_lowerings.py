@@ -6,6 +6,7 @@ import torch
 from .ir import Layout, current_graph
 from .lowerings import lowering_of, register_lowering
 from .matmul_lowerings import addmm_template, bmm_template, mm_template
+from .eager_strides import _is_pointwise
 from .symbolic import hint
 
 aten = torch.ops.aten
@@ -42,14 +43,15 @@ _VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.d
 
 
 def _pointwise_uses(node) -> bool:
-    """Every use of `node`'s value, looking through views, is a pointwise op (torch's tag)."""
+    """Every use of `node`'s value, looking through views, is a pointwise op (torch's tag, as
+    eager_strides reads it)."""
     if not node.users:
         return False
     for user in node.users:
         if user.target in _VIEWS:
             if not _pointwise_uses(user):
                 return False
-        elif not (isinstance(user.target, torch._ops.OpOverload) and torch.Tag.pointwise in user.target.tags):
+        elif not _is_pointwise(user.target):
             return False
     return True
 
