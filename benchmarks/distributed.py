@@ -28,6 +28,9 @@ import torch
 
 MODES = ("ddp", "fsdp2")
 BACKENDS = ("eager", "inductor", "mini_inductor")
+# a backend named with this suffix runs with IEEE fp32 matmuls (TF32 off): how far TF32 rounding alone
+# moves the last loss ("eager-ieee", "mini_inductor-ieee"; not default rows)
+IEEE = "-ieee"
 # GPT2(vocab, context, dim, heads, depth), batch per rank
 SIZES = {"small": ((8192, 256, 512, 8, 4), 8), "medium": ((8192, 512, 768, 12, 8), 8)}
 
@@ -39,6 +42,7 @@ def _free_port() -> int:
 
 
 def _compile(module, backend: str):
+    backend = backend.removesuffix(IEEE)
     if backend == "eager":
         return module
     if backend == "inductor":
@@ -48,6 +52,7 @@ def _compile(module, backend: str):
 
 
 def _wrap(model, mode: str, backend: str):
+    backend = backend.removesuffix(IEEE)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         ddp = DDP(model)
@@ -71,7 +76,7 @@ def _rank(rank: int, port: int, out: str, mode: str, backend: str, size: str, st
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=2)
     try:
-        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = not backend.endswith(IEEE)
         (vocab, context, dim, heads, depth), batch = SIZES[size]
         torch.manual_seed(0)
         model = GPT2(vocab, context, dim, heads, depth).cuda()
@@ -128,7 +133,8 @@ def measure(mode: str, backend: str, size: str, steps: int, warmup: int) -> dict
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="distributed.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {MODES}")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, of {BACKENDS}")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma-separated, of {BACKENDS}, each also with the suffix {IEEE} (TF32 off)")
     parser.add_argument("--size", default="small", choices=sorted(SIZES))
     parser.add_argument("--steps", type=int, default=30, help="timed steps")
     parser.add_argument("--warmup", type=int, default=5, help="steps before timing (the first compiles)")

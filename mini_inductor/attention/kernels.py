@@ -44,15 +44,24 @@ LOG2E = tl.constexpr({log2e!r})
 
 
 @triton.jit
-def mm(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
+def operand(x, DOT: tl.constexpr, PRECISION: tl.constexpr):
     # DOT is the operands' dtype, but float32 for bfloat16 in the interpreter (which would multiply
-    # bfloat16's bits); products of bfloat16 values are exact in float32
-    return tl.dot(a.to(DOT), b.to(DOT), input_precision=PRECISION)
+    # bfloat16's bits); products of bfloat16 values are exact in float32. float32 under TF32 is
+    # rounded as cuBLAS rounds it (a no-op for the interpreter's bfloat16: 8 mantissa bits fit)
+    x = x.to(DOT)
+    if PRECISION == "tf32":
+        x = triton_helpers.round_tf32(x)
+    return x
+
+
+@triton.jit
+def mm(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    return tl.dot(operand(a, DOT, PRECISION), operand(b, DOT, PRECISION), input_precision=PRECISION)
 
 
 @triton.jit
 def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
-    return tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION)
+    return tl.dot(operand(a, DOT, PRECISION), operand(b, DOT, PRECISION), acc, input_precision=PRECISION)
 '''
 
 # one pass over the key blocks [start, stop) of the forward: {score} is mod(s)·log2(e)

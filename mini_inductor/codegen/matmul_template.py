@@ -35,6 +35,8 @@ from ..scheduler.nodes import SchedulerNode
 from .triton import INT32_MAX, TritonKernel, _broadcast_reads, _split
 from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand, texpr, tl_dtype
 
+TF32 = ', input_precision="tf32"'   # tl.dot's argument for float32 operands where TF32 is allowed
+
 BINDEX = sympy.Symbol("bindex", integer=True, nonnegative=True)
 
 
@@ -300,6 +302,8 @@ class MatmulTemplateKernel(TritonKernel):
             f"for k in range(0, {k}, BLOCK_K):",
             *["    " + ln for ln in self._operand_lines("a", k, argnames)],
             *["    " + ln for ln in self._operand_lines("b", k, argnames)],
+            *(["    a = triton_helpers.round_tf32(a)", "    b = triton_helpers.round_tf32(b)"]
+              if self._precision() == TF32 else []),
             f"    acc = tl.dot(a, b, acc{self._precision()})",
             *([f"    a_ptrs += BLOCK_K * {sak}"] if "a" not in self.operands else []),
             *([f"    b_ptrs += BLOCK_K * {sbk}"] if "b" not in self.operands else []),
@@ -338,10 +342,11 @@ class MatmulTemplateKernel(TritonKernel):
         return lines + [f"{operand} = tl.where({operand}_mask, {value}, 0.0).to({tl_dtype(value.dtype)})"]
 
     def _precision(self) -> str:
-        """fp32 inputs: TF32 tensor cores only where torch allows them for matmuls."""
+        """fp32 inputs: TF32 tensor cores only where torch allows them for matmuls, the operands
+        rounded to TF32 as cuBLAS rounds them (triton_helpers.round_tf32)."""
         if self.template.a.get_dtype() != torch.float32:
             return ""
-        return ', input_precision="tf32"' if self.allow_tf32 else ', input_precision="ieee"'
+        return TF32 if self.allow_tf32 else ', input_precision="ieee"'
 
     def launch(self) -> tuple[tuple[int, ...], dict[str, int], int, int]:
         """(grid, constexpr arguments, num_warps, num_stages) of the launch."""

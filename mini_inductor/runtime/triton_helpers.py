@@ -146,3 +146,16 @@ def div_floor_float(a, b):
     floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
     zero = tl.where((a / b) < 0, -0.0, 0.0)
     return tl.where(b == 0, a / b, tl.where(div != 0, floored, zero))
+
+
+@triton.jit
+def round_tf32(x):
+    """float32 rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cuBLAS rounds
+    the operands of torch's TF32 matmuls. Tensor cores given float32 bits drop the low 13 instead:
+    every product then shrinks by about 2**-10 on average, and a long dot product (a language model's
+    logits) comes out that much too small. Other dtypes, infinities and NaNs pass unchanged."""
+    if x.dtype == tl.float32:
+        bits = x.to(tl.uint32, bitcast=True)
+        rounded = (((bits + 0x1000) >> 13) << 13).to(tl.float32, bitcast=True)
+        x = tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded)
+    return x

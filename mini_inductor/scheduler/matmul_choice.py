@@ -41,6 +41,12 @@ TEMPLATE_EFFICIENCY = 0.75     # the template's main loop against cuBLAS's, same
 # scores (12 x 512 x 512 x 64) took 31.5 µs in the template (a mask fused) against cuBLAS's 21.5 µs
 # (H100, benchmarks/kernel_profile.py, session 24)
 TEMPLATE_EFFICIENCY_FP32 = 0.6
+# float32 with TF32 allowed: the template rounds its operands to TF32 as cuBLAS does
+# (triton_helpers.round_tf32), which costs it a third: linear + residual on the H100 (session 25),
+# template against cuBLAS's addmm, 0.324 vs 0.213 ms (8192 x 3072 x 768), 0.256 vs 0.148
+# (8192 x 768 x 3072), 0.160 vs 0.129 (2048 x 8192 x 512); truncating instead ran at cuBLAS's
+# speed but made every product about 2**-10 too small
+TEMPLATE_EFFICIENCY_TF32 = 0.5
 LAUNCH_US = 2.0                # one more kernel in a CUDA graph
 # A transcendental epilogue (GELU's erf, tanh, SiLU's exp) inside the template costs more than in a
 # kernel of its own. Measured on the H100 (fp16, M 8192, benchmarks/matmul_templates.py, session 23):
@@ -99,7 +105,8 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
     bandwidth = HBM_GB_PER_S * 1e3                                        # bytes per µs
     flops = 2.0 * batch * m * n * k
     moved = (batch * m * k + batch * k * n + batch * m * n) * itemsize
-    efficiency = TEMPLATE_EFFICIENCY_FP32 if dtype == torch.float32 and not _tf32(dtype) else TEMPLATE_EFFICIENCY
+    efficiency = (TEMPLATE_EFFICIENCY if dtype != torch.float32 else
+                  TEMPLATE_EFFICIENCY_TF32 if _tf32(dtype) else TEMPLATE_EFFICIENCY_FP32)
     cublas = max(flops / peak, moved / bandwidth)
     template = max(flops / (peak * efficiency), moved / bandwidth)
     if transcendental:

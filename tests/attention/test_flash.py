@@ -169,6 +169,25 @@ def test_float32_respects_allow_tf32(device):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
+def test_float32_operands_under_tf32_are_rounded_to_nearest_forward_and_backward(device):
+    # every score is equal (k is ones), so the output is v's mean: v is 1 + 3·2**-12, which TF32
+    # rounds to nearest as 1 + 2**-10 (cuBLAS) and truncates to 1 (tensor cores given float32 bits)
+    odd = 1 + 3 * 2 ** -12
+    q = torch.full((1, 1, 32, 16), odd, device=device, requires_grad=True)
+    k = torch.ones(1, 1, 32, 16, device=device, requires_grad=True)
+    v = torch.full((1, 1, 32, 16), odd, device=device, requires_grad=True)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        out = torch.ops.mini_inductor.flash_attention(q, k, v, [], "s * 0.25")
+        assert torch.equal(out, torch.full_like(out, 1 + 2 ** -10))
+        # dv = pᵀ·dO with p = 1/32 (exact) and dO = odd: each of the 32 rows adds odd rounded / 32
+        out.backward(torch.full_like(out, odd))
+        torch.testing.assert_close(v.grad, torch.full_like(v, 1 + 2 ** -10), rtol=2 ** -20, atol=0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
 def test_the_convenience_wrapper_scales_by_one_over_sqrt_head_dim(device):
     q, k, v = inputs(device, torch.float32, B=1, L=20)
     out = flash.flash_attention(q, k, v, mod="where(j <= i, s * scale, -inf)")

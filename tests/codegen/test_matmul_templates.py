@@ -8,10 +8,13 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from common import check
 from mini_inductor import config, metrics
 from mini_inductor.caching.memory import PROCESS
+from mini_inductor.runtime import triton_helpers
 from mini_inductor.scheduler.matmul_choice import prefer_template
 
 
@@ -132,6 +135,47 @@ def test_fp32_respects_allow_tf32(templates, device):
         assert 'input_precision="ieee"' in template_kernels()[0]
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_tf32_operands_are_rounded_to_nearest_as_cublas_rounds_them(templates, device):
+    # 1 + 3·2**-12 lies past half of TF32's ulp (2**-10) above 1: rounded to nearest it is 1 + 2**-10,
+    # its low bits dropped (what tensor cores do with float32 bits) it is 1. With TF32 allowed a
+    # 64-term dot product of it with ones is 64·(1 + 2**-10) exactly, as cuBLAS gives, not 64
+    a = torch.full((32, 64), 1 + 3 * 2 ** -12, device=device)
+    b = torch.ones(64, 32, device=device)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        got = torch.compile(lambda a, b: a @ b, backend="mini_inductor")(a, b)
+        assert 'input_precision="tf32"' in template_kernels()[0]
+        assert torch.equal(got, torch.full_like(got, 64 * (1 + 2 ** -10)))
+        if device == "cuda":
+            assert torch.equal(got, a @ b)   # cuBLAS's TF32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_round_tf32_rounds_to_nearest_ties_away_and_keeps_specials(device):
+    @triton.jit
+    def kernel(x_ptr, y_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(y_ptr + i, triton_helpers.round_tf32(tl.load(x_ptr + i)))
+
+    ulp = 2 ** -10
+    values = [1 + 0.49 * ulp, 1 + 0.5 * ulp, 1 + 0.51 * ulp, -(1 + 0.5 * ulp), -(1 + 0.49 * ulp), 3.0, 0.0, -0.0,
+              float("inf"), float("-inf"), float("nan"), 2.0 ** -140, 3.4028234663852886e38, 1e-3]
+    x = torch.tensor(values + [0.0] * (16 - len(values)), device=device)
+    y = torch.empty_like(x)
+    kernel[(1,)](x, y, N=16)
+    bits = x.view(torch.int32).long() & 0xFFFFFFFF      # the reference: round the magnitude's bits
+    ref = (((bits + 0x1000) >> 13) << 13).to(torch.int64)
+    ref = torch.where(ref >= 2 ** 31, ref - 2 ** 32, ref).to(torch.int32).view(torch.float32)
+    ref = torch.where(x.isfinite(), ref, x)
+    assert torch.equal(y[:3].cpu(), torch.tensor([1.0, 1 + ulp, 1 + ulp]))
+    assert torch.equal(y[3:5].cpu(), torch.tensor([-(1 + ulp), -1.0]))
+    assert y[8] == float("inf") and y[9] == float("-inf") and y[10].isnan()
+    assert y[12] == float("inf")     # past TF32's largest value: rounds up to infinity, as cvt.rna does
+    torch.testing.assert_close(y, ref, rtol=0, atol=0, equal_nan=True)
 
 
 # ── epilogues ────────────────────────────────────────────────────────────────────────────────────

@@ -1,5 +1,8 @@
 """Which collectives a CUDA graph may capture (distributed/policy.py), and what the partitions and the
 overlap pass do with the answer. The CUDA half of the rule runs in test_distributed_gpu.py."""
+import os
+import tempfile
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -91,3 +94,31 @@ def test_the_graph_cache_key_holds_the_backend_of_each_collectives_group(one_ran
     before = graph_key(gm, [torch.randn(8)], config.current())
     node.meta["val"] = torch.empty(8, device="meta")    # as if on another device: another backend to look up
     assert graph_key(gm, [torch.randn(8)], config.current()) != before
+
+
+def test_destroy_process_group_frees_the_cuda_graph_trees_while_the_group_is_alive(one_rank_group, monkeypatch):
+    # with NCCL kernels captured in a live CUDA graph, destroy_process_group() waits forever; the real
+    # hang and its fix run on two GPUs (test_distributed_gpu.py); here, the order and that it destroys
+    from torch.distributed import distributed_c10d
+    from mini_inductor.runtime.cudagraphs import trees
+    monkeypatch.setattr(trees, "_teardown_guarded", False)
+    monkeypatch.setattr(distributed_c10d, "destroy_process_group", distributed_c10d.destroy_process_group)
+    monkeypatch.setattr(dist, "destroy_process_group", dist.destroy_process_group)
+    seen, release = [], trees._release_graphs
+    monkeypatch.setattr(trees, "_release_graphs", lambda: (seen.append(dist.is_initialized()), release()))
+    trees.release_before_process_group_teardown()   # what a recording in this process does
+    trees.release_before_process_group_teardown()   # once only
+    assert dist.destroy_process_group.mini_inductor_releases_graphs
+    assert dist.destroy_process_group is distributed_c10d.destroy_process_group
+    dist.destroy_process_group()
+    assert seen == [True] and not dist.is_initialized()
+    store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)   # the fixture destroys one
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+
+def test_without_a_process_group_nothing_is_wrapped(monkeypatch):
+    from mini_inductor.runtime.cudagraphs import trees
+    monkeypatch.setattr(trees, "_teardown_guarded", False)
+    original = dist.destroy_process_group
+    trees.release_before_process_group_teardown()
+    assert dist.destroy_process_group is original

@@ -110,7 +110,11 @@ def collectives_in_graph_job(rank: int):
     results["compiled"] = {"losses": losses, "params": full_params(model), "graphs": compiled_graph_counts(),
                            "parameters": len(list(base.parameters())),
                            "unsafe": _unsafe_partitions([r.source_path for r in metrics.compiled_graphs]),
-                           "cudagraphs": cudagraphs.stats(rank)}
+                           "cudagraphs": cudagraphs.stats(rank),
+                           # the harness's destroy_process_group() then frees the graphs first: with
+                           # NCCL kernels captured, the real one alone waits forever (pytorch#115388)
+                           "releases_graphs": getattr(torch.distributed.destroy_process_group,
+                                                      "mini_inductor_releases_graphs", False)}
     return results
 
 
@@ -171,6 +175,7 @@ def test_nccl_collectives_are_captured_in_cuda_graphs_with_the_kernels_around_th
     assert not [r for r in compiled["unsafe"] if "collective" in r], compiled["unsafe"]
     stats = compiled["cudagraphs"]
     assert stats.get("recordings", 0) >= 2 and stats.get("replays", 0) > 0 and stats.get("failed_captures", 0) == 0
+    assert compiled["releases_graphs"]   # and the ranks' destroy_process_group() returned: the job ended
 
 
 def test_a_gloo_collective_on_cuda_tensors_is_a_partition_of_its_own():

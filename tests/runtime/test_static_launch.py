@@ -308,7 +308,8 @@ COLD_CHILD = textwrap.dedent('''
         compiled = torch.compile(f, backend="mini_inductor")
         outs = compiled(x, y, i)
         outs = compiled(x, y, i)
-    error = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs, f(x, y, i)))
+    # relative past 1 in magnitude: the float16 output is 20 or more, where one ulp is 1/64
+    error = max(((a.float() - b.float()).abs() / (1 + b.float().abs())).max().item() for a, b in zip(outs, f(x, y, i)))
     rec = metrics.compiled_graphs[-1]
     module = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == rec.source_path][0]
     sites = [s for v in vars(module).values() if isinstance(v, FastKernel) for s in v._sites.values()]

@@ -15,8 +15,10 @@ yet keeps the path open. Read-only introspection: `stats()`, `get_manager(device
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
+import functools
 import logging
 import sys
 import threading
@@ -249,6 +251,7 @@ class TreeManager:
         self.current_gen = _current_generation()
         self.num_recordings += 1
         torch.cuda.synchronize(self.device)
+        release_before_process_group_teardown()
         return node.first_outputs()
 
     def _replay(self, node: GraphNode, inputs: list) -> list:
@@ -545,6 +548,42 @@ def reset() -> None:
     if have_cuda_graph_apis():
         torch._C._set_cached_tensors_enabled(False)
     _MarkStep.counter = 0
+
+
+_teardown_guarded = False
+
+
+def release_before_process_group_teardown() -> None:
+    """Let torch.distributed's teardown free the trees first (once a graph is recorded in a process
+    with a process group). NCCL cannot destroy a communicator while a CUDA graph that captured its
+    kernels is alive: `destroy_process_group()` then waits forever in ncclCommDestroy (pytorch
+    issue 115388), at the end of every training script whose collectives our graphs captured. So
+    `torch.distributed.destroy_process_group` becomes a wrapper that synchronizes and calls `reset()`
+    before the real one, and the interpreter's exit resets too (the process groups' destructors run
+    after atexit handlers). A tree torn down this way records again if its functions run again."""
+    global _teardown_guarded
+    import torch.distributed as dist
+    if _teardown_guarded or not (dist.is_available() and dist.is_initialized()):
+        return
+    from torch.distributed import distributed_c10d
+    original = distributed_c10d.destroy_process_group
+
+    @functools.wraps(original)
+    def destroy_process_group(*args, **kwargs):
+        _release_graphs()
+        return original(*args, **kwargs)
+    destroy_process_group.mini_inductor_releases_graphs = True
+    distributed_c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+    atexit.register(_release_graphs)
+    _teardown_guarded = True
+
+
+def _release_graphs() -> None:
+    managers = [box.manager for box in list(_containers.values()) if box.manager is not None]
+    for manager in managers:   # replays still running on the GPU keep their graphs' work alive
+        torch.cuda.synchronize(manager.device)
+    if managers:
+        reset()
 
 
 def stats(device: int = 0) -> dict[str, Any]:
