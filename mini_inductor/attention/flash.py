@@ -442,7 +442,7 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
         extra_strides = _extra_args(extra, (B, Hq, L, S), q.device)[1]
     axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
-                 torch.backends.cuda.matmul.allow_tf32, backward, skip, axes)
+                 torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes)
 
 
 def _axes(stride, L: int, S: int) -> str:

@@ -346,7 +346,9 @@ class MatmulTemplateKernel(TritonKernel):
         rounded to TF32 as cuBLAS rounds them (triton_helpers.round_tf32)."""
         if self.template.a.get_dtype() != torch.float32:
             return ""
-        return TF32 if self.allow_tf32 else ', input_precision="ieee"'
+        # eager's CPU matmuls never use TF32: neither does the interpreter's run of a CPU template
+        on_cuda = self.template.get_device().type == "cuda"
+        return TF32 if self.allow_tf32 and on_cuda else ', input_precision="ieee"'
 
     def launch(self) -> tuple[tuple[int, ...], dict[str, int], int, int]:
         """(grid, constexpr arguments, num_warps, num_stages) of the launch."""

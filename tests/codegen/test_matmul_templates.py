@@ -140,17 +140,18 @@ def test_fp32_respects_allow_tf32(templates, device):
 def test_tf32_operands_are_rounded_to_nearest_as_cublas_rounds_them(templates, device):
     # 1 + 3·2**-12 lies past half of TF32's ulp (2**-10) above 1: rounded to nearest it is 1 + 2**-10,
     # its low bits dropped (what tensor cores do with float32 bits) it is 1. With TF32 allowed a
-    # 64-term dot product of it with ones is 64·(1 + 2**-10) exactly, as cuBLAS gives, not 64
+    # 64-term dot product of it with ones is 64·(1 + 2**-10) exactly, as cuBLAS gives, not 64. On
+    # the CPU eager has no TF32, nor has the template: the product is exact
     a = torch.full((32, 64), 1 + 3 * 2 ** -12, device=device)
     b = torch.ones(64, 32, device=device)
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
         got = torch.compile(lambda a, b: a @ b, backend="mini_inductor")(a, b)
-        assert 'input_precision="tf32"' in template_kernels()[0]
-        assert torch.equal(got, torch.full_like(got, 64 * (1 + 2 ** -10)))
-        if device == "cuda":
-            assert torch.equal(got, a @ b)   # cuBLAS's TF32
+        on_cuda = device == "cuda"
+        assert f'input_precision="{"tf32" if on_cuda else "ieee"}"' in template_kernels()[0]
+        assert torch.equal(got, torch.full_like(got, 64 * (1 + 2 ** -10) if on_cuda else 64 * (1 + 3 * 2 ** -12)))
+        assert torch.equal(got, a @ b)   # eager: cuBLAS's TF32, or the CPU's float32
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
 

@@ -177,6 +177,9 @@ class GraphNode:
         # which tensor each static input was: another tensor there (a different parameter passed in)
         # is a dispatch on identity, a re-record expected; the same one moved (`p.data = ...`) is not
         self.static_tensors = {i: weakref.ref(inputs[i]) for i in self.nonmanaged_static_idxs}
+        # and which storage it had: the same storage at a new address was resized in place (freed and
+        # allocated again, as FSDP2 does with its unsharded parameters every step)
+        self.static_storages = {i: inputs[i].untyped_storage()._cdata for i in self.nonmanaged_static_idxs}
         self.stable_idxs = sorted(set(stable_idxs) & set(tensors) - static - set(self.managed_idxs))
         self.static_idxs = sorted(static | set(self.managed_idxs))
         self.copy_idxs = [i for i in tensors if i not in static and i not in self.managed_idxs
@@ -319,6 +322,16 @@ class GraphNode:
             return False
         return any(inputs[i] is not self.static_tensors[i]() for i in self.nonmanaged_static_idxs
                    if isinstance(inputs[i], torch.Tensor) and inputs[i].data_ptr() != self.ptrs[i])
+
+    def resized_static_storage(self, inputs: list) -> int | None:
+        """A static input that moved because its own storage was resized in place (the same tensor on
+        the same storage, at a new address), or None."""
+        for i in self.nonmanaged_static_idxs:
+            x = inputs[i]
+            if isinstance(x, torch.Tensor) and x.data_ptr() != self.ptrs[i] and x is self.static_tensors[i]() \
+                    and x.untyped_storage()._cdata == self.static_storages[i]:
+                return i
+        return None
 
     def mismatch_text(self, status: Check, inputs: list) -> str:
         idxs = {Check.MANAGED_MOVED: self.managed_idxs, Check.STATIC_MOVED: self.nonmanaged_static_idxs,

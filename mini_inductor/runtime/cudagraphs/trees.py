@@ -83,6 +83,8 @@ class TreeManager:
         self.over_limit: set[tuple] = set()
         self.warned_rerecord: set[int] = set()
         self.capture_failed: set[int] = set()   # functions whose capture failed: they run without graphs
+        # functions a static input of which is resized in place between calls: they run without graphs
+        self.resizing: set[int] = set()
         self.current: GraphNode | WarmupNode | None = None
         self.state = "none"            # none | warmup | recording | execution
         self.current_gen = -1
@@ -148,7 +150,7 @@ class TreeManager:
         key = (node_id, fid)
         if key not in self.mutation_hint:
             self.mutation_hint[key] = self._mutates_outside_pool(inputs, fid)
-        if self.mutation_hint[key] or key in self.over_limit or fid in self.capture_failed:
+        if self.mutation_hint[key] or key in self.over_limit or fid in self.capture_failed or fid in self.resizing:
             return self._run_without_graph(inputs, fid)
         info = self.functions[fid]
         cfg = info.cfg
@@ -167,6 +169,8 @@ class TreeManager:
                 status = node.check(inputs, sizes)
                 if status is Check.SUCCESS:
                     return self._replay(node, inputs)
+                if status is Check.STATIC_MOVED and node.resized_static_storage(inputs) is not None:
+                    return self._resized_in_place(node, inputs, fid)
                 if status in _UNEXPECTED_RERECORD and not node.other_static_tensor(status, inputs):
                     unexpected = (node, status)
                     if status is Check.STABLE_MOVED:
@@ -196,6 +200,20 @@ class TreeManager:
         if self.current is not None and self.state == "execution":
             self._apply_checkpoint()
         return self._record(inputs, fid)
+
+    def _resized_in_place(self, node: GraphNode, inputs: list, fid: int) -> list:
+        """A static input's storage was freed and allocated again since the recording (FSDP2 does it
+        to every unsharded parameter each step). Re-recording would repeat at every call, and copying
+        it into the graph would keep a second copy of what FSDP2 frees: the function runs without
+        CUDA graphs from now on, said and counted once."""
+        i = node.resized_static_storage(inputs)
+        info = self.functions[fid]
+        self.resizing.add(fid)
+        log_skip(f"function {fid} ({info.name}): static input {info.input_name(i)} was resized in place "
+                 f"between calls (its storage freed and allocated again, as FSDP2 does with unsharded "
+                 f"parameters), data pointer {node.ptrs[i]} -> {inputs[i].data_ptr()}",
+                 info.input_trace(i), cfg=info.cfg)
+        return self._run_without_graph(inputs, fid)
 
     # --- the three ways to run -------------------------------------------------------------------
 
