@@ -432,7 +432,7 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
         return Node("mul", (node.args[0], num(factor / float(node.args[1].value))))
     if node.op == "neg":
         return log2_scaled(node.args[0], -factor)
-    if finite(node) or abs(factor) <= 1.0:   # (a score times log2(e) stays within float32)
+    if in_range(node) or abs(factor) <= 1.0:   # (a score times log2(e) stays within float32)
         return Node("mul", (node, num(factor)))
     # a data tensor (an additive mask of finfo.min): -inf only where the value itself gives -inf
     saturated = Node("maximum", (Node("mul", (node, num(factor))), num(-FLOAT32_MAX)))
@@ -456,6 +456,25 @@ def finite(node: Node) -> bool:
     if node.op in ("floordiv", "mod"):
         return False   # a division by zero can make inf and NaN
     return node.op in _FINITE_OPS and all(finite(a) for a in node.args)
+
+
+def in_range(node: Node) -> bool:
+    """Whether no finite value of `node` can come near float32's limit, as for s (finite values only
+    where `finite` says so): then node * log2(e) needs no clamp. A rounding to float16 has finite values
+    within ±65504 whatever it rounds (ALiBi's bias written `(slope * (j - i)).to(q.dtype)`); infinities
+    and NaN pass through a multiply as through the clamp's where."""
+    if node.op == "f16":
+        return True
+    if node.op == "num":
+        return not (math.isfinite(node.value) and abs(node.value) * LOG2E > FLOAT32_MAX)
+    if node.op in ("add", "sub", "mul", "neg", "abs", "minimum", "maximum"):
+        return all(in_range(a) for a in node.args)
+    if node.op == "where":
+        return in_range(node.args[1]) and in_range(node.args[2])
+    if node.op == "div":
+        d = node.args[1]
+        return in_range(node.args[0]) and d.op == "num" and math.isfinite(d.value) and abs(d.value) >= 1
+    return finite(node)
 
 
 def assume_live(node: Node) -> Node:

@@ -405,6 +405,17 @@ def test_exp2_folds_log2e_into_the_scale():
     assert str(scaled) == f"where((j <= i), (s * {0.125 * math.log2(math.e)!r}), -inf)"
 
 
+def test_a_float16_rounded_bias_needs_no_clamp_and_a_data_mask_keeps_it():
+    # ALiBi's bias rounded to float16 is within ±65504: times log2(e) it cannot leave float32's range.
+    # An additive mask tensor may hold finfo(float32).min, which times log2(e) must stay finite
+    alibi = score_mod.log2_scaled(score_mod.parse("s / 8.0 + f16(t0 * (j - i))").tree)
+    assert str(alibi) == f"(((s / 8.0) + f16((t0 * (j - i)))) * {math.log2(math.e)!r})"
+    masked = str(score_mod.log2_scaled(score_mod.parse("s / 8.0 + t0").tree))
+    assert "maximum" in masked and "-inf" in masked
+    assert "maximum" in str(score_mod.log2_scaled(score_mod.parse("s + bf16(t0)").tree))   # bf16 reaches 3.4e38
+    assert "maximum" in str(score_mod.log2_scaled(score_mod.parse("s + f16(t0) * t0").tree))
+
+
 def test_extra_tensors_are_loaded_in_the_shape_they_vary_in_and_match_eager():
     # per (batch, head) as ALiBi's slopes, per key as a padding mask, per query, and per score
     q, k, v = inputs("cpu", torch.float32, B=2, Hq=2, L=20, S=24, E=8)
