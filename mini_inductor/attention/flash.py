@@ -305,9 +305,10 @@ def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
 
 def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
                        backward: bool, extra) -> BlockTable:
-    """block_ranges for a mask given as data: the generated `block_table` kernel (kernels.py
-    table_source) reads the tensors once, over the batches and heads the mask varies along; the
-    backward's key-block ranges and the fully-masked-row rule are a few ops on the small tables."""
+    """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
+    tensors once, over the batches and heads the mask varies along, and give the whole table (the
+    backward's query ranges and the fully-masked-row rule included) in one int32 tensor: four launches
+    at most, the first a zero fill."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
     as4 = [t.to(device).reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in extra]
@@ -319,23 +320,26 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         axes.append(_axes(stride, L, S))
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     module = _table_kernel(sm, kinds, tuple(axes))
-    live = torch.empty(n_m, n_n, dtype=torch.int8, device=device)
-    ranges = torch.empty(4, n_m, dtype=torch.int32, device=device)
-    dead_rows = torch.empty(n_m, dtype=torch.int8, device=device)
     need_rows = backward or sm.finite_fill
+    rows = n_b * n_h * L if need_rows else 0
+    counts = torch.zeros(1 + rows, dtype=torch.int32, device=device)   # DEAD, then ROW_LIVE [bh, row]
+    dead, row_live = counts[:1], counts[1:] if need_rows else counts
+    flags = torch.empty(n_m, n_n, dtype=torch.int8, device=device)
+    ranges = torch.empty(4 * n_m + 2 * n_n, dtype=torch.int32, device=device)
     with _launch_context_of(device):
-        module.block_table[(n_m,)](live, ranges, dead_rows, *as4, *strides, n_b * n_h, n_h, L, S, n_m, n_n,
-                                   BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
-    kv_lo, kv_hi, full_lo, full_hi = ranges.unbind(0)
-    q_lo = q_hi = kv_lo    # (the forward reads no query ranges)
-    if backward:
-        q_lo, q_hi = (r.to(torch.int32) for r in _span(live.t() != 0, torch.arange(n_m, device=device)))
-    if need_rows:
-        dead = dead_rows.any()
-        kv_lo, kv_hi = torch.where(dead, 0, kv_lo), torch.where(dead, n_n, kv_hi)
-        if backward:
-            q_lo, q_hi = torch.where(dead, 0, q_lo), torch.where(dead, n_m, q_hi)
-    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+        module.block_flags[(n_m, n_n)](flags, row_live, *as4, *strides, n_b * n_h, n_h, L, S, n_n,
+                                       BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
+        if need_rows:
+            module.dead_rows[(-(-rows // 1024),)](row_live, dead, rows, BLOCK=1024)
+        module.block_ranges[(n_m + (n_n if backward else 0),)](flags, dead, ranges, n_m, n_n,
+                                                               N_M=_pow2(n_m), N_N=_pow2(n_n))
+    kv_lo, kv_hi, full_lo, full_hi = ranges[:4 * n_m].view(4, n_m).unbind(0)
+    q_lo, q_hi = ranges[4 * n_m:].view(2, n_n).unbind(0) if backward else (kv_lo, kv_lo)   # (unread)
+    return BlockTable(kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):
@@ -409,7 +413,11 @@ class LaunchPlan:
 # A mask given as data is turned into a block table on every call. Built with torch ops over the whole
 # score grid it took milliseconds a call on the H100 (fp16, B 4, 16 heads, L 4096; session 24): a
 # padding mask's forward went from 1.35 to 9.10 ms, a causal bool buffer's to 4.77 ms (SDPA's causal
-# 0.37). The table is now one generated kernel (`_data_block_ranges`), checked on the CPU only: off
+# 0.37). A first generated kernel (one program per query block) with torch ops after it, turned on
+# (0) on two H200s (session 25, fp16, B 4, 16 heads; forward / forward + backward ms), won where half
+# the blocks are dead and lost where few are: hf_causal L 4096 1.36 → 0.83 / 5.78 → 3.63, L 1024
+# 0.17 → 0.17 / 0.77 → 0.81; padding L 4096 0.98 → 1.06 / 4.09 → 4.41, L 1024 0.11 → 0.21. The table
+# is now three kernels over grids as wide as their work (`_data_block_ranges`), not yet timed: off
 # (None) until a GPU run sets the size from which it pays; from that many scores (B * H * L * S)
 # otherwise. The tests turn it on to check the tables and the kernels that read them.
 DATA_SKIP_MIN_SCORES: int | None = None

@@ -297,14 +297,21 @@ def tensor_loads(used: list[int], axes: dict[str, str]) -> str:
 
 
 def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple[str, ...]) -> str:
-    """The module text of `block_table`: the block table of a modification whose dead scores depend on
-    its extra tensors (a mask given as data), computed from their values by one kernel on every call.
+    """The module text of the block table of a modification whose dead scores depend on its extra
+    tensors (a mask given as data), computed from their values on every call by three kernels, each
+    over a grid as wide as its work (a first version, one program per query block walking every key
+    block, batch and head in turn, cost more than the blocks it let the kernels skip):
 
-        block_table   grid (query blocks,)   for each key block: live for some batch and head (some
-                                             valid score not dead), whole (no valid score dead for any);
-                                             the query block's ranges as flash.py's BlockTable has them,
-                                             and whether one of its rows is dead everywhere for some
-                                             batch and head (DEAD_ROWS, only where NEED_ROWS)
+        block_flags   grid (query blocks, key blocks)   FLAGS[m, n]: 1 if the block holds a valid score
+                                                        that is live for some batch and head, + 2 if
+                                                        none is dead for any; ROW_LIVE[bh, row] set
+                                                        to 1 where a row has a live score (NEED_ROWS)
+        dead_rows     grid (ROW_LIVE / BLOCK,)          DEAD = 1 if some row is dead everywhere for
+                                                        some batch and head (a finite fill then makes
+                                                        every block visited, as eager averages)
+        block_ranges  grid (query blocks [+ key         per query block the key blocks' ranges, per
+                      blocks, BACKWARD],)               key block the query blocks' (RANGES, as
+                                                        flash.py's BlockTable has them)
 
     `tensor_axes` as for kernel_source. The batches and heads it loops over are those the mask
     tensors vary along (`n_bh`, `n_h`: the extra tensors come expanded to [n_bh // n_h, n_h, L, S]).
@@ -328,52 +335,71 @@ def block_dead(row, col, bid, hid, {extras}{strides}len_q, len_k):
 
 
 @triton.jit
-def block_table(LIVE, RANGES, DEAD_ROWS, {extras}{strides}n_bh, n_h, len_q, len_k, n_m, n_n,
+def block_flags(FLAGS, ROW_LIVE, {extras}{strides}n_bh, n_h, len_q, len_k, n_n,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NEED_ROWS: tl.constexpr):
     pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row = rows[:, None]
+    col = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+    valid = (row < len_q) & (col < len_k)
     zero = tl.full([], 0, tl.int32)
-    kv_lo = zero + n_n
-    kv_hi = zero
-    full_lo = zero + n_n
-    full_hi = zero
-    n_whole = zero
-    for pn in range(0, n_n):
-        col = (pn * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-        valid = (row < len_q) & (col < len_k)
-        live = zero
-        dead = zero
-        for bh in range(0, n_bh):
-            d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
-            live = tl.maximum(live, tl.max(tl.max((valid & ~d).to(tl.int32), 1), 0))
-            dead = tl.maximum(dead, tl.max(tl.max(d.to(tl.int32), 1), 0))
-        tl.store(LIVE + pid_m * n_n + pn, live.to(tl.int8))
-        whole = live * (1 - dead)
-        kv_lo = tl.where(live > 0, tl.minimum(kv_lo, pn), kv_lo)
-        kv_hi = tl.where(live > 0, pn + 1, kv_hi)
-        full_lo = tl.where(whole > 0, tl.minimum(full_lo, pn), full_lo)
-        full_hi = tl.where(whole > 0, pn + 1, full_hi)
-        n_whole += whole
-    # nothing live: an empty range at 0; the whole blocks run as one loop only where they are one run
-    kv_lo = tl.minimum(kv_lo, kv_hi)
-    run = n_whole == full_hi - full_lo
-    full_lo2 = tl.where(run & (full_hi > full_lo), full_lo, kv_hi)
-    full_hi2 = tl.where(run & (n_whole > 0), full_hi, kv_hi)
-    full_hi2 = tl.maximum(full_hi2, full_lo2)
-    tl.store(RANGES + pid_m, kv_lo)
-    tl.store(RANGES + n_m + pid_m, kv_hi)
-    tl.store(RANGES + 2 * n_m + pid_m, full_lo2)
-    tl.store(RANGES + 3 * n_m + pid_m, full_hi2)
-    dead_row = zero
-    if NEED_ROWS:
-        for bh in range(0, n_bh):
-            row_live = tl.zeros([BLOCK_M], tl.int32)
-            for pn in range(0, n_n):
-                col = (pn * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-                valid = (row < len_q) & (col < len_k)
-                d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
-                row_live = tl.maximum(row_live, tl.max((valid & ~d).to(tl.int32), 1))
-            dead_row = tl.maximum(dead_row, tl.max(((row_live == 0) & (rows < len_q)).to(tl.int32), 0))
-    tl.store(DEAD_ROWS + pid_m, dead_row.to(tl.int8))
+    live = zero
+    dead = zero
+    for bh in range(0, n_bh):
+        d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
+        alive = (valid & ~d).to(tl.int32)
+        live = tl.maximum(live, tl.max(tl.max(alive, 1), 0))
+        dead = tl.maximum(dead, tl.max(tl.max(d.to(tl.int32), 1), 0))
+        if NEED_ROWS:
+            row_alive = tl.max(alive, 1)
+            tl.atomic_max(ROW_LIVE + (rows.to(tl.int64) + bh * len_q), row_alive, mask=(rows < len_q) & (row_alive > 0))
+    tl.store(FLAGS + pid_m * n_n + pid_n, (live + 2 * live * (1 - dead)).to(tl.int8))
+
+
+@triton.jit
+def dead_rows(ROW_LIVE, DEAD, total, BLOCK: tl.constexpr):
+    index = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    alive = tl.load(ROW_LIVE + index, mask=index < total, other=1)
+    found = tl.max((alive == 0).to(tl.int32), 0)
+    tl.atomic_max(DEAD, found, mask=found > 0)
+
+
+@triton.jit
+def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr):
+    # RANGES: kv_lo, kv_hi, full_lo, full_hi (n_m each), then q_lo, q_hi (n_n each, BACKWARD)
+    pid = tl.program_id(0)
+    dead = tl.load(DEAD)
+    if pid < n_m:
+        pn = tl.arange(0, N_N)
+        flags = tl.load(FLAGS + pid * n_n + pn, mask=pn < n_n, other=0).to(tl.int32)
+        live = (flags & 1) != 0
+        whole = (flags & 2) != 0
+        kv_hi = tl.max(tl.where(live, pn + 1, 0), 0)
+        kv_lo = tl.minimum(tl.min(tl.where(live, pn, n_n), 0), kv_hi)   # nothing live: empty at 0
+        full_lo = tl.min(tl.where(whole, pn, n_n), 0)
+        full_hi = tl.max(tl.where(whole, pn + 1, 0), 0)
+        n_whole = tl.sum(whole.to(tl.int32), 0)
+        # the whole blocks run as one loop only where they are one run
+        run = n_whole == full_hi - full_lo
+        full_lo2 = tl.where(run & (full_hi > full_lo), full_lo, kv_hi)
+        full_hi2 = tl.where(run & (n_whole > 0), full_hi, kv_hi)
+        full_hi2 = tl.maximum(full_hi2, full_lo2)
+        kv_lo = tl.where(dead > 0, 0, kv_lo)
+        kv_hi = tl.where(dead > 0, n_n, kv_hi)
+        tl.store(RANGES + pid, kv_lo)
+        tl.store(RANGES + n_m + pid, kv_hi)
+        tl.store(RANGES + 2 * n_m + pid, full_lo2)
+        tl.store(RANGES + 3 * n_m + pid, full_hi2)
+    else:
+        pid_n = pid - n_m
+        pm = tl.arange(0, N_M)
+        flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
+        live = (flags & 1) != 0
+        q_hi = tl.max(tl.where(live, pm + 1, 0), 0)
+        q_lo = tl.minimum(tl.min(tl.where(live, pm, n_m), 0), q_hi)
+        q_lo = tl.where(dead > 0, 0, q_lo)
+        q_hi = tl.where(dead > 0, n_m, q_hi)
+        tl.store(RANGES + 4 * n_m + pid_n, q_lo)
+        tl.store(RANGES + 4 * n_m + n_n + pid_n, q_hi)
 '''
