@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python -m benchmarks attention_sweep [--variants causal,hf_causal,padding,alibi,softcap,window]
         [--dtypes float16,bfloat16] [--lengths 256,1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
-        [--backends eager,inductor,mini_inductor,flash] [--out FILE]
+        [--backends eager,inductor,mini_inductor,flash] [--data-skip-min-scores N] [--out FILE]
 
 Each variant is a function in the style users write (matmul, transpose, masked_fill or where, softmax,
 matmul); mini_inductor is expected to find it in the graph (attention/match.py) and run it as one
@@ -146,8 +146,14 @@ def main(argv=None) -> None:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--modes", default="fwd,fwdbwd")
     p.add_argument("--backends", default="eager,inductor,mini_inductor,flash")
+    p.add_argument("--data-skip-min-scores", type=int, default=None,
+                   help="set mini_inductor's attention.flash.DATA_SKIP_MIN_SCORES: block tables computed from "
+                        "masks given as data from this many scores (B*H*L*S) on; 0: always (default: the module's)")
     p.add_argument("--out")
     a = p.parse_args(argv)
+    if a.data_skip_min_scores is not None:
+        from mini_inductor.attention import flash
+        flash.DATA_SKIP_MIN_SCORES = a.data_skip_min_scores
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/attention_sweep.py needs a CUDA GPU")
     rows = []
