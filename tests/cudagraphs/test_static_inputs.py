@@ -239,6 +239,46 @@ def test_a_parameter_resized_in_place_between_calls_runs_without_graphs_and_says
     assert not [r for r in caplog.records if "re-recording limit" in r.getMessage()]
 
 
+def test_fsdp2_blocks_compiled_train_as_eager_without_recording_at_every_step(tmp_path):
+    # FSDP2 (one rank, NCCL) frees each block's unsharded parameters after use and allocates them
+    # again: a function reading them is recorded once at most, not again at every step
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from mini_inductor.examples import GPT2, next_token_loss
+    dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        base = GPT2(256, 32, 64, 4, 2).cuda()
+        tokens = torch.randint(0, 256, (4, 32), device="cuda")
+
+        def train(compiled: bool) -> list[float]:
+            model = copy.deepcopy(base)
+            for block in model.blocks:
+                fully_shard(block)
+                if compiled:
+                    block.compile(backend="mini_inductor")
+            fully_shard(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            losses = []
+            for _ in range(10):
+                loss = next_token_loss(model(tokens), (tokens,))
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+            return losses
+        want = train(False)
+        got = train(True)
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        s = stats()
+        # two blocks, forward and backward, each recorded once or twice (per parent); per step: 32+
+        assert s.get("recordings", 0) <= 8, s
+        assert s.get("warmups", 0) + s.get("recordings", 0) + s.get("replays", 0) + s.get("fallback_runs", 0) >= 30, s
+    finally:
+        dist.destroy_process_group()
+
+
 # --- #13 #14 static addresses --------------------------------------------------------------------
 
 def test_mark_static_address_input_is_read_in_place_and_new_inputs_never_rerecord():
