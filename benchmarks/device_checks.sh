@@ -13,9 +13,13 @@
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
 #              reduce-overhead interleaved
 #   profile    benchmarks.kernel_profile: GPT-2 (causal, float32) and the serving loop, kernel by kernel
+#   tables     the attention sweep's data masks (hf_causal, padding), mini_inductor with and without block
+#              tables computed from the mask data (--data-skip-min-scores 0): where they pay
+#   distributed (two GPUs) tests/distributed/test_distributed_gpu.py, then benchmarks.distributed
+#              --size small (DDP and FSDP2: eager, Inductor, mini_inductor)
 #
 # The limits add up to under 10 minutes (one call of the device tool, with the machine's start):
-# 190 + 90 + 60 + 120 + 80 s (profile: 90 + 90 s, on its own).
+# 190 + 90 + 60 + 120 + 80 s (profile: 90 + 90 s, tables: 60 s, distributed: 330 + 200 s, each on its own).
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/device_checks}
@@ -52,6 +56,13 @@ for step in "${steps[@]}"; do
         profile) run profile_gpt2 90 python3 -m benchmarks kernel_profile --model gpt2_causal --dtype float32 \
                      --backends eager,inductor,mini_inductor
                  run profile_serve 90 python3 -m benchmarks kernel_profile --model serve ;;
+        tables) run tables 60 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
+                    --variants hf_causal,padding --backends mini_inductor --modes fwd,fwdbwd
+                run tables_on 60 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
+                    --variants hf_causal,padding --backends mini_inductor --modes fwd,fwdbwd --data-skip-min-scores 0 ;;
+        distributed) run distributed_tests 330 python3 -m pytest -m gpu -q -p no:cacheprovider \
+                         tests/distributed/test_distributed_gpu.py -rfE --tb=short
+                     run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
 done
