@@ -592,8 +592,15 @@ def release_before_process_group_teardown() -> None:
         return original(*args, **kwargs)
     destroy_process_group.mini_inductor_releases_graphs = True
     distributed_c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
-    atexit.register(_release_graphs)
+    atexit.register(_release_graphs_at_exit)
     _teardown_guarded = True
+
+
+def _release_graphs_at_exit() -> None:
+    try:
+        _release_graphs()
+    except Exception as error:  # noqa: BLE001  (a CUDA context already broken at exit: nothing to free)
+        log.debug("CUDA graphs not released at exit: %s", error)
 
 
 def _release_graphs() -> None:
