@@ -453,11 +453,19 @@ class TritonOps:
         k = self.k
         mask = "xmask & rmask"
         if rtype == "welford_reduce":
+            # the corrected two-pass algorithm: the deviations from the first pass's mean also sum the
+            # error of that mean (`drift`), which corrects both the mean and m2. A constant row then
+            # has m2 exactly 0, as eager's Welford gives (its std's gradient is 0 there, and a plain
+            # two-pass m2 of a few ulps made it about 1: fuzz seed 151)
             n = _float_literal(float(k.rnumel))
             total = k.emit(f"tl.sum(tl.where({mask}, {value}, 0), 1)[:, None]", dtype)
-            mean = k.emit(f"{total} / {n}", dtype)
-            dev = k.emit(f"tl.where({mask}, {value} - {mean}, 0)", dtype)
-            m2 = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
+            first = k.emit(f"{total} / {n}", dtype)
+            dev = k.emit(f"tl.where({mask}, {value} - {first}, 0)", dtype)
+            squares = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
+            drift = k.emit(f"tl.sum({dev}, 1)[:, None]", dtype)
+            mean = k.emit(f"{first} + {drift} / {n}", dtype)
+            raw = k.emit(f"{squares} - {drift} * {drift} / {n}", dtype)
+            m2 = k.emit(f"tl.where({raw} < 0, 0.0, {raw})", dtype)   # rounding's negatives; NaN kept
             weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
             return mean, m2, weight
         if rtype == "welford_combine":
