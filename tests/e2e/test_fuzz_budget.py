@@ -157,3 +157,42 @@ def test_worker_pool_replaces_a_worker_that_hangs_or_dies_and_goes_on():
     finally:
         pool.close()
     assert answers == ["timeout", "crash", "ok"]
+
+
+def test_a_miss_that_eager_makes_too_with_inputs_one_rounding_step_away_is_ill_conditioned():
+    import torch
+    from tests.fuzz.execute import _amplified_noise
+
+    def f(x):   # cancels all but the last bit of x: one rounding step of x moves it by 1.2
+        return ((x - 1.0000001) * 1e7,)
+
+    def make_inputs(device):
+        return [torch.ones(4, device=device)]
+
+    def reference():
+        return [t.detach() for t in f(make_inputs("cpu")[0].double())]
+
+    eager = f(make_inputs("cpu")[0])[0]
+    assert "ill-conditioned" in _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 0.5], reference)
+    assert _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 50.0], reference) == ""
+
+
+def test_a_degenerate_input_stays_degenerate_so_a_wrong_gradient_there_stays_wrong():
+    # std of a constant (expanded) row: eager's gradient is 0 by definition; one moved in its storage
+    # stays constant, so a compiled gradient of -0.23 there (fuzz seed 151) is not called noise
+    import torch
+    from tests.fuzz.execute import _amplified_noise
+
+    def f(x):
+        return (torch.std(x, 1),)
+
+    def make_inputs(device):
+        return [torch.tensor([[-1.8482], [0.1]], device=device).expand(2, 6).detach().requires_grad_()]
+
+    def reference():
+        x = make_inputs("cpu")[0].detach().double().requires_grad_()
+        f(x)[0].sum().backward()
+        return [x.grad]
+
+    ours = [torch.full((2, 6), -0.23)]
+    assert _amplified_noise(f, make_inputs, "cpu", True, "grad", ours, reference) == ""

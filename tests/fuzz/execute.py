@@ -3,8 +3,12 @@
     run_program(program, backend="mini_inductor", device="cpu") -> Outcome
 
 Outcome classes: ok; wrong (compiled ran, a result differs: category value/dtype/shape/stride/
-alias/mutation/grad/structure); error (compiled raised, eager did not: category is the exception's
-type); eager_error (eager itself raised: the program is invalid). The workers add timeout and crash.
+alias/mutation/grad/structure); ill_conditioned (a value or gradient missed, but eager itself, given
+the inputs changed by one rounding step, misses the float64 result by half as much or more: rounding
+noise the program amplifies, such as a gradient through a normalization of two elements; not counted
+against us, its repro written for a look); error (compiled raised, eager did not: category is the
+exception's type); eager_error (eager itself raised: the program is invalid). The workers add timeout
+and crash.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from .compare import compare_grads, compare_run
 from .generate import _quiet, backward_loss
 from .program import Program, load
 
-CLASSES = ("ok", "wrong", "error", "torch_bug", "timeout", "crash", "eager_error")
+CLASSES = ("ok", "wrong", "ill_conditioned", "error", "torch_bug", "timeout", "crash", "eager_error")
 
 
 @dataclasses.dataclass
@@ -115,8 +119,69 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
             return Outcome("error", type(err).__name__, detail + (f"\n  at {where}" if where else ""))
         if bad is not None:
             category, why = bad
-            return Outcome("wrong", category, (f"(call {run + 1}) " if run else "") + why)
+            why = (f"(call {run + 1}) " if run else "") + why
+            if category in ("value", "grad"):
+                ours = actual if category == "value" else [x.grad if isinstance(x, torch.Tensor) else None
+                                                          for x in inputs]
+                amplified = _amplified_noise(f, make_inputs, device, program.autograd, category, ours,
+                                             reference if category == "value" else reference_grads)
+                if amplified:
+                    return Outcome("ill_conditioned", category, f"{why}\n  {amplified}")
+            return Outcome("wrong", category, why)
     return Outcome("ok")
+
+
+def _worst_error(values, refs) -> float:
+    """The largest |value - reference| over the finite elements of the float tensors (float64)."""
+    worst = 0.0
+    for v, r in zip(values, refs):
+        if not (isinstance(v, torch.Tensor) and isinstance(r, torch.Tensor) and v.is_floating_point()
+                and v.shape == r.shape):
+            continue
+        d = (v.detach().cpu().double() - r.detach().cpu().double()).abs()
+        d = d[torch.isfinite(d)]
+        if d.numel():
+            worst = max(worst, float(d.max()))
+    return worst
+
+
+def _amplified_noise(f, make_inputs, device: str, autograd: bool, category: str, ours, reference) -> str:
+    """Why a miss is the program's rounding noise, or "": eager run on inputs each changed by about one
+    rounding step (x·(1 ± eps), signs at random) misses the float64 result by at least half of what the
+    compiled run does. A bug of ours is not noise of that size, unless the program is that
+    ill-conditioned where it went wrong."""
+    try:
+        with _quiet():
+            refs = reference()
+            gen = torch.Generator().manual_seed(0)
+            moved = []
+            for x in make_inputs(device):
+                if isinstance(x, torch.Tensor) and x.is_floating_point():
+                    # moved in its storage, and viewed as before: an expanded row stays constant, a
+                    # degenerate input (std's zero, where eager's gradient is 0 by definition) stays so
+                    flat = x.detach().as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+                    sign = (torch.randint(0, 2, flat.shape, generator=gen) * 2 - 1).to(x.device, torch.float64)
+                    flat = (flat.double() * (1 + torch.finfo(x.dtype).eps * sign)).to(x.dtype)
+                    y = flat.as_strided(x.shape, x.stride(), x.storage_offset())
+                    moved.append(y.requires_grad_() if x.requires_grad else y)
+                else:
+                    moved.append(x)
+            outputs = f(*moved)
+            if category == "grad":
+                loss = backward_loss(outputs) if autograd else None
+                if loss is None:
+                    return ""
+                loss.backward()
+                outputs = [x.grad if isinstance(x, torch.Tensor) else None for x in moved]
+    except Exception:
+        return ""
+    if refs is None:
+        return ""
+    mine, theirs = _worst_error(ours, refs), _worst_error(outputs, refs)
+    if mine > 0 and theirs >= 0.5 * mine:
+        return (f"ill-conditioned: eager with its inputs moved by one rounding step misses the float64 "
+                f"result by {theirs:.3g}, the compiled run by {mine:.3g}")
+    return ""
 
 
 def _dynamic_args(backend: str) -> dict:
