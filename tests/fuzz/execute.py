@@ -12,6 +12,7 @@ and crash.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -58,6 +59,18 @@ def _error_text(err: BaseException) -> str:
     return "\n".join(lines[:6])[:1500]
 
 
+@contextlib.contextmanager
+def _default_float64():
+    """The float64 run's default dtype too: a float made of integers (logsumexp of an int32 input)
+    is then float64 like everything else, not a float32 that meets float64 weights and raises."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
 def _float64(inputs: list) -> list:
     out = []
     for x in inputs:
@@ -86,13 +99,14 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
     _, f64 = load(program.in_float64())
 
     def reference():
-        with torch.no_grad():
+        with torch.no_grad(), _default_float64():
             return [t.detach() for t in f64(*_float64(make_inputs(device)))]
 
     def reference_grads():
-        inputs64 = _float64(make_inputs(device))
-        loss = backward_loss(f64(*inputs64))
-        loss.backward()
+        with _default_float64():
+            inputs64 = _float64(make_inputs(device))
+            loss = backward_loss(f64(*inputs64))
+            loss.backward()
         return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
 
     torch._dynamo.reset()
