@@ -173,8 +173,8 @@ def test_a_miss_that_eager_makes_too_with_inputs_one_rounding_step_away_is_ill_c
         return [t.detach() for t in f(make_inputs("cpu")[0].double())]
 
     eager = f(make_inputs("cpu")[0])[0]
-    assert "ill-conditioned" in _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 0.5], reference)
-    assert _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 50.0], reference) == ""
+    assert "ill-conditioned" in _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 0.5], reference, 0)
+    assert _amplified_noise(f, make_inputs, "cpu", False, "value", [eager + 50.0], reference, 0) == ""
 
 
 def test_a_degenerate_input_stays_degenerate_so_a_wrong_gradient_there_stays_wrong():
@@ -195,4 +195,4 @@ def test_a_degenerate_input_stays_degenerate_so_a_wrong_gradient_there_stays_wro
         return [x.grad]
 
     ours = [torch.full((2, 6), -0.23)]
-    assert _amplified_noise(f, make_inputs, "cpu", True, "grad", ours, reference) == ""
+    assert _amplified_noise(f, make_inputs, "cpu", True, "grad", ours, reference, 0) == ""

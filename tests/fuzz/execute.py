@@ -61,8 +61,10 @@ def _error_text(err: BaseException) -> str:
 
 @contextlib.contextmanager
 def _default_float64():
-    """The float64 run's default dtype too: a float made of integers (logsumexp of an int32 input)
-    is then float64 like everything else, not a float32 that meets float64 weights and raises."""
+    """The float64 run's default dtype too, around the program's body only: a float made of integers
+    (logsumexp of an int32 input) is then float64 like everything else, not a float32 that meets
+    float64 weights and raises. Not around the inputs or the loss's weights: drawn in float64, their
+    random values would differ from eager's."""
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -99,14 +101,16 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
     _, f64 = load(program.in_float64())
 
     def reference():
+        inputs64 = _float64(make_inputs(device))
         with torch.no_grad(), _default_float64():
-            return [t.detach() for t in f64(*_float64(make_inputs(device)))]
+            return [t.detach() for t in f64(*inputs64)]
 
     def reference_grads():
+        inputs64 = _float64(make_inputs(device))
         with _default_float64():
-            inputs64 = _float64(make_inputs(device))
-            loss = backward_loss(f64(*inputs64))
-            loss.backward()
+            outputs = f64(*inputs64)
+        loss = backward_loss(outputs)
+        loss.backward()
         return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
 
     torch._dynamo.reset()
@@ -134,11 +138,13 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
         if bad is not None:
             category, why = bad
             why = (f"(call {run + 1}) " if run else "") + why
-            if category in ("value", "grad"):
+            which = re.search(r"(?:output|grad of input) (\d+):", why)
+            if category in ("value", "grad") and which:
                 ours = actual if category == "value" else [x.grad if isinstance(x, torch.Tensor) else None
                                                           for x in inputs]
                 amplified = _amplified_noise(f, make_inputs, device, program.autograd, category, ours,
-                                             reference if category == "value" else reference_grads)
+                                             reference if category == "value" else reference_grads,
+                                             int(which.group(1)))
                 if amplified:
                     return Outcome("ill_conditioned", category, f"{why}\n  {amplified}")
             return Outcome("wrong", category, why)
@@ -159,11 +165,12 @@ def _worst_error(values, refs) -> float:
     return worst
 
 
-def _amplified_noise(f, make_inputs, device: str, autograd: bool, category: str, ours, reference) -> str:
-    """Why a miss is the program's rounding noise, or "": eager run on inputs each changed by about one
-    rounding step (x·(1 ± eps), signs at random) misses the float64 result by at least half of what the
-    compiled run does. A bug of ours is not noise of that size, unless the program is that
-    ill-conditioned where it went wrong."""
+def _amplified_noise(f, make_inputs, device: str, autograd: bool, category: str, ours, reference,
+                     index: int) -> str:
+    """Why a miss in output `index` (or input `index`'s gradient) is the program's rounding noise, or "":
+    eager run on inputs each changed by about one rounding step (x·(1 ± eps), signs at random) misses
+    the float64 result there by at least half of what the compiled run does. A bug of ours is not
+    noise of that size, unless the program is that ill-conditioned where it went wrong."""
     try:
         with _quiet():
             refs = reference()
@@ -189,9 +196,10 @@ def _amplified_noise(f, make_inputs, device: str, autograd: bool, category: str,
                 outputs = [x.grad if isinstance(x, torch.Tensor) else None for x in moved]
     except Exception:
         return ""
-    if refs is None:
+    if refs is None or not index < min(len(ours), len(outputs), len(refs)):
         return ""
-    mine, theirs = _worst_error(ours, refs), _worst_error(outputs, refs)
+    mine, theirs = _worst_error(ours[index:index + 1], refs[index:index + 1]), \
+        _worst_error(outputs[index:index + 1], refs[index:index + 1])
     if mine > 0 and theirs >= 0.5 * mine:
         return (f"ill-conditioned: eager with its inputs moved by one rounding step misses the float64 "
                 f"result by {theirs:.3g}, the compiled run by {mine:.3g}")
