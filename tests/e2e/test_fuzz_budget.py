@@ -196,3 +196,19 @@ def test_a_degenerate_input_stays_degenerate_so_a_wrong_gradient_there_stays_wro
 
     ours = [torch.full((2, 6), -0.23)]
     assert _amplified_noise(f, make_inputs, "cpu", True, "grad", ours, reference, 0) == ""
+
+
+def test_a_gradient_is_compared_at_the_precision_of_the_most_exact_output():
+    # found by the fuzzer: a float64 input's gradient through log_softmax(..., dtype=float32)
+    import torch
+    from tests.fuzz.compare import compare_grads
+
+    def leaf(grad):
+        x = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+        x.grad = grad
+        return x
+    want = torch.tensor([0.4, -0.3], dtype=torch.float64)
+    ours, eagers = [leaf(want + 2.7e-7)], [leaf(want)]
+    assert compare_grads(ours, eagers, outputs=[torch.zeros(2)]) is None               # a float32 output
+    assert compare_grads(ours, eagers)[0] == "grad"                                     # float64's tolerance
+    assert compare_grads(ours, eagers, outputs=[torch.zeros(2), torch.zeros(2, dtype=torch.float64)])[0] == "grad"

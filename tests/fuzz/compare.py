@@ -122,10 +122,15 @@ def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], 
     return None
 
 
-def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = None):
+def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = None, outputs=()):
     """Input gradients on values; a miss is settled against float64 gradients, as outputs are
-    (a gradient through a normalization sums terms that cancel, so eager's own error can be large)."""
+    (a gradient through a normalization sums terms that cancel, so eager's own error can be large).
+    `outputs`: the program's. A gradient is no more exact than the most exact of them (a float64
+    input's gradient through log_softmax(..., dtype=float32) is float32's): its tolerance is the
+    looser of its own dtype's and that output's."""
     ref = _lazy_reference(reference)
+    floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.dtype in TOLERANCES]
+    exact = [min(floats, key=lambda o: TOLERANCES[o.dtype])] if floats else []
 
     for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
         if not (isinstance(e, torch.Tensor) and e.requires_grad):
@@ -134,7 +139,8 @@ def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = N
             return "grad", f"grad of input {i}: {'none' if a.grad is None else 'a tensor'}, eager's " \
                            f"{'none' if e.grad is None else 'a tensor'}"
         if e.grad is not None:
-            bad = compare_tensor(a.grad, e.grad, f"grad of input {i}", lambda i=i: ref(i), strides=False)
+            bad = compare_tensor(a.grad, e.grad, f"grad of input {i}", lambda i=i: ref(i), strides=False,
+                                 inputs=exact)
             if bad:
                 return "grad", bad[1]
     return None

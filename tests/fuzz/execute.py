@@ -126,7 +126,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                     loss = backward_loss(actual)
                     if loss is not None:
                         loss.backward()
-                    bad = compare_grads(inputs, eager_inputs, reference_grads)
+                    bad = compare_grads(inputs, eager_inputs, reference_grads, expected)
         except Exception as err:
             detail = _error_text(err)
             if run:
