@@ -169,8 +169,8 @@ class TreeManager:
                 status = node.check(inputs, sizes)
                 if status is Check.SUCCESS:
                     return self._replay(node, inputs)
-                if status is Check.STATIC_MOVED and node.resized_static_storage(inputs) is not None:
-                    return self._resized_in_place(node, inputs, fid)
+                if status is Check.STATIC_MOVED and (resized := node.resized_static_storage(inputs)) is not None:
+                    return self._resized_in_place(node, inputs, fid, resized)
                 if status in _UNEXPECTED_RERECORD and not node.other_static_tensor(status, inputs):
                     unexpected = (node, status)
                     if status is Check.STABLE_MOVED:
@@ -201,12 +201,11 @@ class TreeManager:
             self._apply_checkpoint()
         return self._record(inputs, fid)
 
-    def _resized_in_place(self, node: GraphNode, inputs: list, fid: int) -> list:
+    def _resized_in_place(self, node: GraphNode, inputs: list, fid: int, i: int) -> list:
         """A static input's storage was freed and allocated again since the recording (FSDP2 does it
         to every unsharded parameter each step). Re-recording would repeat at every call, and copying
         it into the graph would keep a second copy of what FSDP2 frees: the function runs without
-        CUDA graphs from now on, said and counted once."""
-        i = node.resized_static_storage(inputs)
+        CUDA graphs from now on, said and counted once. `i`: the input resized."""
         info = self.functions[fid]
         self.resizing.add(fid)
         log_skip(f"function {fid} ({info.name}): static input {info.input_name(i)} was resized in place "
@@ -580,8 +579,10 @@ def release_before_process_group_teardown() -> None:
     before the real one, and the interpreter's exit resets too (the process groups' destructors run
     after atexit handlers). A tree torn down this way records again if its functions run again."""
     global _teardown_guarded
+    if _teardown_guarded:
+        return
     import torch.distributed as dist
-    if _teardown_guarded or not (dist.is_available() and dist.is_initialized()):
+    if not (dist.is_available() and dist.is_initialized()):
         return
     from torch.distributed import distributed_c10d
     original = distributed_c10d.destroy_process_group
