@@ -17,6 +17,7 @@
 #              tables computed from the mask data (--data-skip-min-scores 0): where they pay
 #   distributed (two GPUs) tests/distributed/test_distributed_gpu.py, then benchmarks.distributed
 #              --size small (DDP and FSDP2: eager, Inductor, mini_inductor)
+#   distributed_bench  (two GPUs) the benchmark alone
 #
 # The limits add up to under 10 minutes (one call of the device tool, with the machine's start):
 # 190 + 90 + 60 + 120 + 80 s (profile: 90 + 90 s, tables: 60 s, distributed: 330 + 200 s, each on its own).
@@ -63,6 +64,7 @@ for step in "${steps[@]}"; do
         distributed) run distributed_tests 330 python3 -m pytest -m gpu -q -p no:cacheprovider \
                          tests/distributed/test_distributed_gpu.py -rfE --tb=short
                      run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
+        distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
 done
