@@ -1,6 +1,7 @@
 """The decomposition table aot_autograd traces with: torch's core-ATen decompositions, some composite
-ops taken apart into ops that have lowerings, the ops we lower whole kept out, and every entry
-ending in eager's output layout (eager_strides.decompositions)."""
+ops taken apart into ops that have lowerings, the ops we lower whole kept out, our own
+decompositions where torch's lose precision (_OWN_DECOMPS), and every entry ending in eager's output
+layout (eager_strides.decompositions)."""
 from __future__ import annotations
 
 import functools
@@ -33,12 +34,60 @@ _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default}
 
 
+# ─── our own decompositions ──────────────────────────────────────────────────────────────────────
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a norm's decomposition computes in: float32 for the half types, else `dtype` itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def native_group_norm_backward(grad_out, input, mean, rstd, gamma, N, C, HxW, group: int, output_mask):
+    """Group norm's gradients in the normalized-input form.
+
+    With xhat = (x - mean) * rstd for each (sample, group) and g = dy * gamma (dy without gamma):
+        dx     = rstd * (g - mean(g) - xhat * mean(g * xhat))      means over the group's elements
+        dgamma = sum of dy * xhat over samples and spatial positions, per channel
+        dbeta  = sum of dy over samples and spatial positions, per channel
+    torch's decomposition writes dx as c1*dy + c2*x + c3, c2 with rstd cubed: where a group's variance
+    is 0 (groups of one element), rstd = 1/sqrt(eps) scales the rounding in c2*x + c3, terms that should
+    cancel, by about 3e7 (fuzz seed 168 prog 394: 2**-10 where eager gives 0). Here that case gives
+    xhat = 0 and g - mean(g) = 0 exactly. Half types compute in float32; sizes stay symbolic.
+    """
+    cdt = _compute_dtype(input.dtype)
+    per_group = C // group
+    shape4 = (N, group, per_group, HxW)            # (sample, group, channel of the group, position)
+    dy = grad_out.to(cdt).reshape(shape4)
+    rstd3 = rstd.to(cdt).reshape(N, group, 1)
+    centered = input.to(cdt).reshape(shape4) - mean.to(cdt).reshape(N, group, 1, 1)
+    param_dtype = gamma.dtype if gamma is not None else input.dtype
+
+    d_input = d_gamma = d_beta = None
+    if output_mask[0]:
+        xhat = centered * rstd3.unsqueeze(-1)
+        g = dy if gamma is None else dy * gamma.to(cdt).reshape(1, group, per_group, 1)
+        g_mean = g.mean(dim=[2, 3], keepdim=True)
+        gx_mean = (g * xhat).mean(dim=[2, 3], keepdim=True)
+        d_input = (rstd3.unsqueeze(-1) * (g - g_mean - xhat * gx_mean)).reshape(input.shape).to(input.dtype)
+    if output_mask[1]:
+        # per (sample, channel): rstd times the sum of dy * (x - mean), as eager orders it (a group
+        # without elements, rstd NaN, gives NaN as in eager); then over the samples
+        d_gamma = ((dy * centered).sum(dim=3) * rstd3).sum(dim=0).reshape(C).to(param_dtype)
+    if output_mask[2]:
+        d_beta = dy.sum(dim=3).sum(dim=0).reshape(C).to(param_dtype)
+    return d_input, d_gamma, d_beta
+
+
+# entries that replace torch's decomposition of the op
+_OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backward}
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = _core_aten_table()
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in _KEEP_WHOLE:
         table.pop(op, None)
+    table.update(_OWN_DECOMPS)
     table.update(eager_strides.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     return table
 
