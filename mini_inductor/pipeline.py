@@ -49,9 +49,11 @@ DATA_DEPENDENT_INPUTS = "data-dependent input sizes"
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: Config,
-                  static_input_idxs: tuple[int, ...] | None = None, sizes_key=None):
-    """One ATen graph → a callable. `static_input_idxs` defaults to what aot_autograd knows;
-    `sizes_key` is set for a static specialization of a graph with dynamic dims (capture sizes)."""
+                  static_input_idxs: tuple[int, ...] | None = None, sizes_key=None,
+                  param_grad_idxs: tuple[int, ...] | None = None):
+    """One ATen graph → a callable. `static_input_idxs` and `param_grad_idxs` default to what
+    aot_autograd knows; `sizes_key` is set for a static specialization of a graph with dynamic dims
+    (capture sizes)."""
     if kind == "forward":
         _copy_saved_mutated_inputs(gm)
     name = metrics.graph_name(kind)
@@ -59,8 +61,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
     metrics.compiled_graphs.append(record)
     static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
+    grads = tuple(param_grad_idxs) if param_grad_idxs is not None else _param_grad_idxs(gm, kind)
     graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key,
-                      generator_idxs=_generator_idxs(gm))
+                      generator_idxs=_generator_idxs(gm), param_grad_idxs=grads)
 
     reason = why_eager(gm, example_inputs)
     if reason == DYNAMIC_SHAPES:
@@ -79,7 +82,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
-        specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static)
+        specialize = functools.partial(_compile_specialization, kind=kind, cfg=cfg, static=static, grads=grads)
         return SizeSpecializedGraph(name, gm, kind, cfg.cudagraph_capture_sizes, cfg, specialize)
     if reason:
         debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)   # noted for explain; warned once per reason
@@ -164,7 +167,7 @@ def _per_size(gm, name: str, graph_args: dict) -> SizeSpecializedGraph:
     """A graph with symbolic sizes compiled statically for each size it is called with."""
     cfg = graph_args["cfg"]
     specialize = functools.partial(_compile_specialization, kind=graph_args["kind"], cfg=cfg,
-                                   static=graph_args["static_input_idxs"])
+                                   static=graph_args["static_input_idxs"], grads=graph_args["param_grad_idxs"])
     return SizeSpecializedGraph(name, gm, graph_args["kind"], None, cfg, specialize)
 
 
@@ -256,9 +259,11 @@ def why_eager(gm, example_inputs) -> str | None:
     return None
 
 
-def _compile_specialization(gm, example_inputs, sizes_key, *, kind: str, cfg: Config, static: tuple[int, ...]):
+def _compile_specialization(gm, example_inputs, sizes_key, *, kind: str, cfg: Config, static: tuple[int, ...],
+                            grads: tuple[int, ...]):
     """A graph with dynamic dims retraced for one listed capture size (SizeSpecializedGraph)."""
-    compiled = compile_graph(gm, example_inputs, kind=kind, cfg=cfg, static_input_idxs=static, sizes_key=sizes_key)
+    compiled = compile_graph(gm, example_inputs, kind=kind, cfg=cfg, static_input_idxs=static, sizes_key=sizes_key,
+                             param_grad_idxs=grads)
     if isinstance(compiled, EagerGraph):
         log.warning("mini_inductor: the specialization of a %s graph for sizes %s runs eagerly: %s",
                     kind, sizes_key, compiled.reason)
@@ -315,6 +320,20 @@ def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:
     wanted = {f"primals_{i + 1}" for i in static}
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders) if n in wanted)
+
+
+def _param_grad_idxs(gm, kind: str) -> tuple[int, ...]:
+    """The backward's outputs that are gradients of parameters (of the forward's static inputs): AOT
+    autograd's backward returns one gradient (or None) per forward input, in order. Empty for other
+    graphs, and where the counts disagree."""
+    if kind != "backward":
+        return ()
+    ctx = torch._guards.TracingContext.try_get()
+    fw = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if fw is None or output is None or len(output.args[0]) != len(fw.input_info):
+        return ()
+    return tuple(sorted(getattr(fw, "static_input_indices", None) or ()))
 
 
 def _input_aliases(kind: str) -> dict[int, int]:

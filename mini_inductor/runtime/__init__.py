@@ -41,7 +41,7 @@ class CompiledGraph:
 
     def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
                  *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None,
-                 generator_idxs: tuple[int, ...] = ()):
+                 generator_idxs: tuple[int, ...] = (), param_grad_idxs: tuple[int, ...] = ()):
         # Also an instance attribute: Dynamo wraps the backward in disable(), whose functools.wraps copies
         # the instance's __dict__ only; without it aot_autograd would unpack the list into *args, and the
         # wrapper could never let go of an input before the call returns.
@@ -57,6 +57,7 @@ class CompiledGraph:
         self.constants = dict(constants)
         self.kind = kind
         self.static_input_idxs = tuple(static_input_idxs)
+        self.param_grad_idxs = tuple(param_grad_idxs)   # a backward's outputs that are parameters' gradients
         self.tree_functions: list = []
         self.device: int | None = None
         # Also an instance attribute: aot_autograd wraps the backward with functools.wraps, which copies the
@@ -149,10 +150,39 @@ class CompiledGraph:
         if self.kind == "backward":
             backward_ran(self.device)   # a backward clears the pending flag, graphed or not
         if self.kind == "backward" and self.device is not None:
-            # Gradients may be views of pool memory; held twice here until the next backward, autograd
-            # copies them into `.grad` rather than adopting memory a later replay overwrites.
-            self._held_grads = [(t, t) for t in out if isinstance(t, torch.Tensor)]
+            out, moved = self._param_grads_out_of_pool(out)
+            # The other gradients may be views of pool memory; held twice here until the next backward,
+            # autograd copies them into `.grad` rather than adopting memory a later replay overwrites.
+            self._held_grads = [(t, t) for i, t in enumerate(out) if isinstance(t, torch.Tensor) and i not in moved]
         return out
+
+    def _param_grads_out_of_pool(self, out) -> tuple[list, set[int]]:
+        """Parameters' gradients copied out of the CUDA-graph pool into one fresh buffer per dtype, by
+        one batched copy: the outputs with those replaced, and their positions.
+
+        Pool memory cannot become `.grad`: the next replay overwrites it. AccumulateGrad would copy
+        each held gradient itself, an allocation and a copy launch per parameter (about 20 µs of host
+        time each on the H100); a fresh contiguous gradient that nothing else holds it adopts as it is.
+        A parameter laid out otherwise (channels-last) still gets AccumulateGrad's copy in its layout.
+        """
+        if not self.param_grad_idxs or torch.is_grad_enabled():   # create_graph: leave autograd's rules alone
+            return out, set()
+        groups: dict[torch.dtype, list[int]] = {}
+        for i in self.param_grad_idxs:
+            t = out[i] if i < len(out) else None
+            if isinstance(t, torch.Tensor) and t.is_cuda and not t.is_sparse and t.numel():
+                groups.setdefault(t.dtype, []).append(i)
+        if groups:
+            out = list(out)
+        for dtype, idxs in groups.items():
+            srcs = [out[i] for i in idxs]
+            flat = torch.empty(sum(t.numel() for t in srcs), dtype=dtype, device=srcs[0].device)
+            fresh = torch._C._nn.unflatten_dense_tensors(flat, srcs)
+            torch._foreach_copy_(fresh, srcs)
+            for i, t in zip(idxs, fresh):
+                out[i] = t
+            del srcs, fresh, flat
+        return out, {i for idxs in groups.values() for i in idxs}
 
 
 def eager_graph_skip(gm: torch.fx.GraphModule, reason: str, dynamic: bool) -> tuple[str, str | None] | None:

@@ -140,6 +140,44 @@ def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_o
     assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
 
+def test_replayed_parameter_gradients_are_adopted_as_grad_without_a_copy_each():
+    # one batched copy moves a replay's parameter gradients out of the pool; AccumulateGrad then
+    # adopts them, instead of allocating and copying each one (the host time of the training loop)
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    model = MLP(32, 3).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+
+    def step(m, opt, x):
+        opt.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+        opt.step()
+    xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
+    for x in xs[:4]:
+        step(cm, opt, x)
+        step(ref, ref_opt, x)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step(cm, opt, xs[4])
+        torch.cuda.synchronize()
+    step(ref, ref_opt, xs[4])
+    copies = sum(e.count for e in prof.key_averages() if e.key == "cudaMemcpyAsync")
+    params = list(model.parameters())
+    assert copies < len(params) // 2, copies        # was one per parameter
+    opt.zero_grad(set_to_none=True)
+    ref_opt.zero_grad(set_to_none=True)
+    cm(xs[5]).square().mean().backward()
+    ref(xs[5]).square().mean().backward()
+    storages = {p.grad.untyped_storage().data_ptr() for p in params}
+    assert len(storages) == 1                       # all in the batched buffer: adopted, not copied
+    assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
+    for p, q in zip(params, ref.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    assert stats()["replays"] >= 6
+
+
 class CatWeights(nn.Module):
     """Two weights used as one: their gradients are two views of one backward buffer (made by the
     wrapper, outside the graphed partition, on the GPU)."""

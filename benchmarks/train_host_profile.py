@@ -1,0 +1,133 @@
+"""Where a training step's host time goes with CUDA graphs on: the training loop of
+benchmarks/dynamic_shapes.py (a 4-layer MLP with norms, fp32, AdamW, 7 batches of 256 and one of 100)
+under Inductor reduce-overhead and mini_inductor, part by part, then a cProfile of mini_inductor's.
+Not a test.
+
+    PYTHONPATH=. python -m benchmarks train_host_profile [--epochs 20] [--top 25]
+
+For each backend: host microseconds per step in zero_grad, forward, backward and the optimizer's step
+(medians over the steps of the timed epochs, no synchronization inside a step, so a part's time is
+the host's), the milliseconds per epoch, and torch.profiler's count of device-to-device copies and of
+kernel launches per step. Then cProfile's top functions (by own time) over mini_inductor's steps.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+
+from benchmarks.dynamic_shapes import _compile
+from mini_inductor.examples import MLPWithNorm
+
+
+def _loop(backend: str):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MLPWithNorm(512, 2048, 4).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = [torch.randn(256, 512, device="cuda") for _ in range(7)] + [torch.randn(100, 512, device="cuda")]
+    run = _compile(model, backend)
+    parts: dict[str, list[float]] = {"zero": [], "fwd": [], "bwd": [], "opt": []}
+
+    def step(x, record: bool):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        t1 = time.perf_counter()
+        loss = run(x).float().pow(2).mean()
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        opt.step()
+        t4 = time.perf_counter()
+        if record:
+            for name, a, b in (("zero", t0, t1), ("fwd", t1, t2), ("bwd", t2, t3), ("opt", t3, t4)):
+                parts[name].append((b - a) * 1e6)
+
+    def epoch(record: bool = False):
+        for x in batches:
+            step(x, record)
+    return epoch, parts, len(batches)
+
+
+def measure(backend: str, epochs: int, top: int) -> None:
+    epoch, parts, steps = _loop(backend)
+    for _ in range(3):
+        epoch()
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        epoch(record=True)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - start) * 1e3)
+    host = "  ".join(f"{k} {statistics.median(v):.0f}" for k, v in parts.items())
+    print(f"\n=== {backend}: {statistics.median(walls):.2f} ms per epoch; host µs per step: {host}")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+        for _ in range(5):
+            epoch()
+        torch.cuda.synchronize()
+    n = 5 * steps
+    events = tp.key_averages()
+    copies = sum(e.count for e in events if e.key == "cudaMemcpyAsync")
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
+    replays = sum(e.count for e in events if e.key == "cudaGraphLaunch")
+    print(f"per step: cudaMemcpyAsync {copies / n:.1f}, kernel launches {launches / n:.1f}, graph launches {replays / n:.1f}")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top))
+    if backend.startswith("mini_inductor"):
+        from mini_inductor.runtime.cudagraphs.trees import stats
+        print("trees:", stats())
+    gc_time = _gc_seconds(lambda: [epoch() for _ in range(5)])
+    print(f"garbage collection: {gc_time * 1e6 / n:.0f} µs per step")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(5):
+        epoch()
+    torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    print(out.getvalue())
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    print(out.getvalue())
+
+
+def _gc_seconds(work) -> float:
+    """Seconds Python's cyclic garbage collector ran during `work`."""
+    import gc
+    spent, began = [0.0], [0.0]
+
+    def note(phase, info):
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - began[0]
+    gc.callbacks.append(note)
+    try:
+        work()
+        torch.cuda.synchronize()
+    finally:
+        gc.callbacks.remove(note)
+    return spent[0]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backends", default="inductor_reduce_overhead,mini_inductor")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--top", type=int, default=25)
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks/train_host_profile.py needs a CUDA GPU")
+    for backend in a.backends.split(","):
+        measure(backend, a.epochs, a.top)
+
+
+if __name__ == "__main__":
+    main()
