@@ -173,6 +173,9 @@ def main(argv=None) -> None:
                             line.append(f"{backend} {row.get('ms', 'ERR')}/{row.get('queued_ms', 'ERR')}"
                                         f"{'' if row.get('correct', True) else ' WRONG'}")
                     print(f"{mode:6} {dtype:8} {variant:8} L={length:5}  " + "  ".join(line), flush=True)
+                    for row in rows[len(rows) - len(line):]:
+                        if "error" in row:
+                            print(f"    {row['backend']}: {row['error']}", flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -523,6 +523,26 @@ def test_gpu_bf16_alibi_matches_eager():
                         lambda s, i, j: torch.where(j <= i, s * 0.125 + slopes * (j - i), NEG_INF))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["hf_causal", "padding"])
+def test_gpu_fp16_masks_given_as_data_with_block_tables_match_eager(case, monkeypatch):
+    # the table kernels (block_flags, dead_rows, block_ranges) compiled by Triton, not interpreted
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    q, k, v = inputs("cuda", torch.float16, B=2, Hq=4, L=1024, E=64)
+    pad = torch.zeros(2, 1, 1, 1024, dtype=torch.bool, device="cuda")
+    pad[0, ..., 700:] = True
+    pad[1, ..., 900:] = True
+    i, j = torch.arange(1024, device="cuda")[:, None], torch.arange(1024, device="cuda")[None, :]
+    fill = torch.finfo(torch.float16).min
+    mod, extra, modify = {
+        "hf_causal": (f"where(t0, s * 0.125, {fill!r})", [torch.ones(1024, 1024, dtype=torch.bool, device="cuda").tril()],
+                      lambda s, i_, j_: torch.where(j <= i, s * 0.125, fill)),
+        "padding": ("where(t0, -inf, s * 0.125)", [pad], lambda s, i_, j_: s.masked_fill(pad, NEG_INF) * 0.125),
+    }[case]
+    assert flash._plan_for(q, v, extra, score_mod.parse(mod), False).skip
+    check_against_eager(q, k, v, extra, mod, modify)
+
+
 FLOAT32_MIN = torch.finfo(torch.float32).min
 
 
