@@ -4,8 +4,8 @@ last batch, against eager and Inductor. Not a test.
     PYTHONPATH=. python -m benchmarks dynamic_shapes [--backends eager,inductor,mini_inductor] [--out FILE]
 
 serve: a 2-layer decoder (the catalog's DecoderStack, 768 wide, fp16, batch 8) called at six sequence
-       lengths in turn, 5 rounds after a first round that compiles; the steady-state time of one round.
-train: a 4-layer MLP with norms (fp32, AdamW) over 7 batches of 256 and a last of 100, 3 epochs after a
+       lengths in turn, 10 rounds after a first round that compiles; the steady-state time of one round.
+train: a 4-layer MLP with norms (fp32, AdamW) over 7 batches of 256 and a last of 100, 10 epochs after a
        first that compiles; the steady-state time of one epoch.
 Each row: milliseconds per round or epoch (median over rounds), the first round's seconds (compiles
 included), the graphs each backend compiled, and whether every output matched eager's.
@@ -46,7 +46,7 @@ def _sync_time(fn) -> float:
     return time.perf_counter() - start
 
 
-def serve(backend: str, rounds: int = 5) -> dict:
+def serve(backend: str, rounds: int = 10) -> dict:
     torch.manual_seed(0)
     model = DecoderStack(768, 12, 2).cuda().half().eval()
     inputs = {t: torch.randn(8, t, 768, device="cuda", dtype=torch.half) for t in LENGTHS}
@@ -68,7 +68,7 @@ def serve(backend: str, rounds: int = 5) -> dict:
             "correct": correct}
 
 
-def train(backend: str, epochs: int = 3) -> dict:
+def train(backend: str, epochs: int = 10) -> dict:
     torch.manual_seed(0)
     model = MLPWithNorm(512, 2048, 4).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
