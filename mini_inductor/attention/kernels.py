@@ -392,12 +392,14 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.const
         tl.store(RANGES + 2 * n_m + pid, full_lo2)
         tl.store(RANGES + 3 * n_m + pid, full_hi2)
     else:
+        # names of their own: compiled Triton merges a name set in both branches, and these are
+        # vectors of another length (N_M) than the first branch's (N_N)
         pid_n = pid - n_m
         pm = tl.arange(0, N_M)
-        flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
-        live = (flags & 1) != 0
-        q_hi = tl.max(tl.where(live, pm + 1, 0), 0)
-        q_lo = tl.minimum(tl.min(tl.where(live, pm, n_m), 0), q_hi)
+        col_flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
+        col_live = (col_flags & 1) != 0
+        q_hi = tl.max(tl.where(col_live, pm + 1, 0), 0)
+        q_lo = tl.minimum(tl.min(tl.where(col_live, pm, n_m), 0), q_hi)
         q_lo = tl.where(dead > 0, 0, q_lo)
         q_hi = tl.where(dead > 0, n_m, q_hi)
         tl.store(RANGES + 4 * n_m + pid_n, q_lo)

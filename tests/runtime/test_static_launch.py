@@ -55,18 +55,8 @@ def half_scalar_kernel(x_ptr, out_ptr, n, h, XBLOCK: tl.constexpr):
 def _bind(pyfn, *args, **meta):
     """Triton's signature for a CUDA (sm_90) launch of `pyfn` with `args` (torch dtypes for pointers),
     by the binder JITFunction builds for each device; no GPU needed. Returns the ASTSource."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
-    from triton.compiler.compiler import ASTSource
-    from triton.runtime.jit import JITFunction, MockTensor, create_function_from_signature
-
-    fn = pyfn if isinstance(pyfn, JITFunction) else JITFunction(pyfn)
-    backend = make_backend(GPUTarget("cuda", 90, 32))
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    kwargs = dict(meta, debug=False, instrumentation_mode="")
-    bound, specialization, options = binder(*map(MockTensor.wrap_dtype, args), **kwargs)
-    _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-    return ASTSource(fn, signature, constexprs, attrs)
+    from sm90 import bind
+    return bind(pyfn, *args, **meta)
 
 
 def test_argument_types_follow_tritons_signature_and_leave_constexprs_out():

@@ -1,0 +1,95 @@
+"""Every codegen path's kernels compile for an H100 (sm_90), checked on the CPU.
+
+The other CPU tests run the generated kernels in Triton's interpreter, which accepts programs that
+Triton's compiler refuses: the block-table kernel (attention/kernels.py block_ranges) bound one name
+to vectors of two lengths in the branches of an `if`, passed every CPU test, and failed on the GPU
+(session 26). Here the kernels a workload launches are compiled for sm_90 by the real compiler in a
+process of its own (tests/sm90.py), with the argument types and constexprs of their launches.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mini_inductor  # noqa: F401  (the backend)
+from mini_inductor import config
+from mini_inductor.attention import flash, score_mod
+from sm90 import compile_all, launches
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="on the GPU the kernels compile where they run")
+
+FILL = torch.finfo(torch.float32).min
+
+
+def test_block_tables_from_mask_data_compile_with_fewer_query_blocks_than_key_blocks():
+    # 2 query blocks, 4 key blocks: block_ranges' two branches hold vectors of lengths 4 and 2
+    pad = torch.zeros(2, 1, 1, 60, dtype=torch.bool)
+    pad[0, ..., 30:] = True
+    keep = torch.ones(52, 60, dtype=torch.bool).tril()
+    with launches() as seen:
+        for mod, extra in (("where(t0, -inf, s * 0.125)", [pad]), (f"where(t0, s, {FILL!r})", [keep])):
+            flash._data_block_ranges(score_mod.parse(mod), 52, 60, 32, 16, torch.device("cpu"), True, extra)
+    names = compile_all(seen)
+    assert {n.split()[0] for n in names} == {"block_flags", "dead_rows", "block_ranges"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_flash_attention_kernels_compile_forward_and_backward(dtype, monkeypatch):
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=gen).to(dtype).requires_grad_() for _ in range(3))
+    pad = torch.zeros(1, 1, 1, 40, dtype=torch.bool)
+    pad[..., 33:] = True
+    with launches() as seen:
+        for mod, extra in (("where(j <= i, s * 0.25, -inf)", []), ("where(t0, -inf, s * 0.25)", [pad])):
+            out = torch.ops.mini_inductor.flash_attention(q, k, v, extra, mod)
+            out.sum().backward()
+    names = {n.split()[0] for n in compile_all(seen)}
+    assert {"flash_fwd", "flash_bwd_delta", "flash_bwd_dkdv", "flash_bwd_dq", "block_ranges"} <= names
+
+
+class Block(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = self.down(F.gelu(self.up(self.norm(x))))
+        return torch.softmax(x + h, dim=-1).cumsum(-1) + x.var(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("templates", ["off", "always"])
+def test_a_compiled_training_step_compiles_its_kernels(templates):
+    # pointwise, persistent and looped reductions, var (Welford), softmax, the backward's kernels and,
+    # with templates, the matmul templates with their epilogues
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(4, 8, 32, requires_grad=True)
+    with config.patch(matmul_templates=templates), launches() as seen:
+        compiled = torch.compile(model, backend="mini_inductor")
+        compiled(x).square().mean().backward()
+        y = torch.randn(4, 8, 1024)   # a row longer than a persistent reduction takes: looped
+        torch.compile(lambda t: torch.softmax(t, -1) * t.var(-1, keepdim=True), backend="mini_inductor")(y)
+    names = compile_all(seen)
+    assert len(names) >= 6
+    if templates == "always":
+        assert any(n.startswith("triton_tem_") for n in names), names
+
+
+def test_a_dynamic_graph_compiles_its_kernels():
+    with launches() as seen:
+        f = torch.compile(lambda t: torch.softmax(t * 2, -1).sum(0), backend="mini_inductor", dynamic=True)
+        for n in (5, 9):
+            f(torch.randn(n, 3, 70))
+    assert compile_all(seen)
+
+
+def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
+    with launches() as seen:
+        flash._data_block_ranges(score_mod.parse("where(t0, -inf, s)"), 52, 60, 32, 16, torch.device("cpu"), False,
+                                 [torch.zeros(1, 1, 1, 60, dtype=torch.bool)])
+    fn, args, kwargs = next(launch for launch in seen if launch[0].__name__ == "block_ranges")
+    with pytest.raises(AssertionError, match="block_ranges .* does not compile for sm_90:\n(?s:.*)arange's arguments"):
+        compile_all([(fn, args, {**kwargs, "N_M": "not a size"})])

@@ -1,0 +1,160 @@
+"""Generated kernels compiled for an H100 (sm_90) on the CPU, no GPU needed.
+
+Triton's interpreter runs what its compiler refuses: a name bound in both branches of an `if` to
+tensors of two shapes (the block-table kernel of session 25 ran in CI and failed to compile on the
+GPU), and more. So CPU tests also hand the kernels they launch to the real compiler:
+
+    with launches() as seen:          every launch of an interpreted kernel: (function, args, kwargs)
+        ...run something...
+    compile_all(seen)                 each distinct kernel and specialization compiled for sm_90, in a
+                                      process of its own with the interpreter off (in this one, Triton's
+                                      own library functions are interpreted ones); raises with the
+                                      compiler's message for each kernel that fails
+    bind(fn, *args, **meta)           Triton's ASTSource for an sm_90 launch (its signature)
+
+    python -m tests.sm90 JOBS.json    the subprocess: compiles the jobs, prints {kernel: error or ""}
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+TARGET = ("cuda", 90, 32)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def launches():
+    """The interpreted launches made inside the block, as (python function, args, kwargs)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    seen: list[tuple] = []
+    original = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        seen.append((self.fn, args, dict(kwargs)))
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+    InterpretedFunction.run = run
+    try:
+        yield seen
+    finally:
+        InterpretedFunction.run = original
+
+
+def bind(fn, *args, **meta):
+    """Triton's ASTSource for an sm_90 launch of `fn` (a JITFunction or a plain function) with `args`
+    (tensors or torch dtypes for pointers) and `meta` (constexprs and launch options)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.compiler.compiler import ASTSource
+    from triton.runtime.jit import JITFunction, MockTensor, create_function_from_signature
+
+    fn = fn if isinstance(fn, JITFunction) else JITFunction(fn)
+    backend = make_backend(GPUTarget(*TARGET))
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    kwargs = dict(meta, debug=False, instrumentation_mode="")
+    types = [a.dtype if isinstance(a, torch.Tensor) else a for a in args]
+    bound, specialization, options = binder(*map(MockTensor.wrap_dtype, types), **kwargs)
+    _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return ASTSource(fn, signature, constexprs, attrs)
+
+
+# --- a launch as JSON, for the compiling process --------------------------------------------------
+
+def _encode(value):
+    import triton.language as tl
+    if isinstance(value, torch.Tensor):
+        return {"torch": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, torch.dtype):
+        return {"torch": str(value).removeprefix("torch.")}
+    if isinstance(value, tl.dtype):
+        return {"tl": value.name}
+    if isinstance(value, tl.constexpr):
+        return _encode(value.value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a launch argument of type {type(value).__name__} has no JSON form here")
+
+
+def _decode(value):
+    import triton.language as tl
+    if isinstance(value, dict) and "torch" in value:
+        return getattr(torch, value["torch"])
+    if isinstance(value, dict) and "tl" in value:
+        return tl.str_to_ty(value["tl"], None) if value["tl"] != "int1" else tl.int1
+    return value
+
+
+def _job(pyfn, args, kwargs) -> dict:
+    import inspect
+    return {"path": inspect.getsourcefile(pyfn), "name": pyfn.__name__,
+            "args": [_encode(a) for a in args],
+            "kwargs": {k: _encode(v) for k, v in kwargs.items() if k not in ("grid", "warmup")}}
+
+
+def compile_all(seen, timeout: float = 600) -> list[str]:
+    """Compile for sm_90 each distinct (kernel, argument types, constexprs) of `seen` in a fresh
+    process; the kernels' names. An AssertionError lists every kernel that did not compile."""
+    jobs, keys = [], set()
+    for pyfn, args, kwargs in seen:
+        job = _job(pyfn, args, kwargs)
+        key = json.dumps(job, sort_keys=True)
+        if key not in keys:
+            keys.add(key)
+            jobs.append(job)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(jobs, f)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.sm90", f.name], cwd=ROOT, env=env, timeout=timeout,
+                              capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise AssertionError(f"the sm_90 compile process failed:\n{done.stderr[-3000:]}")
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    failed = {name: error for name, error in results.items() if error}
+    assert not failed, "\n\n".join(f"{name} does not compile for sm_90:\n{error}" for name, error in failed.items())
+    return list(results)
+
+
+def _compile_jobs(path: str) -> dict[str, str]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    with open(path) as f:
+        jobs = json.load(f)
+    modules: dict[str, object] = {}
+    results: dict[str, str] = {}
+    for n, job in enumerate(jobs):
+        module = modules.get(job["path"])
+        if module is None:
+            spec = importlib.util.spec_from_file_location(f"_sm90_{len(modules)}", job["path"])
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            modules[job["path"]] = module
+        label = f"{job['name']} ({os.path.basename(job['path'])}, launch {n})"
+        meta = {k: _decode(v) for k, v in job["kwargs"].items()}
+        try:
+            src = bind(getattr(module, job["name"]), *[_decode(a) for a in job["args"]], **meta)
+            options = {k: meta[k] for k in ("num_warps", "num_stages") if k in meta}
+            triton.compile(src, target=GPUTarget(*TARGET), options=options)
+            results[label] = ""
+        except Exception as e:  # noqa: BLE001  (each kernel's error is reported, the rest still compile)
+            results[label] = f"{type(e).__name__}: {e}"[:4000]
+    return results
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("tests/sm90.py compiles with Triton's compiler: run it without TRITON_INTERPRET")
+    print(json.dumps(_compile_jobs(sys.argv[1])))
