@@ -10,15 +10,16 @@ GPU), and more. So CPU tests also hand the kernels they launch to the real compi
                                       process of its own with the interpreter off (in this one, Triton's
                                       own library functions are interpreted ones); raises with the
                                       compiler's message for each kernel that fails
+    compile_jobs(jobs)                the same for launches already in their JSON form (`_job`): the
+                                      errors, "" where it compiled (tests/fuzz/sm90.py)
     bind(fn, *args, **meta)           Triton's ASTSource for an sm_90 launch (its signature)
 
-    python -m tests.sm90 JOBS.json    the subprocess: compiles the jobs, prints {kernel: error or ""}
+    python -m tests.sm90 JOBS.json    the subprocess: compiles the jobs, prints their errors as JSON
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import itertools
 import json
 import os
 import subprocess
@@ -102,7 +103,7 @@ def _job(pyfn, args, kwargs) -> dict:
 
 def compile_all(seen, timeout: float = 600) -> list[str]:
     """Compile for sm_90 each distinct (kernel, argument types, constexprs) of `seen` in a fresh
-    process; the kernels' names. An AssertionError lists every kernel that did not compile."""
+    process; the kernels' labels. An AssertionError lists every kernel that did not compile."""
     jobs, keys = [], set()
     for pyfn, args, kwargs in seen:
         job = _job(pyfn, args, kwargs)
@@ -110,6 +111,16 @@ def compile_all(seen, timeout: float = 600) -> list[str]:
         if key not in keys:
             keys.add(key)
             jobs.append(job)
+    labels = [f"{job['name']} ({os.path.basename(job['path'])}, launch {n})" for n, job in enumerate(jobs)]
+    errors = compile_jobs(jobs, timeout)
+    failed = [f"{label} does not compile for sm_90:\n{error}" for label, error in zip(labels, errors) if error]
+    assert not failed, "\n\n".join(failed)
+    return labels
+
+
+def compile_jobs(jobs: list[dict], timeout: float = 1800) -> list[str]:
+    """Compile the jobs (see `_job`) for sm_90 in a process of its own, the interpreter off: for each,
+    "" or the compiler's error."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(jobs, f)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -121,37 +132,33 @@ def compile_all(seen, timeout: float = 600) -> list[str]:
         os.unlink(f.name)
     if done.returncode != 0:
         raise AssertionError(f"the sm_90 compile process failed:\n{done.stderr[-3000:]}")
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    failed = {name: error for name, error in results.items() if error}
-    assert not failed, "\n\n".join(f"{name} does not compile for sm_90:\n{error}" for name, error in failed.items())
-    return list(results)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _compile_jobs(path: str) -> dict[str, str]:
+def _compile_jobs(path: str) -> list[str]:
     import triton
     from triton.backends.compiler import GPUTarget
 
     with open(path) as f:
         jobs = json.load(f)
     modules: dict[str, object] = {}
-    results: dict[str, str] = {}
-    for n, job in enumerate(jobs):
-        module = modules.get(job["path"])
-        if module is None:
-            spec = importlib.util.spec_from_file_location(f"_sm90_{len(modules)}", job["path"])
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            modules[job["path"]] = module
-        label = f"{job['name']} ({os.path.basename(job['path'])}, launch {n})"
-        meta = {k: _decode(v) for k, v in job["kwargs"].items()}
+    errors: list[str] = []
+    for job in jobs:
         try:
+            module = modules.get(job["path"])
+            if module is None:
+                spec = importlib.util.spec_from_file_location(f"_sm90_{len(modules)}", job["path"])
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                modules[job["path"]] = module
+            meta = {k: _decode(v) for k, v in job["kwargs"].items()}
             src = bind(getattr(module, job["name"]), *[_decode(a) for a in job["args"]], **meta)
             options = {k: meta[k] for k in ("num_warps", "num_stages") if k in meta}
             triton.compile(src, target=GPUTarget(*TARGET), options=options)
-            results[label] = ""
+            errors.append("")
         except Exception as e:  # noqa: BLE001  (each kernel's error is reported, the rest still compile)
-            results[label] = f"{type(e).__name__}: {e}"[:4000]
-    return results
+            errors.append(f"{type(e).__name__}: {e}"[:4000])
+    return errors
 
 
 if __name__ == "__main__":
