@@ -22,10 +22,12 @@ from mini_inductor.timing import bench
 # (N, K) of a GPT-2 small / Llama-7B-like block's linear layers
 SHAPES = ((3 * 768, 768), (3072, 768), (768, 3072), (11008, 4096), (4096, 11008))
 EPILOGUES = {
-    "bias+gelu": lambda x, w, b, r: F.gelu(F.linear(x, w, b)),
-    "residual": lambda x, w, b, r: F.linear(x, w, b) + r,
-    "silu": lambda x, w, b, r: F.silu(F.linear(x, w)),
-    "none": lambda x, w, b, r: F.linear(x, w),
+    "bias+gelu": lambda x, w, b, r, w2: F.gelu(F.linear(x, w, b)),
+    "residual": lambda x, w, b, r, w2: F.linear(x, w, b) + r,
+    "silu": lambda x, w, b, r, w2: F.silu(F.linear(x, w)),
+    # LLaMA's MLP gate: SiLU of one linear times another of the same input (two matmuls)
+    "swiglu": lambda x, w, b, r, w2: F.silu(F.linear(x, w)) * F.linear(x, w2),
+    "none": lambda x, w, b, r, w2: F.linear(x, w),
 }
 VARIANTS = (("off", dict(options={"matmul_templates": "off"})),
             ("always", dict(options={"matmul_templates": "always"})),
@@ -68,9 +70,10 @@ def main() -> None:
             w = torch.randn(n, k, device="cuda", dtype=dtype) * k ** -0.5
             b = torch.randn(n, device="cuda", dtype=dtype)
             r = torch.randn(m, n, device="cuda", dtype=dtype)
-            args = (x, w, b, r)
+            w2 = torch.randn(n, k, device="cuda", dtype=dtype) * k ** -0.5
+            args = (x, w, b, r, w2)
             eager_ms, ref = gpu_ms(fn, args)
-            _, model = prefer_template(1, m, n, k, dtype, name != "none", name in ("bias+gelu", "silu"))
+            _, model = prefer_template(1, m, n, k, dtype, name != "none", name in ("bias+gelu", "silu", "swiglu"))
             row = [f"{m}x{n}x{k} {a.dtype} {name}: eager {eager_ms:.3f} ms"]
             for label, kw in chosen:
                 torch._dynamo.reset()
