@@ -18,6 +18,8 @@
 #   distributed (two GPUs) tests/distributed/test_distributed_gpu.py, then benchmarks.distributed
 #              --size small (DDP and FSDP2: eager, Inductor, mini_inductor)
 #   distributed_bench  (two GPUs) the benchmark alone
+#   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
+#              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
 # The limits add up to under 10 minutes (one call of the device tool, with the machine's start):
 # 190 + 90 + 60 + 120 + 80 s (profile: 90 + 90 s, tables: 60 s, distributed: 330 + 200 s, each on its own).
@@ -64,6 +66,9 @@ for step in "${steps[@]}"; do
         distributed) run distributed_tests 330 python3 -m pytest -m gpu -q -p no:cacheprovider \
                          tests/distributed/test_distributed_gpu.py -rfE --tb=short
                      run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
+        attention_profile) run attention_profile 90 bash -c "python3 -m benchmarks kernel_profile --model attention_causal \
+                               --train --backends mini_inductor; python3 -m benchmarks kernel_profile --model sdpa_causal \
+                               --train --backends eager" ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac

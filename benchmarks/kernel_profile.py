@@ -3,6 +3,8 @@ Inductor and mini_inductor, CUDA graphs off so that each kernel shows. Not a tes
 
     PYTHONPATH=. python -m benchmarks kernel_profile --model gpt2_causal --dtype float32 [--rows 12]
     PYTHONPATH=. python -m benchmarks kernel_profile --model serve      (benchmarks/dynamic_shapes.py's loop)
+    PYTHONPATH=. python -m benchmarks kernel_profile --model attention_causal --train --backends mini_inductor
+    PYTHONPATH=. python -m benchmarks kernel_profile --model sdpa_causal --train --backends eager   (ATen flash)
 
 For each backend: the kernel time per call (the sum of the CUDA kernels' durations, from
 torch.profiler over 10 calls), the kernels launched per call, and the kernels that take the most
@@ -41,16 +43,34 @@ def _workload(name: str, dtype):
         torch.manual_seed(0)
         model = DecoderStack(768, 12, 2).cuda().half().eval()
         return model, [(torch.randn(8, t, 768, device="cuda", dtype=torch.half),) for t in LENGTHS]
+    if name in ("attention_causal", "sdpa_causal"):
+        # the attention sweep's causal variant written out (mini_inductor matches it to SDPA), and
+        # SDPA itself (eager: ATen's flash attention); fp16, B 4, 16 heads, L 1024, head dim 64
+        import torch.nn.functional as F
+
+        from benchmarks.attention_sweep import causal
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(4, 16, 1024, 64, device="cuda", dtype=torch.float16, generator=gen).requires_grad_()
+                   for _ in range(3))
+        model = (lambda q, k, v: causal(q, k, v, {})) if name == "attention_causal" else \
+            (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        return model, [(q, k, v)]
     from benchmarks.models import MODELS
     w = MODELS[name](torch.device("cuda"), dtype)
     return w.model, [tuple(w.inputs)]
 
 
-def measure(name: str, backend: str, dtype, rows: int) -> None:
+def measure(name: str, backend: str, dtype, rows: int, train: bool = False) -> None:
     torch._dynamo.reset()
     model, calls = _workload(name, dtype)
-    with torch.no_grad():
+    with torch.set_grad_enabled(train):
         fn = _compile(model, backend)
+        if train:   # each call: the forward, then the backward of its output against a fixed gradient
+            forward = fn
+
+            def fn(*args):
+                out = forward(*args)
+                out.backward(torch.ones_like(out))
         for _ in range(3):
             for args in calls:
                 fn(*args)
@@ -84,12 +104,13 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backends", default=",".join(BACKENDS))
     p.add_argument("--rows", type=int, default=12)
+    p.add_argument("--train", action="store_true", help="forward and backward in each call (default: no_grad)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/kernel_profile.py needs a CUDA GPU")
     for backend in a.backends.split(","):
         try:
-            measure(a.model, backend, getattr(torch, a.dtype), a.rows)
+            measure(a.model, backend, getattr(torch, a.dtype), a.rows, a.train)
         except Exception as e:  # noqa: BLE001  (a backend that fails is reported, the others still run)
             print(f"\n=== {a.model} {backend}: {type(e).__name__}: {str(e)[:300]}", flush=True)
 
