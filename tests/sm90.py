@@ -90,7 +90,7 @@ def _decode(value):
     if isinstance(value, dict) and "torch" in value:
         return getattr(torch, value["torch"])
     if isinstance(value, dict) and "tl" in value:
-        return tl.str_to_ty(value["tl"], None) if value["tl"] != "int1" else tl.int1
+        return tl.dtype(value["tl"])
     return value
 
 
