@@ -6,6 +6,9 @@ to vectors of two lengths in the branches of an `if`, passed every CPU test, and
 (session 26). Here the kernels a workload launches are compiled for sm_90 by the real compiler in a
 process of its own (tests/sm90.py), with the argument types and constexprs of their launches.
 """
+import dataclasses
+import inspect
+
 import pytest
 import torch
 import torch.nn as nn
@@ -96,6 +99,31 @@ def test_a_compiled_training_step_compiles_its_kernels(templates):
     assert len(names) >= 6
     if templates == "always":
         assert any(n.startswith("triton_tem_") for n in names), names
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matmul_templates_compile_in_every_config_max_autotune_times(dtype, persistent, monkeypatch):
+    # the GPU's choices the CPU never makes: its configs (H100_CONFIGS, fitted), the persistent
+    # variant, TF32 for float32 (the operands rounded by triton_helpers.round_tf32)
+    from mini_inductor.codegen import matmul_template as mt
+    interpreted = mt.default_config(64, 64, 64, dtype)
+    monkeypatch.setattr(mt, "default_config", lambda m, n, k, dt: dataclasses.replace(interpreted, persistent=persistent))
+    precision = mt.MatmulTemplateKernel._precision
+    monkeypatch.setattr(mt.MatmulTemplateKernel, "_precision",
+                        lambda self: mt.TF32 if self.template.a.get_dtype() == torch.float32 else precision(self))
+    x, w, b = torch.randn(64, 48, dtype=dtype), torch.randn(40, 48, dtype=dtype), torch.randn(40, dtype=dtype)
+    with config.patch(matmul_templates="always"), launches() as seen:
+        torch.compile(lambda x, w, b: F.gelu(F.linear(x, w, b)) + 1, backend="mini_inductor")(x, w, b)
+    fn, args, kwargs = next(launch for launch in seen if launch[0].__name__.startswith("triton_tem_"))
+    assert ("NUM_PROGRAMS" in kwargs) == persistent
+    if dtype == torch.float32:
+        assert "round_tf32" in inspect.getsource(fn)
+    m, n, k = 4096, 4096, 1024
+    variants = [(fn, args, {**kwargs, **c.meta(k, 132), "num_warps": c.num_warps, "num_stages": c.num_stages})
+                for c in mt.matmul_configs(m, n, k, dtype) if c.persistent == persistent]
+    assert len(variants) >= 3
+    compile_all(variants)
 
 
 def test_a_dynamic_graph_compiles_its_kernels():
