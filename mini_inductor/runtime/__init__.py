@@ -18,6 +18,7 @@ import torch
 from ..config import interpreting
 from ..fx_source import op_name as _op_name, source_line as _source_line
 from .cudagraphs.cublas_workspace import graphed_workspace_bytes
+from .cudagraphs.gradients import GradientsOutOfPool
 from .cudagraphs.trees import TreeFunction, backward_ran, note_compiled_shape
 from .cudagraphs.utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launch.launcher import accelerate
@@ -58,6 +59,7 @@ class CompiledGraph:
         self.kind = kind
         self.static_input_idxs = tuple(static_input_idxs)
         self.param_grad_idxs = tuple(param_grad_idxs)   # a backward's outputs that are parameters' gradients
+        self._grads_out_of_pool = GradientsOutOfPool(self.param_grad_idxs)
         self.tree_functions: list = []
         self.device: int | None = None
         # Also an instance attribute: aot_autograd wraps the backward with functools.wraps, which copies the
@@ -150,39 +152,11 @@ class CompiledGraph:
         if self.kind == "backward":
             backward_ran(self.device)   # a backward clears the pending flag, graphed or not
         if self.kind == "backward" and self.device is not None:
-            out, moved = self._param_grads_out_of_pool(out)
+            out, moved = self._grads_out_of_pool(out)   # for AccumulateGrad to adopt (gradients.py)
             # The other gradients may be views of pool memory; held twice here until the next backward,
             # autograd copies them into `.grad` rather than adopting memory a later replay overwrites.
             self._held_grads = [(t, t) for i, t in enumerate(out) if isinstance(t, torch.Tensor) and i not in moved]
         return out
-
-    def _param_grads_out_of_pool(self, out) -> tuple[list, set[int]]:
-        """Parameters' gradients copied out of the CUDA-graph pool into one fresh buffer per dtype, by
-        one batched copy: the outputs with those replaced, and their positions.
-
-        Pool memory cannot become `.grad`: the next replay overwrites it. AccumulateGrad would copy
-        each held gradient itself, an allocation and a copy launch per parameter (about 20 µs of host
-        time each on the H100); a fresh contiguous gradient that nothing else holds it adopts as it is.
-        A parameter laid out otherwise (channels-last) still gets AccumulateGrad's copy in its layout.
-        """
-        if not self.param_grad_idxs or torch.is_grad_enabled():   # create_graph: leave autograd's rules alone
-            return out, set()
-        groups: dict[torch.dtype, list[int]] = {}
-        for i in self.param_grad_idxs:
-            t = out[i] if i < len(out) else None
-            if isinstance(t, torch.Tensor) and t.is_cuda and not t.is_sparse and t.numel():
-                groups.setdefault(t.dtype, []).append(i)
-        if groups:
-            out = list(out)
-        for dtype, idxs in groups.items():
-            srcs = [out[i] for i in idxs]
-            flat = torch.empty(sum(t.numel() for t in srcs), dtype=dtype, device=srcs[0].device)
-            fresh = torch._C._nn.unflatten_dense_tensors(flat, srcs)
-            torch._foreach_copy_(fresh, srcs)
-            for i, t in zip(idxs, fresh):
-                out[i] = t
-            del srcs, fresh, flat
-        return out, {i for idxs in groups.values() for i in idxs}
 
 
 def eager_graph_skip(gm: torch.fx.GraphModule, reason: str, dynamic: bool) -> tuple[str, str | None] | None:

@@ -1,0 +1,87 @@
+"""A backward's parameter gradients, moved out of the CUDA-graph pool for autograd to adopt.
+
+Pool memory cannot become `.grad`: the next replay overwrites it. Left in the pool (and held, see
+nodes.py `pin_gradient`), each gradient is copied by AccumulateGrad into a tensor of its own: an
+allocation and a copy launch per parameter, about 20 µs of host time each on the H100, most of a
+small model's backward. Here one allocation per dtype and one batched copy (`torch._foreach_copy_`)
+give every parameter's gradient fresh memory, as views of one buffer that nothing else holds, which
+AccumulateGrad adopts as they are.
+
+    GradientsOutOfPool(idxs)(out) -> (out with those positions replaced, the positions)
+
+Each view starts at a multiple of ALIGN bytes (generated kernels and CUDA graphs that later read a
+gradient, a compiled optimizer step say, specialize on 16-byte alignment). The layout (which
+positions, their shapes, dtypes and offsets) is worked out at the first call and kept while the
+outputs keep it: parameters do not change shape.
+"""
+from __future__ import annotations
+
+import torch
+
+ALIGN = 128   # bytes
+
+
+class _Group:
+    """The gradients of one dtype and device: their positions, and shape holders (meta tensors, with
+    a padding holder after each where the next would be misaligned) for unflatten_dense_tensors."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device, idxs: list[int], shapes: list[torch.Size]):
+        self.dtype, self.device, self.idxs = dtype, device, idxs
+        self.shapes = shapes
+        step = max(1, ALIGN // torch.empty((), dtype=dtype).element_size())
+        self.holders: list[torch.Tensor] = []
+        self.picks: list[int] = []            # which unflattened views are the gradients
+        total = 0
+        for shape in shapes:
+            n = shape.numel()
+            self.picks.append(len(self.holders))
+            self.holders.append(torch.empty(shape, dtype=dtype, device="meta"))
+            total += n
+            pad = -total % step
+            if pad:
+                self.holders.append(torch.empty(pad, dtype=dtype, device="meta"))
+                total += pad
+        self.numel = total
+
+
+class GradientsOutOfPool:
+    def __init__(self, idxs: tuple[int, ...]):
+        self.idxs = tuple(idxs)
+        self.groups: list[_Group] | None = None
+
+    def __call__(self, out) -> tuple[list, set[int]]:
+        """`out` (a backward's outputs) with the parameters' gradients in fresh memory, and their positions."""
+        if not self.idxs or torch.is_grad_enabled():   # create_graph: autograd's own rules apply
+            return out, set()
+        if self.groups is None or not self._fits(out):
+            self.groups = self._plan(out)
+        if not self.groups:
+            return out, set()
+        out = list(out)
+        moved: set[int] = set()
+        for g in self.groups:
+            flat = torch.empty(g.numel, dtype=g.dtype, device=g.device)
+            views = torch._C._nn.unflatten_dense_tensors(flat, g.holders)
+            fresh = [views[p] for p in g.picks]
+            torch._foreach_copy_(fresh, [out[i] for i in g.idxs])
+            for i, t in zip(g.idxs, fresh):
+                out[i] = t
+            moved.update(g.idxs)
+        return out, moved
+
+    def _fits(self, out) -> bool:
+        n = len(out)
+        for g in self.groups:
+            for i, shape in zip(g.idxs, g.shapes):
+                t = out[i] if i < n else None
+                if not isinstance(t, torch.Tensor) or t.dtype is not g.dtype or t.shape != shape:
+                    return False
+        return True
+
+    def _plan(self, out) -> list[_Group]:
+        found: dict[tuple, list[int]] = {}
+        for i in self.idxs:
+            t = out[i] if i < len(out) else None
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel():
+                found.setdefault((t.dtype, t.device), []).append(i)
+        return [_Group(dtype, device, idxs, [out[i].shape for i in idxs]) for (dtype, device), idxs in found.items()]

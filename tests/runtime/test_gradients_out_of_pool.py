@@ -1,0 +1,85 @@
+"""A backward's parameter gradients moved out of the CUDA-graph pool in one batched copy
+(runtime/cudagraphs/gradients.py), on CPU tensors: the values, the layout of the fresh buffer, and
+AccumulateGrad adopting the results. On the GPU, tests/cudagraphs/test_compiled_cudagraphs.py checks
+a compiled training loop with it (no copy per parameter, `.grad` out of the pool)."""
+import torch
+
+from mini_inductor.runtime.cudagraphs.gradients import ALIGN, GradientsOutOfPool
+
+
+def outputs():
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(5, 7, generator=gen).t(),            # 0: a parameter's, transposed
+            torch.randn(3, generator=gen),                   # 1: not a parameter's
+            torch.randn(7, generator=gen),                   # 2: an odd size: the next is padded
+            None,                                            # 3: no gradient
+            torch.randn(3, 3, generator=gen).half(),         # 4: another dtype
+            torch.randn(9, generator=gen))                   # 5
+
+
+def move(out, idxs=(0, 2, 3, 4, 5), mover=None):
+    mover = mover or GradientsOutOfPool(idxs)
+    with torch.no_grad():
+        return (*mover(out), mover)
+
+
+def test_parameter_gradients_get_fresh_aligned_memory_with_their_values():
+    out = outputs()
+    new, moved, _ = move(out)
+    assert moved == {0, 2, 4, 5}
+    assert new[1] is out[1] and new[3] is None
+    for i in moved:
+        assert torch.equal(new[i], out[i]) and new[i].dtype == out[i].dtype and new[i].is_contiguous()
+        assert new[i].untyped_storage().data_ptr() != out[i].untyped_storage().data_ptr()
+        assert (new[i].data_ptr() - new[i].untyped_storage().data_ptr()) % ALIGN == 0, i   # from the buffer's start
+    # one buffer per dtype
+    assert len({new[i].untyped_storage().data_ptr() for i in (0, 2, 5)}) == 1
+    assert new[4].untyped_storage().data_ptr() != new[0].untyped_storage().data_ptr()
+
+
+def test_autograd_adopts_the_moved_gradients_instead_of_copying_them():
+    p, q = torch.nn.Parameter(torch.zeros(7, 5)), torch.nn.Parameter(torch.zeros(7))
+    mover = GradientsOutOfPool((0, 1))
+
+    class Step(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a.sum() + b.sum()
+
+        @staticmethod
+        def backward(ctx, g):
+            pool = (torch.full((5, 7), 2.0).t(), torch.full((7,), 3.0))
+            held = pool   # the tree's pins: the pool tensors stay referenced, as on the GPU
+            new, moved = mover(held)
+            assert moved == {0, 1}
+            return new[0], new[1]
+    Step.apply(p, q).backward()
+    assert torch.equal(p.grad, torch.full((7, 5), 2.0)) and torch.equal(q.grad, torch.full((7,), 3.0))
+    # adopted: both gradients are still in the one buffer the mover allocated
+    assert p.grad.untyped_storage().data_ptr() == q.grad.untyped_storage().data_ptr()
+    Step.apply(p, q).backward()   # accumulation adds in place, as for any gradient
+    assert torch.equal(p.grad, torch.full((7, 5), 4.0)) and torch.equal(q.grad, torch.full((7,), 6.0))
+
+
+def test_the_layout_is_planned_once_and_again_when_the_outputs_change():
+    out = outputs()
+    _, _, mover = move(out)
+    plan = mover.groups
+    _, moved, _ = move(outputs(), mover=mover)
+    assert mover.groups is plan and moved == {0, 2, 4, 5}
+    changed = list(outputs())
+    changed[2] = None                        # a gradient no longer computed
+    new, moved, _ = move(changed, mover=mover)
+    assert mover.groups is not plan and moved == {0, 4, 5} and new[2] is None
+    changed[5] = torch.randn(4, 4)           # another shape
+    new, moved, _ = move(changed, mover=mover)
+    assert torch.equal(new[5], changed[5]) and (new[5].data_ptr() - new[5].untyped_storage().data_ptr()) % ALIGN == 0
+
+
+def test_nothing_moves_under_create_graph_or_without_parameters():
+    out = outputs()
+    with torch.enable_grad():
+        new, moved = GradientsOutOfPool((0, 2))(out)
+    assert moved == set() and new is out
+    new, moved, _ = move(out, idxs=())
+    assert moved == set() and new is out
