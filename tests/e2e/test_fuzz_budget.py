@@ -3,7 +3,8 @@
 150 programs of seed 0, three tests of 50 (so that `pytest -n 2` spreads them), dims up to 4, run
 in worker subprocesses with the Triton interpreter on the CPU. A program that is wrong, errors,
 hangs or crashes under mini_inductor, and is neither torch's (aot_eager fails too) nor listed in
-tests/fuzz/known_failures.txt, fails the test with its shrunk repro script.
+tests/fuzz/known_failures.txt, fails the test with its shrunk repro script. The kernels of 40 of them
+are also compiled for sm_90 with Triton's compiler (tests/fuzz/sm90.py).
 """
 from __future__ import annotations
 
@@ -212,3 +213,16 @@ def test_a_gradient_is_compared_at_the_precision_of_the_most_exact_output():
     assert compare_grads(ours, eagers, outputs=[torch.zeros(2)]) is None               # a float32 output
     assert compare_grads(ours, eagers)[0] == "grad"                                     # float64's tolerance
     assert compare_grads(ours, eagers, outputs=[torch.zeros(2), torch.zeros(2, dtype=torch.float64)])[0] == "grad"
+
+
+def test_fuzz_programs_kernels_compile_for_sm90():
+    # what the interpreter runs, Triton's compiler must take too (tests/fuzz/sm90.py): 40 programs of
+    # the budget's seed, with their backward, in a process of their own
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=root)
+    done = subprocess.run([sys.executable, "-m", "tests.fuzz.sm90", "--n", "40", "--seed", str(SEED), "--autograd"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "0 failed" in done.stdout and "distinct kernels compiled for sm_90" in done.stdout, done.stdout
