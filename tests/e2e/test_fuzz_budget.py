@@ -226,3 +226,29 @@ def test_fuzz_programs_kernels_compile_for_sm90():
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "0 failed" in done.stdout and "distinct kernels compiled for sm_90" in done.stdout, done.stdout
+
+
+def test_a_repro_script_checks_gradient_presence_and_keeps_dynamic_mode(tmp_path, monkeypatch):
+    # seed 187 prog 56 (under --dynamic): the repro compiled without dynamic=True and compared only the
+    # gradients eager has, so it printed "compiled matches eager" for a gradient eager does not have
+    import subprocess
+    import sys
+
+    from tests.fuzz.execute import Outcome
+    from tests.fuzz.program import InputSpec, Program, Stmt
+    from tests.fuzz.shrink import repro_script
+
+    # x1's only use does not reach the loss: eager leaves its gradient None
+    program = Program(seed=0, index=0, inputs=(InputSpec("x0", (2,), "float32", requires_grad=True),
+                                               InputSpec("x1", (2,), "float32", requires_grad=True)),
+                      stmts=(Stmt("v0", "x0 * 2", "mul", "pointwise"), Stmt("v1", "x1.detach()", "detach", "view")),
+                      outputs=("v0", "v1"), autograd=True)
+    monkeypatch.setenv("MINI_FUZZ_DYNAMIC", "1")
+    path = tmp_path / "repro.py"
+    path.write_text(repro_script(program, Outcome("wrong", "grad", "why"), file="repro.py"))
+    text = path.read_text()
+    assert "DYNAMIC = True" in text and "assert (a.grad is None) == (e.grad is None)" in text
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, str(path), "cpu", "eager"], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=root), timeout=300)
+    assert done.returncode == 0 and "compiled matches eager" in done.stdout, done.stderr[-2000:]

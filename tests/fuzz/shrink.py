@@ -12,6 +12,7 @@ smaller dims), unused inputs gone. Repeated until nothing smaller fails the same
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Callable, Iterator
 
@@ -164,6 +165,7 @@ import torch.nn.functional as F
 import mini_inductor  # noqa: F401  registers the backend
 
 AUTOGRAD = {autograd}
+DYNAMIC = {dynamic}   # found under --dynamic: every size a symbol, mini_inductor's one compile for all
 
 
 {source}
@@ -188,7 +190,9 @@ if __name__ == "__main__":
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     backend = sys.argv[2] if len(sys.argv) > 2 else "mini_inductor"
     eager_inputs, expected = run(f, device)
-    inputs, actual = run(torch.compile(f, backend=backend, fullgraph=True), device)
+    dynamic = {{"dynamic": True, **({{"options": {{"dynamic_shapes": "symbolic"}}}} if backend == "mini_inductor" else {{}})}} \
+        if DYNAMIC else {{}}
+    inputs, actual = run(torch.compile(f, backend=backend, fullgraph=True, **dynamic), device)
     tols = {{torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-7}}
     close = lambda a, e, what: torch.testing.assert_close(
         a, e, equal_nan=True, atol=tols.get(e.dtype, 0), rtol=tols.get(e.dtype, 0), msg=lambda m: f"{{what}}: {{m}}")
@@ -204,8 +208,11 @@ if __name__ == "__main__":
     assert share(actual, actual) == share(expected, expected), "outputs alias each other unlike eager's"
     for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
         close(a, e, f"input {{i}} after the call")
-        if AUTOGRAD and e.grad is not None:
-            close(a.grad, e.grad, f"grad of input {{i}}")
+        if AUTOGRAD and e.requires_grad:
+            assert (a.grad is None) == (e.grad is None), \
+                f"grad of input {{i}}: {{'none' if a.grad is None else 'a tensor'}}, eager's {{'none' if e.grad is None else 'a tensor'}}"
+            if e.grad is not None:
+                close(a.grad, e.grad, f"grad of input {{i}}")
     print("compiled matches eager")
 '''
 
@@ -214,4 +221,5 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
     detail = "\n".join("    " + ln for ln in outcome.detail.splitlines()[:8])
     return REPRO.format(name=program.name, ops=", ".join(program.ops()), cls=outcome.cls,
                         category=outcome.category, detail=detail.replace('"""', "'''"), file=file,
-                        autograd=program.autograd, source=program.to_source())
+                        autograd=program.autograd, source=program.to_source(),
+                        dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1")
