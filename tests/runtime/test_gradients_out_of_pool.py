@@ -83,3 +83,31 @@ def test_nothing_moves_under_create_graph_or_without_parameters():
     assert moved == set() and new is out
     new, moved, _ = move(out, idxs=())
     assert moved == set() and new is out
+
+
+def test_a_compiled_backward_knows_which_outputs_are_parameters_gradients(monkeypatch):
+    # pipeline.py `_param_grad_idxs`: AOT autograd's backward returns one gradient per forward input
+    import mini_inductor  # noqa: F401
+    from mini_inductor import runtime
+
+    made = []
+    init = runtime.CompiledGraph.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    monkeypatch.setattr(runtime.CompiledGraph, "__init__", spy)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3, bias=False))
+    compiled = torch.compile(model, backend="mini_inductor")
+    compiled(torch.randn(4, 6, requires_grad=True)).sum().backward()
+    backward = next(g for g in made if g.kind == "backward")
+    forward = next(g for g in made if g.kind == "forward")
+    assert forward.param_grad_idxs == ()
+    assert len(backward.param_grad_idxs) == len(list(model.parameters()))
+    outs = []
+    call = backward._call
+    backward._call = lambda args, constants: outs.extend(call(args, constants)) or outs
+    compiled(torch.randn(4, 6, requires_grad=True)).sum().backward()
+    shapes = sorted(tuple(outs[i].shape) for i in backward.param_grad_idxs)
+    assert shapes == sorted(tuple(p.shape) for p in model.parameters())
+    assert (4, 6) in [tuple(o.shape) for i, o in enumerate(outs) if i not in backward.param_grad_idxs and o is not None]
