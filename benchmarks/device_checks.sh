@@ -18,6 +18,8 @@
 #   distributed (two GPUs) tests/distributed/test_distributed_gpu.py, then benchmarks.distributed
 #              --size small (DDP and FSDP2: eager, Inductor, mini_inductor)
 #   distributed_bench  (two GPUs) the benchmark alone
+#   train_profile  the training loop's host time per step by part, reduce-overhead and mini_inductor
+#              twice each, with torch.profiler's and cProfile's tables (150 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -69,6 +71,8 @@ for step in "${steps[@]}"; do
         attention_profile) run attention_profile 90 bash -c "python3 -m benchmarks kernel_profile --model attention_causal \
                                --train --backends mini_inductor; python3 -m benchmarks kernel_profile --model sdpa_causal \
                                --train --backends eager" ;;
+        train_profile) run train_profile 150 python3 -m benchmarks train_host_profile --top 30 \
+                           --backends inductor_reduce_overhead,mini_inductor,inductor_reduce_overhead,mini_inductor ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
