@@ -1,6 +1,6 @@
 """The fuzzer's programs, their kernels compiled for an H100 (sm_90) on the CPU.
 
-    TRITON_INTERPRET=1 python -m tests.fuzz.sm90 --n 100 --seed 7 [--autograd] [--dynamic] [--weight F=W]
+    TRITON_INTERPRET=1 python -m tests.fuzz.sm90 --n 100 --seed 7 [--autograd] [--dynamic] [--size N] [--weight F=W]
 
 Each program runs compiled by mini_inductor in Triton's interpreter (its numerics are the main
 fuzzer's business); every kernel it launches is recorded, and at the end the distinct ones are
@@ -23,6 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--autograd", action="store_true")
     ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
     ap.add_argument("--weight", action="append", default=[], metavar="FAMILY=W")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
     ran = 0
     for index in range(args.start, args.start + args.n):
         try:
-            program = generate(args.seed, index, args.autograd)
+            program = generate(args.seed, index, args.autograd, args.size)
         except RuntimeError:
             continue
         make_inputs, f = load(program)
