@@ -10,7 +10,7 @@ GPU), and more. So CPU tests also hand the kernels they launch to the real compi
                                       process of its own with the interpreter off (in this one, Triton's
                                       own library functions are interpreted ones); raises with the
                                       compiler's message for each kernel that fails
-    compile_jobs(jobs)                the same for launches already in their JSON form (`_job`): the
+    compile_jobs(jobs)                the same for launches already in their JSON form (`launch_job`): the
                                       errors, "" where it compiled (tests/fuzz/sm90.py)
     bind(fn, *args, **meta)           Triton's ASTSource for an sm_90 launch (its signature)
 
@@ -94,7 +94,7 @@ def _decode(value):
     return value
 
 
-def _job(pyfn, args, kwargs) -> dict:
+def launch_job(pyfn, args, kwargs) -> dict:
     import inspect
     return {"path": inspect.getsourcefile(pyfn), "name": pyfn.__name__,
             "args": [_encode(a) for a in args],
@@ -106,7 +106,7 @@ def compile_all(seen, timeout: float = 600) -> list[str]:
     process; the kernels' labels. An AssertionError lists every kernel that did not compile."""
     jobs, keys = [], set()
     for pyfn, args, kwargs in seen:
-        job = _job(pyfn, args, kwargs)
+        job = launch_job(pyfn, args, kwargs)
         key = json.dumps(job, sort_keys=True)
         if key not in keys:
             keys.add(key)
@@ -119,7 +119,7 @@ def compile_all(seen, timeout: float = 600) -> list[str]:
 
 
 def compile_jobs(jobs: list[dict], timeout: float = 1800) -> list[str]:
-    """Compile the jobs (see `_job`) for sm_90 in a process of its own, the interpreter off: for each,
+    """Compile the jobs (see `launch_job`) for sm_90 in a process of its own, the interpreter off: for each,
     "" or the compiler's error."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(jobs, f)

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from tests.sm90 import _job, compile_jobs, launches
+    from tests.sm90 import compile_jobs, launch_job, launches
     from .execute import _backend, _dynamic_args
     from .generate import _quiet, backward_loss, generate
     from .program import load
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
             except Exception:  # noqa: BLE001  (what fails to run is the main fuzzer's finding)
                 pass
         for launch in seen:
-            job = _job(*launch)
+            job = launch_job(*launch)
             key = repr(sorted(job.items()))
             jobs.setdefault(key, job)
             launched_by.setdefault(key, []).append(index)
