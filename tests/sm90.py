@@ -95,6 +95,8 @@ def _decode(value):
 
 
 def launch_job(pyfn, args, kwargs) -> dict:
+    """One recorded launch as JSON: the kernel's module file and name, its arguments' types and values
+    (tensors as their dtypes), its constexprs and launch options."""
     import inspect
     return {"path": inspect.getsourcefile(pyfn), "name": pyfn.__name__,
             "args": [_encode(a) for a in args],
