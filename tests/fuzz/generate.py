@@ -223,9 +223,18 @@ def _eager_runs(program: Program) -> bool:
 
     try:
         make_inputs, f = load(program)
+    except Exception:
+        return False
+    return runs(f, make_inputs, program.autograd)
+
+
+def runs(f, make_inputs, autograd: bool) -> bool:
+    """Whether `f` (the program's function, or a compiled one) runs on the CPU inputs, with the
+    backward of its loss in autograd mode."""
+    try:
         with _quiet():
             outs = f(*make_inputs("cpu"))
-            if program.autograd:
+            if autograd:
                 loss = backward_loss(outs)
                 if loss is not None:
                     loss.backward()
