@@ -46,6 +46,7 @@ import re
 import torch
 
 from ..config import current as current_config, interpreting
+from ..runtime.launch.autotune import next_power_of_2
 from . import score_mod
 from .kernels import kernel_source
 
@@ -332,14 +333,10 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         if need_rows:
             module.dead_rows[(-(-rows // 1024),)](row_live, dead, rows, BLOCK=1024)
         module.block_ranges[(n_m + (n_n if backward else 0),)](flags, dead, ranges, n_m, n_n,
-                                                               N_M=_pow2(n_m), N_N=_pow2(n_n))
+                                                               N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n))
     kv_lo, kv_hi, full_lo, full_hi = ranges[:4 * n_m].view(4, n_m).unbind(0)
     q_lo, q_hi = ranges[4 * n_m:].view(2, n_n).unbind(0) if backward else (kv_lo, kv_lo)   # (unread)
     return BlockTable(kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):

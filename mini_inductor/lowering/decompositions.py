@@ -8,6 +8,7 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._prims_common import get_computation_dtype
 
 from . import eager_strides
 
@@ -36,11 +37,6 @@ _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
 
 # ─── our own decompositions ──────────────────────────────────────────────────────────────────────
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a norm's decomposition computes in: float32 for the half types, else `dtype` itself."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def native_group_norm_backward(grad_out, input, mean, rstd, gamma, N, C, HxW, group: int, output_mask):
     """Group norm's gradients in the normalized-input form.
 
@@ -53,7 +49,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, gamma, N, C, HxW, gr
     cancel, by about 3e7 (fuzz seed 168 prog 394: 2**-10 where eager gives 0). Here that case gives
     xhat = 0 and g - mean(g) = 0 exactly. Half types compute in float32; sizes stay symbolic.
     """
-    cdt = _compute_dtype(input.dtype)
+    cdt = get_computation_dtype(input.dtype)   # float32 for the half types
     per_group = C // group
     shape4 = (N, group, per_group, HxW)            # (sample, group, channel of the group, position)
     dy = grad_out.to(cdt).reshape(shape4)

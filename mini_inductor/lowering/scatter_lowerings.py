@@ -37,6 +37,7 @@ import math
 
 import sympy
 import torch
+from torch._prims_common import get_computation_dtype
 
 from .indexing_lowerings import _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
@@ -52,10 +53,6 @@ aten = torch.ops.aten
 MAX_SCATTER_SPAN = 8  # index.size(dim) above this runs in ATen (K compares per output element)
 # Accumulator dtypes index_put adds with tl.atomic_add (fp16/bf16 accumulate in fp32).
 ATOMIC_ADD_DTYPES = (torch.float32, torch.float64, torch.int32)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _same_size(a, b) -> bool:
@@ -77,7 +74,7 @@ def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
         raise NotImplementedError("scatter with an index smaller than self outside `dim`")
     span = int(span)
     dtype = x.get_dtype()
-    cdt = _compute_dtype(dtype)
+    cdt = get_computation_dtype(dtype)
     x_loader, index_loader = x.make_loader(), index.make_loader()
     src_loader = src.make_loader() if isinstance(src, IRNode) else None
 
@@ -137,7 +134,7 @@ def _atomic_add_into(x: IRNode, what: str, out_size, values_loader, values_dtype
         raise NotImplementedError(f"{what} under torch.use_deterministic_algorithms (atomic adds sum in no "
                                   "fixed order)")
     dtype = x.get_dtype()
-    acc = _compute_dtype(dtype)
+    acc = get_computation_dtype(dtype)
     if acc not in ATOMIC_ADD_DTYPES:
         raise NotImplementedError(f"{what} of {dtype} (no atomic add for it)")
     device, size = x.get_device(), x.get_size()
@@ -193,7 +190,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
         raise NotImplementedError("max-pool backward with an unexpected output size")
     h, w = size[-2:]
     dtype = x.get_dtype()
-    cdt = _compute_dtype(dtype)
+    cdt = get_computation_dtype(dtype)
     grad_loader, index_loader = grad.make_loader(), indices.make_loader()
     tries = [math.ceil(k[0] / s[0]), math.ceil(k[1] / s[1])]  # windows holding one position, per dim
 
