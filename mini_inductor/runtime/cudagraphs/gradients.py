@@ -48,17 +48,18 @@ class GradientsOutOfPool:
     def __init__(self, idxs: tuple[int, ...]):
         self.idxs = tuple(idxs)
         self.groups: list[_Group] | None = None
+        self.moved: frozenset[int] = frozenset()   # the positions the groups cover
 
-    def __call__(self, out) -> tuple[list, set[int]]:
+    def __call__(self, out) -> tuple[list, frozenset[int]]:
         """`out` (a backward's outputs) with the parameters' gradients in fresh memory, and their positions."""
         if not self.idxs or torch.is_grad_enabled():   # create_graph: autograd's own rules apply
-            return out, set()
+            return out, frozenset()
         if self.groups is None or not self._fits(out):
             self.groups = self._plan(out)
+            self.moved = frozenset(i for g in self.groups for i in g.idxs)
         if not self.groups:
-            return out, set()
+            return out, self.moved
         out = list(out)
-        moved: set[int] = set()
         for g in self.groups:
             flat = torch.empty(g.numel, dtype=g.dtype, device=g.device)
             views = torch._C._nn.unflatten_dense_tensors(flat, g.holders)
@@ -66,8 +67,7 @@ class GradientsOutOfPool:
             torch._foreach_copy_(fresh, [out[i] for i in g.idxs])
             for i, t in zip(g.idxs, fresh):
                 out[i] = t
-            moved.update(g.idxs)
-        return out, moved
+        return out, self.moved
 
     def _fits(self, out) -> bool:
         n = len(out)
