@@ -20,6 +20,10 @@
 #   distributed_bench  (two GPUs) the benchmark alone
 #   train_profile  the training loop's host time per step by part, reduce-overhead and mini_inductor
 #              twice each, with torch.profiler's and cProfile's tables (150 s)
+#   attention_host  the causal sweep row's host time per forward and backward (train_host_profile
+#              --model attention_causal): eager SDPA, mini_inductor with and without CUDA graphs (60 s)
+#   matmul_sweep  benchmarks.matmul_templates in the default mode (off, auto, Inductor) over M 256,
+#              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -71,8 +75,12 @@ for step in "${steps[@]}"; do
         attention_profile) run attention_profile 90 bash -c "python3 -m benchmarks kernel_profile --model attention_causal \
                                --train --backends mini_inductor; python3 -m benchmarks kernel_profile --model sdpa_causal \
                                --train --backends eager" ;;
-        train_profile) run train_profile 150 python3 -m benchmarks train_host_profile --top 30 \
+        train_profile) run train_profile 150 python3 -m benchmarks train_host_profile --top 30 --epochs 10 \
                            --backends inductor_reduce_overhead,mini_inductor,inductor_reduce_overhead,mini_inductor ;;
+        attention_host) run attention_host 90 python3 -m benchmarks train_host_profile --model attention_causal \
+                            --top 30 --backends eager_sdpa,mini_inductor,mini_inductor_no_graphs,mini_inductor ;;
+        matmul_sweep) run matmul_sweep 300 python3 -u -m benchmarks.matmul_templates --dtype float16 \
+                          --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac

@@ -24,6 +24,7 @@ from mini_inductor.examples import DecoderStack, MLPWithNorm
 LENGTHS = (64, 96, 128, 192, 256, 384)
 # mini_inductor: its default (dynamic_shapes="symbolic", one compile for every size); _per_size: a compile per size
 BACKENDS = ("eager", "inductor", "inductor_reduce_overhead", "mini_inductor", "mini_inductor_per_size")
+# also: mini_inductor_no_graphs (CUDA graphs off), for host-time comparisons
 
 
 def _compile(model, backend: str):
@@ -34,7 +35,8 @@ def _compile(model, backend: str):
     if backend == "inductor_reduce_overhead":
         return torch.compile(model, mode="reduce-overhead")
     import mini_inductor  # noqa: F401  registers the backend
-    options = {"dynamic_shapes": "per_size"} if backend == "mini_inductor_per_size" else None
+    options = {"mini_inductor_per_size": {"dynamic_shapes": "per_size"},
+               "mini_inductor_no_graphs": {"cudagraphs": False}}.get(backend)
     return torch.compile(model, backend="mini_inductor", options=options)
 
 

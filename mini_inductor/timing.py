@@ -11,7 +11,10 @@ only perf_counter runs and `gpu_ms` is None. With flush_l2, a 256 MB buffer is z
 sample (and waited for), so a sample does not find the previous one's data in L2. With queue_ahead, a
 sleep kernel runs before each sample while the host queues the sample's calls, so the GPU runs them
 back to back: `gpu_ms` is then device time without the host's launch gaps (what a CUDA graph
-replays), and `wall_ms` includes the sleep.
+replays), and `wall_ms` includes the sleep. The sleep is sized to the host's time to queue a sample
+(measured on the warm-up calls, with half again as margin); a sample whose queueing outlasted its
+sleep, so that the GPU waited for the host, is taken again with a longer sleep, and counted in
+`host_bound_samples` if it still does.
 
 This module imports only torch: benchmarks load it from its file in processes that must not import
 mini_inductor (its import starts setup threads), so it imports nothing from the package.
@@ -26,7 +29,10 @@ from typing import Callable
 import torch
 
 L2_FLUSH_BYTES = 256 * 2**20      # larger than any GPU's L2 today (H100: 50 MB)
-QUEUE_AHEAD_CYCLES = 1_000_000    # queue_ahead's sleep: about 0.5 ms at an H100's clock
+QUEUE_AHEAD_CYCLES = 1_000_000    # queue_ahead's shortest sleep: about 0.5 ms at an H100's clock
+MAX_SLEEP_MS = 2000.0            # queue_ahead's longest sleep
+QUEUE_AHEAD_RETRIES = 3           # a sample whose queueing outlasted its sleep is taken again, up to this
+_cycles_per_ms: dict[int, float] = {}   # device index -> the sleep kernel's cycles per millisecond
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +43,7 @@ class Timing:
     gpu_ms: float | None                 # None on the CPU
     wall_samples_ms: tuple[float, ...]
     gpu_samples_ms: tuple[float, ...]
+    host_bound_samples: int = 0          # queue_ahead: samples the GPU still waited on the host for
 
 
 def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1,
@@ -50,28 +57,57 @@ def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1
     on_cuda = (torch.device(device).type == "cuda") if device is not None else torch.cuda.is_available()
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if on_cuda and flush_l2 else None
+    queue_ahead = queue_ahead and on_cuda
+    sync()
+    start = time.perf_counter()
     for _ in range(warmup):
         fn()
+    queue_ms = (time.perf_counter() - start) * 1e3 / max(warmup, 1) * calls   # the host's time to queue a sample
     sync()
     walls, gpus = [], []
+    host_bound = 0
     for _ in range(samples):
-        if flush is not None:
-            flush.zero_()
+        for _ in range(QUEUE_AHEAD_RETRIES + 1 if queue_ahead else 1):
+            if flush is not None:
+                flush.zero_()
+                sync()
+            if on_cuda:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if queue_ahead:
+                    sleep_ms = min(1.5 * queue_ms, MAX_SLEEP_MS)
+                    cycles = max(QUEUE_AHEAD_CYCLES, int(sleep_ms * _sleep_cycles_per_ms()))
+                    sleep_ms = cycles / _sleep_cycles_per_ms()
+                    torch.cuda._sleep(cycles)
+            start = time.perf_counter()
+            if on_cuda:
+                begin.record()
+            for _ in range(calls):
+                fn()
+            if on_cuda:
+                end.record()
+            queued = (time.perf_counter() - start) * 1e3
             sync()
-        if on_cuda:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if queue_ahead:
-                torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
-        start = time.perf_counter()
-        if on_cuda:
-            begin.record()
-        for _ in range(calls):
-            fn()
-        if on_cuda:
-            end.record()
-        sync()
+            if not queue_ahead or queued < sleep_ms:
+                break
+            queue_ms = queued   # the GPU caught up with the host: again, behind a sleep this long and a half
+        else:
+            host_bound += 1
         walls.append((time.perf_counter() - start) / calls * 1e3)
         if on_cuda:
             gpus.append(begin.elapsed_time(end) / calls)
     return Timing(wall_ms=statistics.median(walls), gpu_ms=statistics.median(gpus) if gpus else None,
-                  wall_samples_ms=tuple(walls), gpu_samples_ms=tuple(gpus))
+                  wall_samples_ms=tuple(walls), gpu_samples_ms=tuple(gpus), host_bound_samples=host_bound)
+
+
+def _sleep_cycles_per_ms() -> float:
+    """The sleep kernel's cycles per millisecond on the current device, timed once."""
+    index = torch.cuda.current_device()
+    if index not in _cycles_per_ms:
+        torch.cuda._sleep(QUEUE_AHEAD_CYCLES // 10)   # the kernel's first launch loads it
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
+        end.record()
+        end.synchronize()
+        _cycles_per_ms[index] = QUEUE_AHEAD_CYCLES / max(begin.elapsed_time(end), 1e-3)
+    return _cycles_per_ms[index]

@@ -414,10 +414,14 @@ class LaunchPlan:
 # (0) on two H200s (session 25, fp16, B 4, 16 heads; forward / forward + backward ms), won where half
 # the blocks are dead and lost where few are: hf_causal L 4096 1.36 → 0.83 / 5.78 → 3.63, L 1024
 # 0.17 → 0.17 / 0.77 → 0.81; padding L 4096 0.98 → 1.06 / 4.09 → 4.41, L 1024 0.11 → 0.21. The table
-# is now three kernels over grids as wide as their work (`_data_block_ranges`), not yet timed: off
-# (None) until a GPU run sets the size from which it pays; from that many scores (B * H * L * S)
-# otherwise. The tests turn it on to check the tables and the kernels that read them.
-DATA_SKIP_MIN_SCORES: int | None = None
+# is now three kernels over grids as wide as their work (`_data_block_ranges`). Timed on an H200
+# (session 27, fp16, B 4, 16 heads; forward / forward + backward ms, off → on): hf_causal L 4096
+# 1.29 → 0.58 / 5.88 → 3.22, L 1024 0.145 → 0.114 / 0.93 → 0.86; padding L 4096 0.85 → 0.75 /
+# 4.13 → 3.72, L 1024 0.113 → 0.131 / 0.83 → 0.76 (its forward's GPU time alone 0.059 → 0.055: the
+# loss is the three launches' host time, which CUDA graphs remove). On from B * H * L * S = 2**26
+# scores (L 1024 at B 4, 16 heads); below it the launches cost more than the dead blocks. None: off.
+# The tests set it to 0 to check the tables and the kernels that read them at small sizes.
+DATA_SKIP_MIN_SCORES: int | None = 2 ** 26
 
 
 @functools.lru_cache(maxsize=1024)

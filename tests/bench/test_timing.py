@@ -44,3 +44,20 @@ def test_on_cuda_queue_ahead_runs_every_call_of_each_sample():
     queued = timing.bench(lambda: x.add_(1.0), warmup=2, samples=5, calls=50, device="cuda", queue_ahead=True)
     assert len(queued.gpu_samples_ms) == 5 and queued.gpu_ms > 0
     assert x[0].item() == 2 + 5 * 50
+
+
+@pytest.mark.gpu
+def test_on_cuda_queue_ahead_sleeps_as_long_as_the_host_takes_to_queue():
+    # each call spends 2 ms on the host and microseconds on the GPU: behind a sleep as long as the
+    # host's queueing, the GPU's time per call is its own, far below the host's
+    import time
+
+    import torch
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        time.sleep(0.002)
+        x.add_(1.0)
+    queued = timing.bench(call, warmup=2, samples=3, calls=10, device="cuda", queue_ahead=True)
+    assert queued.host_bound_samples == 0
+    assert queued.gpu_ms < 0.5 and queued.wall_ms > 2.0
