@@ -104,6 +104,12 @@ PARTS = {
                       "mini_inductor.runtime.cudagraphs.nodes:GraphNode._rebuild_outputs",
                       "mini_inductor.runtime.cudagraphs.nodes:GraphNode._pin_replay_outputs",
                       "mini_inductor.runtime.cudagraphs.gradients:GradientsOutOfPool.__call__",
+                      "mini_inductor.runtime.cudagraphs.utils:FunctionInfo.sizes_key",
+                      "mini_inductor.runtime.cudagraphs.nodes:GraphNode._retire_cached",
+                      "mini_inductor.runtime.cudagraphs.nodes:storage_at",
+                      "mini_inductor.runtime.cudagraphs.nodes:tensor_on",
+                      "mini_inductor.runtime.cudagraphs.nodes:_fresh_autograd_state",
+                      "mini_inductor.runtime.cudagraphs.nodes:is_live",
                       "torch.cuda.graphs:CUDAGraph.replay"],
     "inductor": ["torch._inductor.cudagraph_trees:CUDAGraphTreeManager.run",
                  "torch._inductor.cudagraph_trees:CUDAGraphNode.run",
@@ -119,12 +125,13 @@ def _timed_parts(backend: str):
     family = "mini_inductor" if backend.startswith("mini_inductor") else "inductor" if "inductor" in backend else None
     totals: dict[str, list] = {}
     undo = []
-    for path in PARTS.get(family, []):
+    for path in PARTS.get(family, []):   # "module:Class.attr", or "module:function" as that module calls it
         module_name, _, attr_path = path.partition(":")
-        cls_name, _, attr = attr_path.partition(".")
+        owner_name, _, attr = attr_path.rpartition(".")
         try:
-            cls = getattr(importlib.import_module(module_name), cls_name)
-            original = cls.__dict__[attr]
+            module = importlib.import_module(module_name)
+            owner = getattr(module, owner_name) if owner_name else module
+            original = owner.__dict__[attr]
         except (ImportError, AttributeError, KeyError):
             continue
         slot = totals.setdefault(attr_path, [0.0, 0])
@@ -136,12 +143,12 @@ def _timed_parts(backend: str):
             finally:
                 _slot[0] += time.perf_counter() - t0
                 _slot[1] += 1
-        setattr(cls, attr, functools.wraps(original)(timed))
-        undo.append((cls, attr, original))
+        setattr(owner, attr, functools.wraps(original)(timed))
+        undo.append((owner, attr, original))
 
     def restore():
-        for cls, attr, original in undo:
-            setattr(cls, attr, original)
+        for owner, attr, original in undo:
+            setattr(owner, attr, original)
     return totals, restore
 
 

@@ -12,7 +12,7 @@ sample (and waited for), so a sample does not find the previous one's data in L2
 sleep kernel runs before each sample while the host queues the sample's calls, so the GPU runs them
 back to back: `gpu_ms` is then device time without the host's launch gaps (what a CUDA graph
 replays), and `wall_ms` includes the sleep. The sleep is sized to the host's time to queue a sample
-(measured on the warm-up calls, with half again as margin); a sample whose queueing outlasted its
+(the median warm-up call's, with half again as margin); a sample whose queueing outlasted its
 sleep, so that the GPU waited for the host, is taken again with a longer sleep, and counted in
 `host_bound_samples` if it still does.
 
@@ -59,10 +59,13 @@ def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if on_cuda and flush_l2 else None
     queue_ahead = queue_ahead and on_cuda
     sync()
-    start = time.perf_counter()
+    warm_ms = []
     for _ in range(warmup):
+        start = time.perf_counter()
         fn()
-    queue_ms = (time.perf_counter() - start) * 1e3 / max(warmup, 1) * calls   # the host's time to queue a sample
+        warm_ms.append((time.perf_counter() - start) * 1e3)
+    # the host's time to queue a sample: the median warm-up call's (the first may compile or record)
+    queue_ms = statistics.median(warm_ms) * calls if warm_ms else 0.0
     sync()
     walls, gpus = [], []
     host_bound = 0

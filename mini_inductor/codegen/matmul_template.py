@@ -116,6 +116,11 @@ def default_config(m: int, n: int, k: int, dtype: torch.dtype) -> MatmulConfig:
     runs one program at a time in numpy, so fewer, bigger tiles gain nothing)."""
     if interpreting():
         return _fit(MatmulConfig(32, 32, 32, 8, 4, 1), m, n, k, torch.float16)
+    return gpu_default_config(m, n, k, dtype)
+
+
+def gpu_default_config(m: int, n: int, k: int, dtype: torch.dtype) -> MatmulConfig:
+    """The default config on a GPU (what the cost model counts the tiles of, wherever it runs)."""
     if m >= 128 and n >= 128:
         return _fit(MatmulConfig(128, 128, 64, 8, 8, 3), m, n, k, dtype)
     return _fit(MatmulConfig(64, 64, 64, 8, 4, 4), m, n, k, dtype)

@@ -11,7 +11,9 @@ the scheduler records on each template node after fusion (`choose_matmuls`).
 The cost model (`prefer_template`) compares, per matmul and with the epilogue fused:
 
     cuBLAS   = max(flops / peak,              bytes / bandwidth) + 2 * output bytes / bandwidth + launch
-    template = max(flops / (peak * TEMPLATE_EFFICIENCY), bytes / bandwidth)
+    template = max(flops / (peak * TEMPLATE_EFFICIENCY * occupancy), bytes / bandwidth)
+
+(occupancy: the share of the SMs the template's tiles fill, at most 1)
 
 the epilogue kernel after cuBLAS re-reads the product and the product is written once more: that is
 what fusing saves, against the template's slower main loop. Where both are compute-bound a template
@@ -48,6 +50,7 @@ TEMPLATE_EFFICIENCY_FP32 = 0.6
 # speed but made every product about 2**-10 too small
 TEMPLATE_EFFICIENCY_TF32 = 0.5
 LAUNCH_US = 2.0                # one more kernel in a CUDA graph
+NUM_SMS = 132                  # H100 SXM and H200: a template's tiles fewer than this leave SMs idle
 # A transcendental epilogue (GELU's erf, tanh, SiLU's exp) inside the template costs more than in a
 # kernel of its own. Measured on the H100 (fp16, M 8192, benchmarks/matmul_templates.py, session 23):
 # the template with bias+GELU against the same template with a residual add, 94 vs 78 µs for N 2304
@@ -108,7 +111,7 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
     efficiency = (TEMPLATE_EFFICIENCY if dtype != torch.float32 else
                   TEMPLATE_EFFICIENCY_TF32 if _tf32(dtype) else TEMPLATE_EFFICIENCY_FP32)
     cublas = max(flops / peak, moved / bandwidth)
-    template = max(flops / (peak * efficiency), moved / bandwidth)
+    template = max(flops / (peak * efficiency * _occupancy(batch, m, n, k, dtype)), moved / bandwidth)
     if transcendental:
         template += batch * m * n / 1e6 * TRANSCENDENTAL_US_PER_MELEM
     if not epilogue:
@@ -118,6 +121,16 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
     where = "" if separate_passes == 2 else f", in its readers' kernel ({separate_passes} pass{'es' if separate_passes != 1 else ''})"
     return wins, (f"template {template:.1f} µs vs cuBLAS {cublas:.1f} µs + epilogue {separate:.1f} µs{where} "
                   f"(cost model)")
+
+
+def _occupancy(batch: int, m: int, n: int, k: int, dtype: torch.dtype) -> float:
+    """The share of the SMs the template's default tiles keep busy: one tile per SM, and fewer tiles
+    than SMs leave the rest idle (the template has no split-K; cuBLAS picks one where it pays). On
+    the H200 (session 27, fp16, M 256, a GELU epilogue) the template took 0.020 ms against cuBLAS plus
+    the epilogue's 0.010 at N 768, K 3072 (12 tiles), where the model without this had 2.5 against 4.5 µs."""
+    from ..codegen.matmul_template import gpu_default_config   # (codegen imports the scheduler)
+    tiles = batch * gpu_default_config(m, n, k, dtype).tiles(m, n)
+    return min(1.0, tiles / NUM_SMS)
 
 
 def _epilogue_passes(n2: BaseSchedulerNode, readers: dict[str, set[str]], outputs: set[str],

@@ -22,26 +22,31 @@ ALIGN = 128   # bytes
 
 
 class _Group:
-    """The gradients of one dtype and device: their positions, and shape holders (meta tensors, with
-    a padding holder after each where the next would be misaligned) for unflatten_dense_tensors."""
+    """The gradients of one dtype and device: their positions, and the pieces of the buffer
+    (`split_with_sizes`, one call for all of them: a padding piece after each gradient where the next
+    would be misaligned), with the shape each gradient's piece is viewed as where it is not 1-d."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device, idxs: list[int], shapes: list[torch.Size]):
         self.dtype, self.device, self.idxs = dtype, device, idxs
         self.shapes = shapes
         step = max(1, ALIGN // torch.empty((), dtype=dtype).element_size())
-        self.holders: list[torch.Tensor] = []
-        self.picks: list[int] = []            # which unflattened views are the gradients
+        self.pieces: list[int] = []                         # split sizes, gradients and padding
+        self.picks: list[tuple[int, torch.Size | None]] = []   # (piece, shape to view it as, or None)
         total = 0
         for shape in shapes:
             n = shape.numel()
-            self.picks.append(len(self.holders))
-            self.holders.append(torch.empty(shape, dtype=dtype, device="meta"))
+            self.picks.append((len(self.pieces), None if len(shape) == 1 else shape))
+            self.pieces.append(n)
             total += n
             pad = -total % step
             if pad:
-                self.holders.append(torch.empty(pad, dtype=dtype, device="meta"))
+                self.pieces.append(pad)
                 total += pad
         self.numel = total
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        pieces = flat.split_with_sizes(self.pieces)
+        return [pieces[p] if shape is None else pieces[p].view(shape) for p, shape in self.picks]
 
 
 class GradientsOutOfPool:
@@ -61,9 +66,7 @@ class GradientsOutOfPool:
             return out, self.moved
         out = list(out)
         for g in self.groups:
-            flat = torch.empty(g.numel, dtype=g.dtype, device=g.device)
-            views = torch._C._nn.unflatten_dense_tensors(flat, g.holders)
-            fresh = [views[p] for p in g.picks]
+            fresh = g.views(torch.empty(g.numel, dtype=g.dtype, device=g.device))
             torch._foreach_copy_(fresh, [out[i] for i in g.idxs])
             for i, t in zip(g.idxs, fresh):
                 out[i] = t
