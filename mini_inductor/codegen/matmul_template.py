@@ -31,6 +31,7 @@ from ..errors import CodegenError
 from ..lowering.ir import MatmulTemplate, ReinterpretView
 from ..lowering.virtualized import set_ops_handler
 from ..runtime.launch.autotune import next_power_of_2
+from ..scheduler.matmul_choice import default_tile
 from ..scheduler.nodes import SchedulerNode
 from .triton import INT32_MAX, TritonKernel, _broadcast_reads, _split
 from .triton_ops import XINDEX, YINDEX, CSEVar, TritonOps, _operand, texpr, tl_dtype
@@ -120,8 +121,8 @@ def default_config(m: int, n: int, k: int, dtype: torch.dtype) -> MatmulConfig:
 
 
 def gpu_default_config(m: int, n: int, k: int, dtype: torch.dtype) -> MatmulConfig:
-    """The default config on a GPU (what the cost model counts the tiles of, wherever it runs)."""
-    if m >= 128 and n >= 128:
+    """The default config on a GPU: its tiles are the cost model's (scheduler/matmul_choice.py)."""
+    if default_tile(m, n) == (128, 128):
         return _fit(MatmulConfig(128, 128, 64, 8, 8, 3), m, n, k, dtype)
     return _fit(MatmulConfig(64, 64, 64, 8, 4, 4), m, n, k, dtype)
 

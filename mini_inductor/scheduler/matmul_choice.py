@@ -128,9 +128,15 @@ def _occupancy(batch: int, m: int, n: int, k: int, dtype: torch.dtype) -> float:
     than SMs leave the rest idle (the template has no split-K; cuBLAS picks one where it pays). On
     the H200 (session 27, fp16, M 256, a GELU epilogue) the template took 0.020 ms against cuBLAS plus
     the epilogue's 0.010 at N 768, K 3072 (12 tiles), where the model without this had 2.5 against 4.5 µs."""
-    from ..codegen.matmul_template import gpu_default_config   # (codegen imports the scheduler)
-    tiles = batch * gpu_default_config(m, n, k, dtype).tiles(m, n)
+    block_m, block_n = default_tile(m, n)
+    tiles = batch * -(-m // block_m) * -(-n // block_n)
     return min(1.0, tiles / NUM_SMS)
+
+
+def default_tile(m: int, n: int) -> tuple[int, int]:
+    """BLOCK_M and BLOCK_N of the template's default config on a GPU (codegen/matmul_template.py
+    `default_config`; a block larger than its dimension covers it in one tile, as the fitted one does)."""
+    return (128, 128) if m >= 128 and n >= 128 else (64, 64)
 
 
 def _epilogue_passes(n2: BaseSchedulerNode, readers: dict[str, set[str]], outputs: set[str],

@@ -271,6 +271,23 @@ def test_auto_rule_prefers_templates_for_small_k_with_an_epilogue():
     assert not prefer_template(1, 8192, 3072, 768, torch.float16, False)[0]
 
 
+def test_auto_rule_charges_a_template_for_the_sms_its_tiles_leave_idle():
+    # 256 tokens: the up-projection with a residual add has 36 default tiles for 132 SMs, the
+    # down-projection 12. Measured on an H200 (session 27, fp16, GPU time): the templates took
+    # 0.008 and 0.018 ms against cuBLAS plus the epilogue's 0.007 and 0.009, where the model without
+    # the idle SMs had the templates ahead (2.3 against 4.5 µs for the down-projection)
+    assert not prefer_template(1, 256, 2304, 768, torch.float16, True)[0]
+    assert not prefer_template(1, 256, 768, 3072, torch.float16, True)[0]
+    # with tiles for every SM the rule is as before
+    assert prefer_template(1, 8192, 3072, 768, torch.float16, True)[0]
+    from mini_inductor.codegen.matmul_template import gpu_default_config
+    from mini_inductor.scheduler.matmul_choice import default_tile
+    for m, n in ((256, 768), (100, 3072), (8192, 64)):   # the model counts the tiles codegen launches
+        c = gpu_default_config(m, n, 3072, torch.float16)
+        bm, bn = default_tile(m, n)
+        assert c.tiles(m, n) == -(-m // bm) * -(-n // bn)
+
+
 def test_auto_rule_counts_nothing_for_an_epilogue_its_readers_would_compute():
     # GPT-2's scores in float32 (12 x 512 x 512 x 64) with a causal mask: fused in the template, or a
     # kernel of its own after cuBLAS, the template wins; but the softmax after it computes the mask at
