@@ -2,11 +2,18 @@
 Not a test; needs a CUDA GPU.
 
     PYTHONPATH=. python -m benchmarks pointwise [--numel 50331648] [--dtype float16] [--ops mul,gelu,silu,add]
+        [--warps 4]
 
 The matmul sweep found cuBLAS followed by our GELU kernel 10% slower than eager's addmm followed by
 ATen's GELU (16384 x 3072, fp16): this times the epilogue kernels alone, a pure-bandwidth op (mul)
 beside the transcendental ones, to tell a slow pointwise kernel from a slow erf. Each line: GPU ms
 per call (queued behind a sleep, CUDA graphs on for the compiled ones), and the bandwidth that is.
+
+Compiled for sm_90 on the CPU (tests/sm90.py), our fp16 GELU kernel (XBLOCK 1024, 8 warps: 4 elements
+a thread) loads and stores 8 bytes a thread (ld.global.v2.b32), where ATen's vectorized kernels move
+16. `--warps N` adds a mini_inductor row whose 1-D pointwise kernels of XBLOCK 1024 launch N warps
+(4: 8 elements, 16 bytes of fp16 a thread, Inductor's default), to measure that before changing
+codegen/heuristics.py.
 """
 from __future__ import annotations
 
@@ -22,13 +29,30 @@ OPS = {"mul": lambda x, y: x * 2.0, "add": lambda x, y: x + y, "gelu": lambda x,
 BACKENDS = ("eager", "inductor", "mini_inductor")
 
 
+def _with_warps(warps: int):
+    """mini_inductor's pointwise heuristic, its XBLOCK-1024 kernels launched with `warps` warps."""
+    import dataclasses
+
+    from mini_inductor.codegen import heuristics, triton as triton_codegen
+    original = heuristics.pick_config
+
+    def pick(numel, rnumel, persistent_limit, outer=False):
+        config = original(numel, rnumel, persistent_limit, outer)
+        if rnumel <= 1 and config.XBLOCK == 1024:
+            config = dataclasses.replace(config, num_warps=warps)
+        return config
+    triton_codegen.pick_config = pick
+    return lambda: setattr(triton_codegen, "pick_config", original)
+
+
 def _run(backend: str, fn):
     if backend == "eager":
         return fn
     if backend == "inductor":
         return torch.compile(fn, mode="reduce-overhead")
     import mini_inductor  # noqa: F401  registers the backend
-    return torch.compile(fn, backend="mini_inductor")
+    # no graph cache: a patched heuristic (--warps) must generate its own kernels, not load the others
+    return torch.compile(fn, backend="mini_inductor", options={"graph_cache": False})
 
 
 def main(argv=None) -> None:
@@ -37,22 +61,28 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--ops", default="mul,add,gelu,silu")
     p.add_argument("--backends", default=",".join(BACKENDS))
+    p.add_argument("--warps", type=int, default=0, help="also mini_inductor with this many warps (see above)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/pointwise.py needs a CUDA GPU")
     dtype = getattr(torch, a.dtype)
     x = torch.randn(a.numel, device="cuda", dtype=dtype)
     y = torch.randn(a.numel, device="cuda", dtype=dtype)
+    backends = a.backends.split(",") + ([f"mini_inductor_w{a.warps}"] if a.warps else [])
     for op in a.ops.split(","):
         line = [f"{op} {a.numel} {a.dtype}:"]
-        for backend in a.backends.split(","):
+        for backend in backends:
             torch._dynamo.reset()
-            run = _run(backend, OPS[op])
+            restore = _with_warps(a.warps) if backend.startswith("mini_inductor_w") else (lambda: None)
+            try:
+                run = _run(backend.split("_w")[0], OPS[op])
 
-            def call():
-                torch.compiler.cudagraph_mark_step_begin()
-                return run(x, y)
-            ms = bench(call, warmup=5, samples=5, calls=10, queue_ahead=True).gpu_ms
+                def call():
+                    torch.compiler.cudagraph_mark_step_begin()
+                    return run(x, y)
+                ms = bench(call, warmup=5, samples=5, calls=10, queue_ahead=True).gpu_ms
+            finally:
+                restore()
             moved = (3 if op == "add" else 2) * a.numel * x.element_size()
             line.append(f"{backend} {ms:.4f} ms ({moved / ms / 1e9:.0f} GB/s)")
         print(" ".join(line), flush=True)
