@@ -5,15 +5,15 @@ Not a test; needs a CUDA GPU.
         [--warps 4]
 
 The matmul sweep found cuBLAS followed by our GELU kernel 10% slower than eager's addmm followed by
-ATen's GELU (16384 x 3072, fp16): this times the epilogue kernels alone, a pure-bandwidth op (mul)
+ATen's GELU (16384 x 3072, fp16, session 27): this times the epilogue kernels alone, a pure-bandwidth op (mul)
 beside the transcendental ones, to tell a slow pointwise kernel from a slow erf. Each line: GPU ms
 per call (queued behind a sleep, CUDA graphs on for the compiled ones), and the bandwidth that is.
 
-Compiled for sm_90 on the CPU (tests/sm90.py), our fp16 GELU kernel (XBLOCK 1024, 8 warps: 4 elements
-a thread) loads and stores 8 bytes a thread (ld.global.v2.b32), where ATen's vectorized kernels move
-16. `--warps N` adds a mini_inductor row whose 1-D pointwise kernels of XBLOCK 1024 launch N warps
-(4: 8 elements, 16 bytes of fp16 a thread, Inductor's default), to measure that before changing
-codegen/heuristics.py.
+Compiled for sm_90 on the CPU (tests/sm90.py), our fp16 GELU kernel at 8 warps (XBLOCK 1024: 4
+elements a thread) loaded and stored 8 bytes a thread (ld.global.v2.b32), where ATen's vectorized
+kernels move 16; since session 27 a kernel of 2-byte types launches 4 warps (16 bytes, Inductor's
+default; codegen/heuristics.py pick_config), not yet timed. `--warps N` adds a mini_inductor row
+whose 1-D pointwise kernels of XBLOCK 1024 launch N warps (`--warps 8`: the old choice), to time it.
 """
 from __future__ import annotations
 

@@ -13,8 +13,10 @@ GPU), and more. So CPU tests also hand the kernels they launch to the real compi
     compile_jobs(jobs)                the same for launches already in their JSON form (`launch_job`): the
                                       errors, "" where it compiled (tests/fuzz/sm90.py)
     bind(fn, *args, **meta)           Triton's ASTSource for an sm_90 launch (its signature)
+    ptx_of(seen)                      the PTX of each distinct launch (what a kernel's loads compile to)
 
-    python -m tests.sm90 JOBS.json    the subprocess: compiles the jobs, prints their errors as JSON
+    python -m tests.sm90 JOBS.json [--ptx]   the subprocess: compiles the jobs, prints their errors (or
+                                             their PTX) as JSON
 """
 from __future__ import annotations
 
@@ -106,13 +108,7 @@ def launch_job(pyfn, args, kwargs) -> dict:
 def compile_all(seen, timeout: float = 600) -> list[str]:
     """Compile for sm_90 each distinct (kernel, argument types, constexprs) of `seen` in a fresh
     process; the kernels' labels. An AssertionError lists every kernel that did not compile."""
-    jobs, keys = [], set()
-    for pyfn, args, kwargs in seen:
-        job = launch_job(pyfn, args, kwargs)
-        key = json.dumps(job, sort_keys=True)
-        if key not in keys:
-            keys.add(key)
-            jobs.append(job)
+    jobs = _distinct_jobs(seen)
     labels = [f"{job['name']} ({os.path.basename(job['path'])}, launch {n})" for n, job in enumerate(jobs)]
     errors = compile_jobs(jobs, timeout)
     failed = [f"{label} does not compile for sm_90:\n{error}" for label, error in zip(labels, errors) if error]
@@ -120,15 +116,32 @@ def compile_all(seen, timeout: float = 600) -> list[str]:
     return labels
 
 
-def compile_jobs(jobs: list[dict], timeout: float = 1800) -> list[str]:
+def _distinct_jobs(seen) -> list[dict]:
+    jobs, keys = [], set()
+    for pyfn, args, kwargs in seen:
+        job = launch_job(pyfn, args, kwargs)
+        key = json.dumps(job, sort_keys=True)
+        if key not in keys:
+            keys.add(key)
+            jobs.append(job)
+    return jobs
+
+
+def ptx_of(seen, timeout: float = 600) -> list[str]:
+    """The sm_90 PTX of each distinct launch of `seen` (compiled as compile_all does)."""
+    return compile_jobs(_distinct_jobs(seen), timeout, ptx=True)
+
+
+def compile_jobs(jobs: list[dict], timeout: float = 1800, ptx: bool = False) -> list[str]:
     """Compile the jobs (see `launch_job`) for sm_90 in a process of its own, the interpreter off: for each,
-    "" or the compiler's error."""
+    "" or the compiler's error (with `ptx`, its PTX; a kernel that fails raises)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(jobs, f)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.sm90", f.name], cwd=ROOT, env=env, timeout=timeout,
+        done = subprocess.run([sys.executable, "-m", "tests.sm90", f.name] + (["--ptx"] if ptx else []), cwd=ROOT,
+                              env=env, timeout=timeout,
                               capture_output=True, text=True)
     finally:
         os.unlink(f.name)
@@ -137,7 +150,7 @@ def compile_jobs(jobs: list[dict], timeout: float = 1800) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _compile_jobs(path: str) -> list[str]:
+def _compile_jobs(path: str, ptx: bool = False) -> list[str]:
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -156,9 +169,11 @@ def _compile_jobs(path: str) -> list[str]:
             meta = {k: _decode(v) for k, v in job["kwargs"].items()}
             src = bind(getattr(module, job["name"]), *[_decode(a) for a in job["args"]], **meta)
             options = {k: meta[k] for k in ("num_warps", "num_stages") if k in meta}
-            triton.compile(src, target=GPUTarget(*TARGET), options=options)
-            errors.append("")
+            compiled = triton.compile(src, target=GPUTarget(*TARGET), options=options)
+            errors.append(compiled.asm["ptx"] if ptx else "")
         except Exception as e:  # noqa: BLE001  (each kernel's error is reported, the rest still compile)
+            if ptx:
+                raise
             errors.append(f"{type(e).__name__}: {e}"[:4000])
     return errors
 
@@ -166,4 +181,4 @@ def _compile_jobs(path: str) -> list[str]:
 if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("tests/sm90.py compiles with Triton's compiler: run it without TRITON_INTERPRET")
-    print(json.dumps(_compile_jobs(sys.argv[1])))
+    print(json.dumps(_compile_jobs(sys.argv[1], ptx="--ptx" in sys.argv[2:])))

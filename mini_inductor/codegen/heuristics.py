@@ -23,8 +23,16 @@ class KernelConfig:
         return {"XBLOCK": self.XBLOCK}
 
 
-def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = False) -> KernelConfig:
+def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = False,
+                itemsize: int = 4) -> KernelConfig:
     """Pointwise: 1-D tiles of up to 1024. Reductions: persistent rows up to `persistent_limit`, else looped.
+
+    `itemsize`: the widest element the kernel loads or stores, in bytes. A 1-D pointwise block of 1024
+    has each thread move 16 bytes of it: 8 warps (4 elements a thread) for 4-byte types, 4 warps (8)
+    for 2-byte ones. At 8 warps an fp16 kernel's loads and stores were 8 bytes a thread (ld.global.v2.b32,
+    compiled for sm_90), where ATen's vectorized kernels and Inductor's (4 warps) move 16; on an H200
+    (session 27) cuBLAS plus our fp16 GELU kernel took 0.156 ms where eager took 0.142 and Inductor
+    0.147 (16384 x 2304, benchmarks/matmul_templates.py).
 
     `outer`: the reduction's reads are contiguous across rows, not along them (x.sum(0) of a row-major
     x). Then a block holds many rows (XBLOCK ≥ 8: a 32-byte sector of fp32 per reduction step) and
@@ -32,7 +40,7 @@ def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = Fa
     """
     if rnumel <= 1:
         xblock = min(1024, next_power_of_2(numel))
-        return KernelConfig(xblock, 1, 4 if xblock <= 512 else 8, True)
+        return KernelConfig(xblock, 1, 4 if xblock <= 512 or itemsize <= 2 else 8, True)
     if outer:
         xblock = min(64, max(8, next_power_of_2(numel) // 128))
         rblock = min(next_power_of_2(rnumel), 2048 // xblock)

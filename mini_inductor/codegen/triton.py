@@ -96,7 +96,9 @@ class TritonKernel:
                 rows = longest
             else:
                 persistent_limit = 0
-        self.config: KernelConfig = pick_config(hint(numel), rows, persistent_limit, outer)
+        widest = max((buffer_dtypes[name].itemsize for n in nodes for name in n.used_buffer_names()
+                      if name not in kernel_local and name in buffer_dtypes), default=4)
+        self.config: KernelConfig = pick_config(hint(numel), rows, persistent_limit, outer, widest)
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(nodes, TILE_XBLOCK_MAX)
         if self.tiling is not None:
             self.config = pick_tile_config(self.tiling.ynumel, self.tiling.xnumel)

@@ -141,3 +141,19 @@ def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
     fn, args, kwargs = next(launch for launch in seen if launch[0].__name__ == "block_ranges")
     with pytest.raises(AssertionError, match="block_ranges .* does not compile for sm_90:\n(?s:.*)arange's arguments"):
         compile_all([(fn, args, {**kwargs, "N_M": "not a size"})])
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float16, "v4"), (torch.bfloat16, "v4"), (torch.float32, "v4")])
+def test_a_pointwise_kernel_moves_16_bytes_a_thread(dtype, width):
+    # a block of 1024 elements: 8 elements a thread for 2-byte types (4 warps), 4 for 4-byte ones (8
+    # warps). At 8 warps the fp16 GELU kernel's accesses were 8 bytes (ld.global.v2.b32), and it ran
+    # slower than ATen's and Inductor's on an H200 (codegen/heuristics.py pick_config)
+    from sm90 import ptx_of
+    x = torch.randn(8192, dtype=dtype)
+    with launches() as seen:
+        torch.compile(lambda x: F.gelu(x), backend="mini_inductor", dynamic=False)(x)
+    (ptx,) = ptx_of(seen)
+    loads = [line for line in ptx.splitlines() if "ld.global" in line]
+    stores = [line for line in ptx.splitlines() if "st.global" in line]
+    assert loads and stores and all(f"ld.global.{width}." in line for line in loads), loads
+    assert all(f"st.global.{width}." in line for line in stores), stores
