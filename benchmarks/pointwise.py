@@ -2,7 +2,7 @@
 Not a test; needs a CUDA GPU.
 
     PYTHONPATH=. python -m benchmarks pointwise [--numel 50331648] [--dtype float16] [--ops mul,gelu,silu,add]
-        [--warps 4]
+        [--warps 8]
 
 The matmul sweep found cuBLAS followed by our GELU kernel 10% slower than eager's addmm followed by
 ATen's GELU (16384 x 3072, fp16, session 27): this times the epilogue kernels alone, a pure-bandwidth op (mul)
@@ -36,8 +36,8 @@ def _with_warps(warps: int):
     from mini_inductor.codegen import heuristics, triton as triton_codegen
     original = heuristics.pick_config
 
-    def pick(numel, rnumel, persistent_limit, outer=False):
-        config = original(numel, rnumel, persistent_limit, outer)
+    def pick(numel, rnumel, *args, **kwargs):
+        config = original(numel, rnumel, *args, **kwargs)
         if rnumel <= 1 and config.XBLOCK == 1024:
             config = dataclasses.replace(config, num_warps=warps)
         return config
