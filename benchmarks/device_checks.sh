@@ -24,6 +24,8 @@
 #              --model attention_causal): eager SDPA, mini_inductor with and without CUDA graphs (60 s)
 #   matmul_sweep  benchmarks.matmul_templates in the default mode (off, auto, Inductor) over M 256,
 #              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s)
+#   pointwise  benchmarks.pointwise: mul, add, GELU, SiLU over 50M fp16 elements, eager / Inductor /
+#              mini_inductor, and mini_inductor at the old 8 warps (--warps 8) (60 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -81,6 +83,7 @@ for step in "${steps[@]}"; do
                             --top 30 --backends eager_sdpa,mini_inductor,mini_inductor_no_graphs,mini_inductor ;;
         matmul_sweep) run matmul_sweep 300 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
+        pointwise) run pointwise 60 python3 -m benchmarks pointwise --warps 8 ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
