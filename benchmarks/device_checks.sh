@@ -26,6 +26,8 @@
 #              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s)
 #   pointwise  benchmarks.pointwise: mul, add, GELU, SiLU over 50M fp16 elements, eager / Inductor /
 #              mini_inductor, and mini_inductor at the old 8 warps (--warps 8) (60 s)
+#   flash_fwd, flash_bwd  benchmarks.flash_configs: the generated flash kernels' configs timed one by one
+#              (hf_causal and ALiBi, fp16, E 64, L 1024 and 4096), forward (150 s) and backward (300 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -84,6 +86,8 @@ for step in "${steps[@]}"; do
         matmul_sweep) run matmul_sweep 300 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
         pointwise) run pointwise 60 python3 -m benchmarks pointwise --warps 8 ;;
+        flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
+        flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes bwd ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac
