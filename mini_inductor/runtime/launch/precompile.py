@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import sysconfig
@@ -121,9 +122,21 @@ _IMPORTED_BEFORE = {"torch._functorch._aot_autograd.subclass_codegen": (2, 15)}
 
 
 def lazy_torch_imports() -> tuple[str, ...]:
-    """LAZY_TORCH_IMPORTS less what this torch's first call does not import."""
+    """LAZY_TORCH_IMPORTS less what this torch's first call does not import, and less the modules this
+    torch does not have (torch 2.11 has neither torch._higher_order_ops.passes nor subclass_codegen)."""
     release = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    return tuple(n for n in LAZY_TORCH_IMPORTS if release < _IMPORTED_BEFORE.get(n, (999,)))
+    return tuple(n for n in LAZY_TORCH_IMPORTS if release < _IMPORTED_BEFORE.get(n, (999,)) and _has_module(n))
+
+
+def _has_module(name: str) -> bool:
+    """Whether the module's file is there, found without importing it or its parents (importing a
+    parent is what the warm-up thread is for)."""
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return spec is not None and not rest
+    path = os.path.join(list(spec.submodule_search_locations)[0], *rest)
+    return os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__init__.py"))
 # torch sources Dynamo tokenizes at a first trace: it names the function of each line it makes a call
 # node from (torch._dynamo.funcname_cache), for a debug log line, whether that log is on or not. The
 # first file also compiles tokenize's patterns: 0.2 s of a 0.6 s trace of a small MLP on the CPU
