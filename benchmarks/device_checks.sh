@@ -87,7 +87,7 @@ for step in "${steps[@]}"; do
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
         pointwise) run pointwise 60 python3 -m benchmarks pointwise --warps 8 ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
-        flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes bwd ;;
+        flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac

@@ -2,12 +2,12 @@
 Not a test; needs a CUDA GPU.
 
     PYTHONPATH=. python -m benchmarks flash_configs [--cases hf_causal,alibi] [--lengths 1024,4096]
-        [--head-dims 64] [--dtype float16] [--modes fwd,bwd] [--top 3]
+        [--head-dims 64] [--dtype float16] [--modes fwd,dkdv,dq] [--top 3]
 
-attention/flash.py's `forward_config` and `backward_config` were chosen by compiling for sm_90 and
+attention/flash.py's `forward_config`, `backward_config` (dk/dv) and `dq_config` were chosen by compiling for sm_90 and
 reading ptxas's register and spill counts, not by timing. Each case here is a modification our own
 kernels compute (batch 4, 16 heads): for each config of the grid, the forward (`triton_forward`) or
-the backward (`triton_backward`: delta, dk/dv, dq) is timed alone, GPU time queued behind a sleep
+the backward (`triton_backward`: delta, dk/dv, dq; the config of dk/dv or of dq varied) is timed alone, GPU time queued behind a sleep
 (mini_inductor/timing.py), its result checked against the current config's, and the fastest are
 printed beside the current choice; ATen's flash
 attention (SDPA, causal) is timed too as the reference the issue's "within 15%" targets. A config
@@ -69,18 +69,22 @@ def sweep(case: str, L: int, E: int, dtype, mode: str, top: int) -> None:
     if mode == "fwd":
         def call():
             return flash.triton_forward(q, k, v, extra, sm)
-        grid, name = FORWARD_GRID, "forward_config"
-    else:
+        grid, names = FORWARD_GRID, ("forward_config",)
+    else:   # the whole backward timed, one of its two kernels' configs varied
         def call():
             return flash.triton_backward(dout, q, k, v, out, lse, extra, sm)
-        grid, name = BACKWARD_GRID, "backward_config"
+        grid, names = BACKWARD_GRID, (("backward_config", "dq_config") if mode == "dkdv" else ("dq_config",))
+    current_config = getattr(flash, names[0])(*_args(E, dtype, mode, sm))
     current = _time(call)
     expected = [t.float() for t in call()]
-    original = getattr(flash, name)
+    originals = {name: getattr(flash, name) for name in ("forward_config", "backward_config", "dq_config")}
+    kept_dq = flash.dq_config(*_args(E, dtype, "dq", sm))   # dk/dv varied: dq keeps its blocks
     timed, wrong = [], 0
     try:
         for config in grid:
-            setattr(flash, name, lambda *a, config=config, **kw: config)
+            setattr(flash, names[0], lambda *a, config=config, **kw: config)
+            if mode == "dkdv":
+                setattr(flash, "dq_config", lambda *a, **kw: kept_dq)
             flash._plan.cache_clear()
             ms = _time(call)
             if math.isfinite(ms) and not all(torch.allclose(t.float(), e, atol=2e-2, rtol=2e-2)
@@ -88,10 +92,11 @@ def sweep(case: str, L: int, E: int, dtype, mode: str, top: int) -> None:
                 ms, wrong = math.inf, wrong + 1   # a config must also compute what the current one does
             timed.append((ms, config))
     finally:
-        setattr(flash, name, original)
+        for name, fn in originals.items():
+            setattr(flash, name, fn)
         flash._plan.cache_clear()
     timed.sort()
-    q2, k2, v2 = (t.detach().requires_grad_(mode == "bwd") for t in (q, k, v))
+    q2, k2, v2 = (t.detach().requires_grad_(mode != "fwd") for t in (q, k, v))
     if mode == "fwd":
         reference = _time(lambda: F.scaled_dot_product_attention(q2, k2, v2, is_causal=True))
     else:
@@ -99,7 +104,7 @@ def sweep(case: str, L: int, E: int, dtype, mode: str, top: int) -> None:
         reference = _time(lambda: torch.autograd.grad(ref_out, (q2, k2, v2), dout, retain_graph=True))
     best = ", ".join(f"{c} {ms:.4f}" for ms, c in timed[:top] if math.isfinite(ms))
     failed = sum(1 for ms, _ in timed if math.isinf(ms)) - wrong
-    print(f"{mode} {case} L={L} E={E} {str(dtype).split('.')[-1]}: current {original(*_args(E, dtype, mode, sm))} "
+    print(f"{mode} {case} L={L} E={E} {str(dtype).split('.')[-1]}: current {current_config} "
           f"{current:.4f} ms; best (BLOCK_M, BLOCK_N, warps, stages) {best}; of {len(grid)}, {failed} did not run, "
           f"{wrong} differed from the current config's result; "
           f"SDPA causal {reference:.4f} ms", flush=True)
@@ -118,7 +123,7 @@ def main(argv=None) -> None:
     p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--head-dims", default="64")
     p.add_argument("--dtype", default="float16")
-    p.add_argument("--modes", default="fwd,bwd")
+    p.add_argument("--modes", default="fwd,dkdv,dq", help="fwd, dkdv, dq: the kernel whose config varies")
     p.add_argument("--top", type=int, default=3)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():

@@ -177,7 +177,8 @@ def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool =
 
 
 def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dq and dk/dv kernels (chosen as the forward's)."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dk/dv kernel (chosen as the forward's): a
+    program holds BLOCK_N keys and steps over the queries BLOCK_M at a time."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
@@ -185,6 +186,13 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int
     if block_e <= 64:
         return 64, 64, 4, 2
     return 64, 64, 8, 2
+
+
+def dq_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dq kernel: a program holds BLOCK_M queries and
+    steps over the keys BLOCK_N at a time, the other way round from dk/dv, so its best blocks may
+    differ (benchmarks/flash_configs.py times them apart). The same as dk/dv's until a GPU run says."""
+    return backward_config(block_e, dtype, on_gpu)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,8 +411,9 @@ class LaunchPlan:
     module: object           # the generated module: flash_fwd, flash_bwd_delta, flash_bwd_dkdv, flash_bwd_dq
     block_m: int
     block_n: int
-    meta: dict               # the kernels' constexprs and launch options
+    meta: dict               # the kernels' constexprs and launch options (a backward's: the dk/dv kernel's)
     skip: bool               # the kernels take a block table (block_ranges)
+    dq: tuple[int, int, dict] | None = None   # a backward's dq kernel: its BLOCK_M, BLOCK_N and meta
 
 
 # A mask given as data is turned into a block table on every call. Built with torch ops over the whole
@@ -436,7 +445,11 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=block_e, BLOCK_EV=block_ev, PRECISION=_precision(dtype, tf32),
                 DOT=_dot_dtype(dtype, on_gpu), num_warps=warps, num_stages=stages)
-    return LaunchPlan(module, bm, bn, meta, skip)
+    dq = None
+    if backward:
+        dq_m, dq_n, dq_warps, dq_stages = dq_config(max(block_e, block_ev), dtype, on_gpu)
+        dq = (dq_m, dq_n, dict(meta, BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages))
+    return LaunchPlan(module, bm, bn, meta, skip, dq)
 
 
 def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: bool,
@@ -485,7 +498,8 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
     plan = _plan_for(q, v, extra, sm, True, strides)
-    bm, bn = plan.block_m, plan.block_n
+    bm, bn = plan.block_m, plan.block_n          # dk/dv's blocks
+    dq_m, dq_n, dq_meta = plan.dq                # dq's
     dout = dout.to(q.dtype)
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     dq = torch.empty(B, Hq, L, E, dtype=q.dtype, device=q.device)
@@ -493,19 +507,22 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     if plan.skip:
         table = block_ranges(sm, L, S, bm, bn, q.device, True, extra)
-        kv_lo, kv_hi, q_lo, q_hi = table.kv_lo, table.kv_hi, table.q_lo, table.q_hi
+        q_lo, q_hi = table.q_lo, table.q_hi      # per key block of dk/dv, in its query blocks
+        if (dq_m, dq_n) != (bm, bn):
+            table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra)
+        kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks
     else:
         kv_lo = kv_hi = q_lo = q_hi = delta   # not read
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):
-        module.flash_bwd_delta[(-(-L // bm), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
-                                                      BLOCK_M=bm, BLOCK_EV=plan.meta["BLOCK_EV"],
-                                                      num_warps=plan.meta["num_warps"])
+        module.flash_bwd_delta[(-(-L // dq_m), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
+                                                        BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
+                                                        num_warps=dq_meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
-        module.flash_bwd_dq[(-(-L // bm), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
-                                                   *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
+        module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
+                                                     *strides_qkvdo, *strides, *_sizes(q, k, v), **dq_meta)
     return dq, dk, dv
 
 

@@ -83,6 +83,40 @@ def test_modifications_of_i_and_j_match_eager_forward_and_backward(device, case)
     check_against_eager(*inputs(device, torch.float32), [], mod, modify)
 
 
+@pytest.mark.parametrize("case", ["causal", "sliding_window", "plain", "padding", "gqa"])
+def test_dq_with_blocks_of_its_own_matches_eager(device, case, monkeypatch):
+    # the dq kernel steps over keys, dk/dv over queries: each takes its own blocks (flash.dq_config),
+    # and then a table of its own; here dk/dv's blocks are 16 x 32 and dq's 32 x 16
+    if device == "cuda":
+        monkeypatch.setattr(flash, "backward_config", lambda *a: (32, 64, 4, 2))
+        monkeypatch.setattr(flash, "dq_config", lambda *a: (64, 32, 4, 2))
+    else:
+        monkeypatch.setattr(flash, "backward_config", lambda *a: (16, 32, 1, 1))
+        monkeypatch.setattr(flash, "dq_config", lambda *a: (32, 16, 1, 1))
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    flash._plan.cache_clear()
+    plan_dq = []
+    original = flash._plan_for
+    monkeypatch.setattr(flash, "_plan_for", lambda *a, **kw: plan_dq.append(original(*a, **kw)) or plan_dq[-1])
+    try:
+        if case == "padding":
+            q, k, v = inputs(device, torch.float32, L=52, S=70)
+            pad = torch.zeros(2, 1, 1, 70, dtype=torch.bool, device=device)
+            pad[0, ..., 40:] = True
+            check_against_eager(q, k, v, [pad], "where(t0, -inf, s * 0.25)",
+                                lambda s, i, j: s.masked_fill(pad, NEG_INF) * 0.25)
+        elif case == "gqa":
+            mod, modify = CASES["causal"]
+            check_against_eager(*inputs(device, torch.float32, Hq=4, Hkv=2, L=50), [], mod, modify)
+        else:
+            mod, modify = CASES[case]
+            check_against_eager(*inputs(device, torch.float32, L=70), [], mod, modify)
+    finally:
+        flash._plan.cache_clear()
+    backward = [p for p in plan_dq if p.dq is not None]
+    assert backward and all((p.block_m, p.block_n) != p.dq[:2] for p in backward)
+
+
 @pytest.mark.parametrize("case", ["plain", "causal"])
 def test_bfloat16_matches_eager_loosely(device, case):
     mod, modify = CASES[case]
