@@ -67,8 +67,12 @@ def fsdp2_job(rank: int):
     results = {"eager": {"losses": train(eager, eager.parameters(), data), "params": full_params(eager)}}
     for how in ("per block", "whole model"):
         results[how] = _run(base, data, how)
-    for how in ("compiled autograd, eager", "compiled autograd, mini_inductor"):
-        results[how] = _run(base, data[:CA_STEPS], how)
+    try:
+        results["compiled autograd, eager"] = _run(base, data[:CA_STEPS], "compiled autograd, eager")
+    except Exception as e:  # noqa: BLE001  (torch 2.11: its own compiled autograd over FSDP2 does not trace)
+        results["compiled autograd unsupported"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+        return results
+    results["compiled autograd, mini_inductor"] = _run(base, data[:CA_STEPS], "compiled autograd, mini_inductor")
     return results
 
 
@@ -99,6 +103,9 @@ def test_fully_shard_whole_model_compiled_equals_eager_fsdp2(runs):
 
 
 def test_compiled_autograd_over_fsdp2_compiles_its_graphs_as_torch_runs_them(runs):
+    if "compiled autograd unsupported" in runs:   # with torch's own eager backend: nothing to compare with
+        pytest.skip(f"this torch's compiled autograd over FSDP2 fails with its eager backend too: "
+                    f"{runs['compiled autograd unsupported']}")
     ours, torchs = runs["compiled autograd, mini_inductor"], runs["compiled autograd, eager"]
     assert_same_training(ours, torchs)
     # compiled autograd's backward graphs reach us as inference graphs; no AOT backward is compiled
