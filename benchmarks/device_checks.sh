@@ -23,7 +23,10 @@
 #   attention_host  the causal sweep row's host time per forward and backward (train_host_profile
 #              --model attention_causal): eager SDPA, mini_inductor with and without CUDA graphs (60 s)
 #   matmul_sweep  benchmarks.matmul_templates in the default mode (off, auto, Inductor) over M 256,
-#              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s)
+#              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s);
+#              matmul_sweep_bf16 the same in bfloat16
+#   matmul_autotune  max-autotune against Inductor's (and the default mode), M 2048 and 16384, the
+#              GPT-2 shapes, bias+GELU and residual (compiles 20-30 s a line: 400 s)
 #   pointwise  benchmarks.pointwise: mul, add, GELU, SiLU over 50M fp16 elements, eager / Inductor /
 #              mini_inductor, and mini_inductor at the old 8 warps (--warps 8) (60 s)
 #   flash_fwd, flash_bwd  benchmarks.flash_configs: the generated flash kernels' configs timed one by one
@@ -85,6 +88,11 @@ for step in "${steps[@]}"; do
                             --top 30 --backends eager_sdpa,mini_inductor,mini_inductor_no_graphs,mini_inductor ;;
         matmul_sweep) run matmul_sweep 300 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
+        matmul_sweep_bf16) run matmul_sweep_bf16 300 python3 -u -m benchmarks.matmul_templates --dtype bfloat16 \
+                          --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
+        matmul_autotune) run matmul_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \
+                          --tokens 2048,16384 --shapes gpt2 --epilogues bias+gelu,residual \
+                          --variants auto,max-autotune,inductor-max-autotune ;;
         pointwise) run pointwise 60 python3 -m benchmarks pointwise --warps 8 ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
