@@ -12,6 +12,8 @@
 #   suite      benchmarks.suite, GPT-2 (causal) and the decoder in float32, against Inductor
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
 #              reduce-overhead interleaved
+#   train_interleaved  benchmarks.dynamic_shapes --cases train_interleaved: the training loop under
+#              reduce-overhead and mini_inductor, epochs in turn, 20 rounds (60 s)
 #   profile    benchmarks.kernel_profile: GPT-2 (causal, float32) and the serving loop, kernel by kernel
 #   tables     the attention sweep's data masks (hf_causal, padding), mini_inductor with and without block
 #              tables computed from the mask data (--data-skip-min-scores 0): where they pay
@@ -96,6 +98,8 @@ for step in "${steps[@]}"; do
         pointwise) run pointwise 60 python3 -m benchmarks pointwise --warps 8 ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
+        train_interleaved) run train_interleaved 60 python3 -m benchmarks dynamic_shapes --cases train_interleaved \
+                               --backends inductor_reduce_overhead,mini_inductor ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac

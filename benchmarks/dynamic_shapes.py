@@ -7,6 +7,8 @@ serve: a 2-layer decoder (the catalog's DecoderStack, 768 wide, fp16, batch 8) c
        lengths in turn, 10 rounds after a first round that compiles; the steady-state time of one round.
 train: a 4-layer MLP with norms (fp32, AdamW) over 7 batches of 256 and a last of 100, 10 epochs after a
        first that compiles; the steady-state time of one epoch.
+train_interleaved: the same loop for every backend of --backends in one process, their epochs taken
+       in turn (20 rounds) once all have compiled.
 Each row: milliseconds per round or epoch (median over rounds), the first round's seconds (compiles
 included), the graphs each backend compiled, and whether every output matched eager's.
 """
@@ -70,7 +72,8 @@ def serve(backend: str, rounds: int = 10) -> dict:
             "correct": correct}
 
 
-def train(backend: str, epochs: int = 10) -> dict:
+def _train_loop(backend: str):
+    """(one epoch of the training loop, its model), compiled by `backend` at the first epoch."""
     torch.manual_seed(0)
     model = MLPWithNorm(512, 2048, 4).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -82,22 +85,56 @@ def train(backend: str, epochs: int = 10) -> dict:
             opt.zero_grad(set_to_none=True)
             run(x).float().pow(2).mean().backward()
             opt.step()
+    return epoch, model
+
+
+def train(backend: str, epochs: int = 10) -> dict:
+    epoch, model = _train_loop(backend)
     first = _sync_time(epoch)
     times = [_sync_time(epoch) for _ in range(epochs)]
     return {"case": "train", "backend": backend, "ms": statistics.median(times) * 1e3, "first_s": first,
             "correct": bool(all(torch.isfinite(p).all() for p in model.parameters()))}
 
 
+def train_interleaved(backends: list[str], rounds: int = 20) -> list[dict]:
+    """The training loop of `train` for every backend in one process, their epochs interleaved (the
+    order rotated each round) after each has compiled: epoch times drift within a process (session 27:
+    reduce-overhead's 15.3 and 18.3 ms in one call, run one after the other), so back-to-back runs
+    compare a backend with the moment it ran in. Medians, with the fastest and slowest epoch."""
+    loops = []
+    for backend in backends:
+        epoch, model = _train_loop(backend)
+        first = _sync_time(epoch)
+        _sync_time(epoch)
+        loops.append((backend, epoch, first, model))
+    times: dict[int, list[float]] = {n: [] for n in range(len(loops))}
+    for r in range(rounds):
+        for n in [(r + k) % len(loops) for k in range(len(loops))]:
+            times[n].append(_sync_time(loops[n][1]) * 1e3)
+    return [{"case": "train_interleaved", "backend": backend, "ms": statistics.median(times[n]),
+             "min_ms": min(times[n]), "max_ms": max(times[n]), "first_s": first,
+             "correct": bool(all(torch.isfinite(p).all() for p in model.parameters()))}
+            for n, (backend, _, first, model) in enumerate(loops)]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", default=",".join(BACKENDS))
-    p.add_argument("--cases", default="serve,train")
+    p.add_argument("--cases", default="serve,train", help="serve, train, train_interleaved (every backend's "
+                   "epochs in turn, after all have compiled)")
     p.add_argument("--out")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/dynamic_shapes.py needs a CUDA GPU")
     rows = []
     for case in a.cases.split(","):
+        if case == "train_interleaved":   # every backend at once (its rows carry no compile counts)
+            torch._dynamo.reset()
+            for row in train_interleaved(list(dict.fromkeys(a.backends.split(",")))):
+                row["frames_compiled"] = None
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            continue
         for backend in a.backends.split(","):
             torch._dynamo.reset()
             from torch._dynamo.utils import counters
@@ -117,8 +154,10 @@ def main(argv=None) -> None:
     print(f"\n{'case':6} {'backend':26} {'ms':>9} {'vs eager':>9} {'first s':>8} {'graphs':>7} correct")
     for r in rows:
         speed = base.get(r["case"], float("nan")) / r["ms"]
+        graphs = "" if r["frames_compiled"] is None else r["frames_compiled"]
+        spread = f" (epochs {r['min_ms']:.2f}-{r['max_ms']:.2f})" if "min_ms" in r else ""
         print(f"{r['case']:6} {r['backend']:26} {r['ms']:9.3f} {speed:9.2f} {r['first_s']:8.2f} "
-              f"{r['frames_compiled']:7} {r['correct']}")
+              f"{graphs:>7} {r['correct']}{spread}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
