@@ -77,9 +77,9 @@ def bench(fn: Callable[[], object], *, warmup: int, samples: int, calls: int = 1
             if on_cuda:
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 if queue_ahead:
-                    sleep_ms = min(1.5 * queue_ms, MAX_SLEEP_MS)
-                    cycles = max(QUEUE_AHEAD_CYCLES, int(sleep_ms * _sleep_cycles_per_ms()))
-                    sleep_ms = cycles / _sleep_cycles_per_ms()
+                    rate = _sleep_cycles_per_ms()
+                    cycles = max(QUEUE_AHEAD_CYCLES, int(min(1.5 * queue_ms, MAX_SLEEP_MS) * rate))
+                    sleep_ms = cycles / rate
                     torch.cuda._sleep(cycles)
             start = time.perf_counter()
             if on_cuda:

@@ -111,7 +111,7 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
     efficiency = (TEMPLATE_EFFICIENCY if dtype != torch.float32 else
                   TEMPLATE_EFFICIENCY_TF32 if _tf32(dtype) else TEMPLATE_EFFICIENCY_FP32)
     cublas = max(flops / peak, moved / bandwidth)
-    template = max(flops / (peak * efficiency * _occupancy(batch, m, n, k, dtype)), moved / bandwidth)
+    template = max(flops / (peak * efficiency * _occupancy(batch, m, n)), moved / bandwidth)
     if transcendental:
         template += batch * m * n / 1e6 * TRANSCENDENTAL_US_PER_MELEM
     if not epilogue:
@@ -123,7 +123,7 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
                   f"(cost model)")
 
 
-def _occupancy(batch: int, m: int, n: int, k: int, dtype: torch.dtype) -> float:
+def _occupancy(batch: int, m: int, n: int) -> float:
     """The share of the SMs the template's default tiles keep busy: one tile per SM, and fewer tiles
     than SMs leave the rest idle (the template has no split-K; cuBLAS picks one where it pays). On
     the H200 (session 27, fp16, M 256, a GELU epilogue) the template took 0.020 ms against cuBLAS plus

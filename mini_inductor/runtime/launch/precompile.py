@@ -137,6 +137,8 @@ def _has_module(name: str) -> bool:
         return spec is not None and not rest
     path = os.path.join(list(spec.submodule_search_locations)[0], *rest)
     return os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__init__.py"))
+
+
 # torch sources Dynamo tokenizes at a first trace: it names the function of each line it makes a call
 # node from (torch._dynamo.funcname_cache), for a debug log line, whether that log is on or not. The
 # first file also compiles tokenize's patterns: 0.2 s of a 0.6 s trace of a small MLP on the CPU
