@@ -2,18 +2,21 @@
 Not a test; needs a CUDA GPU.
 
     PYTHONPATH=. python -m benchmarks pointwise [--numel 50331648] [--dtype float16] [--ops mul,gelu,silu,add]
-        [--warps 8]
+        [--configs 1024x8,2048x4]
 
 The matmul sweep found cuBLAS followed by our GELU kernel 10% slower than eager's addmm followed by
 ATen's GELU (16384 x 3072, fp16, session 27): this times the epilogue kernels alone, a pure-bandwidth op (mul)
 beside the transcendental ones, to tell a slow pointwise kernel from a slow erf. Each line: GPU ms
-per call (queued behind a sleep, CUDA graphs on for the compiled ones), and the bandwidth that is.
+per call (queued behind a sleep), and the bandwidth that is. Inductor runs in its default mode:
+under reduce-overhead its CUDA graph copies each new input into its own buffer first (2.5x eager's
+time for `mul` in session 28), which is not the kernel's speed.
 
 Compiled for sm_90 on the CPU (tests/sm90.py), our fp16 GELU kernel at 8 warps (XBLOCK 1024: 4
 elements a thread) loaded and stored 8 bytes a thread (ld.global.v2.b32), where ATen's vectorized
 kernels move 16; since session 27 a kernel of 2-byte types launches 4 warps (16 bytes, Inductor's
-default; codegen/heuristics.py pick_config), not yet timed. `--warps N` adds a mini_inductor row
-whose 1-D pointwise kernels of XBLOCK 1024 launch N warps (`--warps 8`: the old choice), to time it.
+default; codegen/heuristics.py pick_config). `--configs 2048x4,...` adds a mini_inductor column per
+XBLOCKxWARPS, every 1-D pointwise kernel of the graph launched with that block and warps
+(`1024x8`: the old choice).
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ OPS = {"mul": lambda x, y: x * 2.0, "add": lambda x, y: x + y, "gelu": lambda x,
 BACKENDS = ("eager", "inductor", "mini_inductor")
 
 
-def _with_warps(warps: int):
-    """mini_inductor's pointwise heuristic, its XBLOCK-1024 kernels launched with `warps` warps."""
+def _with_config(xblock: int, warps: int):
+    """mini_inductor's pointwise heuristic, its 1-D kernels launched with blocks of `xblock` and `warps` warps."""
     import dataclasses
 
     from mini_inductor.codegen import heuristics, triton as triton_codegen
@@ -38,8 +41,8 @@ def _with_warps(warps: int):
 
     def pick(numel, rnumel, *args, **kwargs):
         config = original(numel, rnumel, *args, **kwargs)
-        if rnumel <= 1 and config.XBLOCK == 1024:
-            config = dataclasses.replace(config, num_warps=warps)
+        if rnumel <= 1:
+            config = dataclasses.replace(config, XBLOCK=xblock, num_warps=warps)
         return config
     triton_codegen.pick_config = pick
     return lambda: setattr(triton_codegen, "pick_config", original)
@@ -49,9 +52,9 @@ def _run(backend: str, fn):
     if backend == "eager":
         return fn
     if backend == "inductor":
-        return torch.compile(fn, mode="reduce-overhead")
+        return torch.compile(fn)
     import mini_inductor  # noqa: F401  registers the backend
-    # no graph cache: a patched heuristic (--warps) must generate its own kernels, not load the others
+    # no graph cache: a patched heuristic (--configs) must generate its own kernels, not load the others
     return torch.compile(fn, backend="mini_inductor", options={"graph_cache": False})
 
 
@@ -61,21 +64,23 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--ops", default="mul,add,gelu,silu")
     p.add_argument("--backends", default=",".join(BACKENDS))
-    p.add_argument("--warps", type=int, default=0, help="also mini_inductor with this many warps (see above)")
+    p.add_argument("--configs", default="", help="also mini_inductor at these XBLOCKxWARPS, comma-separated (see above)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/pointwise.py needs a CUDA GPU")
     dtype = getattr(torch, a.dtype)
     x = torch.randn(a.numel, device="cuda", dtype=dtype)
     y = torch.randn(a.numel, device="cuda", dtype=dtype)
-    backends = a.backends.split(",") + ([f"mini_inductor_w{a.warps}"] if a.warps else [])
+    configs = [tuple(map(int, c.split("x"))) for c in a.configs.split(",") if c]
+    backends = a.backends.split(",") + [f"mini_inductor_{b}x{w}" for b, w in configs]
     for op in a.ops.split(","):
         line = [f"{op} {a.numel} {a.dtype}:"]
         for backend in backends:
             torch._dynamo.reset()
-            restore = _with_warps(a.warps) if backend.startswith("mini_inductor_w") else (lambda: None)
+            tail = backend.removeprefix("mini_inductor_")
+            restore = _with_config(*map(int, tail.split("x"))) if tail != backend else (lambda: None)
             try:
-                run = _run(backend.split("_w")[0], OPS[op])
+                run = _run(backend if tail == backend else "mini_inductor", OPS[op])
 
                 def call():
                     torch.compiler.cudagraph_mark_step_begin()
@@ -84,7 +89,7 @@ def main(argv=None) -> None:
             finally:
                 restore()
             moved = (3 if op == "add" else 2) * a.numel * x.element_size()
-            line.append(f"{backend} {ms:.4f} ms ({moved / ms / 1e9:.0f} GB/s)")
+            line.append(f"{backend} {ms:.4f} ms ({moved / ms / 1e6:.0f} GB/s)")
         print(" ".join(line), flush=True)
     if "mini_inductor" in a.backends:
         from mini_inductor import metrics
