@@ -28,19 +28,23 @@ def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = Fa
     """Pointwise: 1-D tiles of up to 1024. Reductions: persistent rows up to `persistent_limit`, else looped.
 
     `itemsize`: the widest element the kernel loads or stores, in bytes. A 1-D pointwise block of 1024
-    has each thread move 16 bytes of it: 8 warps (4 elements a thread) for 4-byte types, 4 warps (8)
-    for 2-byte ones. At 8 warps an fp16 kernel's loads and stores were 8 bytes a thread (ld.global.v2.b32,
-    compiled for sm_90), where ATen's vectorized kernels and Inductor's (4 warps) move 16; on an H200
-    (session 27) cuBLAS plus our fp16 GELU kernel took 0.156 ms where eager took 0.142 and Inductor
-    0.147 (16384 x 2304, benchmarks/matmul_templates.py).
+    4-byte elements has 8 warps, 4 elements (16 bytes) a thread. Kernels of 2-byte types take blocks of
+    2048 at 4 warps: 16 elements, two 16-byte accesses a thread. At 1024 and 8 warps an fp16 kernel's
+    loads and stores were 8 bytes a thread (ld.global.v2.b32, compiled for sm_90), where ATen's
+    vectorized kernels move 16. Timed on an H200 over 50M fp16 elements (benchmarks/pointwise.py,
+    session 28), GELU took 0.0843 ms at 1024x8, 0.0744 at 1024x4, 0.0678 at 2048x4 against eager's
+    0.0653 and Inductor's 0.0729; a multiply 0.0543, 0.0495 and 0.0501 against eager's 0.0501 (the
+    bandwidth limit); 2048 at 8 warps, 4096 at 8, and 512 at 2 or 4 were no faster.
 
     `outer`: the reduction's reads are contiguous across rows, not along them (x.sum(0) of a row-major
     x). Then a block holds many rows (XBLOCK ≥ 8: a 32-byte sector of fp32 per reduction step) and
     loops over short reduction steps, with at least ~128 programs while rows allow.
     """
     if rnumel <= 1:
+        if itemsize <= 2:
+            return KernelConfig(min(2048, next_power_of_2(numel)), 1, 4, True)
         xblock = min(1024, next_power_of_2(numel))
-        return KernelConfig(xblock, 1, 4 if xblock <= 512 or itemsize <= 2 else 8, True)
+        return KernelConfig(xblock, 1, 4 if xblock <= 512 else 8, True)
     if outer:
         xblock = min(64, max(8, next_power_of_2(numel) // 128))
         rblock = min(next_power_of_2(rnumel), 2048 // xblock)

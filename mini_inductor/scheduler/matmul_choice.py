@@ -13,7 +13,7 @@ The cost model (`prefer_template`) compares, per matmul and with the epilogue fu
     cuBLAS   = max(flops / peak,              bytes / bandwidth) + 2 * output bytes / bandwidth + launch
     template = max(flops / (peak * TEMPLATE_EFFICIENCY * occupancy), bytes / bandwidth)
 
-(occupancy: the share of the SMs the template's tiles fill, at most 1)
+(occupancy: the share of the SMs the template's tiles fill over its waves, at most 1)
 
 the epilogue kernel after cuBLAS re-reads the product and the product is written once more: that is
 what fusing saves, against the template's slower main loop. Where both are compute-bound a template
@@ -124,13 +124,16 @@ def prefer_template(batch: int, m: int, n: int, k: int, dtype: torch.dtype, epil
 
 
 def _occupancy(batch: int, m: int, n: int) -> float:
-    """The share of the SMs the template's default tiles keep busy: one tile per SM, and fewer tiles
-    than SMs leave the rest idle (the template has no split-K; cuBLAS picks one where it pays). On
-    the H200 (session 27, fp16, M 256, a GELU epilogue) the template took 0.020 ms against cuBLAS plus
-    the epilogue's 0.010 at N 768, K 3072 (12 tiles), where the model without this had 2.5 against 4.5 µs."""
+    """The share of the SMs the template's default tiles keep busy, over its waves: one tile per SM at
+    a time, so fewer tiles than SMs leave the rest idle (the template has no split-K; cuBLAS picks one
+    where it pays), and a last wave part full idles the rest for a wave. On the H200 (session 27, fp16,
+    M 256, a GELU epilogue) the template took 0.020 ms against cuBLAS plus the epilogue's 0.010 at
+    N 768, K 3072 (12 tiles), where the model without idle SMs had 2.5 against 4.5 µs. With them
+    but not the last wave's (session 28), 2048 x 2304 x 768 with bias+GELU (288 tiles: 2.2 waves, run
+    as 3) became a template of 0.028 ms against cuBLAS plus the epilogue's 0.022."""
     block_m, block_n = default_tile(m, n)
     tiles = batch * -(-m // block_m) * -(-n // block_n)
-    return min(1.0, tiles / NUM_SMS)
+    return tiles / (-(-tiles // NUM_SMS) * NUM_SMS)
 
 
 def default_tile(m: int, n: int) -> tuple[int, int]:

@@ -145,8 +145,8 @@ def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
 
 @pytest.mark.parametrize("dtype,width", [(torch.float16, "v4"), (torch.bfloat16, "v4"), (torch.float32, "v4")])
 def test_a_pointwise_kernel_moves_16_bytes_a_thread(dtype, width):
-    # a block of 1024 elements: 8 elements a thread for 2-byte types (4 warps), 4 for 4-byte ones (8
-    # warps). At 8 warps the fp16 GELU kernel's accesses were 8 bytes (ld.global.v2.b32), and it ran
+    # 2-byte types: blocks of 2048 at 4 warps, 16 elements a thread; 4-byte ones: 1024 at 8 warps, 4.
+    # At 1024 and 8 warps the fp16 GELU kernel's accesses were 8 bytes (ld.global.v2.b32), and it ran
     # slower than ATen's and Inductor's on an H200 (codegen/heuristics.py pick_config)
     from sm90 import ptx_of
     x = torch.randn(8192, dtype=dtype)
