@@ -4,8 +4,9 @@
       → the template kernel's source (with its epilogues; block sizes are launch arguments, so one
         source serves every config) + the cuBLAS op + the device, flags and versions = the key
       → on disk? cache_dir/autotune/ab/ab12….json (caching/autotune.py read_matmul): its choice
-      → else, on random tensors of the graph's layouts: each config of `matmul_configs` launched
-        and timed, and cuBLAS followed by the epilogues as a kernel of their own; the faster kept
+      → else, on random tensors of the graph's layouts: each config of `matmul_configs` compiled (in
+        threads, on a GPU), launched and timed, and cuBLAS followed by the epilogues as a kernel of
+        their own, GPU time of each; the faster kept
         (written to disk) and recorded with every timing in the schedule's MatmulDecision
 
 The timer is `time_ms` (a module attribute: the CPU tests replace it, as Triton's interpreter times
@@ -35,9 +36,39 @@ CUBLAS = "cuBLAS + epilogue kernel"
 
 
 def time_ms(fn) -> float:
-    """Median ms of `fn()` on the GPU (warm-up, L2 flushed between samples: timing.py)."""
-    result = timing.bench(fn, warmup=5, samples=25, flush_l2=True)
+    """Median GPU ms of `fn()` (warm-up, L2 flushed between samples, each sample queued behind a sleep:
+    timing.py). Without the sleep the GPU waited on the host between launches: on an H200 (session
+    28) cuBLAS followed by the epilogue kernel, two launches from Python, timed slower than one
+    template launch, and max-autotune chose templates that ran at 0.028 ms where cuBLAS and the
+    epilogue ran at 0.022 (2048 x 2304 x 768, bias+GELU; 0.154 against 0.142 at M 16384)."""
+    result = timing.bench(fn, warmup=5, samples=25, flush_l2=True, queue_ahead=True)
     return result.gpu_ms if result.gpu_ms is not None else result.wall_ms
+
+
+PRECOMPILE_THREADS = 8
+
+
+def precompile(launches, device: torch.device | None = None) -> None:
+    """Compile the candidates' kernels (JITFunction.warmup: no launch) in threads before they are timed
+    one by one: ptxas runs as a process of its own and Triton's passes leave the GIL, so the configs
+    compile side by side (Inductor's autotuning precompiles its templates in threads too). `launches`:
+    (jit function, grid, args, kwargs); `device`: the CUDA device each thread compiles for (a thread
+    starts on device 0). A config that fails here fails again when timed, and loses."""
+    import concurrent.futures
+    import contextlib
+
+    def warm(item):
+        fn, grid, args, kwargs = item
+        try:
+            with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+                fn.warmup(*args, grid=grid, **kwargs)
+        except Exception as e:  # noqa: BLE001  (timing it reports the failure)
+            log.debug("precompile of %s failed: %s", getattr(fn, "__name__", fn), e)
+    items = list(launches)
+    if len(items) < 2:
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(PRECOMPILE_THREADS, len(items))) as pool:
+        list(pool.map(warm, items))
 
 
 def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, MatmulConfig | None]:
@@ -115,9 +146,16 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     timings: list[tuple[str, float]] = []
     configs = {}
     programs = program_count(template.get_device())
+
+    def fn_of(config):
+        return module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
+    if template.get_device().type == "cuda":
+        precompile((fn_of(c), c.grid(b, m, n, template.batched, programs), args,
+                    {**c.meta(k, programs), "num_warps": c.num_warps, "num_stages": c.num_stages}) for c in candidates),
+                   template.get_device())
     for config in candidates:
         grid, meta = config.grid(b, m, n, template.batched, programs), config.meta(k, programs)
-        fn = module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
+        fn = fn_of(config)
 
         def launch(fn=fn, grid=grid, meta=meta, config=config):
             fn[grid](*args, **meta, num_warps=config.num_warps, num_stages=config.num_stages)

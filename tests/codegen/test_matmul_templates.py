@@ -345,6 +345,32 @@ def test_max_autotune_times_the_choice_once_and_reuses_it_from_disk(monkeypatch,
     assert files and '"choice": "cublas"' in files[0].read_text()
 
 
+def test_max_autotune_precompiles_every_candidate_side_by_side_and_a_failure_loses_nothing():
+    # on a GPU the configs compile in threads (JITFunction.warmup) before they are timed; here the
+    # kernels are stand-ins that record their thread: Triton cannot compile for a GPU without one
+    import threading
+    import time
+
+    from mini_inductor.codegen import matmul_autotune
+
+    seen = []
+
+    class Kernel:
+        def __init__(self, fails):
+            self.fails = fails
+
+        def warmup(self, *args, grid, **kwargs):
+            time.sleep(0.05)     # a compile's length: the threads overlap
+            seen.append((threading.get_ident(), args, grid, kwargs))
+            if self.fails:
+                raise RuntimeError("out of resource: shared memory")
+    items = [(Kernel(fails=j == 1), (j, 1, 1), (j,), {"BLOCK_M": 16 * j, "num_warps": 4}) for j in range(4)]
+    matmul_autotune.precompile(items)
+    assert sorted(a for _, a, _, _ in seen) == [(0,), (1,), (2,), (3,)]   # the failing one did not stop the rest
+    assert all(g == (a[0], 1, 1) and kw["BLOCK_M"] == 16 * a[0] for _, a, g, kw in seen)
+    assert len({t for t, *_ in seen}) > 1
+
+
 def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path):
     from mini_inductor.codegen import matmul_autotune
     from mini_inductor.scheduler import matmul_choice
