@@ -150,9 +150,9 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     def fn_of(config):
         return module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
     if template.get_device().type == "cuda":
-        precompile((fn_of(c), c.grid(b, m, n, template.batched, programs), args,
-                    {**c.meta(k, programs), "num_warps": c.num_warps, "num_stages": c.num_stages}) for c in candidates),
-                   template.get_device())
+        precompile([(fn_of(c), c.grid(b, m, n, template.batched, programs), args,
+                     {**c.meta(k, programs), "num_warps": c.num_warps, "num_stages": c.num_stages})
+                    for c in candidates], template.get_device())
     for config in candidates:
         grid, meta = config.grid(b, m, n, template.batched, programs), config.meta(k, programs)
         fn = fn_of(config)
