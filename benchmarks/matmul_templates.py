@@ -1,6 +1,7 @@
 """Matmul templates (option matmul_templates) against cuBLAS plus the epilogue kernel, on transformer
 shapes: each linear layer with its epilogue compiled with "off" (cuBLAS), "always" (the template, default
-config), "auto" (the cost model's choice) and mode="max-autotune" (timed at compile time), CUDA graphs
+config), "auto" (the cost model's choice), "auto-lt" (auto with option cublaslt_activations) and
+mode="max-autotune" (timed at compile time), CUDA graphs
 on; with --variants ...,inductor-max-autotune, torch's Inductor in max-autotune mode in the same run.
 Not a test; needs a CUDA GPU.
 
@@ -28,6 +29,9 @@ SHAPES = {"gpt2": ((3 * 768, 768), (3072, 768), (768, 3072)), "llama": ((11008, 
           "vit": ((4096, 1024), (1024, 4096))}
 EPILOGUES = {
     "bias+gelu": lambda x, w, b, r, w2: F.gelu(F.linear(x, w, b)),
+    # the two activations cuBLASLt applies itself (variant auto-lt)
+    "bias+relu": lambda x, w, b, r, w2: torch.relu(F.linear(x, w, b)),
+    "bias+gelu_tanh": lambda x, w, b, r, w2: F.gelu(F.linear(x, w, b), approximate="tanh"),
     "residual": lambda x, w, b, r, w2: F.linear(x, w, b) + r,
     "silu": lambda x, w, b, r, w2: F.silu(F.linear(x, w)),
     # LLaMA's MLP gate: SiLU of one linear times another of the same input (two matmuls)
@@ -37,6 +41,8 @@ EPILOGUES = {
 VARIANTS = (("off", dict(options={"matmul_templates": "off"})),
             ("always", dict(options={"matmul_templates": "always"})),
             ("auto", dict(options={"matmul_templates": "auto"})),
+            # auto, an addmm left to cuBLAS with its ReLU or tanh-GELU in cuBLASLt's epilogue
+            ("auto-lt", dict(options={"matmul_templates": "auto", "cublaslt_activations": True})),
             ("max-autotune", dict(mode="max-autotune")))
 # torch's Inductor in the same run (what it chose is not read: its row gives the time, error and compile time)
 INDUCTOR = (("inductor", dict(backend="inductor")),

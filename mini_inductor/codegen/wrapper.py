@@ -26,6 +26,7 @@ from ..scheduler.nodes import ExternKernelSchedulerNode, FusedSchedulerNode, tem
 from ..scheduler.partition import GraphPartition
 from . import GeneratedModule
 from .memory_plan import plan_reuse, simulate_peak, verify_lifecycle
+from .matmul_activation import fused_activation
 from .matmul_template import MatmulTemplateKernel
 from .triton import TritonKernel
 from .wrapper_ir import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,
@@ -347,6 +348,16 @@ class WrapperCodegen:
         if choice == "cublas":
             for node in prologue:   # stored this time: the ATen call reads it
                 self._kernel(node, i, users, outputs, scope, keep={node.name})
+            fused = fused_activation(template, epilogue, users.get(template.name, set()), template.name in outputs,
+                                     i) if self.cfg.cublaslt_activations else None
+            if fused is not None:   # the activation in cuBLASLt's epilogue: one call, no kernel after it
+                call, act = fused
+                self.removed.add(template.name)   # the product is never stored
+                self._extern(call, scope)
+                for d in self.sched.matmuls:
+                    if d.name == template.name:
+                        d.lt_epilogue = act
+                return
             self._extern(template.as_extern(), scope)
             if epilogue:
                 rest = epilogue[0] if len(epilogue) == 1 else FusedSchedulerNode(epilogue)

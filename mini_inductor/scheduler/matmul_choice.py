@@ -73,12 +73,15 @@ class MatmulDecision:
     fused: list[str]             # ops of the epilogues fused into the template
     measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
     prologue: list[str] = dataclasses.field(default_factory=list)   # ops computed on the template's loads
+    lt_epilogue: str = ""        # "relu" or "gelu": cuBLASLt applies it (codegen/matmul_activation.py)
 
     def describe(self) -> str:
         if self.choice == "template":
             parts = ([f"prologue: {', '.join(self.prologue)}"] if self.prologue else []) + \
                 ([f"fused: {', '.join(self.fused)}"] if self.fused else [])
             what = "Triton template" + (f" ({'; '.join(parts)})" if parts else "")
+        elif self.lt_epilogue:
+            what = f"cuBLAS with {describe_lt(self.lt_epilogue)}"
         else:
             what = "cuBLAS" + (f" + epilogue kernel ({', '.join(self.fused)})" if self.fused else "") + \
                 (f" after a prologue kernel ({', '.join(self.prologue)})" if self.prologue else "")
@@ -86,6 +89,10 @@ class MatmulDecision:
         if self.measured:
             line += "; measured: " + ", ".join(f"{c} {ms:.4f} ms" for c, ms in self.measured)
         return line
+
+
+def describe_lt(act: str) -> str:
+    return f"{'tanh-GELU' if act == 'gelu' else 'ReLU'} in cuBLASLt's epilogue (aten._addmm_activation)"
 
 
 def _tf32(dtype: torch.dtype) -> bool:

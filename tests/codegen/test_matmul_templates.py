@@ -450,6 +450,77 @@ def test_cublas_choice_keeps_addmm_whole(auto_on_the_cpu, monkeypatch):
     assert extern_calls() == ["aten.addmm.default"]
 
 
+# ── cuBLASLt's own activation epilogues (codegen/matmul_activation.py) ─────────────────────────────
+
+@pytest.fixture
+def cublas_chosen(auto_on_the_cpu, monkeypatch):
+    monkeypatch.setattr("mini_inductor.scheduler.matmul_choice.prefer_template", lambda *a: (False, "model"))
+    with config.patch(cublaslt_activations=True):
+        yield
+
+
+def test_relu_after_a_cublas_addmm_is_one_addmm_activation_call(cublas_chosen):
+    import mini_inductor
+
+    lin = torch.nn.Linear(16, 20)
+    with torch.no_grad():
+        check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=0, atol=1e-5, rtol=1e-5)
+        assert extern_calls() == ["aten._addmm_activation.default"]
+        text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
+    assert "cuBLAS with ReLU in cuBLASLt's epilogue (aten._addmm_activation)" in text, text
+    metrics.reset()
+    torch._dynamo.reset()
+    with config.patch(cublaslt_activations=False), torch.no_grad():   # the option off: addmm and a kernel
+        check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-5, rtol=1e-5)
+    assert extern_calls() == ["aten.addmm.default"]
+
+
+@pytest.mark.parametrize("case", ["scaled", "product_returned", "exact_gelu", "tanh_gelu_on_the_cpu", "mm_without_bias"])
+def test_what_is_not_an_addmm_activation(cublas_chosen, case):
+    # an epilogue that is more than the activation, a product something else reads, a function that
+    # is not cuBLASLt's (exact GELU; on the CPU aten._addmm_activation's GELU is the exact one, so
+    # tanh-GELU stays apart there), no bias to fold
+    lin = torch.nn.Linear(16, 20)
+    fns = {"scaled": lambda x: torch.relu(lin(x)) * 2,
+           "product_returned": lambda x: (lambda y: (torch.relu(y), y))(lin(x)),
+           "exact_gelu": lambda x: F.gelu(lin(x)),
+           "tanh_gelu_on_the_cpu": lambda x: F.gelu(lin(x), approximate="tanh"),
+           "mm_without_bias": lambda x: torch.relu(x @ lin.weight.t())}
+    with torch.no_grad():
+        check(fns[case], torch.randn(9, 16), atol=1e-5, rtol=1e-5)
+    assert "aten._addmm_activation.default" not in extern_calls()
+
+
+def test_the_probe_tells_tanh_gelu_from_exact_gelu_and_relu(cublas_chosen, monkeypatch):
+    # what the body computes, found by running it in float64 on probes: tanh-GELU is matched (as on
+    # CUDA), exact GELU, whose values differ by at most 5e-4, is not
+    from mini_inductor.codegen import matmul_activation
+
+    found = []
+    real = matmul_activation.activation_of
+    monkeypatch.setattr(matmul_activation, "activation_of", lambda *a: found.append(real(*a)) or None)
+    lin = torch.nn.Linear(16, 20)
+    with torch.no_grad():
+        for fn in (lambda x: F.gelu(lin(x), approximate="tanh"), lambda x: F.gelu(lin(x)), lambda x: torch.relu(lin(x)),
+                   lambda x: torch.clamp_min(lin(x), 0.0), lambda x: torch.tanh(lin(x))):
+            torch._dynamo.reset()
+            check(fn, torch.randn(9, 16), atol=1e-5, rtol=1e-5)
+    assert found == ["gelu", None, "relu", "relu", None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh"])
+def test_gpu_addmm_activation_matches_eager(cublas_chosen, act):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(512, 768, device="cuda", dtype=torch.float16, generator=gen)
+    w = torch.randn(3072, 768, device="cuda", dtype=torch.float16, generator=gen) * 768 ** -0.5
+    b = torch.randn(3072, device="cuda", dtype=torch.float16, generator=gen)
+    fn = (lambda x, w, b: torch.relu(F.linear(x, w, b))) if act == "relu" else \
+        (lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"))
+    check(fn, x, w, b, kernels=0, atol=2e-2, rtol=2e-2)
+    assert extern_calls() == ["aten._addmm_activation.default"]
+
+
 def test_persistent_variant_loops_over_tiles(templates, device, monkeypatch):
     from mini_inductor.codegen import matmul_template
 
