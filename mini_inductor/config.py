@@ -186,7 +186,7 @@ class Config:
     # with its block sizes timed. "off": cuBLAS
     matmul_templates: str = "auto"
     # an addmm left to cuBLAS whose only reader is a ReLU or a tanh-GELU: one aten._addmm_activation
-    # call (cuBLASLt applies the activation before it stores; codegen/matmul_activation.py) instead
+    # call (cuBLASLt applies the activation before it stores; scheduler/matmul_activation.py) instead
     # of the addmm and an epilogue kernel. Off until timed on a GPU: Inductor's pass of this kind was
     # once reverted for speed, since cuBLASLt's epilogue kernels may run slower than the plain ones
     cublaslt_activations: bool = False

@@ -22,11 +22,11 @@ from ..lowering import symbolic
 from ..lowering.symbolic import hint
 from ..scheduler import Schedule
 from ..scheduler.dependencies import MemoryDep
+from ..scheduler.matmul_activation import fused_activation
 from ..scheduler.nodes import ExternKernelSchedulerNode, FusedSchedulerNode, template_parts
 from ..scheduler.partition import GraphPartition
 from . import GeneratedModule
 from .memory_plan import plan_reuse, simulate_peak, verify_lifecycle
-from .matmul_activation import fused_activation
 from .matmul_template import MatmulTemplateKernel
 from .triton import TritonKernel
 from .wrapper_ir import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,

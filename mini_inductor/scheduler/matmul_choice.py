@@ -32,6 +32,7 @@ import dataclasses
 import torch
 
 from ..lowering.ir import MatmulTemplate
+from .matmul_activation import lt_activation
 from .nodes import BaseSchedulerNode, template_in, template_parts
 
 # H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
@@ -174,10 +175,12 @@ def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
 
 
 def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str],
-                 by_name: dict[str, BaseSchedulerNode] | None = None):
+                 by_name: dict[str, BaseSchedulerNode] | None = None, lt_activations: bool = False):
     """can_fuse's `template_check(n1, n2)`. A prologue n1 must have no reader but the template (not
     even an epilogue of it) and not be a graph output: it is recomputed per tile, never stored. An epilogue n2 is
-    refused in "auto" without max-autotune where the cost model keeps cuBLAS even with it fused."""
+    refused in "auto" without max-autotune where the cost model keeps cuBLAS even with it fused, unless
+    (`lt_activations`) it is the ReLU or GELU that cuBLASLt applies itself, the product's sole reader
+    (matmul_activation.py): it stays with the addmm, and codegen makes the two one call."""
     def check(n1: BaseSchedulerNode, n2: BaseSchedulerNode) -> str | None:
         if n2.is_template() and not n1.is_template():
             elsewhere = sorted(readers.get(n1.name, set()) - {template_of(n2).name})
@@ -193,6 +196,9 @@ def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], ou
         ops = [o.op for m in n2.get_nodes() for o in m.node.origins]
         passes = _epilogue_passes(n2, readers, outputs, by_name or {})
         wins, why = prefer_template(*t.sizes(), t.layout.dtype, True, transcendental(ops), passes)
+        if not wins and lt_activations and len(n2.get_nodes()) == 1 and readers.get(t.name, set()) == {n2.name} \
+                and t.name not in outputs and lt_activation(t, n2.node) is not None:
+            return None
         return None if wins else f"cuBLAS preferred for {t.name}: {why}"
     return check
 

@@ -241,7 +241,8 @@ class Scheduler:
             for d in n.reads:
                 readers.setdefault(d.name, set()).add(n.name)
         self._template_check = fusion_check(self.cfg.matmul_templates, self.cfg.max_autotune, readers,
-                                            set(self._output_names()), {n.name: n for n in nodes})
+                                            set(self._output_names()), {n.name: n for n in nodes},
+                                            self.cfg.cublaslt_activations)
         self._recorded: set[tuple[str, str, str]] = set()
         start = len(nodes)
         fused_bits = 0  # members of fused nodes: the only nodes through which fusion can close a cycle

@@ -450,7 +450,7 @@ def test_cublas_choice_keeps_addmm_whole(auto_on_the_cpu, monkeypatch):
     assert extern_calls() == ["aten.addmm.default"]
 
 
-# ── cuBLASLt's own activation epilogues (codegen/matmul_activation.py) ─────────────────────────────
+# ── cuBLASLt's own activation epilogues (scheduler/matmul_activation.py) ─────────────────────────────
 
 @pytest.fixture
 def cublas_chosen(auto_on_the_cpu, monkeypatch):
@@ -494,7 +494,7 @@ def test_what_is_not_an_addmm_activation(cublas_chosen, case):
 def test_the_probe_tells_tanh_gelu_from_exact_gelu_and_relu(cublas_chosen, monkeypatch):
     # what the body computes, found by running it in float64 on probes: tanh-GELU is matched (as on
     # CUDA), exact GELU, whose values differ by at most 5e-4, is not
-    from mini_inductor.codegen import matmul_activation
+    from mini_inductor.scheduler import matmul_activation
 
     found = []
     real = matmul_activation.activation_of

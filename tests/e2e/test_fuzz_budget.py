@@ -61,6 +61,15 @@ def test_fuzz_programs_compile_and_match_eager(part):
     _run_budget("cpu", range(part * PER_TEST, (part + 1) * PER_TEST))
 
 
+def test_fuzz_programs_with_matmuls_left_to_cublas_match_eager(monkeypatch):
+    # --matmul-split: the GPU's usual matmul path (a template with its epilogues fused, then cuBLAS and
+    # the epilogues as a kernel; ReLU in _addmm_activation), which "auto" never takes on the CPU.
+    # Matmuls drawn often (the workers inherit both variables)
+    monkeypatch.setenv("MINI_FUZZ_MATMUL_SPLIT", "1")
+    monkeypatch.setenv("MINI_FUZZ_WEIGHTS", "matmul=20")
+    _run_budget("cpu", range(40))
+
+
 @pytest.mark.gpu
 def test_fuzz_programs_compile_and_match_eager_on_cuda():
     _run_budget("cuda", range(30))  # each kernel is compiled for the GPU: a smaller budget
@@ -244,10 +253,12 @@ def test_a_repro_script_checks_gradient_presence_and_keeps_dynamic_mode(tmp_path
                       stmts=(Stmt("v0", "x0 * 2", "mul", "pointwise"), Stmt("v1", "x1.detach()", "detach", "view")),
                       outputs=("v0", "v1"), autograd=True)
     monkeypatch.setenv("MINI_FUZZ_DYNAMIC", "1")
+    monkeypatch.setenv("MINI_FUZZ_MATMUL_SPLIT", "1")   # kept too (a program without matmuls runs the same)
     path = tmp_path / "repro.py"
     path.write_text(repro_script(program, Outcome("wrong", "grad", "why"), file="repro.py"))
     text = path.read_text()
     assert "DYNAMIC = True" in text and "assert (a.grad is None) == (e.grad is None)" in text
+    assert "if True:     # found under --matmul-split" in text
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, str(path), "cpu", "eager"], cwd=root, capture_output=True, text=True,
                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=root), timeout=300)

@@ -152,6 +152,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for repro scripts and summary.json")
     ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a program may take")
+    ap.add_argument("--matmul-split", action="store_true",
+                    help="every matmul a template with its epilogues fused, then left to cuBLAS with them as a "
+                         "kernel after it (and ReLU in _addmm_activation): the GPU's usual path, run on the CPU")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager and aot_eager_decomp_partition")
     ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
@@ -159,6 +162,8 @@ def main(argv=None) -> int:
                     help="draw an op family this often instead (attention=60 makes most programs hold one); "
                          "the programs of a seed change with the weights")
     args = ap.parse_args(argv)
+    if args.matmul_split:
+        os.environ["MINI_FUZZ_MATMUL_SPLIT"] = "1"   # read by every worker (execute.py matmul_split)
     if args.dynamic:
         os.environ["MINI_FUZZ_DYNAMIC"] = "1"   # read by every worker (execute.py)
     if args.weight:
@@ -170,7 +175,8 @@ def main(argv=None) -> int:
         results = run_programs(pool, args.seed, range(args.start, args.start + args.n), args.autograd,
                                args.size, not args.no_triage, _progress(start))
         print(f"\n{len(results)} programs, seed {args.seed}, start {args.start}, device {device}"
-              f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}, "
+              f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}"
+              f"{', matmul split' if args.matmul_split else ''}, "
               f"{time.monotonic() - start:.0f} s\n")
         print(table(results))
         if not args.no_shrink:

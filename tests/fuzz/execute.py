@@ -212,3 +212,20 @@ def _dynamic_args(backend: str) -> dict:
     if os.environ.get("MINI_FUZZ_DYNAMIC") != "1":
         return {}
     return {"dynamic": True, **({"options": {"dynamic_shapes": "symbolic"}} if backend == "mini_inductor" else {})}
+
+
+def matmul_split() -> None:
+    """Under `--matmul-split` (MINI_FUZZ_MATMUL_SPLIT=1, which the worker processes inherit): the path a
+    GPU takes for most matmuls, on the CPU. Lowering makes every mm, addmm and bmm a template (on the CPU
+    "auto" makes none), the scheduler fuses its epilogues and prologues into it, and the choice is
+    cuBLAS: codegen emits the ATen call with the prologue and epilogues as kernels around it, or one
+    aten._addmm_activation for a ReLU (option cublaslt_activations)."""
+    if os.environ.get("MINI_FUZZ_MATMUL_SPLIT") != "1":
+        return
+    from mini_inductor import config
+    from mini_inductor.lowering import matmul_lowerings
+    from mini_inductor.scheduler import matmul_choice
+    config.config = config.config.replace(matmul_templates="auto", cublaslt_activations=True)
+    matmul_lowerings.template_refusal = lambda *a: None
+    matmul_choice.prefer_template = lambda *a, **k: (False, "cuBLAS (fuzz --matmul-split)")
+

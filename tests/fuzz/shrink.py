@@ -166,6 +166,12 @@ import mini_inductor  # noqa: F401  registers the backend
 
 AUTOGRAD = {autograd}
 DYNAMIC = {dynamic}   # found under --dynamic: every size a symbol, mini_inductor's one compile for all
+if {matmul_split}:     # found under --matmul-split: every matmul a template left to cuBLAS (tests/fuzz/execute.py)
+    import os
+    os.environ["MINI_FUZZ_MATMUL_SPLIT"] = "1"
+    sys.path.insert(0, {root!r})
+    from tests.fuzz.execute import matmul_split
+    matmul_split()
 
 
 {source}
@@ -222,4 +228,6 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
     return REPRO.format(name=program.name, ops=", ".join(program.ops()), cls=outcome.cls,
                         category=outcome.category, detail=detail.replace('"""', "'''"), file=file,
                         autograd=program.autograd, source=program.to_source(),
-                        dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1")
+                        dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1",
+                        matmul_split=os.environ.get("MINI_FUZZ_MATMUL_SPLIT") == "1",
+                        root=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -13,7 +13,9 @@ where eager keeps NaN; one reason the option is off by default.)
 The epilogue qualifies when it is one pointwise node, of the addmm's layout (contiguous, 2-D), that
 loads nothing but the product, element for element, and computes ReLU or tanh-GELU of it; and the
 product itself is read by nothing else (a graph output, or a GELU's saved input in training, keeps
-the two apart). Which function the node computes is found by running its loop body in float64 on
+the two apart). In "auto" on CUDA the scheduler fuses an epilogue into a template only where the cost
+model prefers the template (matmul_choice.fusion_check), except such an activation, which it keeps
+with the addmm it follows for codegen to hand to cuBLASLt. Which function the node computes is found by running its loop body in float64 on
 probe values (`activation_of`): the decompositions of relu and gelu reach the scheduler as arithmetic,
 and a body that agrees with the function to float64 rounding on a dense grid of probes is that
 function, where a near miss (exact GELU against its tanh form differs by up to 5e-4) is not taken.
@@ -121,13 +123,25 @@ def device_computes(act: str, device: torch.device) -> bool:
 def fused_activation(template: MatmulTemplate, epilogue: list, product_readers: set, is_output: bool,
                      group: int) -> tuple[ExternKernel, str] | None:
     """(the aten._addmm_activation call computing the epilogue's buffer, "relu" or "gelu") where the
-    module docstring's conditions hold, else None. `product_readers`: the groups reading the
-    template's buffer; `is_output`: the graph returns it."""
-    if template.op is not aten.addmm.default or template.bias is None or len(epilogue) != 1:
-        return None
-    if is_output or not product_readers <= {group}:
+    module docstring's conditions hold, else None (codegen, for a template group left to cuBLAS).
+    `product_readers`: the groups reading the template's buffer; `is_output`: the graph returns it."""
+    if len(epilogue) != 1 or is_output or not product_readers <= {group}:
         return None
     node = epilogue[0].node
+    act = lt_activation(template, node)
+    if act is None:
+        return None
+    call = ExternKernel(node.name, node.layout, aten._addmm_activation.default, (template.bias, template.a, template.b),
+                        {"use_gelu": act == "gelu"}, fallback=False, origins=(*template.origins, *node.origins))
+    return call, act
+
+
+def lt_activation(template: MatmulTemplate, node) -> str | None:
+    """"relu" or "gelu" where `node` (a buffer) is that activation of `template`'s addmm, as one
+    aten._addmm_activation on this device computes it, with the layouts it writes; else None. Who
+    else reads the product is the caller's to check."""
+    if template.op is not aten.addmm.default or template.bias is None:
+        return None
     lay, out = template.layout, node.layout
     if not isinstance(node, ComputedBuffer) or node.order is not None or out is None:
         return None
@@ -140,9 +154,5 @@ def fused_activation(template: MatmulTemplate, epilogue: list, product_readers: 
         return None
     dims = index_vars("c", 2)
     act = activation_of(node, template.name, lay.index(dims), dims)
-    if act is None or not device_computes(act, lay.device):
-        return None
-    call = ExternKernel(node.name, out, aten._addmm_activation.default, (template.bias, template.a, template.b),
-                        {"use_gelu": act == "gelu"}, fallback=False, origins=(*template.origins, *node.origins))
-    return call, act
+    return act if act is not None and device_computes(act, lay.device) else None
 
