@@ -44,9 +44,9 @@ class _Probe:
     """An ops handler evaluating a pointwise body on float64 probe values: the one load it may make is
     of `name` at `index` (the output's own element); any other load, index or op is not a match."""
 
-    BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
-              "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
-              "gt": torch.gt, "ge": torch.ge, "lt": torch.lt, "le": torch.le, "eq": torch.eq, "ne": torch.ne}
+    ARITHMETIC = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+                  "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow}
+    COMPARISONS = {"gt": torch.gt, "ge": torch.ge, "lt": torch.lt, "le": torch.le, "eq": torch.eq, "ne": torch.ne}
     UNARY = {"neg": torch.neg, "tanh": torch.tanh, "relu": torch.relu, "exp": torch.exp, "erf": torch.erf,
              "sigmoid": torch.sigmoid, "abs": torch.abs, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
              "reciprocal": torch.reciprocal, "square": torch.square}
@@ -60,22 +60,25 @@ class _Probe:
         return self.values
 
     def constant(self, value, dtype):
-        if dtype not in FLOAT_DTYPES and dtype != torch.bool:
+        if dtype == torch.bool:
+            return torch.tensor(bool(value))
+        if dtype not in FLOAT_DTYPES:
             raise _NotMatched(f"a {dtype} constant")
         return torch.tensor(float(value), dtype=torch.float64)
 
     def to_dtype(self, x, dtype, src_dtype=None):
         if dtype not in FLOAT_DTYPES:     # a float rounding only changes the value within the dtype's tolerance
             raise _NotMatched(f"a cast to {dtype}")
-        return x
+        return x.to(torch.float64)
 
     def where(self, c, a, b):
         return torch.where(c, a, b)
 
     def __getattr__(self, op):
-        if op in self.BINARY:
-            return lambda a, b: self.BINARY[op](a, b).to(torch.float64) if op not in ("gt", "ge", "lt", "le", "eq", "ne") \
-                else self.BINARY[op](a, b)
+        if op in self.ARITHMETIC:
+            return lambda a, b: self.ARITHMETIC[op](a, b).to(torch.float64)
+        if op in self.COMPARISONS:
+            return self.COMPARISONS[op]
         if op in self.UNARY:
             return self.UNARY[op]
         raise _NotMatched(f"ops.{op}")
@@ -105,6 +108,8 @@ def _activation_of(node, product, product_index, dims) -> str | None:
         with set_ops_handler(_Probe(product, product_index, values)):
             out = node.data.inner_fn(dims)
     except _NotMatched:
+        return None
+    except (RuntimeError, TypeError, ValueError):   # a body the probe cannot evaluate is no match either
         return None
     if not isinstance(out, torch.Tensor) or out.shape != values.shape or out.dtype != torch.float64:
         return None

@@ -502,10 +502,12 @@ def test_the_probe_tells_tanh_gelu_from_exact_gelu_and_relu(cublas_chosen, monke
     lin = torch.nn.Linear(16, 20)
     with torch.no_grad():
         for fn in (lambda x: F.gelu(lin(x), approximate="tanh"), lambda x: F.gelu(lin(x)), lambda x: torch.relu(lin(x)),
-                   lambda x: torch.clamp_min(lin(x), 0.0), lambda x: torch.tanh(lin(x))):
+                   lambda x: torch.clamp_min(lin(x), 0.0), lambda x: torch.tanh(lin(x)),
+                   lambda x: (lambda y: torch.where(y > 0, y, 0.0))(lin(x)),
+                   lambda x: (lambda y: torch.where(y > 0, y, y * 0.01))(lin(x))):
             torch._dynamo.reset()
             check(fn, torch.randn(9, 16), atol=1e-5, rtol=1e-5)
-    assert found == ["gelu", None, "relu", "relu", None]
+    assert found == ["gelu", None, "relu", "relu", None, "relu", None]
 
 
 @pytest.mark.gpu
