@@ -31,8 +31,8 @@ from .debug import debug_root, dump_graph, wants_debug_files
 from .debug import structured as debug_structured
 from .debug import trace as debug_trace
 from .errors import CodegenError, MiniInductorError, SchedulingError
-from .lowering import lower_graph, symbolic
-from .lowering.graph import DATA_DEPENDENT_OUTPUTS, INPUT_ALIASES, unsupported_graph_reason
+from .lowering import eager_strides, lower_graph, symbolic
+from .lowering.graph import DATA_DEPENDENT_OUTPUTS, FIRST_SAVED, INPUT_ALIASES, unsupported_graph_reason
 from .lowering.layout_opt import SUMMARY as LAYOUT_SUMMARY, channels_last_convolutions
 from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
@@ -56,6 +56,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     (capture sizes)."""
     if kind == "forward":
         _copy_saved_mutated_inputs(gm)
+        gm.meta.setdefault(FIRST_SAVED, eager_strides.first_saved_output())   # (a specialization's is carried)
     name = metrics.graph_name(kind)
     start = time.perf_counter()
     record = metrics.GraphRecord(name, num_fx_nodes=sum(1 for n in gm.graph.nodes if n.op == "call_function"))

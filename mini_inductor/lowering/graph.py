@@ -48,6 +48,11 @@ DATA_DEPENDENT_OUTPUTS = "data-dependent output sizes"
 
 # gm.meta key: graph output position → index of the input that AOT autograd regenerates it from
 INPUT_ALIASES = "mini_inductor_input_aliases"
+# gm.meta: a forward graph's first output past the user-visible ones (eager_strides.first_saved_output),
+# read while AOT autograd's tracing context is live; a specialization per size, compiled at run time
+# without it, takes it from here (it read 0 there, and every output kept its FakeTensor's strides:
+# fuzz seed 207 prog 110, logical_and of a transposed input)
+FIRST_SAVED = "mini_inductor_first_saved_output"
 
 # Library calls: extern kernels by design, not counted as fallbacks.
 EXTERN_OPS = {
@@ -147,7 +152,10 @@ class GraphLowering:
         outputs: list[Any] = []
         num_fx = 0
         old_metas = eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
-        first_saved = eager_strides.first_saved_output() if self.name.startswith("forward") else None
+        first_saved = None
+        if self.name.startswith("forward"):
+            first_saved = self.gm.meta.get(FIRST_SAVED)
+            first_saved = eager_strides.first_saved_output() if first_saved is None else first_saved
         self._output_bases = _output_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":

@@ -205,6 +205,25 @@ def test_per_size_compiles_a_dynamic_graph_once_per_size_it_meets():
     assert len(per_size) == 3 and all(r.num_kernels >= 1 and not r.dynamic_symbols for r in per_size)
 
 
+def test_a_size_specialization_gives_outputs_eagers_strides_in_training_too():
+    # fuzz seed 207 prog 110: a forward graph compiled per size at run time, outside AOT autograd's
+    # tracing context, read 0 user-visible outputs, so every output kept its FakeTensor's strides:
+    # logical_and of a transposed input came out row-major where eager's follows the input's order
+    def f(a, x, y):
+        return torch.bmm(a, x), torch.logical_and(y, x)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "per_size"})
+    for n in (3, 5):
+        a = torch.randn(1, 1, n, requires_grad=True)
+        x = torch.randn(1, 2, n).transpose(-2, -1).requires_grad_()
+        y = torch.randn(1, 1, 1)
+        got, want = compiled(a, x, y), f(a, x, y)
+        for g, w in zip(got, want):
+            assert_same_tensor(g, w, f"size {n}")
+            assert g.stride() == w.stride(), (n, g.stride(), w.stride())
+        got[0].sum().backward()
+    assert metrics.compiled_graphs[0].dynamic_fallback == "dynamic_shapes='per_size'"
+
+
 def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
     def f(x):
         return torch.relu(x * 2 + 1).sum(-1)

@@ -226,6 +226,17 @@ def matmul_split() -> None:
     from mini_inductor.lowering import matmul_lowerings
     from mini_inductor.scheduler import matmul_choice
     config.config = config.config.replace(matmul_templates="auto", cublaslt_activations=True)
-    matmul_lowerings.template_refusal = lambda *a: None
+    refusal = matmul_lowerings.template_refusal
+
+    def as_on_cuda(op_name, inputs, dims):
+        # every reason but the CPU's: a matmul of symbolic sizes (a dynamic graph) stays ATen's, as on a GPU
+        graph = matmul_lowerings.current_graph()
+        cfg = graph.cfg
+        graph.cfg = cfg.replace(matmul_templates="always")
+        try:
+            return refusal(op_name, inputs, dims)
+        finally:
+            graph.cfg = cfg
+    matmul_lowerings.template_refusal = as_on_cuda
     matmul_choice.prefer_template = lambda *a, **k: (False, "cuBLAS (fuzz --matmul-split)")
 

@@ -57,7 +57,7 @@ def sizes_key(where: list[tuple[int, int | None]], args: list) -> int | tuple[in
 
 
 # gm.meta entries the compile of a specialization reads too (lowering/graph.py INPUT_ALIASES)
-CARRIED_META = ("mini_inductor_input_aliases",)
+CARRIED_META = ("mini_inductor_input_aliases", "mini_inductor_first_saved_output")
 
 
 def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list]:
