@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import math
 import operator
 from typing import Any
 
@@ -451,12 +452,22 @@ class GraphLowering:
 
 
 def _gapped(meta: torch.Tensor) -> bool:
-    """Static strides that never address one element twice but leave gaps (x[::2]): a tensor AOT
-    autograd saves for the backward can have them, and the backward graph reads it with them (fuzz
-    seed 136: a slice_scatter saved with stride 2 was realized dense, and the backward read past it)."""
-    if not all(isinstance(n, int) for n in (*meta.shape, *meta.stride())) or meta.numel() <= 1:
+    """Strides that never address one element twice but leave gaps (x[::2]): a tensor AOT autograd
+    saves for the backward can have them, and the backward graph reads it with them (fuzz seed 136: a
+    slice_scatter saved with stride 2 was realized dense, and the backward read past it). A dynamic
+    graph's are judged at the traced sizes (fuzz seed 212 prog 164: a transposed view of a chunk,
+    saved with strides (1, s0*s71), was realized dense and the backward read it with those strides);
+    any other layout is wrong for the backward anyway, which reads the FakeTensor's strides."""
+    if all(isinstance(n, int) for n in (*meta.shape, *meta.stride())):
+        sizes, strides = list(meta.shape), list(meta.stride())
+    else:
+        try:
+            sizes, strides = [symbolic.hint(to_expr(n)) for n in meta.shape], [symbolic.hint(s) for s in stride_exprs(meta)]
+        except symbolic.SymbolicUnsupported:
+            return False
+    if math.prod(sizes) <= 1:
         return False
-    dims = sorted((st, n) for n, st in zip(meta.shape, meta.stride()) if n > 1)
+    dims = sorted((st, n) for n, st in zip(sizes, strides) if n > 1)
     span = 1
     for st, n in dims:
         if st < span:

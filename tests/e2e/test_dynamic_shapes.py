@@ -224,6 +224,23 @@ def test_a_size_specialization_gives_outputs_eagers_strides_in_training_too():
     assert metrics.compiled_graphs[0].dynamic_fallback == "dynamic_shapes='per_size'"
 
 
+def test_a_saved_view_with_gaps_in_a_symbolic_graph_keeps_the_strides_the_backward_reads():
+    # fuzz seed 212 prog 164: the forward saved the transpose of a chunk of x (strides (1, s0*s71)),
+    # realized dense; the backward read it with the FakeTensor's strides, and x4's gradient was wrong
+    def f(x1, x4):
+        return torch.matmul(torch.chunk(x1, 3, 1)[0], x4)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True)
+    for shape in ((2, 3, 5), (3, 2, 7)):
+        x1 = torch.randn(shape)
+        a = torch.randn(shape[-1], requires_grad=True)
+        b = a.detach().clone().requires_grad_()
+        assert_same_tensor(compiled(x1, a), f(x1, b), f"shape {shape}")
+        compiled(x1, a).sum().backward()
+        f(x1, b).sum().backward()
+        assert_same_tensor(a.grad, b.grad, f"gradient, shape {shape}")
+    assert any(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
+
+
 def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
     def f(x):
         return torch.relu(x * 2 + 1).sum(-1)
