@@ -218,13 +218,25 @@ def test_dropout_training_steps_draw_new_masks_and_replay_under_a_seed(device):
 def test_random_ops_under_cuda_graphs_draw_fresh_values_each_replay_and_follow_manual_seed():
     fn = torch.compile(lambda x: (F.dropout(x, 0.5, training=True), torch.randn_like(x)),
                        backend="mini_inductor", mode="reduce-overhead")
+    from mini_inductor.runtime.cudagraphs import trees
+
     x = torch.rand(N, device="cuda") + 1
     torch.manual_seed(5)
-    runs = [tuple(t.clone() for t in fn(x)) for _ in range(4)]  # warmup, record, replays
+    steps = []   # what each call did in the tree, and the generator's state after it (for a failure's message)
+
+    def call():
+        before = {k: trees.stats().get(k, 0) for k in ("warmups", "recordings", "replays", "fallback_runs")}
+        out = tuple(t.clone() for t in fn(x))
+        after = trees.stats()
+        steps.append(({k: after.get(k, 0) - v for k, v in before.items() if after.get(k, 0) != v},
+                      torch.cuda.get_rng_state()[-16:].tolist()))
+        return out
+    runs = [call() for _ in range(4)]  # warmup, record, replays
     torch.manual_seed(5)
     again = [tuple(t.clone() for t in fn(x)) for _ in range(4)]
     for i in range(1, 4):
-        assert not torch.equal(runs[i][0], runs[i - 1][0]), f"call {i} repeated the previous dropout mask"
+        # (call 1 once returned the warm-up's mask in a full GPU run, session 28, and never alone: flaky)
+        assert not torch.equal(runs[i][0], runs[i - 1][0]), f"call {i} repeated the previous dropout mask: {steps}"
         assert not torch.equal(runs[i][1], runs[i - 1][1]), f"call {i} repeated the previous randn values"
     for i, (a, b) in enumerate(zip(runs, again)):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), f"call {i} not reproducible under manual_seed"
