@@ -145,7 +145,9 @@ def lt_activation(template: MatmulTemplate, node) -> str | None:
     """"relu" or "gelu" where `node` (a buffer) is that activation of `template`'s addmm, as one
     aten._addmm_activation on this device computes it, with the layouts it writes; else None. Who
     else reads the product is the caller's to check."""
-    if template.op is not aten.addmm.default or template.bias is None:
+    # a 1-D bias: cuBLASLt's bias epilogue, and what the partitions count as a cuBLASLt call for the
+    # workspace a CUDA graph reserves (partition.py calls_cublaslt), whichever of the two calls runs
+    if template.op is not aten.addmm.default or template.bias is None or len(template.bias.get_size()) != 1:
         return None
     lay, out = template.layout, node.layout
     if not isinstance(node, ComputedBuffer) or node.order is not None or out is None:

@@ -74,7 +74,7 @@ class MatmulDecision:
     fused: list[str]             # ops of the epilogues fused into the template
     measured: list[tuple[str, float]] = dataclasses.field(default_factory=list)   # (candidate, ms)
     prologue: list[str] = dataclasses.field(default_factory=list)   # ops computed on the template's loads
-    lt_epilogue: str = ""        # "relu" or "gelu": cuBLASLt applies it (codegen/matmul_activation.py)
+    lt_epilogue: str = ""        # "relu" or "gelu": cuBLASLt applies it (matmul_activation.py)
 
     def describe(self) -> str:
         if self.choice == "template":
