@@ -516,8 +516,9 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
         if (dq_m, dq_n) != (bm, bn):
             table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra)
         kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks
+        full_lo, full_hi = table.full_lo, table.full_hi   # ... and inside those, its whole ones
     else:
-        kv_lo = kv_hi = q_lo = q_hi = delta   # not read
+        kv_lo = kv_hi = full_lo = full_hi = q_lo = q_hi = delta   # not read
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):
@@ -526,7 +527,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                                                         num_warps=dq_meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
-        module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi,
+        module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi, full_lo, full_hi,
                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **dq_meta)
     return dq, dk, dv
 

@@ -18,9 +18,10 @@ finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)
 the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
 With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
-and the forward runs it as three loops: masked blocks, whole blocks (no dead score: the modification
-without its masking, score_mod.assume_live), masked blocks. A causal mask's second loop is every block
-below the diagonal, its third the diagonal block.
+and the forward and dq run it as three loops: masked blocks, whole blocks (no dead score: the
+modification and its gradient without the masking, score_mod.assume_live, and no load of a mask
+that only masks), masked blocks. A causal mask's second loop is every block below the diagonal, its
+third the diagonal block. (dk/dv still mask every block: its table has no whole ranges per key block.)
 """
 from __future__ import annotations
 
@@ -88,6 +89,23 @@ FWD_LOOP = '''\
 '''
 
 
+DQ_LOOP = '''\
+    for start_n in range({start}, {stop}, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        col = cols[None, :]
+        k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
+        v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
+        qk = mm(q, k_t, DOT, PRECISION)
+        {loads}
+        valid = (row < len_q) & (col < len_k)
+        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]) - l2[:, None]), 0.0)
+        dp = mm(do, v_t, DOT, PRECISION)
+        dscore = p * (dp - delta[:, None])
+        ds = tl.where(valid, {grad}, 0.0)
+        dq = mm_acc(ds.to(k_t.dtype), tl.trans(k_t), dq, DOT, PRECISION)
+'''
+
+
 def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool, even_e: bool = False,
                   even_ev: bool = False, tensor_axes: tuple[str, ...] | None = None) -> str:
     """The module text for `sm` with extra tensors of `tensor_kinds` ("bool", "int", "float" each).
@@ -103,8 +121,10 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     extra_strides = [f"st{n}_{d}" for n in range(len(tensor_kinds)) for d in "bhij"]
     names = {"s": "qk", "b": "bid", "h": "hid", "i": "row", "j": "col", "L": "len_q", "S": "len_k",
              "g": "dscore", **{f"t{n}": f"t{n}" for n in range(len(tensor_kinds))}}
-    grad_tree = score_mod.gradient(sm.tree)
-    grad = score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}) if grad_tree is not None else "0.0"
+    def gradient(tree: score_mod.Node) -> str:
+        grad_tree = score_mod.gradient(tree)
+        return score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}) if grad_tree is not None else "0.0"
+    grad = gradient(sm.tree)
 
     def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
         """mod(s) · log2(e) as Triton, broadcast to `shape` when it would not be already."""
@@ -117,6 +137,10 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     def fwd_loop(start: str, stop: str, tree: score_mod.Node) -> str:
         return FWD_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree))
 
+    def dq_loop(start: str, stop: str, tree: score_mod.Node) -> str:
+        return DQ_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree),
+                              grad=gradient(tree))
+
     def loads(indent: int) -> str:
         return textwrap.indent(tensor_loads(used, axes), " " * indent).lstrip()
 
@@ -126,14 +150,16 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     consts = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, "
               "PRECISION: tl.constexpr, DOT: tl.constexpr")
     if skip_blocks:
-        dq_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
-                    "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N")
-        fwd_range = dq_range + ("\n    full_lo = tl.load(FULL_LO + pid_m) * BLOCK_N\n"
+        fwd_range = dq_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
+                                "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N\n"
+                                "    full_lo = tl.load(FULL_LO + pid_m) * BLOCK_N\n"
                                 "    full_hi = tl.load(FULL_HI + pid_m) * BLOCK_N")
         # the key blocks with no dead score (a causal mask's below the diagonal) run the modification
         # without its masking: lo ≤ full_lo ≤ full_hi ≤ hi
-        fwd_loops = (fwd_loop("lo", "full_lo", sm.tree) + fwd_loop("full_lo", "full_hi", score_mod.assume_live(sm.tree))
-                     + fwd_loop("full_hi", "hi", sm.tree))
+        live = score_mod.assume_live(sm.tree)
+        fwd_loops = fwd_loop("lo", "full_lo", sm.tree) + fwd_loop("full_lo", "full_hi", live) + fwd_loop("full_hi", "hi", sm.tree)
+        # dq's loops alike: in whole blocks the scores and their gradient without the masking
+        dq_loops = dq_loop("lo", "full_lo", sm.tree) + dq_loop("full_lo", "full_hi", live) + dq_loop("full_hi", "hi", sm.tree)
         # the query blocks with the most live key blocks (a causal mask's last) start first
         pid_m = "tl.num_programs(0) - 1 - tl.program_id(0)"
         dkdv_range = ("lo = tl.load(RANGE_LO + pid_n) * BLOCK_M\n"
@@ -141,6 +167,7 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     else:
         fwd_range = dq_range = "lo = 0\n    hi = tl.cdiv(len_k, BLOCK_N) * BLOCK_N"
         fwd_loops = fwd_loop("lo", "hi", sm.tree)
+        dq_loops = dq_loop("lo", "hi", sm.tree)
         pid_m = "tl.program_id(0)"
         dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
 
@@ -246,7 +273,7 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common},
 
 
 @triton.jit
-def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
+def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI,
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                  {sizes}, {consts}):
@@ -260,20 +287,7 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common},
     v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     {dq_range}
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        col = cols[None, :]
-        k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
-        v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
-        qk = mm(q, k_t, DOT, PRECISION)
-        {loads(8)}
-        valid = (row < len_q) & (col < len_k)
-        p = tl.where(valid, tl.math.exp2(({score2("[BLOCK_M, BLOCK_N]")} - m2[:, None]) - l2[:, None]), 0.0)
-        dp = mm(do, v_t, DOT, PRECISION)
-        dscore = p * (dp - delta[:, None])
-        ds = tl.where(valid, {grad}, 0.0)
-        dq = mm_acc(ds.to(k_t.dtype), tl.trans(k_t), dq, DOT, PRECISION)
-    tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
+{dq_loops}    tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
              mask=(row < len_q) & (e[None, :] < dim))
 '''
     if even_e:
