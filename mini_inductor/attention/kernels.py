@@ -135,14 +135,19 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return f"({score_mod.triton_source(score_mod.log2_scaled(tree), names, kinds)}).to(tl.float32){pad}"
 
     def fwd_loop(start: str, stop: str, tree: score_mod.Node) -> str:
-        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree))
+        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8, tree), score=score2("[BLOCK_M, BLOCK_N]", tree))
 
     def dq_loop(start: str, stop: str, tree: score_mod.Node) -> str:
-        return DQ_LOOP.format(start=start, stop=stop, loads=loads(8), score=score2("[BLOCK_M, BLOCK_N]", tree),
-                              grad=gradient(tree))
+        grad_tree = score_mod.gradient(tree)
+        return DQ_LOOP.format(start=start, stop=stop, loads=loads(8, tree, grad_tree),
+                              score=score2("[BLOCK_M, BLOCK_N]", tree), grad=gradient(tree))
 
-    def loads(indent: int) -> str:
-        return textwrap.indent(tensor_loads(used, axes), " " * indent).lstrip()
+    def loads(indent: int, *trees) -> str:
+        """The extra tensors' loads; with `trees`, only of those they read (a whole block's loop reads
+        no mask that only masks: hf_causal's bool buffer is not loaded below the diagonal)."""
+        read = set().union(*(score_mod.variables(t) for t in trees if t is not None)) if trees else None
+        wanted = [n for n in used if read is None or f"t{n}" in read]
+        return textwrap.indent(tensor_loads(wanted, axes), " " * indent).lstrip()
 
     common = ", ".join(extras + ["RANGE_LO", "RANGE_HI"])
     strides = ", ".join(extra_strides) + ("," if extra_strides else "")
