@@ -208,6 +208,7 @@ class BlockTable:
     full_lo, full_hi per query block, inside those: key blocks where no score is dead, so the forward
                      runs the modification without its masking there (score_mod.assume_live)
     q_lo, q_hi       per key block: the query blocks holding a live score (dk, dv)
+    qfull_lo, qfull_hi  per key block, inside those: the whole query blocks, which dk/dv runs unmasked
     """
 
     kv_lo: Tensor
@@ -216,6 +217,8 @@ class BlockTable:
     full_hi: Tensor
     q_lo: Tensor
     q_hi: Tensor
+    qfull_lo: Tensor
+    qfull_hi: Tensor
 
 
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
@@ -294,18 +297,24 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
     span = _span
     kv_lo, kv_hi = span(live, index_n)
-    full_lo, full_hi = span(whole, index_n)
-    # the unmasked loop needs one run of whole blocks: otherwise (or with none) it is empty, at kv_hi
-    run = whole.sum(-1) == full_hi - full_lo
-    full_lo, full_hi = torch.where(run & (full_hi > full_lo), full_lo, kv_hi), torch.where(run, full_hi, kv_hi)
-    full_hi = torch.maximum(full_hi, full_lo)
+    full_lo, full_hi = _whole_run(whole, index_n, kv_hi)
     q_lo, q_hi = span(live.t(), index_m)
+    qfull_lo, qfull_hi = _whole_run(whole.t(), index_m, q_hi)
     if not backward and sm.finite_fill:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
     if backward:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
-    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)))
+    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)))
+
+
+def _whole_run(whole: Tensor, index: Tensor, hi: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row of `whole` (blocks along its last dim): the run of whole blocks that a kernel runs
+    unmasked. It needs one run: otherwise (or with none) the range is empty, at `hi`."""
+    lo_w, hi_w = _span(whole, index)
+    run = whole.sum(-1) == hi_w - lo_w
+    lo_w, hi_w = torch.where(run & (hi_w > lo_w), lo_w, hi), torch.where(run, hi_w, hi)
+    return lo_w, torch.maximum(hi_w, lo_w)
 
 
 def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
@@ -339,7 +348,7 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     counts = torch.zeros(1 + rows, dtype=torch.int32, device=device)   # DEAD, then ROW_LIVE [bh, row]
     dead, row_live = counts[:1], counts[1:] if need_rows else counts
     flags = torch.empty(n_m, n_n, dtype=torch.int8, device=device)
-    ranges = torch.empty(4 * n_m + 2 * n_n, dtype=torch.int32, device=device)
+    ranges = torch.empty(4 * n_m + 4 * n_n, dtype=torch.int32, device=device)
     with _launch_context_of(device):
         module.block_flags[(n_m, n_n)](flags, row_live, *as4, *strides, n_b * n_h, n_h, L, S, n_n,
                                        BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
@@ -348,8 +357,8 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         module.block_ranges[(n_m + (n_n if backward else 0),)](flags, dead, ranges, n_m, n_n,
                                                                N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n))
     kv_lo, kv_hi, full_lo, full_hi = ranges[:4 * n_m].view(4, n_m).unbind(0)
-    q_lo, q_hi = ranges[4 * n_m:].view(2, n_n).unbind(0) if backward else (kv_lo, kv_lo)   # (unread)
-    return BlockTable(kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi)
+    q_lo, q_hi, qfull_lo, qfull_hi = ranges[4 * n_m:].view(4, n_n).unbind(0) if backward else (kv_lo,) * 4   # (unread)
+    return BlockTable(kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)
 
 
 def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):
@@ -513,12 +522,13 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     if plan.skip:
         table = block_ranges(sm, L, S, bm, bn, q.device, True, extra)
         q_lo, q_hi = table.q_lo, table.q_hi      # per key block of dk/dv, in its query blocks
+        qfull_lo, qfull_hi = table.qfull_lo, table.qfull_hi   # ... and inside those, its whole ones
         if (dq_m, dq_n) != (bm, bn):
             table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra)
         kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks
         full_lo, full_hi = table.full_lo, table.full_hi   # ... and inside those, its whole ones
     else:
-        kv_lo = kv_hi = full_lo = full_hi = q_lo = q_hi = delta   # not read
+        kv_lo = kv_hi = full_lo = full_hi = q_lo = q_hi = qfull_lo = qfull_hi = delta   # not read
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):
@@ -526,6 +536,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                                                         BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
                                                         num_warps=dq_meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
+                                                      qfull_lo, qfull_hi,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
         module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi, full_lo, full_hi,
                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **dq_meta)

@@ -18,10 +18,11 @@ finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)
 the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
 With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
-and the forward and dq run it as three loops: masked blocks, whole blocks (no dead score: the
+and the forward, dq and dk/dv run it as three loops: masked blocks, whole blocks (no dead score: the
 modification and its gradient without the masking, score_mod.assume_live, and no load of a mask
 that only masks), masked blocks. A causal mask's second loop is every block below the diagonal, its
-third the diagonal block. (dk/dv still mask every block: its table has no whole ranges per key block.)
+third the diagonal block. dk/dv runs its query blocks the same way (the table's whole ranges per key
+block).
 """
 from __future__ import annotations
 
@@ -106,6 +107,28 @@ DQ_LOOP = '''\
 '''
 
 
+DKDV_LOOP = '''\
+        for start_m in range({start}, {stop}, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            row = rows[None, :]
+            q_t = tl.load(q_base + row * sq_i + e[:, None] * sq_e, mask=(row < len_q) & (e[:, None] < dim), other=0.0)
+            qk = mm(k, q_t, DOT, PRECISION)
+            {loads}
+            valid = (row < len_q) & (col < len_k)
+            m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
+            l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+            p = tl.where(valid, tl.math.exp2(({score} - m2[None, :]) - l2[None, :]), 0.0)
+            do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
+                         mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
+            dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)
+            dp = mm(v, tl.trans(do), DOT, PRECISION)
+            delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
+            dscore = p * (dp - delta[None, :])
+            ds = tl.where(valid, {grad}, 0.0)
+            dk = mm_acc(ds.to(q_t.dtype), tl.trans(q_t), dk, DOT, PRECISION)
+'''
+
+
 def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool, even_e: bool = False,
                   even_ev: bool = False, tensor_axes: tuple[str, ...] | None = None) -> str:
     """The module text for `sm` with extra tensors of `tensor_kinds` ("bool", "int", "float" each).
@@ -142,6 +165,11 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return DQ_LOOP.format(start=start, stop=stop, loads=loads(8, tree, grad_tree),
                               score=score2("[BLOCK_M, BLOCK_N]", tree), grad=gradient(tree))
 
+    def dkdv_loop(start: str, stop: str, tree: score_mod.Node) -> str:
+        grad_tree = score_mod.gradient(tree)
+        return DKDV_LOOP.format(start=start, stop=stop, loads=loads(12, tree, grad_tree),
+                                score=score2("[BLOCK_N, BLOCK_M]", tree), grad=gradient(tree))
+
     def loads(indent: int, *trees) -> str:
         """The extra tensors' loads; with `trees`, only of those they read (a whole block's loop reads
         no mask that only masks: hf_causal's bool buffer is not loaded below the diagonal)."""
@@ -168,13 +196,18 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         # the query blocks with the most live key blocks (a causal mask's last) start first
         pid_m = "tl.num_programs(0) - 1 - tl.program_id(0)"
         dkdv_range = ("lo = tl.load(RANGE_LO + pid_n) * BLOCK_M\n"
-                      "    hi = tl.load(RANGE_HI + pid_n) * BLOCK_M")
+                      "    hi = tl.load(RANGE_HI + pid_n) * BLOCK_M\n"
+                      "    full_lo = tl.load(QFULL_LO + pid_n) * BLOCK_M\n"
+                      "    full_hi = tl.load(QFULL_HI + pid_n) * BLOCK_M")
+        dkdv_loops = (dkdv_loop("lo", "full_lo", sm.tree) + dkdv_loop("full_lo", "full_hi", live)
+                      + dkdv_loop("full_hi", "hi", sm.tree))
     else:
         fwd_range = dq_range = "lo = 0\n    hi = tl.cdiv(len_k, BLOCK_N) * BLOCK_N"
         fwd_loops = fwd_loop("lo", "hi", sm.tree)
         dq_loops = dq_loop("lo", "hi", sm.tree)
         pid_m = "tl.program_id(0)"
         dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
+        dkdv_loops = dkdv_loop("lo", "hi", sm.tree)
 
     # the first lines of the forward and of the dq kernel: the query block a program owns, and its queries
     query_block = f'''    bh = tl.program_id(1)
@@ -227,7 +260,7 @@ def flash_bwd_delta(OUT, DO, DELTA, so_b, so_h, so_i, so_e, sdo_b, sdo_h, sdo_i,
 
 
 @triton.jit
-def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common},
+def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI,
                    sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                    sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                    {sizes}, {consts}):
@@ -253,25 +286,7 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common},
         bh = bid * n_heads + hid
         q_base = Q + bid.to(tl.int64) * sq_b + hid.to(tl.int64) * sq_h
         do_base = DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h
-        for start_m in range(lo, hi, BLOCK_M):
-            rows = start_m + tl.arange(0, BLOCK_M)
-            row = rows[None, :]
-            q_t = tl.load(q_base + row * sq_i + e[:, None] * sq_e, mask=(row < len_q) & (e[:, None] < dim), other=0.0)
-            qk = mm(k, q_t, DOT, PRECISION)
-            {loads(12)}
-            valid = (row < len_q) & (col < len_k)
-            m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
-            l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
-            p = tl.where(valid, tl.math.exp2(({score2("[BLOCK_N, BLOCK_M]")} - m2[None, :]) - l2[None, :]), 0.0)
-            do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
-                         mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
-            dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)
-            dp = mm(v, tl.trans(do), DOT, PRECISION)
-            delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
-            dscore = p * (dp - delta[None, :])
-            ds = tl.where(valid, {grad}, 0.0)
-            dk = mm_acc(ds.to(q_t.dtype), tl.trans(q_t), dk, DOT, PRECISION)
-    tl.store(DK + bhk.to(tl.int64) * len_k * dim + col * dim + e[None, :], dk.to(DK.dtype.element_ty),
+{dkdv_loops}    tl.store(DK + bhk.to(tl.int64) * len_k * dim + col * dim + e[None, :], dk.to(DK.dtype.element_ty),
              mask=(col < len_k) & (e[None, :] < dim))
     tl.store(DV + bhk.to(tl.int64) * len_k * dim_v + col * dim_v + ev[None, :], dv.to(DV.dtype.element_ty),
              mask=(col < len_k) & (ev[None, :] < dim_v))
@@ -386,7 +401,7 @@ def dead_rows(ROW_LIVE, DEAD, total, BLOCK: tl.constexpr):
 
 @triton.jit
 def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr):
-    # RANGES: kv_lo, kv_hi, full_lo, full_hi (n_m each), then q_lo, q_hi (n_n each, BACKWARD)
+    # RANGES: kv_lo, kv_hi, full_lo, full_hi (n_m each), then q_lo, q_hi, qfull_lo, qfull_hi (n_n each, BACKWARD)
     pid = tl.program_id(0)
     dead = tl.load(DEAD)
     if pid < n_m:
@@ -417,10 +432,20 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.const
         pm = tl.arange(0, N_M)
         col_flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
         col_live = (col_flags & 1) != 0
+        col_whole = (col_flags & 2) != 0
         q_hi = tl.max(tl.where(col_live, pm + 1, 0), 0)
         q_lo = tl.minimum(tl.min(tl.where(col_live, pm, n_m), 0), q_hi)
+        qfull_lo = tl.min(tl.where(col_whole, pm, n_m), 0)
+        qfull_hi = tl.max(tl.where(col_whole, pm + 1, 0), 0)
+        q_whole = tl.sum(col_whole.to(tl.int32), 0)
+        q_run = q_whole == qfull_hi - qfull_lo
+        qfull_lo2 = tl.where(q_run & (qfull_hi > qfull_lo), qfull_lo, q_hi)
+        qfull_hi2 = tl.where(q_run & (q_whole > 0), qfull_hi, q_hi)
+        qfull_hi2 = tl.maximum(qfull_hi2, qfull_lo2)
         q_lo = tl.where(dead > 0, 0, q_lo)
         q_hi = tl.where(dead > 0, n_m, q_hi)
         tl.store(RANGES + 4 * n_m + pid_n, q_lo)
         tl.store(RANGES + 4 * n_m + n_n + pid_n, q_hi)
+        tl.store(RANGES + 4 * n_m + 2 * n_n + pid_n, qfull_lo2)
+        tl.store(RANGES + 4 * n_m + 3 * n_n + pid_n, qfull_hi2)
 '''

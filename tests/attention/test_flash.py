@@ -338,7 +338,7 @@ def test_the_table_kernel_gives_the_table_torch_computes_from_the_whole_grid(bac
         for bm, bn in ((16, 16), (32, 16)):
             want = flash._block_ranges(sm, 52, 60, bm, bn, torch.device("cpu"), backward, extra)
             got = flash._data_block_ranges(sm, 52, 60, bm, bn, torch.device("cpu"), backward, extra)
-            for name in FORWARD_RANGES + (("q_lo", "q_hi") if backward else ()):
+            for name in FORWARD_RANGES + (("q_lo", "q_hi", "qfull_lo", "qfull_hi") if backward else ()):
                 assert getattr(got, name).tolist() == getattr(want, name).tolist(), (mod, bm, bn, name)
 
 
