@@ -57,10 +57,13 @@ def reinterpret(t, size, stride, offset):
 
 
 def aliased_view(t, size, stride, offset):
-    """An output that is a view of input `t`: t.view(size), or a permutation of t's dims, where that
-    gives the layout, else as_strided. AOT autograd replays the view we return on the input, and
-    as_strided's backward is wrong where the input's memory overlaps (an expanded input that requires
-    grad)."""
+    """An output that is a view of input `t`: t.view(size), a permutation of t's dims, or a slice of
+    them (narrow per dim), where that gives the layout, else as_strided. AOT autograd replays the view
+    we return on the input, and as_strided's backward is wrong where the input's memory overlaps (an
+    expanded input that requires grad: fuzz seed 216 prog 243, a chunk of one, as_strided before)."""
+    sliced = _narrowed(t, size, stride, offset)
+    if sliced is not None:
+        return sliced
     if offset == 0 and t.numel() == math.prod(size):
         try:
             v = t.view(size)
@@ -79,6 +82,27 @@ def aliased_view(t, size, stride, offset):
             else:
                 return t.permute(dims)
     return reinterpret(t, size, stride, offset)
+
+
+def _narrowed(t, size, stride, offset):
+    """t narrowed along some dims to `size` at `offset` (in elements), where that keeps every dim's
+    stride: the slice t[a:b, c:d, ...]; else None."""
+    if t.dim() != len(size) or any(n > m for n, m in zip(size, t.shape)) or tuple(size) == tuple(t.shape):
+        return None
+    if any(n != 1 and st != ts for n, st, ts in zip(size, stride, t.stride())):
+        return None
+    starts, left = [0] * t.dim(), offset
+    for d in sorted(range(t.dim()), key=lambda d: -t.stride(d)):   # the offset as a start per dim
+        if t.stride(d) > 0 and left:
+            starts[d] = min(left // t.stride(d), t.size(d) - size[d])
+            left -= starts[d] * t.stride(d)
+    if left:
+        return None
+    v = t
+    for d, (start, n) in enumerate(zip(starts, size)):
+        if start or n != t.size(d):
+            v = v.narrow(d, start, n)
+    return v
 
 
 def restrided(t, size, stride):

@@ -241,6 +241,26 @@ def test_a_saved_view_with_gaps_in_a_symbolic_graph_keeps_the_strides_the_backwa
     assert any(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_slice_of_an_expanded_input_returned_as_a_view_gets_eagers_gradient(dynamic):
+    # fuzz seed 216 prog 243: a chunk of an expanded input that requires grad was returned as
+    # as_strided, whose backward sums the rows sharing memory; AOT autograd replays the view we return
+    def f(w, b, x):
+        return torch.addmm(b, w, x, beta=0.5), torch.chunk(x, 3, 1)[0], x.squeeze()
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic)
+    for rows in (5, 7):
+        w, b = torch.randn(3, rows), torch.randn(3)
+        x = torch.randn(1, 3).expand(rows, 3)
+        xa, xb = x.detach().requires_grad_(), x.detach().requires_grad_()
+        got, want = compiled(w, b, xa), f(w, b, xb)
+        weights = [torch.rand(o.shape) + 0.5 for o in want]
+        sum((o * c).sum() for o, c in zip(got, weights)).backward()
+        sum((o * c).sum() for o, c in zip(want, weights)).backward()
+        for g, e in zip(got, want):
+            assert_same_tensor(g, e, f"rows {rows}")
+        assert_same_tensor(xa.grad, xb.grad, f"gradient, rows {rows}")
+
+
 def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
     def f(x):
         return torch.relu(x * 2 + 1).sum(-1)
