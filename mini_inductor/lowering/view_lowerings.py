@@ -9,7 +9,7 @@ import torch
 from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout
 from .lowerings import register_lowering
 from .sizevars import FloorDiv, ModularIndexing, product, sympify_seq
-from .symbolic import decide
+from .symbolic import SymbolicUnsupported, decide
 
 aten = torch.ops.aten
 
@@ -55,9 +55,30 @@ def expand(x, size, implicit=False):
     shift = len(size) - len(old)
     size = [old[i - shift] if s == -1 else s for i, s in enumerate(size)]
 
+    broadcast = [_broadcasts(o, size[shift + i]) for i, o in enumerate(old)]
+
     def reindex(idx):
-        return [sympy.Integer(0) if o == 1 and size[shift + i] != 1 else idx[shift + i] for i, o in enumerate(old)]
+        return [sympy.Integer(0) if b else idx[shift + i] for i, b in enumerate(broadcast)]
     return View(x, size, reindex)
+
+
+def _broadcasts(old, new) -> bool:
+    """Whether expand turns a dim of size `old` into `new` by repeating its one element. A symbolic
+    `old` that is not `new` is 1 only where Dynamo's guards say so (fuzz seed 219 prog 260: a chunk
+    of length (s+2)//3, 1 here, expanded to 4 was indexed as if it had 4 elements): decided by the
+    ShapeEnv, else not compiled symbolically (the graph is compiled per size)."""
+    old, new = sympy.sympify(old), sympy.sympify(new)
+    if old == new:
+        return False
+    if old == 1:
+        return True
+    if not (old.free_symbols or new.free_symbols):
+        return False
+    if decide(sympy.Eq(old, 1)):
+        return True
+    if decide(sympy.Eq(old, new)):
+        return False
+    raise SymbolicUnsupported(f"expand of a dim of size {old} to {new}, which broadcasts at some sizes only", old)
 
 
 @register_lowering(aten.slice.Tensor)

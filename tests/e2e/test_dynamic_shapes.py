@@ -261,6 +261,23 @@ def test_a_slice_of_an_expanded_input_returned_as_a_view_gets_eagers_gradient(dy
         assert_same_tensor(xa.grad, xb.grad, f"gradient, rows {rows}")
 
 
+def test_expanding_a_symbolic_dim_that_dynamos_guards_make_1_broadcasts_it():
+    # fuzz seed 219 prog 260: a chunk of length (s+2)//3 (1 here, as Dynamo's guards have it) expanded
+    # to 4 was indexed as if it had 4 elements, and its output view addressed past the input
+    def f(x):
+        return torch.chunk(x, 3, 0)[0].expand(4)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True)
+    x = torch.randn(3, dtype=torch.float64)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(xa), f(xb)
+    assert_same_tensor(got, want, "output")
+    assert got.stride() == want.stride()
+    got.sum().backward()
+    want.sum().backward()
+    assert_same_tensor(xa.grad, xb.grad, "gradient")
+    assert all(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
+
+
 def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
     def f(x):
         return torch.relu(x * 2 + 1).sum(-1)
