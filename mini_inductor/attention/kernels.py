@@ -66,13 +66,17 @@ def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
     return tl.dot(operand(a, DOT, PRECISION), operand(b, DOT, PRECISION), acc, input_precision=PRECISION)
 '''
 
-# one pass over the key blocks [start, stop) of the forward: {score} is mod(s)·log2(e)
-FWD_LOOP = '''\
+# the head of a pass over the key blocks [start, stop) of a query block (the forward's, dq's): their keys
+KEY_BLOCKS = '''\
     for start_n in range({start}, {stop}, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         col = cols[None, :]
-        k = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
-        qk = mm(q, k, DOT, PRECISION)
+        k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
+'''
+
+# one pass of the forward: {score} is mod(s)·log2(e)
+FWD_LOOP = KEY_BLOCKS + '''\
+        qk = mm(q, k_t, DOT, PRECISION)
         {loads}
         score = {score}
         if not EVEN_N:
@@ -90,11 +94,8 @@ FWD_LOOP = '''\
 '''
 
 
-DQ_LOOP = '''\
-    for start_n in range({start}, {stop}, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        col = cols[None, :]
-        k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
+# one pass of dq: {grad} is the modification's gradient
+DQ_LOOP = KEY_BLOCKS + '''\
         v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
         qk = mm(q, k_t, DOT, PRECISION)
         {loads}
@@ -400,6 +401,22 @@ def dead_rows(ROW_LIVE, DEAD, total, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def block_spans(live, whole, index, count, dead):
+    # along one row (or column) of blocks: the first and one past the last live block (nothing live:
+    # empty at 0), and inside them the whole blocks, run as one loop only where they are one run
+    # (else an empty range at hi); a row with nothing live anywhere (`dead`) visits every block
+    hi = tl.max(tl.where(live, index + 1, 0), 0)
+    lo = tl.minimum(tl.min(tl.where(live, index, count), 0), hi)
+    full_lo = tl.min(tl.where(whole, index, count), 0)
+    full_hi = tl.max(tl.where(whole, index + 1, 0), 0)
+    n_whole = tl.sum(whole.to(tl.int32), 0)
+    run = n_whole == full_hi - full_lo
+    full_lo2 = tl.where(run & (full_hi > full_lo), full_lo, hi)
+    full_hi2 = tl.maximum(tl.where(run & (n_whole > 0), full_hi, hi), full_lo2)
+    return tl.where(dead > 0, 0, lo), tl.where(dead > 0, count, hi), full_lo2, full_hi2
+
+
+@triton.jit
 def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr):
     # RANGES: kv_lo, kv_hi, full_lo, full_hi (n_m each), then q_lo, q_hi, qfull_lo, qfull_hi (n_n each, BACKWARD)
     pid = tl.program_id(0)
@@ -407,45 +424,20 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.const
     if pid < n_m:
         pn = tl.arange(0, N_N)
         flags = tl.load(FLAGS + pid * n_n + pn, mask=pn < n_n, other=0).to(tl.int32)
-        live = (flags & 1) != 0
-        whole = (flags & 2) != 0
-        kv_hi = tl.max(tl.where(live, pn + 1, 0), 0)
-        kv_lo = tl.minimum(tl.min(tl.where(live, pn, n_n), 0), kv_hi)   # nothing live: empty at 0
-        full_lo = tl.min(tl.where(whole, pn, n_n), 0)
-        full_hi = tl.max(tl.where(whole, pn + 1, 0), 0)
-        n_whole = tl.sum(whole.to(tl.int32), 0)
-        # the whole blocks run as one loop only where they are one run
-        run = n_whole == full_hi - full_lo
-        full_lo2 = tl.where(run & (full_hi > full_lo), full_lo, kv_hi)
-        full_hi2 = tl.where(run & (n_whole > 0), full_hi, kv_hi)
-        full_hi2 = tl.maximum(full_hi2, full_lo2)
-        kv_lo = tl.where(dead > 0, 0, kv_lo)
-        kv_hi = tl.where(dead > 0, n_n, kv_hi)
+        kv_lo, kv_hi, full_lo, full_hi = block_spans((flags & 1) != 0, (flags & 2) != 0, pn, n_n, dead)
         tl.store(RANGES + pid, kv_lo)
         tl.store(RANGES + n_m + pid, kv_hi)
-        tl.store(RANGES + 2 * n_m + pid, full_lo2)
-        tl.store(RANGES + 3 * n_m + pid, full_hi2)
+        tl.store(RANGES + 2 * n_m + pid, full_lo)
+        tl.store(RANGES + 3 * n_m + pid, full_hi)
     else:
         # names of their own: compiled Triton merges a name set in both branches, and these are
         # vectors of another length (N_M) than the first branch's (N_N)
         pid_n = pid - n_m
         pm = tl.arange(0, N_M)
         col_flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
-        col_live = (col_flags & 1) != 0
-        col_whole = (col_flags & 2) != 0
-        q_hi = tl.max(tl.where(col_live, pm + 1, 0), 0)
-        q_lo = tl.minimum(tl.min(tl.where(col_live, pm, n_m), 0), q_hi)
-        qfull_lo = tl.min(tl.where(col_whole, pm, n_m), 0)
-        qfull_hi = tl.max(tl.where(col_whole, pm + 1, 0), 0)
-        q_whole = tl.sum(col_whole.to(tl.int32), 0)
-        q_run = q_whole == qfull_hi - qfull_lo
-        qfull_lo2 = tl.where(q_run & (qfull_hi > qfull_lo), qfull_lo, q_hi)
-        qfull_hi2 = tl.where(q_run & (q_whole > 0), qfull_hi, q_hi)
-        qfull_hi2 = tl.maximum(qfull_hi2, qfull_lo2)
-        q_lo = tl.where(dead > 0, 0, q_lo)
-        q_hi = tl.where(dead > 0, n_m, q_hi)
+        q_lo, q_hi, qfull_lo, qfull_hi = block_spans((col_flags & 1) != 0, (col_flags & 2) != 0, pm, n_m, dead)
         tl.store(RANGES + 4 * n_m + pid_n, q_lo)
         tl.store(RANGES + 4 * n_m + n_n + pid_n, q_hi)
-        tl.store(RANGES + 4 * n_m + 2 * n_n + pid_n, qfull_lo2)
-        tl.store(RANGES + 4 * n_m + 3 * n_n + pid_n, qfull_hi2)
+        tl.store(RANGES + 4 * n_m + 2 * n_n + pid_n, qfull_lo)
+        tl.store(RANGES + 4 * n_m + 3 * n_n + pid_n, qfull_hi)
 '''
