@@ -252,10 +252,31 @@ def decide(cond) -> bool | None:
         cond = cond.xreplace({s: theirs[s.name] for s in cond.free_symbols})
         cond = cond.replace(lambda a: isinstance(a, FloorDiv), lambda a: torch_fns.FloorDiv(*a.args))
         cond = cond.replace(lambda a: isinstance(a, ModularIndexing), lambda a: torch_fns.ModularIndexing(*a.args))
+        # Dynamo's guards that fix an expression to a number (Eq(s0*s1*s2, 30) of a reshape to
+        # [2, 5, 3], fuzz seed 221 prog 275): hold at every size the graph serves
+        fixed = _fixed_by_guards(env)
+        if fixed:
+            cond = cond.xreplace(fixed)
+            if cond in (sympy.true, sympy.false):
+                return bool(cond)
         found = env._maybe_evaluate_static(cond)
     except Exception:  # noqa: BLE001  (a private ShapeEnv method: any failure means "not provable")
         return None
     return bool(found) if found in (sympy.true, sympy.false) else None
+
+
+def _fixed_by_guards(env) -> dict:
+    """expression → number, for each of the ShapeEnv's guards Eq(expression, number)."""
+    fixed = {}
+    for guard in getattr(env, "guards", ()):
+        expr = getattr(guard, "expr", None)
+        if isinstance(expr, sympy.Eq):
+            lhs, rhs = expr.args
+            if rhs.is_number and not lhs.is_number:
+                fixed[lhs] = rhs
+            elif lhs.is_number and not rhs.is_number:
+                fixed[rhs] = lhs
+    return fixed
 
 
 def upper_bound(expr) -> int | None:

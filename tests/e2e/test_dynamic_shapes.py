@@ -278,6 +278,21 @@ def test_expanding_a_symbolic_dim_that_dynamos_guards_make_1_broadcasts_it():
     assert all(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
 
 
+def test_a_reshape_of_an_output_stays_a_view_of_it_where_dynamos_guards_fix_the_numel():
+    # fuzz seed 221 prog 275: reshape(2, 5, 3) of a clone of a [s0, s1, s2] input, both returned; the
+    # view's strides (FloorDiv(s0*s1*s2, 2), ...) are 15 and 3 only by Dynamo's guard Eq(s0*s1*s2, 30),
+    # and the view came back as a copy, sharing no storage with the clone as eager's does
+    def f(x):
+        y = x.clone()
+        return y, y.reshape(2, 5, 3)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True)
+    x = torch.rand(5, 3, 2) < 0.5
+    (a, b), (c, d) = compiled(x), f(x)
+    assert_same_tensor(a, c, "clone")
+    assert_same_tensor(b, d, "reshape")
+    assert b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+
+
 def test_a_symbolic_graph_compiled_before_is_served_from_disk_at_a_size_it_never_saw():
     def f(x):
         return torch.relu(x * 2 + 1).sum(-1)
