@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass, field
+import weakref
 from typing import Any, Iterator
 
 import sympy
@@ -265,10 +266,21 @@ def decide(cond) -> bool | None:
     return bool(found) if found in (sympy.true, sympy.false) else None
 
 
+_FIXED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # ShapeEnv → (its guard count when read, the map)
+
+
 def _fixed_by_guards(env) -> dict:
-    """expression → number, for each of the ShapeEnv's guards Eq(expression, number)."""
+    """expression → number, for each of the ShapeEnv's guards Eq(expression, number); read again
+    only when guards were added (decide runs for many sizes of one graph)."""
+    guards = getattr(env, "guards", ())
+    try:
+        cached = _FIXED.get(env)
+    except TypeError:   # not weakly referable: read every time
+        cached = None
+    if cached is not None and cached[0] == len(guards):
+        return cached[1]
     fixed = {}
-    for guard in getattr(env, "guards", ()):
+    for guard in guards:
         expr = getattr(guard, "expr", None)
         if isinstance(expr, sympy.Eq):
             lhs, rhs = expr.args
@@ -276,6 +288,10 @@ def _fixed_by_guards(env) -> dict:
                 fixed[lhs] = rhs
             elif lhs.is_number and not rhs.is_number:
                 fixed[rhs] = lhs
+    try:
+        _FIXED[env] = (len(guards), fixed)
+    except TypeError:
+        pass
     return fixed
 
 
