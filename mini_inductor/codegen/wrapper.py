@@ -61,9 +61,6 @@ def aliased_view(t, size, stride, offset):
     them (narrow per dim), where that gives the layout, else as_strided. AOT autograd replays the view
     we return on the input, and as_strided's backward is wrong where the input's memory overlaps (an
     expanded input that requires grad: fuzz seed 216 prog 243, a chunk of one, as_strided before)."""
-    sliced = _narrowed(t, size, stride, offset)
-    if sliced is not None:
-        return sliced
     if offset == 0 and t.numel() == math.prod(size):
         try:
             v = t.view(size)
@@ -81,7 +78,8 @@ def aliased_view(t, size, stride, offset):
                 free.remove(d)
             else:
                 return t.permute(dims)
-    return reinterpret(t, size, stride, offset)
+    sliced = _narrowed(t, size, stride, offset)   # (every call: after the common cases)
+    return sliced if sliced is not None else reinterpret(t, size, stride, offset)
 
 
 def _narrowed(t, size, stride, offset):
