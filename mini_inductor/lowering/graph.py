@@ -456,20 +456,17 @@ class GraphLowering:
 
 
 def _within(view: Layout, base: Layout) -> bool:
-    """At the traced sizes, every element `view` addresses lies inside `base`'s span (a view of an
-    input can address no more); True where a size has no hint."""
+    """At the traced sizes, the last element `view` addresses lies inside `base`'s span (a view of an
+    input can address no more; strides are never negative); True where a size has no hint."""
+    def last(layout: Layout) -> int:
+        return symbolic.hint(layout.offset) + sum((symbolic.hint(n) - 1) * symbolic.hint(st)
+                                                  for n, st in zip(layout.size, layout.stride))
     try:
-        low = symbolic.hint(view.offset) + sum(min(0, (symbolic.hint(n) - 1) * symbolic.hint(st))
-                                               for n, st in zip(view.size, view.stride))
-        high = symbolic.hint(view.offset) + sum(max(0, (symbolic.hint(n) - 1) * symbolic.hint(st))
-                                                for n, st in zip(view.size, view.stride))
-        span = symbolic.hint(base.offset) + sum((symbolic.hint(n) - 1) * abs(symbolic.hint(st))
-                                                for n, st in zip(base.size, base.stride))
+        if any(symbolic.hint(n) == 0 for n in view.size):
+            return True
+        return last(view) <= last(base)
     except symbolic.SymbolicUnsupported:
         return True
-    if any(symbolic.hint(n) == 0 for n in view.size):
-        return True
-    return low >= 0 and high <= span
 
 
 def _gapped(meta: torch.Tensor) -> bool:
