@@ -413,8 +413,9 @@ def _print_report(out: Output, report) -> None:
 
     out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
                                               if report["cache_hit"] else ""))
+    calls = len(report["externs"]) + sum(1 for k in report["kernels"] if k.get("cublas"))   # cuBLAS + its epilogue
     out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
-             f"Triton kernels, {len(report['externs'])} extern calls")
+             f"Triton kernels, {calls} extern calls")
     if report.get("stage_seconds"):
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
     if report.get("layout"):

@@ -370,11 +370,10 @@ class WrapperCodegen:
         if choice == "cublas":
             for node in prologue:   # stored this time: the ATen call reads it
                 self._kernel(node, i, users, outputs, scope, keep={node.name})
-            fused = fused_activation(template, epilogue, users.get(template.name, set()), template.name in outputs,
-                                     i) if self.cfg.cublaslt_activations else None
+            fused = fused_activation(template, epilogue, users, outputs, i) if self.cfg.cublaslt_activations else None
             if fused is not None:   # the activation in cuBLASLt's epilogue: one call, no kernel after it
-                call, act = fused
-                self.removed.add(template.name)   # the product is never stored
+                call, act, unstored = fused
+                self.removed.update(unstored)   # the product and what lies between are never stored
                 self._extern(call, scope)
                 for d in self.sched.matmuls:
                     if d.name == template.name:

@@ -92,8 +92,11 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         sources = sorted({o.source for o in origins if o.source})
         template = template_in(node)
         as_cublas = template is not None and template.choice == "cublas"   # the ATen call ran instead
-        if node.is_extern() or as_cublas and len(node.get_nodes()) == 1:
-            op = getattr(node.node, "op_name", None) or str(getattr(template, "op", type(node.node).__name__))
+        # cuBLASLt applied the epilogue itself: one call, no kernel (scheduler/matmul_activation.py)
+        in_lt = as_cublas and any(d.name == template.name and d.lt_epilogue for d in getattr(sched, "matmuls", ()))
+        if node.is_extern() or as_cublas and (len(node.get_nodes()) == 1 or in_lt):
+            op = "aten._addmm_activation.default" if in_lt else \
+                getattr(node.node, "op_name", None) or str(getattr(template, "op", type(node.node).__name__))
             label = bnd.unit_label(origins, fx_order, bnd.short_op(op))
             # a MultiOutput picks one result of the call before it: name that call
             shown = f"output of {label['ops']}" if op == "MultiOutput" else bnd.short_op(op)
@@ -112,6 +115,8 @@ def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, An
         read = [a for a in args if a not in written]
         moved = _bytes_read(node, set(members), read, nbytes, itemsize) + sum(nbytes.get(w, 0) for w in written)
         kernels.append({
+            # left to cuBLAS: the ATen call, then this kernel of the epilogue
+            "cublas": str(template.op) if as_cublas else None,
             "name": name, "kind": ("template" if template is not None and not as_cublas else
                                    "reduction" if node.is_reduction() else "pointwise"), "nodes": members,
             "ops": ops, "sources": sources, "reads": read, "writes": written,

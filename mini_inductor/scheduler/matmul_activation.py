@@ -10,10 +10,12 @@ ReLU or *exact* GELU. So tanh-GELU is fused on CUDA only, ReLU on any device. Wi
 otherwise reads the product back and writes it again. (cuBLASLt's ReLU may map a NaN product to 0
 where eager keeps NaN; one reason the option is off by default.)
 
-The epilogue qualifies when it is one pointwise node, of the addmm's layout (contiguous, 2-D), that
-loads nothing but the product, element for element, and computes ReLU or tanh-GELU of it; and the
-product itself is read by nothing else (a graph output, or a GELU's saved input in training, keeps
-the two apart). In "auto" on CUDA the scheduler fuses an epilogue into a template only where the cost
+The epilogue qualifies when its pointwise nodes, all of the addmm's layout (contiguous, 2-D), load
+nothing but the product and each other, element for element, and the one whose result leaves the
+epilogue computes ReLU or tanh-GELU of the product; and the product and the buffers between are read
+by nothing else (a graph output, or a GELU's saved input in training, keeps the two apart). An fp16
+or bf16 GELU needs more than one node: its decomposition keeps the float32 upcast of the product as
+a buffer of its own, fused into the same kernel. In "auto" on CUDA the scheduler fuses an epilogue into a template only where the cost
 model prefers the template (matmul_choice.fusion_check), except such an activation, which it keeps
 with the addmm it follows for codegen to hand to cuBLASLt. Which function the node computes is found by running its loop body in float64 on
 probe values (`activation_of`): the decompositions of relu and gelu reach the scheduler as arithmetic,
@@ -41,8 +43,10 @@ class _NotMatched(Exception):
 
 
 class _Probe:
-    """An ops handler evaluating a pointwise body on float64 probe values: the one load it may make is
-    of `name` at `index` (the output's own element); any other load, index or op is not a match."""
+    """An ops handler evaluating a pointwise body on float64 probe values. The loads it may make are of
+    `name` at `index` (the output's own element) and of the epilogue's own intermediate buffers
+    (`inner`: name -> ComputedBuffer of the same shape) at their own element, which it evaluates in
+    turn; any other load, index or op is not a match."""
 
     ARITHMETIC = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
                   "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow}
@@ -51,10 +55,18 @@ class _Probe:
              "sigmoid": torch.sigmoid, "abs": torch.abs, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
              "reciprocal": torch.reciprocal, "square": torch.square}
 
-    def __init__(self, name: str, index: sympy.Expr, values: torch.Tensor):
+    def __init__(self, name: str, index: sympy.Expr, values: torch.Tensor, dims=(), inner=None):
         self.name, self.index, self.values = name, index, values
+        self.dims, self.inner, self.done = dims, dict(inner or {}), {}
 
     def load(self, name, index):
+        if name in self.inner:
+            buf = self.inner[name]
+            if sympy.expand(index - buf.layout.index(self.dims)) != 0:
+                raise _NotMatched(f"loads {name}[{index}]")
+            if name not in self.done:   # its body, here and now, under this same handler
+                self.done[name] = buf.data.inner_fn(self.dims)
+            return self.done[name]
         if name != self.name or sympy.expand(index - self.index) != 0:
             raise _NotMatched(f"loads {name}[{index}]")
         return self.values
@@ -66,7 +78,7 @@ class _Probe:
             raise _NotMatched(f"a {dtype} constant")
         return torch.tensor(float(value), dtype=torch.float64)
 
-    def to_dtype(self, x, dtype, src_dtype=None):
+    def to_dtype(self, x, dtype, src_dtype=None, **_):
         if dtype not in FLOAT_DTYPES:     # a float rounding only changes the value within the dtype's tolerance
             raise _NotMatched(f"a cast to {dtype}")
         return x.to(torch.float64)
@@ -92,20 +104,21 @@ def probe_values() -> torch.Tensor:
     return torch.cat([grid, small, large])
 
 
-def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr, dims) -> str | None:
+def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr, dims, inner=None) -> str | None:
     """"relu" or "gelu" (tanh) when `node`'s body is that function of `product` at `product_index`
-    (in terms of `dims`, the node's index variables), else None."""
-    if not isinstance(node.data, Pointwise):
+    (in terms of `dims`, the node's index variables), else None. `inner`: the buffers between the
+    product and `node` (name -> buffer), each read at its own element and evaluated in place."""
+    if not isinstance(node.data, Pointwise) or any(not isinstance(b.data, Pointwise) for b in (inner or {}).values()):
         return None
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily():   # real float64 probes, inside the compile's fake mode
-        return _activation_of(node, product, product_index, dims)
+        return _activation_of(node, product, product_index, dims, inner)
 
 
-def _activation_of(node, product, product_index, dims) -> str | None:
+def _activation_of(node, product, product_index, dims, inner=None) -> str | None:
     values = probe_values()
     try:
-        with set_ops_handler(_Probe(product, product_index, values)):
+        with set_ops_handler(_Probe(product, product_index, values, dims, inner)):
             out = node.data.inner_fn(dims)
     except _NotMatched:
         return None
@@ -125,26 +138,48 @@ def device_computes(act: str, device: torch.device) -> bool:
     return act == "relu" or device.type == "cuda"
 
 
-def fused_activation(template: MatmulTemplate, epilogue: list, product_readers: set, is_output: bool,
-                     group: int) -> tuple[ExternKernel, str] | None:
-    """(the aten._addmm_activation call computing the epilogue's buffer, "relu" or "gelu") where the
-    module docstring's conditions hold, else None (codegen, for a template group left to cuBLAS).
-    `product_readers`: the groups reading the template's buffer; `is_output`: the graph returns it."""
-    if len(epilogue) != 1 or is_output or not product_readers <= {group}:
+def epilogue_activation(template: MatmulTemplate, nodes: list, read_outside) -> tuple[str, object, list] | None:
+    """("relu" or "gelu", the node computing it, the nodes between) where the epilogue `nodes`
+    (scheduler nodes) compute that activation of `template`'s addmm as one aten._addmm_activation on
+    this device computes it, else None. `read_outside(name)`: whether anything but `nodes` reads the
+    buffer `name`, or the graph returns it. The product and every buffer between it and the result
+    must be read by the epilogue alone: none of them is stored."""
+    if read_outside(template.name):
         return None
-    node = epilogue[0].node
-    act = lt_activation(template, node)
-    if act is None:
+    read_inside = {d.name for n in nodes for d in n.reads}
+    finals = [n for n in nodes if n.name not in read_inside]
+    if template.name not in read_inside or len(finals) != 1:
         return None
+    final = finals[0]
+    between = [n for n in nodes if n is not final]
+    if any(read_outside(n.name) for n in between):
+        return None
+    act = lt_activation(template, final.node, {n.name: n.node for n in between})
+    return (act, final, between) if act is not None else None
+
+
+def fused_activation(template: MatmulTemplate, epilogue: list, users: dict, outputs: set,
+                     group: int) -> tuple[ExternKernel, str, list[str]] | None:
+    """(the aten._addmm_activation call computing the epilogue's result, "relu" or "gelu", the names of
+    the buffers it makes unneeded) where `epilogue_activation` finds one, else None (codegen, for a
+    template group left to cuBLAS). `users`: buffer name -> the groups reading it; `outputs`: the
+    graph's outputs."""
+    found = epilogue_activation(template, epilogue, lambda name: name in outputs or not users.get(name, set()) <= {group})
+    if found is None:
+        return None
+    act, final, between = found
+    node = final.node
     call = ExternKernel(node.name, node.layout, aten._addmm_activation.default, (template.bias, template.a, template.b),
-                        {"use_gelu": act == "gelu"}, fallback=False, origins=(*template.origins, *node.origins))
-    return call, act
+                        {"use_gelu": act == "gelu"}, fallback=False,
+                        origins=(*template.origins, *(o for n in (*between, final) for o in n.node.origins)))
+    return call, act, [template.name, *(n.name for n in between)]
 
 
-def lt_activation(template: MatmulTemplate, node) -> str | None:
-    """"relu" or "gelu" where `node` (a buffer) is that activation of `template`'s addmm, as one
-    aten._addmm_activation on this device computes it, with the layouts it writes; else None. Who
-    else reads the product is the caller's to check."""
+def lt_activation(template: MatmulTemplate, node, inner=None) -> str | None:
+    """"relu" or "gelu" where `node` (a buffer) is that activation of `template`'s addmm, through the
+    buffers `inner` (name -> buffer, each of the product's shape), as one aten._addmm_activation on
+    this device computes it, with the layouts it writes; else None. Who else reads the product and
+    the buffers between is the caller's to check."""
     # a 1-D bias: cuBLASLt's bias epilogue, and what the partitions count as a cuBLASLt call for the
     # workspace a CUDA graph reserves (partition.py calls_cublaslt), whichever of the two calls runs
     if template.op is not aten.addmm.default or template.bias is None or len(template.bias.get_size()) != 1:
@@ -155,11 +190,14 @@ def lt_activation(template: MatmulTemplate, node) -> str | None:
     if len(lay.size) != 2 or lay.dtype != out.dtype or lay.device != out.device or lay.dtype not in FLOAT_DTYPES[:3]:
         return None
     contiguous = tuple(contiguous_strides(lay.size))
-    if any(tuple(x.size) != tuple(lay.size) or tuple(x.stride) != contiguous or x.offset != 0 for x in (lay, out)):
-        return None
-    if list(node.data.ranges) != list(lay.size):
+    inner = dict(inner or {})
+    for buf in (node, *inner.values()):
+        if not isinstance(buf, ComputedBuffer) or buf.order is not None or buf.layout is None \
+                or list(buf.data.ranges) != list(lay.size):
+            return None
+    if any(tuple(x.size) != tuple(lay.size) or tuple(x.stride) != contiguous or x.offset != 0
+           for x in (lay, out, *(b.layout for b in inner.values()))):
         return None
     dims = index_vars("c", 2)
-    act = activation_of(node, template.name, lay.index(dims), dims)
+    act = activation_of(node, template.name, lay.index(dims), dims, inner)
     return act if act is not None and device_computes(act, lay.device) else None
-

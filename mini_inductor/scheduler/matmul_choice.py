@@ -32,7 +32,7 @@ import dataclasses
 import torch
 
 from ..lowering.ir import MatmulTemplate
-from .matmul_activation import lt_activation
+from .matmul_activation import epilogue_activation
 from .nodes import BaseSchedulerNode, template_in, template_parts
 
 # H100 SXM, as cuBLAS reaches them on large shapes (TFLOP/s): fp16/bf16 tensor cores, fp32 as TF32
@@ -174,6 +174,9 @@ def template_of(group: BaseSchedulerNode) -> MatmulTemplate:
     return template
 
 
+MODEL_DEVICES = ("cuda",)   # where the cost model may keep an epilogue out of a template (what it was fitted on)
+
+
 def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], outputs: set[str],
                  by_name: dict[str, BaseSchedulerNode] | None = None, lt_activations: bool = False):
     """can_fuse's `template_check(n1, n2)`. A prologue n1 must have no reader but the template (not
@@ -191,14 +194,16 @@ def fusion_check(mode: str, max_autotune: bool, readers: dict[str, set[str]], ou
         if mode != "auto" or max_autotune:
             return None
         t = template_of(n1)
-        if t.get_device().type != "cuda":
+        if t.get_device().type not in MODEL_DEVICES:
             return None
         ops = [o.op for m in n2.get_nodes() for o in m.node.origins]
         passes = _epilogue_passes(n2, readers, outputs, by_name or {})
         wins, why = prefer_template(*t.sizes(), t.layout.dtype, True, transcendental(ops), passes)
-        if not wins and lt_activations and len(n2.get_nodes()) == 1 and readers.get(t.name, set()) == {n2.name} \
-                and t.name not in outputs and lt_activation(t, n2.node) is not None:
-            return None
+        if not wins and lt_activations:
+            inside = {m.name for m in n2.get_nodes()}
+            if epilogue_activation(t, n2.get_nodes(),
+                                   lambda name: name in outputs or bool(readers.get(name, set()) - inside)) is not None:
+                return None
         return None if wins else f"cuBLAS preferred for {t.name}: {why}"
     return check
 

@@ -468,11 +468,14 @@ def test_relu_after_a_cublas_addmm_is_one_addmm_activation_call(cublas_chosen):
         assert extern_calls() == ["aten._addmm_activation.default"]
         text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
     assert "cuBLAS with ReLU in cuBLASLt's epilogue (aten._addmm_activation)" in text, text
+    assert "2 nodes → 1 groups: 0 Triton kernels, 1 extern calls" in text, text
     metrics.reset()
     torch._dynamo.reset()
     with config.patch(cublaslt_activations=False), torch.no_grad():   # the option off: addmm and a kernel
         check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-5, rtol=1e-5)
-    assert extern_calls() == ["aten.addmm.default"]
+        assert extern_calls() == ["aten.addmm.default"]
+        text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
+    assert "2 nodes → 1 groups: 1 Triton kernels, 1 extern calls" in text, text
 
 
 @pytest.mark.parametrize("case", ["scaled", "product_returned", "exact_gelu", "tanh_gelu_on_the_cpu", "mm_without_bias"])
@@ -507,7 +510,33 @@ def test_the_probe_tells_tanh_gelu_from_exact_gelu_and_relu(cublas_chosen, monke
                    lambda x: (lambda y: torch.where(y > 0, y, y * 0.01))(lin(x))):
             torch._dynamo.reset()
             check(fn, torch.randn(9, 16), atol=1e-5, rtol=1e-5)
-    assert found == ["gelu", None, "relu", "relu", None, "relu", None]
+        half = lin.to(torch.float16)   # through the float32 upcast, a buffer of its own
+        for fn in (lambda x: F.gelu(half(x), approximate="tanh"), lambda x: F.gelu(half(x))):
+            torch._dynamo.reset()
+            check(fn, torch.randn(9, 16).half(), atol=1e-2, rtol=1e-2)
+    assert found == ["gelu", None, "relu", "relu", None, "relu", None, "gelu", None]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_tanh_gelu_through_its_upcast_is_one_addmm_activation(cublas_chosen, monkeypatch, dtype):
+    # a 2-byte GELU decomposes into two nodes (the float32 upcast of the product is a buffer of its
+    # own): the fusion check, as it runs on CUDA, must keep both with the addmm, and codegen must make
+    # them one call that stores neither (H200 run of session 29: a kernel was left after the addmm).
+    # On the CPU aten._addmm_activation's GELU is the exact one, 5e-4 from the tanh form at most,
+    # within the dtype's tolerance: device_computes is patched to let the CPU stand in for CUDA here.
+    from mini_inductor.scheduler import matmul_activation, matmul_choice
+
+    monkeypatch.setattr(matmul_choice, "MODEL_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_activation, "device_computes", lambda act, device: True)
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=gen).to(dtype) for s in ((24, 32), (40, 32), (40,)))
+    check(lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"), x, w, b, kernels=0, atol=2e-2, rtol=2e-2)
+    assert extern_calls() == ["aten._addmm_activation.default"]
+    metrics.reset()
+    torch._dynamo.reset()   # the product also returned: the upcast stays a kernel after a plain addmm
+    check(lambda x, w, b: (lambda y: (F.gelu(y, approximate="tanh"), y))(F.linear(x, w, b)), x, w, b,
+          atol=2e-2, rtol=2e-2)
+    assert extern_calls() == ["aten.addmm.default"]
 
 
 @pytest.mark.gpu
