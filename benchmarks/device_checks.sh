@@ -27,8 +27,8 @@
 #   matmul_sweep  benchmarks.matmul_templates in the default mode (off, auto, Inductor) over M 256,
 #              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s);
 #              matmul_sweep_bf16 the same in bfloat16
-#   matmul_lt  ReLU and tanh-GELU after a linear layer, fp16, M 2048 and 16384: auto against auto with
-#              option cublaslt_activations (cuBLASLt's own activation epilogue; off by default until timed) (200 s)
+#   matmul_lt  ReLU and tanh-GELU after a linear layer, fp16, M 2048 and 16384: auto against auto without
+#              option cublaslt_activations (cuBLASLt's own activation epilogue) (200 s); matmul_lt_bf16 in bfloat16
 #   matmul_autotune  max-autotune against Inductor's (and the default mode), M 2048 and 16384, the
 #              GPT-2 shapes, bias+GELU and residual (compiles 20-30 s a line: 400 s)
 #   pointwise  benchmarks.pointwise: mul, GELU, SiLU, tanh-GELU over 50M fp16 elements, eager / Inductor /
@@ -93,7 +93,9 @@ for step in "${steps[@]}"; do
         matmul_sweep) run matmul_sweep 300 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
         matmul_lt) run matmul_lt 200 python3 -u -m benchmarks.matmul_templates --dtype float16 \
-                          --tokens 2048,16384 --variants off,auto,auto-lt,inductor --epilogues bias+relu,bias+gelu_tanh ;;
+                          --tokens 2048,16384 --variants off,auto,auto-no-lt,inductor --epilogues bias+relu,bias+gelu_tanh ;;
+        matmul_lt_bf16) run matmul_lt_bf16 200 python3 -u -m benchmarks.matmul_templates --dtype bfloat16 \
+                          --tokens 2048,16384 --variants off,auto,auto-no-lt,inductor --epilogues bias+relu,bias+gelu_tanh ;;
         matmul_sweep_bf16) run matmul_sweep_bf16 300 python3 -u -m benchmarks.matmul_templates --dtype bfloat16 \
                           --tokens 256,2048,16384 --variants off,auto,inductor --epilogues bias+gelu,residual,swiglu ;;
         matmul_autotune) run matmul_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \

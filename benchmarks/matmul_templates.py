@@ -1,6 +1,6 @@
 """Matmul templates (option matmul_templates) against cuBLAS plus the epilogue kernel, on transformer
 shapes: each linear layer with its epilogue compiled with "off" (cuBLAS), "always" (the template, default
-config), "auto" (the cost model's choice), "auto-lt" (auto with option cublaslt_activations) and
+config), "auto" (the cost model's choice), "auto-no-lt" (auto without option cublaslt_activations) and
 mode="max-autotune" (timed at compile time), CUDA graphs
 on; with --variants ...,inductor-max-autotune, torch's Inductor in max-autotune mode in the same run.
 Not a test; needs a CUDA GPU.
@@ -41,8 +41,8 @@ EPILOGUES = {
 VARIANTS = (("off", dict(options={"matmul_templates": "off"})),
             ("always", dict(options={"matmul_templates": "always"})),
             ("auto", dict(options={"matmul_templates": "auto"})),
-            # auto, an addmm left to cuBLAS with its ReLU or tanh-GELU in cuBLASLt's epilogue
-            ("auto-lt", dict(options={"matmul_templates": "auto", "cublaslt_activations": True})),
+            # auto without cuBLASLt's own ReLU or tanh-GELU epilogue (an addmm and a kernel, or a template)
+            ("auto-no-lt", dict(options={"matmul_templates": "auto", "cublaslt_activations": False})),
             ("max-autotune", dict(mode="max-autotune")))
 # torch's Inductor in the same run (what it chose is not read: its row gives the time, error and compile time)
 INDUCTOR = (("inductor", dict(backend="inductor")),

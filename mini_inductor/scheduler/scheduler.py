@@ -123,7 +123,8 @@ class Scheduler:
         self._names_by_order = [n.name for n in nodes]
         before = len(nodes)
         nodes = self._fuse(nodes)
-        matmuls = choose_matmuls(nodes, self.cfg.matmul_templates, self.cfg.max_autotune)
+        matmuls = choose_matmuls(nodes, self.cfg.matmul_templates, self.cfg.max_autotune,
+                                 self.cfg.cublaslt_activations, set(self._output_names()))
         user_unsafe = self.cfg.unsafe_op_names()
         moves: list[PartitionMove] = []
         if self.cfg.reorder_for_partitions:

@@ -395,6 +395,78 @@ def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path
     assert "for tile in range(tl.program_id(0)" in template_kernels()[0]
 
 
+@pytest.mark.parametrize("template_ms, chosen", [(0.98, "aten.mm.default"), (0.9, None)])
+def test_max_autotune_keeps_cublas_unless_a_template_is_three_percent_faster(monkeypatch, tmp_path, template_ms,
+                                                                            chosen):
+    # closer than 3%, the two trade places from one timing to the next (TEMPLATE_MARGIN): cuBLAS stays
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    calls = []
+
+    def fake_time(fn):
+        fn()
+        calls.append(fn)
+        return template_ms if len(calls) == 1 else 1.0   # the one config, then cuBLAS + the epilogue
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
+        check(lambda x, w: F.silu(x @ w), torch.randn(9, 16), torch.randn(16, 40), atol=1e-4, rtol=1e-4)
+    assert len(calls) == 2
+    assert extern_calls() == ([chosen] if chosen else [])
+
+
+def test_max_autotune_times_cublaslt_with_its_activation_as_the_cublas_candidate(monkeypatch, tmp_path):
+    # with option cublaslt_activations, cuBLAS's candidate is the one _addmm_activation call that codegen
+    # makes of a ReLU after an addmm, not the addmm and a kernel after it
+    from mini_inductor.codegen import matmul_autotune
+    from mini_inductor.scheduler import matmul_choice
+
+    timed_ops = []
+    real_op = torch.ops.aten._addmm_activation.default
+
+    def fake_time(fn):
+        fn()
+        timed_ops.append(fn)
+        return 1.0 if len(timed_ops) == 1 else 0.5   # cuBLAS wins
+
+    monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+        matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
+    monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
+    lin = torch.nn.Linear(16, 20)
+    import mini_inductor
+    with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path),
+                      cublaslt_activations=True), torch.no_grad():
+        check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=0, atol=1e-5, rtol=1e-5)
+        assert extern_calls() == [str(real_op)]
+        text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
+    assert "measured: template 16x16x16" in text and "cuBLAS with ReLU in cuBLASLt's epilogue (aten._addmm_activation) 0.5000 ms" in text, text
+
+
+def test_auto_hands_a_cublaslt_activation_to_cublas_even_where_the_model_prefers_a_template(auto_on_the_cpu,
+                                                                                           monkeypatch):
+    # measured on an H200: cuBLASLt's own ReLU and tanh-GELU beat the template's epilogue; anything
+    # more in the epilogue (here a scale) leaves the choice to the model
+    from mini_inductor.scheduler import matmul_choice
+
+    monkeypatch.setattr(matmul_choice, "MODEL_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(matmul_choice, "prefer_template", lambda *a, **k: (True, "model"))
+    lin = torch.nn.Linear(16, 20)
+    with config.patch(cublaslt_activations=True), torch.no_grad():
+        check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=0, atol=1e-5, rtol=1e-5)
+        assert extern_calls() == ["aten._addmm_activation.default"]
+        metrics.reset()
+        torch._dynamo.reset()
+        check(lambda x: torch.relu(lin(x)) * 2, torch.randn(9, 16), kernels=1, atol=1e-5, rtol=1e-5)
+        assert extern_calls() == [] and template_kernels()
+
+
 # ── reporting ────────────────────────────────────────────────────────────────────────────────────
 
 def test_explain_names_templates_and_what_fused(templates):
