@@ -31,31 +31,56 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     cfg = for_compile(mode, options)
     _reset_by_dynamo()
     follow_torch_logs()
+    before = None
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
-        _fuse_attention(gm, example_inputs)
+        before = _fuse_attention(gm, example_inputs)
+    first = len(metrics.compiled_graphs)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
     if hit is not None:
-        return dynamo_cache.keep(gm, hit, cfg, front.key, mode, options)
+        return _guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options), before, first)
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
     began, first = time.perf_counter(), len(metrics.compiled_graphs)
     compiled = _through_aot_autograd(gm, example_inputs, compilers)
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
-    return dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode, options)
+    return _guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode, options),
+                    before, first)
 
 
-def _fuse_attention(gm, example_inputs) -> None:
+def _fuse_attention(gm, example_inputs):
     """Attention written out in Dynamo's graph → one call (attention/match.py); what was found goes to
-    metrics.attention and to explain's traces."""
+    metrics.attention and to explain's traces. Where an input's data was read as a causal mask, Dynamo's
+    graph as it was before (for `_guarded`), else None."""
     if not isinstance(gm, torch.fx.GraphModule):
-        return
-    from .attention.match import fuse_attention
+        return None
+    from .attention.match import DATA_GUARDS, fuse_attention, tril_inputs
 
-    found = fuse_attention(gm, example_inputs, metrics.dynamo_graph_name())
+    before = None
+    if tril_inputs(gm, example_inputs):
+        graph = torch.fx.Graph()
+        graph.output(graph.graph_copy(gm.graph, {}))
+        before = torch.fx.GraphModule(gm, graph)
+    name = metrics.dynamo_graph_name()
+    found = fuse_attention(gm, example_inputs, name)
     metrics.attention.extend(found)
     debug_trace.attention_found(found)
+    if before is not None and gm.meta.get(DATA_GUARDS):
+        before.meta["mini_inductor_graph"] = name
+        return before
+    return None
+
+
+def _guarded(gm, compiled, before, first: int):
+    """`compiled` behind attention's data guard where the rewrite read an input's data (match.DataGuard)."""
+    from .attention.match import DATA_GUARDS, DataGuard
+
+    guards = gm.meta.pop(DATA_GUARDS, None)
+    if not guards or before is None:
+        return compiled
+    return DataGuard(compiled, guards, disable(before), before.meta["mini_inductor_graph"],
+                     metrics.compiled_graphs[first:])
 
 
 def _note_aot_seconds(total: float, records: list) -> None:

@@ -18,7 +18,12 @@ with every node between S and O used only inside the pattern. The modification b
 contract's `mod` (mini_inductor/attention/__init__.py): S is `s`, tensors that do not depend on the
 scores are `t0, t1, ...` (passed as `extra`), and tensors built from `arange`, `ones(...).tril()`
 and their comparisons and slices become expressions in `i` and `j`, so that a causal or sliding
-window mask costs no memory. Registered buffers are data: a sliced `tril` buffer is a tensor `t0`.
+window mask costs no memory. Registered buffers and inputs are data, `t0`, with one exception: an
+input whose data is a lower triangle of ones when the graph is compiled (GPT-2's and nanoGPT's causal
+`bias` buffer, sliced to the sequence length) is read as the `tril` it holds, and the compiled graph
+checks on each call that it still does (`DataGuard`: the same tensor at the same version, else its
+data read again; a mask that changed sends the graph to eager, with a warning and the reason on its
+records). Such a graph is not kept in Dynamo's on-disk cache: a new process reads the data again.
 
 The call is `F.scaled_dot_product_attention` when the modification is exactly what it computes (a
 scale, with or without a causal `j <= i` mask filled with -inf or a fill softmax takes to 0), else
@@ -39,7 +44,7 @@ import torch.nn.functional as F
 
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
-from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, NearMiss, Translator, Untranslatable,
+from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, TRIL_DATA, NearMiss, Translator, Untranslatable,
                            ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
 
 log = logging.getLogger("mini_inductor.attention")
@@ -94,6 +99,7 @@ class _Found:
     out_shape: tuple
     score_shape: tuple
     kv_heads: Any = None                # Hkv of k and v when fewer than the query heads, or None
+    data_tril: tuple = ()               # inputs read as `j <= i` by their compile-time data (guarded)
 
 
 def _matmul_operands(node):
@@ -352,7 +358,7 @@ def _analyse(out, gm) -> _Found | None:
             k_heads = 1          # one key/value head, broadcast by the matmul over the query heads
     region += sorted(dependent, key=lambda n: -n.meta.get("mini_inductor_order", 0))
     return _Found(out, q, q_perm, k, k_perm, right, v_perm, expr, list(translator.extras), float(dropout),
-                  region, rank, shape_of(out), shape_of(z), k_heads)
+                  region, rank, shape_of(out), shape_of(z), k_heads, tuple(dict.fromkeys(translator.data_tril)))
 
 
 def _scores(z):
@@ -568,9 +574,94 @@ def _shapes(found: _Found) -> str:
     return ", ".join(parts)
 
 
+# ── masks held as data: a causal buffer ─────────────────────────────────────────────────────────
+DATA_GUARDS = "mini_inductor_data_guards"   # gm.meta: [(input position, (its tensor at compile time, name))]
+TRIL_CHECK_MAX_NUMEL = 1 << 24
+
+
+def tril_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node, int]:
+    """The placeholders (with their positions) whose real example is a tensor of at least two dims, every
+    leading dim 1, holding exactly ones(...).tril() (bool or numbers): GPT-2's registered `bias`
+    (bool), nanoGPT's (float). Such
+    a mask is data (it could change), so match.py reads it as `j <= i` only under a guard on the tensor
+    (`DataGuard`). Read here once, at compile time (a GPU sync where it lives on one)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    found = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return found
+    for pos, (node, x) in enumerate(zip(placeholders, example_inputs)):
+        if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor) or x.is_complex() or x.dim() < 2 \
+                or x.is_meta or any(s != 1 for s in x.shape[:-2]) or not 0 < x.numel() <= TRIL_CHECK_MAX_NUMEL \
+                or x.requires_grad or x.is_inference():   # (an inference tensor keeps no version to guard on)
+            continue
+        try:
+            if torch.equal(x, torch.ones_like(x).tril()):
+                found[node] = pos
+        except Exception:  # noqa: BLE001  (a tensor subclass that cannot be compared: data, as before)
+            continue
+    return found
+
+
+class DataGuard:
+    """The compiled graph of a Dynamo graph whose attention read some inputs' data as a causal mask,
+    behind a check of those inputs: the same tensor object at the same version as at compile time (a
+    change in place bumps the version; another tensor is another object, even at the same address).
+    One that changed is read again (a GPU sync); while it still holds the same lower triangle the
+    compiled graph serves, else the graph runs eagerly from then on, as traced, without the rewrite
+    (`eager`, Dynamo's graph before attention fusion), with a warning and a counted fallback."""
+
+    def __init__(self, compiled, guards: list, eager, graph: str, records=()):
+        import weakref
+        self.compiled, self.eager, self.graph = compiled, eager, graph
+        self.records = list(records)   # the GraphRecords of the compile: marked when it stops serving
+        self.names = {pos: name for pos, (_, name) in guards}
+        self.checks = [(pos, weakref.ref(t), t._version) for pos, (t, _) in guards]
+        self.broken: str | None = None
+
+    def __call__(self, *args):
+        if self.broken is None:
+            for n, (pos, ref, version) in enumerate(self.checks):
+                x = args[pos]
+                if x is not ref() or version < 0 or x._version != version:
+                    self._recheck(n, x)
+                    if self.broken is not None:
+                        break
+        return self.compiled(*args) if self.broken is None else self.eager(*args)
+
+    def _recheck(self, n: int, x) -> None:
+        import weakref
+        pos = self.checks[n][0]
+        still = isinstance(x, torch.Tensor) and torch.equal(x, torch.ones_like(x).tril())
+        if still:   # (an inference tensor has no version: read again at every call)
+            self.checks[n] = (pos, weakref.ref(x), -1 if x.is_inference() else x._version)
+            return
+        self.broken = (f"input {self.names[pos]} held a causal mask (ones(...).tril()) when {self.graph} was "
+                       "compiled, and attention read it as one; its data changed")
+        for record in self.records:
+            record.ran_eagerly = self.broken
+        log.warning("mini_inductor: %s: %s: the graph runs eagerly from now on", self.graph, self.broken)
+
+
 def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str) -> list[AttentionMatch]:
     """Replace every attention in Dynamo's graph `gm` (named `graph` in the records) by one call, in
-    place; the records of what was found, matched or not."""
+    place; the records of what was found, matched or not. Inputs read as a causal mask by their data
+    are listed in gm.meta[DATA_GUARDS]: the caller guards the compiled graph on them (`DataGuard`)."""
+    tril = tril_inputs(gm, example_inputs)
+    for node in tril:
+        node.meta[TRIL_DATA] = True
+    used: dict[int, torch.Tensor] = {}
+    try:
+        records = _fuse_all(gm, example_inputs, graph, tril, used)
+    finally:
+        for node in tril:
+            node.meta.pop(TRIL_DATA, None)
+    if used:
+        gm.meta[DATA_GUARDS] = sorted(used.items())
+    return records
+
+
+def _fuse_all(gm, example_inputs, graph: str, tril: dict, used: dict) -> list[AttentionMatch]:
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     if fake_mode is None:
         fake_mode = torch._guards.detect_fake_mode([n.meta.get("example_value") for n in gm.graph.nodes
@@ -598,6 +689,10 @@ def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str) -> list
             log.warning("mini_inductor: attention at %s not replaced: %s: %s", name, type(e).__name__, e)
             records.append(AttentionMatch(graph, name, where, "", reason=f"internal error: {type(e).__name__}: {e}"))
             continue
+        for node in found.data_tril:
+            used[tril[node]] = (example_inputs[tril[node]], node.name)
+        if found.data_tril:
+            mod += f"  ({', '.join(n.name for n in found.data_tril)}: a causal mask by its data, guarded)"
         records.append(AttentionMatch(graph, name, where, "sdpa" if choice[0] == "sdpa" else "flash", mod, shapes))
     for node in gm.graph.nodes:
         node.meta.pop("mini_inductor_order", None)

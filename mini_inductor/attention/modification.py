@@ -12,7 +12,8 @@ Index-built tensors are followed axis by axis: each axis that varies carries a v
 broadcasting joins the variables of one axis. At the softmax, the key axis's variable is `j` and the
 query axis's `i`: `torch.ones(T, T).tril()` becomes "j <= i" and `arange(T)[None] - arange(T)[:, None]`
 "j - i", so that a mask costs the kernel an index comparison and no memory. A view of a tensor that
-holds data (a registered buffer, an input) is not followed: it is an extra tensor.
+holds data (a registered buffer, an input) is not followed: it is an extra tensor; except an input
+the matcher marked TRIL_DATA (its data is ones(...).tril(), under a guard: match.py), read as "j <= i".
 
 `sdpa_form` says whether an expression is exactly what F.scaled_dot_product_attention computes.
 """
@@ -27,6 +28,11 @@ from typing import Any
 import torch
 import torch.fx
 import torch.nn.functional as F
+
+
+# node.meta key: a placeholder whose compile-time data is ones(...).tril() over its last two dims, with
+# every leading dim 1 (match.py `tril_inputs`)
+TRIL_DATA = "mini_inductor_tril_data"
 
 
 class NearMiss(Exception):
@@ -314,6 +320,7 @@ class Translator:
         self.memo: dict[torch.fx.Node, _Val] = {}
         self.vars = itertools.count()
         self.var_size: dict[int, Any] = {}
+        self.data_tril: list[torch.fx.Node] = []   # inputs read as `j <= i` by their data (TRIL_DATA)
 
     def translate(self, x) -> _Val:
         if isinstance(x, bool):
@@ -336,13 +343,14 @@ class Translator:
         elif x in self.dependent:
             val = self._node(x, scores=True)
         else:
-            mark = (len(self.extras), len(self.memo))
+            mark = (len(self.extras), len(self.memo), len(self.data_tril))
             try:
                 if mutated(x):   # changed in place after it was built: data, not the structure it was built with
                     raise Untranslatable(f"{x.name} is changed in place")
                 val = self._node(x, scores=False)
             except Untranslatable:
                 self.extras[mark[0]:] = []
+                self.data_tril[mark[2]:] = []
                 for key in list(self.memo)[mark[1]:]:
                     del self.memo[key]
                 val = self._extra(x, value)
@@ -385,6 +393,17 @@ class Translator:
         return _Val(build(exprs, vals), shape_of(node), axes, pure, value_of(node).dtype)
 
     def _node(self, node, scores: bool) -> _Val:
+        if node.op == "placeholder" and node.meta.get(TRIL_DATA):
+            # an input whose data, at compile time, is a lower triangle of ones (a causal mask buffer):
+            # read as the tril it holds; the compiled graph is guarded on that data (match.py)
+            shape, dtype = shape_of(node), value_of(node).dtype
+            row, col = self._new_var(shape[-2]), self._new_var(shape[-1])
+            self.data_tril.append(node)
+            cond = _binary("<=", ("var", col), ("var", row))
+            if dtype != torch.bool:   # ones and zeros of a number type (nanoGPT's float `bias`)
+                one = ("num", 1.0 if dtype.is_floating_point else 1)
+                cond = _where(cond, one, ("num", 0.0 if dtype.is_floating_point else 0))
+            return _Val(cond, shape, (col, row), True, dtype)
         op = op_of(node)
         args = list(node.args)
         if op in _BINARY:

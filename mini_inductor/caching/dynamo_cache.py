@@ -149,6 +149,9 @@ def _detached(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _why_not(gm, front_key: str | None) -> str | None:
+    from ..attention.match import DATA_GUARDS
+    if gm.meta.get(DATA_GUARDS):
+        return "its attention read an input's data as a causal mask: a new process must read the data again"
     reason = torch_support()
     if reason is not None:
         return reason

@@ -123,23 +123,63 @@ def test_causal_from_an_arange_comparison_is_sdpa_is_causal():
 
 
 class BufferCausal(nn.Module):
-    """The registered `tril` buffer of GPT-2-like code, sliced to the sequence length: data, not structure."""
+    """The registered `tril` buffer of nanoGPT (float ones) or GPT-2 (bool), sliced to the sequence length."""
 
-    def __init__(self):
+    def __init__(self, dtype=torch.float32):
         super().__init__()
-        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16).to(dtype))
 
     def forward(self, q, k, v):
         t = q.shape[-2]
         s = q @ k.transpose(-2, -1) * SCALE
-        s = s.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        if self.bias.dtype == torch.bool:
+            s = torch.where(self.bias[:, :, :t, :t], s, torch.finfo(s.dtype).min)
+        else:
+            s = s.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
         return F.softmax(s, dim=-1) @ v
 
 
-def test_a_registered_tril_buffer_is_an_extra_tensor():
-    record = only_match(compiled_like_eager(BufferCausal(), *qkv()), "flash")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_a_registered_tril_buffer_is_read_as_causal_by_its_data_under_a_guard(dtype):
+    # the buffer is data (it could change): read as `j <= i` because it holds a lower triangle of ones
+    # when compiled, and the compiled graph checks the tensor (same object, same version) on each call
+    from mini_inductor.attention.match import DataGuard
+
+    m = BufferCausal(dtype)
+    record = only_match(compiled_like_eager(m, *qkv()), "sdpa")
+    assert "j <= i" in record.mod and "a causal mask by its data, guarded" in record.mod, record.mod
+    torch._dynamo.reset()
+    metrics.reset()
+    compiled = torch.compile(m, backend="mini_inductor")
+    q, k, v = qkv()
+    torch.testing.assert_close(compiled(q, k, v), m(q, k, v), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        m.bias[0, 0, 2, :2] = 1          # written in place: a version bump, the same data
+    torch.testing.assert_close(compiled(q, k, v), m(q, k, v), atol=1e-5, rtol=1e-5)
+    assert all(g.ran_eagerly is None for g in metrics.compiled_graphs)
+    with torch.no_grad():
+        m.bias[0, 0, 2, 5] = 1           # no longer causal: row 2 now sees key 5
+    want = m(q, k, v)
+    got = compiled(q, k, v)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert metrics.compiled_graphs and all("held a causal mask" in (g.ran_eagerly or "")
+                                           for g in metrics.compiled_graphs), [(g.name, g.ran_eagerly) for g in metrics.compiled_graphs]
+    assert not torch.allclose(want[:, :, 2], F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=SCALE)[:, :, 2])
+    assert DataGuard.__name__   # (the guard is what served the last call: the eager graph, as traced)
+
+
+def test_a_buffer_that_is_not_a_lower_triangle_stays_an_extra_tensor():
+    m = BufferCausal()
+    with torch.no_grad():
+        m.bias[0, 0, 1, 4] = 1
+    record = only_match(compiled_like_eager(m, *qkv()), "flash")
     # torch 2.13's Dynamo keeps `bias == 0` in the graph; 2.11's hands over its result as one tensor
     assert record.mod in ("where(t0 == 0, -inf, s * 0.5)", "where(t0, -inf, s * 0.5)"), record.mod
+
+
+def test_a_causal_buffer_in_training_gives_eager_gradients():
+    q, k, v = qkv(requires_grad=True)
+    only_match(compiled_like_eager(BufferCausal(torch.bool), q, k, v, backward=True), "sdpa")
 
 
 def test_padding_mask_filled_with_minus_inf_is_flash():
@@ -276,8 +316,11 @@ def test_hugging_face_gpt2_eager_attention_in_eval():
     module = GPT2EagerAttention().eval()
     mask = torch.zeros(B, 1, 1, L)
     mask[1, ..., -2:] = torch.finfo(torch.float32).min
-    only_match(compiled_like_eager(module, *qkv(), mask), "flash",
-               "where(t0, s / 2.0, -3.4028234663852886e+38) + t1")
+    # its causal `bias` buffer holds a lower triangle: read as `j <= i` (guarded on the tensor); the
+    # padding mask stays data
+    record = only_match(compiled_like_eager(module, *qkv(), mask), "flash")
+    assert record.mod.startswith("where(j <= i, s / 2.0, -3.4028234663852886e+38) + t0  (") \
+        and record.mod.endswith("bias_: a causal mask by its data, guarded)"), record.mod
 
 
 def test_the_examples_written_out_attention_causal_and_masked():
