@@ -264,8 +264,18 @@ def _attention(c):
     causal = rng.choice([f"torch.ones({length}, {keys}, dtype=torch.bool, device={q}.device).tril()",
                          f"({cols}[None, :] <= {rows}[:, None])"])
     fill = rng.choice(['float("-inf")', f"torch.finfo({q}.dtype).min", "-1000.0", "-30.0"])
-    kind = rng.choice(["plain", "causal", "causal", "window", "padding", "bias", "softcap"])
-    if kind == "causal":
+    kind = rng.choice(["plain", "causal", "causal", "causal_data", "window", "padding", "bias", "softcap"])
+    if kind == "causal_data":
+        # a mask held as data, GPT-2's `bias` buffer: a lower triangle of ones, larger than the scores and
+        # sliced (read as `j <= i` under a guard), or with one entry above the diagonal set (data, t0)
+        rows_n, cols_n = length + rng.randint(0, 2), keys + rng.randint(0, 2)
+        tril = [r >= col for r in range(rows_n) for col in range(cols_n)]
+        if rng.random() < 0.3 and cols_n > 1:
+            tril[cols_n - 1] = True          # row 0 sees the last key
+        mask = c.new_input((1, 1, rows_n, cols_n), "bool", values=tril)
+        sliced = f"{mask}[:, :, :{length}, :{keys}]"
+        s = f"{s}.masked_fill(~{sliced}, {fill})" if rng.random() < 0.5 else f"torch.where({sliced}, {s}, {fill})"
+    elif kind == "causal":
         s = f"{s}.masked_fill(~{causal}, {fill})" if rng.random() < 0.5 else f"torch.where({causal}, {s}, {fill})"
     elif kind == "window":
         s = f"{s}.masked_fill(({rows}[:, None] - {cols}[None, :]).abs() > 1, {fill})"
