@@ -29,7 +29,7 @@ class FloorDiv(sympy.Function):
     def eval(cls, base, divisor):
         if divisor == 1:
             return base
-        if base == 0:
+        if base == 0 or divisor == 0:   # (0: the index of a loop nest with an empty dim, never run)
             return sympy.Integer(0)
         if base.is_Integer and divisor.is_Integer:
             return sympy.Integer(int(base) // int(divisor))
@@ -85,7 +85,9 @@ class ModularIndexing(sympy.Function):
 
     @classmethod
     def eval(cls, base, divisor, modulus):
-        if base == 0 or modulus == 1:
+        # modulus or divisor 0: a loop of size 0 split out of a flat index, an index that is never
+        # computed; 0 stands for it rather than a division by zero (fuzz seed 228, program 31)
+        if base == 0 or modulus == 1 or modulus == 0 or divisor == 0:
             return sympy.Integer(0)
         if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))

@@ -41,6 +41,26 @@ def test_complex_and_empty_tensors_go_to_aten():
     check(lambda x: torch.flip(x, [0]) + 1, torch.randn(0, 3))
 
 
+def test_an_empty_slice_through_kernels_and_a_matmul_trains():
+    # fuzz seed 228, program 31: a [:0] slice through an eval batch norm into a matmul, with autograd;
+    # splitting the empty loop out of a flat index took an index modulo 0 and failed the schedule
+    import torch.nn.functional as F
+
+    def f(x, mean, var, bias, w):
+        return F.batch_norm(x.t()[:0], mean, var, None, bias, training=False) @ w
+
+    x = torch.randn(3, 1, dtype=torch.bfloat16)
+    stats = [torch.randn(1), torch.rand(1) + 0.5, torch.randn(1)]
+    w = torch.randn(3, 1, dtype=torch.bfloat16, requires_grad=True)
+    w_eager = w.detach().clone().requires_grad_()
+    want = f(x, *stats, w_eager)
+    got = torch.compile(f, backend="mini_inductor")(x, *stats, w)   # a training graph: w requires grad
+    assert got.shape == want.shape == (0, 1) and got.dtype == want.dtype and got.stride() == want.stride()
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
 @pytest.mark.parametrize("dim", [0, 1])
 def test_cumsum_matches_along_each_dim(dim):
     check(lambda x: torch.cumsum(x, dim), torch.randn(6, 5))
