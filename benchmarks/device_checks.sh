@@ -101,7 +101,7 @@ for step in "${steps[@]}"; do
         matmul_autotune) run matmul_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 2048,16384 --shapes gpt2 --epilogues bias+gelu,residual \
                           --variants auto,max-autotune,inductor-max-autotune ;;
-        pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,silu,gelu_tanh --configs 1024x8,2048x4,2048x8,4096x8,512x4,512x2 ;;
+        pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,silu,gelu_tanh --configs 2048x4,4096x4,4096x8,8192x8,1024x4 ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         train_interleaved) run train_interleaved 60 python3 -m benchmarks dynamic_shapes --cases train_interleaved \

@@ -58,12 +58,13 @@ def _fuse_attention(gm, example_inputs):
     from .attention.match import DATA_GUARDS, fuse_attention, tril_inputs
 
     before = None
-    if tril_inputs(gm, example_inputs):
+    tril = tril_inputs(gm, example_inputs)
+    if tril:
         graph = torch.fx.Graph()
         graph.output(graph.graph_copy(gm.graph, {}))
         before = torch.fx.GraphModule(gm, graph)
     name = metrics.dynamo_graph_name()
-    found = fuse_attention(gm, example_inputs, name)
+    found = fuse_attention(gm, example_inputs, name, tril)
     metrics.attention.extend(found)
     debug_trace.attention_found(found)
     if before is not None and gm.meta.get(DATA_GUARDS):

@@ -404,7 +404,8 @@ def _print_attention(out: Output, records) -> None:
     out.heading(attention_summary(records))
     out.table("Attention in Dynamo's graphs (attention/match.py)",
               ["graph", "node", "call", "modification, or why not replaced", "source"],
-              [[r.graph, r.node, r.target or "near miss", r.mod if r.target else r.reason, short_source(r.source)]
+              [[r.graph, r.node, r.target or "near miss",
+                (r.mod + (f" ({r.data})" if r.data else "")) if r.target else r.reason, short_source(r.source)]
                for r in records])
 
 

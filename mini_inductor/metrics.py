@@ -85,10 +85,12 @@ class AttentionMatch:
     mod: str = ""                # the score modification (the contract's `mod`)
     shapes: str = ""             # "q [2, 4, 16, 8], k [...], v [...]" as the call takes them, batch dims unfolded
     reason: str = ""             # a near miss: why it was not replaced
+    data: str = ""               # inputs whose data the match read (a causal buffer), under a guard
 
     def describe(self) -> str:
         if self.target:
-            return f"{self.graph} {self.node}: {self.target}, mod {self.mod!r}, {self.shapes}"
+            return f"{self.graph} {self.node}: {self.target}, mod {self.mod!r}, {self.shapes}" + \
+                (f"; {self.data}" if self.data else "")
         return f"{self.graph} {self.node}: not replaced: {self.reason}"
 
 

@@ -582,9 +582,8 @@ TRIL_CHECK_MAX_NUMEL = 1 << 24
 def tril_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node, int]:
     """The placeholders (with their positions) whose real example is a tensor of at least two dims, every
     leading dim 1, holding exactly ones(...).tril() (bool or numbers): GPT-2's registered `bias`
-    (bool), nanoGPT's (float). Such
-    a mask is data (it could change), so match.py reads it as `j <= i` only under a guard on the tensor
-    (`DataGuard`). Read here once, at compile time (a GPU sync where it lives on one)."""
+    (bool), nanoGPT's (float). Such a mask is data (it could change), so match.py reads it as `j <= i`
+    only under a guard on the tensor (`DataGuard`). Read once a compile (a GPU sync where it lives on one)."""
     from torch._subclasses.fake_tensor import FakeTensor
     found = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -609,7 +608,8 @@ class DataGuard:
     change in place bumps the version; another tensor is another object, even at the same address).
     One that changed is read again (a GPU sync); while it still holds the same lower triangle the
     compiled graph serves, else the graph runs eagerly from then on, as traced, without the rewrite
-    (`eager`, Dynamo's graph before attention fusion), with a warning and a counted fallback."""
+    (`eager`, Dynamo's graph before attention fusion), with a warning and the reason on the compile's
+    graph records (`ran_eagerly`, which summaries and `explain` print)."""
 
     def __init__(self, compiled, guards: list, eager, graph: str, records=()):
         import weakref
@@ -643,11 +643,13 @@ class DataGuard:
         log.warning("mini_inductor: %s: %s: the graph runs eagerly from now on", self.graph, self.broken)
 
 
-def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str) -> list[AttentionMatch]:
+def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str,
+                   tril: dict[torch.fx.Node, int] | None = None) -> list[AttentionMatch]:
     """Replace every attention in Dynamo's graph `gm` (named `graph` in the records) by one call, in
     place; the records of what was found, matched or not. Inputs read as a causal mask by their data
-    are listed in gm.meta[DATA_GUARDS]: the caller guards the compiled graph on them (`DataGuard`)."""
-    tril = tril_inputs(gm, example_inputs)
+    (`tril`: `tril_inputs`' answer, when the caller has it) are listed in gm.meta[DATA_GUARDS]: the
+    caller guards the compiled graph on them (`DataGuard`)."""
+    tril = tril_inputs(gm, example_inputs) if tril is None else tril
     for node in tril:
         node.meta[TRIL_DATA] = True
     used: dict[int, torch.Tensor] = {}
@@ -691,9 +693,9 @@ def _fuse_all(gm, example_inputs, graph: str, tril: dict, used: dict) -> list[At
             continue
         for node in found.data_tril:
             used[tril[node]] = (example_inputs[tril[node]], node.name)
-        if found.data_tril:
-            mod += f"  ({', '.join(n.name for n in found.data_tril)}: a causal mask by its data, guarded)"
-        records.append(AttentionMatch(graph, name, where, "sdpa" if choice[0] == "sdpa" else "flash", mod, shapes))
+        guarded = ", ".join(f"{n.name} holds a causal mask (guarded on it)" for n in found.data_tril)
+        records.append(AttentionMatch(graph, name, where, "sdpa" if choice[0] == "sdpa" else "flash", mod, shapes,
+                                      data=guarded))
     for node in gm.graph.nodes:
         node.meta.pop("mini_inductor_order", None)
     if any(r.target for r in records):

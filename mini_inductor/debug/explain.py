@@ -231,7 +231,8 @@ def attention_section(records) -> str:
 
     rows = "".join(f"<tr><td><code>{escape(r.graph)}</code></td><td><code>{escape(r.node)}</code></td>"
                    f"<td>{escape(r.target or 'near miss')}</td>"
-                   f"<td><code>{escape(r.mod if r.target else r.reason)}</code></td><td>{escape(r.shapes)}</td>"
+                   f"<td><code>{escape(r.mod if r.target else r.reason)}</code>"
+                   + (f"<br>{escape(r.data)}" if r.target and r.data else "") + f"</td><td>{escape(r.shapes)}</td>"
                    f"<td>{escape(r.source)}</td></tr>" for r in records)
     return (f'<h2 id="attention">Attention</h2><p>{escape(attention_summary(records))}: each attention written '
             'out in the model became one call (SDPA, or the flash-attention op with the modification '
