@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 
 import torch
 
@@ -47,7 +48,8 @@ def time_ms(fn) -> float:
     return result.gpu_ms if result.gpu_ms is not None else result.wall_ms
 
 
-PRECOMPILE_THREADS = 8
+# one thread a CPU core, up to 16: a shape's dozen configs compile in one round (the H200 host has 16)
+PRECOMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
 # A template is chosen over cuBLAS only when it times at least 3% faster. Closer than that, the two
 # trade places from one timing to the next: on an H200 (session 29), 2048 x 768 x 3072 with a
 # residual add timed its best template at 0.0248 ms and cuBLAS at 0.0249, and the template ran at
