@@ -33,7 +33,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     follow_torch_logs()
     before = None
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
-        before = _fuse_attention(gm, example_inputs)
+        before = _fuse_attention(gm, example_inputs, cfg.attention_data_masks)
     first = len(metrics.compiled_graphs)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
@@ -49,7 +49,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
                     before, first)
 
 
-def _fuse_attention(gm, example_inputs):
+def _fuse_attention(gm, example_inputs, data_masks: bool = True):
     """Attention written out in Dynamo's graph → one call (attention/match.py); what was found goes to
     metrics.attention and to explain's traces. Where an input's data was read as a causal mask, Dynamo's
     graph as it was before (for `_guarded`), else None."""
@@ -58,7 +58,7 @@ def _fuse_attention(gm, example_inputs):
     from .attention.match import DATA_GUARDS, fuse_attention, tril_inputs
 
     before = None
-    tril = tril_inputs(gm, example_inputs)
+    tril = tril_inputs(gm, example_inputs) if data_masks else {}
     if tril:
         graph = torch.fx.Graph()
         graph.output(graph.graph_copy(gm.graph, {}))

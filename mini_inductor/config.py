@@ -41,6 +41,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | conv_layout          | MINI_INDUCTOR_CONV_LAYOUT        | "auto" (CUDA fp16/bf16; other CUDA dtypes if measured faster; "channels_last"; "measure"; "off") |
 | dynamic_shapes       | MINI_INDUCTOR_DYNAMIC_SHAPES     | "symbolic" ("per_size": a compile for each size; "eager") |
 | attention_fusion     | MINI_INDUCTOR_ATTENTION_FUSION   | "auto" (attention written out → one call; "off") |
+| attention_data_masks | MINI_INDUCTOR_ATTENTION_DATA_MASKS | True (an input holding ones(...).tril() is read as causal, under a guard; False: data) |
 | matmul_templates     | MINI_INDUCTOR_MATMUL_TEMPLATES   | "auto" (CUDA: a Triton template where an epilogue fuses and the cost model prefers it; "always"; "off") |
 | cublaslt_activations | MINI_INDUCTOR_CUBLASLT_ACTIVATIONS | True (relu/tanh-GELU after an addmm in cuBLASLt's epilogue; False: the addmm and a kernel, or a template) |
 """
@@ -176,6 +177,10 @@ class Config:
     # SDPA where it computes the modification exactly, else the flash-attention op (attention/match.py).
     # "auto": on; "off": the graph is left as Dynamo traced it
     attention_fusion: str = "auto"
+    # an input (a registered buffer) whose data is a lower triangle of ones when the graph is compiled is
+    # read as a causal mask, under a guard on the tensor (attention/match.py DataGuard). Writes that
+    # bypass its version counter (`t.data[...] = `, numpy, DLPack) are not seen: False reads it as data
+    attention_data_masks: bool = True
     # mm, addmm and bmm as Triton matmul templates (codegen/matmul_template.py) into which the scheduler
     # fuses pointwise epilogues (bias, activation, residual add, scale, cast), instead of cuBLAS calls
     # followed by a kernel that reads their output back. "auto": on CUDA, a template where an epilogue

@@ -44,8 +44,9 @@ import torch.nn.functional as F
 
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
-from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, TRIL_DATA, NearMiss, Translator, Untranslatable,
-                           ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of, static, value_of)
+from .modification import (ATTENTION_DTYPES, CASTS, OPERATOR_IN_PLACE, POINTWISE, SAME, TRIL_DATA, NearMiss,
+                           Translator, Untranslatable, ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form,
+                           shape_of, static, value_of)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -587,10 +588,11 @@ def tril_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node,
     from torch._subclasses.fake_tensor import FakeTensor
     found = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(example_inputs):
+    if len(placeholders) != len(example_inputs) or _changes_in_place(gm):
         return found
     for pos, (node, x) in enumerate(zip(placeholders, example_inputs)):
-        if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor) or x.is_complex() or x.dim() < 2 \
+        if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor) or x.dim() < 2 \
+                or not (x.dtype == torch.bool or x.dtype.is_floating_point) \
                 or x.is_meta or any(s != 1 for s in x.shape[:-2]) or not 0 < x.numel() <= TRIL_CHECK_MAX_NUMEL \
                 or x.requires_grad or x.is_inference():   # (an inference tensor keeps no version to guard on)
             continue
@@ -602,28 +604,46 @@ def tril_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[torch.fx.Node,
     return found
 
 
+def _changes_in_place(gm: torch.fx.GraphModule) -> bool:
+    """The graph writes a tensor in place (an in-place method or function, a setitem, an `out=`). Then
+    no input's data is read: a write through a view of the mask, or through another input sharing its
+    memory, would change it after the check (`mutated` follows views, not every alias)."""
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if getattr(n.target, "__module__", None) == "_operator":
+            if name == "setitem" or name in OPERATOR_IN_PLACE:
+                return True
+        elif name.endswith("_") and not name.endswith("__") or "out" in n.kwargs:
+            return True
+    return False
+
+
 class DataGuard:
     """The compiled graph of a Dynamo graph whose attention read some inputs' data as a causal mask,
-    behind a check of those inputs: the same tensor object at the same version as at compile time (a
-    change in place bumps the version; another tensor is another object, even at the same address).
-    One that changed is read again (a GPU sync); while it still holds the same lower triangle the
-    compiled graph serves, else the graph runs eagerly from then on, as traced, without the rewrite
-    (`eager`, Dynamo's graph before attention fusion), with a warning and the reason on the compile's
-    graph records (`ran_eagerly`, which summaries and `explain` print)."""
+    behind a check of those inputs: the same tensor object, over the same memory, at the same version
+    as at compile time (a change in place bumps the version, `t.data = other` moves the memory, another
+    tensor is another object, even at the same address). One that changed is read again (a GPU sync);
+    while it still holds the same lower triangle the compiled graph serves, else the graph runs eagerly
+    from then on, as traced, without the rewrite (`eager`, Dynamo's graph before attention fusion),
+    with a warning and the reason on the compile's graph records (`ran_eagerly`, which summaries and
+    `explain` print). Writes that bypass the version counter (through `t.data[...]`, numpy or DLPack)
+    are not seen, as autograd does not see them either."""
 
     def __init__(self, compiled, guards: list, eager, graph: str, records=()):
         import weakref
         self.compiled, self.eager, self.graph = compiled, eager, graph
         self.records = list(records)   # the GraphRecords of the compile: marked when it stops serving
         self.names = {pos: name for pos, (_, name) in guards}
-        self.checks = [(pos, weakref.ref(t), t._version) for pos, (t, _) in guards]
+        self.checks = [(pos, weakref.ref(t), t.data_ptr(), t._version) for pos, (t, _) in guards]
         self.broken: str | None = None
 
     def __call__(self, *args):
         if self.broken is None:
-            for n, (pos, ref, version) in enumerate(self.checks):
+            for n, (pos, ref, ptr, version) in enumerate(self.checks):
                 x = args[pos]
-                if x is not ref() or version < 0 or x._version != version:
+                if x is not ref() or version < 0 or x._version != version or x.data_ptr() != ptr:
                     self._recheck(n, x)
                     if self.broken is not None:
                         break
@@ -632,12 +652,15 @@ class DataGuard:
     def _recheck(self, n: int, x) -> None:
         import weakref
         pos = self.checks[n][0]
-        still = isinstance(x, torch.Tensor) and torch.equal(x, torch.ones_like(x).tril())
+        try:
+            still = isinstance(x, torch.Tensor) and torch.equal(x, torch.ones_like(x).tril())
+        except Exception:  # noqa: BLE001  (what cannot be compared is not the mask read at compile time)
+            still = False
         if still:   # (an inference tensor has no version: read again at every call)
-            self.checks[n] = (pos, weakref.ref(x), -1 if x.is_inference() else x._version)
+            self.checks[n] = (pos, weakref.ref(x), x.data_ptr(), -1 if x.is_inference() else x._version)
             return
         self.broken = (f"input {self.names[pos]} held a causal mask (ones(...).tril()) when {self.graph} was "
-                       "compiled, and attention read it as one; its data changed")
+                       "compiled, and attention read it as one; now it holds something else")
         for record in self.records:
             record.ran_eagerly = self.broken
         log.warning("mini_inductor: %s: %s: the graph runs eagerly from now on", self.graph, self.broken)

@@ -142,7 +142,7 @@ _MAY_ALIAS = {"contiguous", "to", "float", "half", "double", "bfloat16", "type",
 ALIASING = _VIEWS | _MAY_ALIAS
 
 
-_OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
                       "ilshift", "irshift", "imatmul"}
 
 
@@ -163,7 +163,7 @@ def mutated(node, after=None) -> bool:
                 continue
             name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
             if getattr(u.target, "__module__", None) == "_operator":    # operator.and_ is not in place
-                in_place = name == "setitem" or name in _OPERATOR_IN_PLACE
+                in_place = name == "setitem" or name in OPERATOR_IN_PLACE
             else:                                                        # Tensor.masked_fill_, torch.relu_
                 in_place = name.endswith("_") and not name.endswith("__")
             if u.args and u.args[0] is n and in_place and late(u):
@@ -388,6 +388,9 @@ class Translator:
         return exprs, tuple(axes), all(v.pure for v in vals)
 
     def _pointwise(self, node, op: str, operands: list, build) -> _Val:
+        if value_of(node).dtype in (torch.uint8, torch.int8) and op in ("add", "sub", "mul", "neg"):
+            # 8-bit arithmetic wraps around (a uint8 0 - 1 is 255); the expression's numbers do not
+            raise Untranslatable(f"{op} in {value_of(node).dtype}, which wraps around")
         vals = [self.translate(a) for a in operands]
         exprs, axes, pure = self._combine(node, vals)
         return _Val(build(exprs, vals), shape_of(node), axes, pure, value_of(node).dtype)

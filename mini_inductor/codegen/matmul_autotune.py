@@ -106,8 +106,12 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     decision = next((d for d in wrapper.sched.matmuls if d.name == template.name), None)
     if decision is not None:
         decision.choice = choice
-        best = min(timings, key=lambda t: t[1]) if timings else None
+        timed = [t for t in timings if t[1] >= 0]   # (a config that failed is stored as -1)
+        best = min(timed, key=lambda t: t[1]) if timed else None
         decision.reason = f"fastest of {len(timings)} timed ({where})" + (f": {best[0]}" if best else "")
+        if best is not None and choice == "cublas" and best[0].startswith("template"):
+            decision.reason = (f"cuBLAS kept ({where}): the fastest template, {best[0]} at {best[1]:.4f} ms, is "
+                               f"within {1 - TEMPLATE_MARGIN:.0%} of it")
         decision.measured = [(name, ms) for name, ms in timings]
     log.info("%s: %s (%s) of %s", template.name, choice, where,
              ", ".join(f"{n} {ms:.4f} ms" for n, ms in timings))

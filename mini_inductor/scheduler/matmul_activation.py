@@ -6,23 +6,28 @@ tanh-approximated GELU to the product before it is stored; torch binds that as
 `aten._addmm_activation(bias, a, b, use_gelu=...)`: on CUDA, cuBLASLt where its layouts allow, else
 addmm followed by the activation in place, GELU in its tanh form either way; on the CPU addmm then
 ReLU or *exact* GELU. So tanh-GELU is fused on CUDA only, ReLU on any device. With config option
-`cublaslt_activations`, such a call replaces the ATen addmm and the epilogue kernel after it, which
-otherwise reads the product back and writes it again. (cuBLASLt's ReLU may map a NaN product to 0
-where eager keeps NaN; one reason the option is off by default.)
+`cublaslt_activations` (on by default), such a call replaces the ATen addmm and the epilogue kernel
+after it, which otherwise reads the product back and writes it again, or a template with the
+activation fused (on an H200, session 29, cuBLASLt's epilogue was faster than both). A NaN or an
+infinite product comes out as eager's relu or gelu gives it (the same NaNs, on the H200).
 
 The epilogue qualifies when its pointwise nodes, all of the addmm's layout (contiguous, 2-D), load
 nothing but the product and each other, element for element, and the one whose result leaves the
 epilogue computes ReLU or tanh-GELU of the product; and the product and the buffers between are read
 by nothing else (a graph output, or a GELU's saved input in training, keeps the two apart). An fp16
 or bf16 GELU needs more than one node: its decomposition keeps the float32 upcast of the product as
-a buffer of its own, fused into the same kernel. In "auto" on CUDA the scheduler fuses an epilogue into a template only where the cost
-model prefers the template (matmul_choice.fusion_check), except such an activation, which it keeps
-with the addmm it follows for codegen to hand to cuBLASLt. Which function the node computes is found by running its loop body in float64 on
-probe values (`activation_of`): the decompositions of relu and gelu reach the scheduler as arithmetic,
-and a body that agrees with the function to float64 rounding on a dense grid of probes is that
-function, where a near miss (exact GELU against its tanh form differs by up to 5e-4) is not taken.
+a buffer of its own, fused into the same kernel. In "auto" on CUDA such an activation stays with
+the addmm it follows (matmul_choice.fusion_check) and goes to cuBLASLt whatever the cost model says
+of a template (matmul_choice.choose_matmuls). Which function the nodes compute is found by running
+their loop bodies in float64 on probe values (`activation_of`), each cast rounding as it would: the
+decompositions of relu and gelu reach the scheduler as arithmetic, and a body that agrees with the
+function, rounded to the result's dtype, on a dense grid of probes, infinities and NaN included, is
+that function. A near miss is not taken: exact GELU against its tanh form (up to 5e-4 apart), a
+rounding to bfloat16 before a float32 ReLU, `where(y > 0, y, 0)` (0 at a NaN, where relu gives NaN).
 """
 from __future__ import annotations
+
+import math
 
 import sympy
 import torch
@@ -79,9 +84,9 @@ class _Probe:
         return torch.tensor(float(value), dtype=torch.float64)
 
     def to_dtype(self, x, dtype, src_dtype=None, **_):
-        if dtype not in FLOAT_DTYPES:     # a float rounding only changes the value within the dtype's tolerance
+        if dtype not in FLOAT_DTYPES:
             raise _NotMatched(f"a cast to {dtype}")
-        return x.to(torch.float64)
+        return x.to(dtype).to(torch.float64)   # its rounding too: relu(y.bfloat16().float()) is not relu(y)
 
     def where(self, c, a, b):
         return torch.where(c, a, b)
@@ -96,15 +101,18 @@ class _Probe:
         raise _NotMatched(f"ops.{op}")
 
 
-def probe_values() -> torch.Tensor:
-    """Dense over [-10, 10] (both functions' interesting range), small magnitudes and large ones."""
+def probe_values(dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Dense over [-10, 10] (both functions' interesting range), small magnitudes, large ones, infinities
+    and NaN (where(y > 0, y, 0) is not ReLU at a NaN, nor y * (y > 0) at -inf), as `dtype` holds them."""
     grid = torch.linspace(-10.0, 10.0, 4001, dtype=torch.float64)
     small = torch.tensor([0.0, 1e-6, -1e-6, 1e-3, -1e-3], dtype=torch.float64)
     large = torch.tensor([50.0, -50.0, 1e3, -1e3, 6e4, -6e4], dtype=torch.float64)
-    return torch.cat([grid, small, large])
+    special = torch.tensor([math.inf, -math.inf, math.nan], dtype=torch.float64)
+    return torch.cat([grid, small, large, special]).to(dtype).to(torch.float64)
 
 
-def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr, dims, inner=None) -> str | None:
+def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr, dims, inner=None,
+                  product_dtype: torch.dtype = torch.float64) -> str | None:
     """"relu" or "gelu" (tanh) when `node`'s body is that function of `product` at `product_index`
     (in terms of `dims`, the node's index variables), else None. `inner`: the buffers between the
     product and `node` (name -> buffer), each read at its own element and evaluated in place."""
@@ -112,11 +120,11 @@ def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr,
         return None
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily():   # real float64 probes, inside the compile's fake mode
-        return _activation_of(node, product, product_index, dims, inner)
+        return _activation_of(node, product, product_index, dims, inner, product_dtype)
 
 
-def _activation_of(node, product, product_index, dims, inner=None) -> str | None:
-    values = probe_values()
+def _activation_of(node, product, product_index, dims, inner=None, product_dtype=torch.float64) -> str | None:
+    values = probe_values(product_dtype)
     try:
         with set_ops_handler(_Probe(product, product_index, values, dims, inner)):
             out = node.data.inner_fn(dims)
@@ -126,9 +134,11 @@ def _activation_of(node, product, product_index, dims, inner=None) -> str | None
         return None
     if not isinstance(out, torch.Tensor) or out.shape != values.shape or out.dtype != torch.float64:
         return None
+    result = node.get_dtype() if hasattr(node, "get_dtype") else torch.float64
+    out = out.to(result).to(torch.float64)                  # both rounded as the node stores them
     for name, fn in ACTIVATIONS.items():
-        want = fn(values)
-        if torch.allclose(out, want, rtol=1e-12, atol=1e-12):
+        want = fn(values).to(result).to(torch.float64)
+        if torch.allclose(out, want, rtol=1e-12, atol=1e-12, equal_nan=True):
             return name
     return None
 
@@ -199,5 +209,5 @@ def lt_activation(template: MatmulTemplate, node, inner=None) -> str | None:
            for x in (lay, out, *(b.layout for b in inner.values()))):
         return None
     dims = index_vars("c", 2)
-    act = activation_of(node, template.name, lay.index(dims), dims, inner)
+    act = activation_of(node, template.name, lay.index(dims), dims, inner, lay.dtype)
     return act if act is not None and device_computes(act, lay.device) else None

@@ -172,13 +172,45 @@ def test_a_registered_tril_buffer_is_read_as_causal_by_its_data_under_a_guard(dt
     assert DataGuard.__name__   # (the guard is what served the last call: the eager graph, as traced)
 
 
-def test_a_buffer_that_is_not_a_lower_triangle_stays_an_extra_tensor():
-    m = BufferCausal()
-    with torch.no_grad():
-        m.bias[0, 0, 1, 4] = 1
-    record = only_match(compiled_like_eager(m, *qkv()), "flash")
+def test_a_causal_buffer_replaced_through_data_is_seen():
+    # `t.data = other` keeps the tensor object and its version but moves its memory: read again
+    m = BufferCausal(torch.bool)
+    compiled = torch.compile(m, backend="mini_inductor")
+    q, k, v = qkv()
+    compiled(q, k, v)
+    m.bias.data = torch.ones_like(m.bias)            # every key visible
+    torch.testing.assert_close(compiled(q, k, v), m(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["not_a_triangle", "option_off", "written_in_the_graph"])
+def test_a_mask_buffer_stays_data(case):
+    # a buffer that is not a lower triangle; the option off; a graph that writes in place (a write
+    # through an alias of the mask could change it after the check)
+    class Written(BufferCausal):
+        def forward(self, q, k, v):
+            out = super().forward(q, k, v)
+            w = torch.ones_like(out)
+            w.mul_(2.0)
+            return out * w / 2
+    m = Written() if case == "written_in_the_graph" else BufferCausal()
+    if case == "not_a_triangle":
+        with torch.no_grad():
+            m.bias[0, 0, 1, 4] = 1
+    options = {"attention_data_masks": False} if case == "option_off" else None
+    record = only_match(compiled_like_eager(m, *qkv(), options=options), "flash")
     # torch 2.13's Dynamo keeps `bias == 0` in the graph; 2.11's hands over its result as one tensor
     assert record.mod in ("where(t0 == 0, -inf, s * 0.5)", "where(t0, -inf, s * 0.5)"), record.mod
+    assert not record.data
+
+
+def test_eight_bit_arithmetic_in_a_mask_is_data():
+    # uint8 0 - 1 is 255 in eager: the modification's numbers would not wrap, so it stays a tensor
+    mask = torch.ones(L, L, dtype=torch.uint8).tril()
+
+    def attention(q, k, v, mask):
+        return (q @ k.transpose(-2, -1) * SCALE + (mask - 1)).softmax(-1) @ v
+    record = only_match(compiled_like_eager(attention, *qkv(), mask), "flash")
+    assert record.mod == "s * 0.5 + t0", record.mod
 
 
 def test_a_causal_buffer_in_training_gives_eager_gradients():
