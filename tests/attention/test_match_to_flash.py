@@ -138,3 +138,34 @@ def test_an_alibi_bias_cast_to_the_inputs_dtype_is_computed_in_the_kernel(dtype,
         want.backward(upstream)
         for a, r in zip(args, ref_args):
             torch.testing.assert_close(a.grad, r.grad, **tol)
+
+
+@pytest.mark.gpu
+def test_gpu_a_causal_buffer_runs_as_sdpa_in_cuda_graph_trees_until_it_changes():
+    # GPT-2's registered `bias`: read as causal by its data (SDPA's causal kernel), guarded on the tensor,
+    # through the trees' warm-up, recording and replays; a write above the diagonal sends the graph to
+    # eager, which the tree does not see (the guard sits outside it)
+    n = 256
+
+    class Causal(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", torch.ones(1024, 1024, dtype=torch.bool).tril()[None, None])
+
+        def forward(self, q, k, v):
+            t = q.shape[-2]
+            s = torch.where(self.bias[:, :, :t, :t], q @ k.transpose(-2, -1) * 0.125, torch.finfo(q.dtype).min)
+            return s.softmax(-1) @ v
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    m = Causal().cuda()
+    q, k, v = (torch.randn(2, 4, n, 64, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
+    compiled = torch.compile(m, backend="mini_inductor")
+    for _ in range(4):
+        torch.testing.assert_close(compiled(q, k, v), m(q, k, v), atol=2e-3, rtol=2e-3)
+    assert [r.target for r in metrics.attention] == ["sdpa"] and "holds a causal mask" in metrics.attention[0].data
+    with torch.no_grad():
+        m.bias[0, 0, 3, 200] = True
+    for _ in range(2):
+        torch.testing.assert_close(compiled(q, k, v), m(q, k, v), atol=2e-3, rtol=2e-3)
+    assert all("held a causal mask" in (g.ran_eagerly or "") for g in metrics.compiled_graphs)
