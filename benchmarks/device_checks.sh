@@ -10,6 +10,7 @@
 #   matmul     benchmarks.matmul_templates, fp16, M 8192, cuBLAS against the cost model's choice
 #              (max-autotune compiles 20-30 s a line: run it on its own)
 #   suite      benchmarks.suite, GPT-2 (causal) and the decoder in float32, against Inductor
+#   suite_hf   the same for GPT-2 with HF's registered causal `bias` buffer (read as causal by its data)
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
 #              reduce-overhead interleaved
 #   train_interleaved  benchmarks.dynamic_shapes --cases train_interleaved: the training loop under
@@ -71,6 +72,9 @@ for step in "${steps[@]}"; do
         suite) run suite 150 python3 -m benchmarks.suite --models gpt2_causal,decoder \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite" ;;
+        suite_hf) run suite_hf 100 python3 -m benchmarks.suite --models gpt2_hf_causal \
+                   --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
+                   --out "$OUT/suite_hf" ;;
         dynamic) run dynamic 80 python3 -m benchmarks dynamic_shapes --out "$OUT/dynamic.json" \
                      --backends inductor_reduce_overhead,mini_inductor,inductor_reduce_overhead,mini_inductor ;;
         profile) run profile_gpt2 90 python3 -m benchmarks kernel_profile --model gpt2_causal --dtype float32 \
