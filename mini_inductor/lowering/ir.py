@@ -498,7 +498,10 @@ class View(IRNode):
             return None
         idx = index_vars("v", len(self.size))
         flat = merge_divmod(sympy.expand(inner_layout.index(reindex(idx))))
-        if flat.atoms(FloorDiv, ModularIndexing):
+        # a division of the index is no stride; one of sizes only (a dynamic buffer's stride
+        # 6*((s0 + 2)//3)) is a coefficient like any other (fuzz seed 236 prog 243: the expand of such
+        # a buffer, returned, was copied dense where eager returns a view with stride 0)
+        if any(a.free_symbols & set(idx) for a in flat.atoms(FloorDiv, ModularIndexing)):
             return None
         stride = [flat.coeff(v) for v in idx]
         offset = flat.subs({v: 0 for v in idx})

@@ -278,6 +278,25 @@ def test_expanding_a_symbolic_dim_that_dynamos_guards_make_1_broadcasts_it():
     assert all(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
 
 
+def test_an_expand_of_a_buffer_with_a_divided_size_in_its_strides_is_a_view():
+    # fuzz seed 236 prog 243: cat of a chunk of length (s+2)//3 has strides (6*((s+2)//3), 6, 1); its
+    # expand, returned, was copied dense (strides (36, 12, 6, 1)) where eager returns a view of the
+    # cat with strides (0, 6, 0, 1): a division among the sizes was taken for one of the index
+    def f(x):
+        v = torch.chunk(x, 3, 1)[0]
+        return torch.cat([v, v], -1).expand(2, 3, 2, 6)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True)
+    x = torch.randn(3, 2, 3)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(xa), f(xb)
+    assert_same_tensor(got, want, "output")
+    assert got.stride() == want.stride() == (0, 6, 0, 1)
+    (got * torch.arange(72.).view(2, 3, 2, 6)).sum().backward()
+    (want * torch.arange(72.).view(2, 3, 2, 6)).sum().backward()
+    assert_same_tensor(xa.grad, xb.grad, "gradient")
+    assert all(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
+
+
 def test_a_reshape_of_an_output_stays_a_view_of_it_where_dynamos_guards_fix_the_numel():
     # fuzz seed 221 prog 275: reshape(2, 5, 3) of a clone of a [s0, s1, s2] input, both returned; the
     # view's strides (FloorDiv(s0*s1*s2, 2), ...) are 15 and 3 only by Dynamo's guard Eq(s0*s1*s2, 30),
