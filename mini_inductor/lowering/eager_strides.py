@@ -445,7 +445,24 @@ def decompositions(table: dict) -> dict:
             out[target] = _elementwise_in_eager_layout(target, decomp, _all_tensors)
         elif getattr(target, "overloadpacket", None) in _COPIES_OF_SELF:
             out[target] = _elementwise_in_eager_layout(None, decomp, _self_only)
+        elif getattr(target, "overloadpacket", None) is aten.masked_fill:
+            out[target] = _contiguous_result(decomp)
     return out
+
+
+def _contiguous_result(decomp):
+    """`decomp` (masked_fill's: a `where`) followed by a contiguous clone, always: eager fills a
+    contiguous copy of self. At trace time the `where` may look contiguous already and a conditional
+    copy would be left out, yet `correct_metas` later gives it eager's TensorIterator layout, which
+    follows its operands (fuzz seed 239 prog 12: masked_fill by a mask whose eager layout is
+    transposed came back with strides (1, 3), eager's (2, 1)). Lowering inlines the copy."""
+    def run(*args, **kwargs):
+        result = decomp(*args, **kwargs)
+        if not isinstance(result, torch.Tensor):
+            return result
+        return aten.clone.default(result, memory_format=torch.contiguous_format)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_contiguous"
+    return run
 
 
 # scatters into a copy of `self` that eager makes with self's layout (clone, preserve_format)

@@ -45,6 +45,16 @@ def test_view_of_a_pointwise_output_with_broadcast_operand_has_eagers_strides(de
           _transposed(3, 4, device=device), torch.randn(1, 1, device=device))
 
 
+def test_masked_fill_by_a_mask_laid_out_by_its_operands_is_contiguous_in_one_kernel(device):
+    # fuzz seed 239 prog 12: the mask (logical_xor of a broadcast and a diagonal view) has eager's
+    # strides (1, 3); masked_fill's `where` took them, where eager fills a contiguous copy: (2, 1)
+    def fn(x0, x1):
+        mask = torch.logical_xor(x1, torch.diagonal(x0, 0, 2, 0))
+        return x1.masked_fill(mask, 0), (x0.float().sum(0).t() * 2).masked_fill(mask.t(), 1.0)
+    check(fn, torch.randint(-4, 5, (2, 3, 2), device=device), torch.randint(-4, 5, (1,), device=device))
+    check(lambda x, m: x.masked_fill(m, 0.5) * 2, torch.randn(4, 6, device=device).t(),
+          torch.rand(6, 4, device=device) > 0.5, kernels=1)
+
 
 # ─── repeat ───────────────────────────────────────────────────────────────────────────────────────
 
