@@ -44,9 +44,9 @@ import torch.nn.functional as F
 
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
-from .modification import (ATTENTION_DTYPES, CASTS, OPERATOR_IN_PLACE, POINTWISE, SAME, TRIL_DATA, NearMiss,
-                           Translator, Untranslatable, ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form,
-                           shape_of, static, value_of)
+from .modification import (ATTENTION_DTYPES, CASTS, POINTWISE, SAME, TRIL_DATA, NearMiss, Translator,
+                           Untranslatable, ALIASING, arg, known_eq, mutated, op_of, render, sdpa_form, shape_of,
+                           static, value_of, writes_in_place)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -608,16 +608,8 @@ def _changes_in_place(gm: torch.fx.GraphModule) -> bool:
     """The graph writes a tensor in place (an in-place method or function, a setitem, an `out=`). Then
     no input's data is read: a write through a view of the mask, or through another input sharing its
     memory, would change it after the check (`mutated` follows views, not every alias)."""
-    for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method"):
-            continue
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if getattr(n.target, "__module__", None) == "_operator":
-            if name == "setitem" or name in OPERATOR_IN_PLACE:
-                return True
-        elif name.endswith("_") and not name.endswith("__") or "out" in n.kwargs:
-            return True
-    return False
+    return any(writes_in_place(n) or n.op in ("call_function", "call_method") and "out" in n.kwargs
+               for n in gm.graph.nodes)
 
 
 class DataGuard:

@@ -142,8 +142,19 @@ _MAY_ALIAS = {"contiguous", "to", "float", "half", "double", "bfloat16", "type",
 ALIASING = _VIEWS | _MAY_ALIAS
 
 
-OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+_OPERATOR_IN_PLACE = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
                       "ilshift", "irshift", "imatmul"}
+
+
+def writes_in_place(u: torch.fx.Node) -> bool:
+    """A call that writes its first argument in place (a setitem, an in-place method or function such
+    as `masked_fill_` or `torch.relu_`, an augmented operator), not counting an `out=`."""
+    if u.op not in ("call_function", "call_method"):
+        return False
+    name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
+    if getattr(u.target, "__module__", None) == "_operator":    # operator.and_ is not in place
+        return name == "setitem" or name in _OPERATOR_IN_PLACE
+    return name.endswith("_") and not name.endswith("__")
 
 
 def mutated(node, after=None) -> bool:
@@ -162,11 +173,7 @@ def mutated(node, after=None) -> bool:
             if u.op not in ("call_function", "call_method"):
                 continue
             name = u.target if isinstance(u.target, str) else getattr(u.target, "__name__", "")
-            if getattr(u.target, "__module__", None) == "_operator":    # operator.and_ is not in place
-                in_place = name == "setitem" or name in OPERATOR_IN_PLACE
-            else:                                                        # Tensor.masked_fill_, torch.relu_
-                in_place = name.endswith("_") and not name.endswith("__")
-            if u.args and u.args[0] is n and in_place and late(u):
+            if u.args and u.args[0] is n and writes_in_place(u) and late(u):
                 return True
             if "out" in u.kwargs and late(u):
                 return True

@@ -118,9 +118,14 @@ def activation_of(node: ComputedBuffer, product: str, product_index: sympy.Expr,
     product and `node` (name -> buffer), each read at its own element and evaluated in place."""
     if not isinstance(node.data, Pointwise) or any(not isinstance(b.data, Pointwise) for b in (inner or {}).values()):
         return None
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily():   # real float64 probes, inside the compile's fake mode
-        return _activation_of(node, product, product_index, dims, inner, product_dtype)
+    # asked up to three times a template (the fusion check, the choice, codegen): kept on the node
+    key = (product, str(product_index), tuple(sorted(inner or {})), product_dtype)
+    memo = node.__dict__.setdefault("_lt_probes", {})
+    if key not in memo:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():   # real float64 probes, inside the compile's fake mode
+            memo[key] = _activation_of(node, product, product_index, dims, inner, product_dtype)
+    return memo[key]
 
 
 def _activation_of(node, product, product_index, dims, inner=None, product_dtype=torch.float64) -> str | None:
