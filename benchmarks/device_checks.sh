@@ -32,8 +32,8 @@
 #              option cublaslt_activations (cuBLASLt's own activation epilogue) (200 s); matmul_lt_bf16 in bfloat16
 #   matmul_autotune  max-autotune against Inductor's (and the default mode), M 2048 and 16384, the
 #              GPT-2 shapes, bias+GELU and residual (compiles 20-30 s a line: 400 s)
-#   pointwise  benchmarks.pointwise: mul, GELU, SiLU, tanh-GELU over 50M fp16 elements, eager / Inductor /
-#              mini_inductor, and mini_inductor at six other blocks and warps (120 s)
+#   pointwise  benchmarks.pointwise: mul, GELU (erf, tanh, HF gelu_new), erf, tanh, SiLU over 50M fp16 elements, eager / Inductor /
+#              mini_inductor, and mini_inductor with libdevice's erff and tanhf (120 s)
 #   flash_fwd, flash_bwd  benchmarks.flash_configs: the generated flash kernels' configs timed one by one
 #              (hf_causal and ALiBi, fp16, E 64, L 1024 and 4096), forward (150 s) and backward (300 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
@@ -105,7 +105,7 @@ for step in "${steps[@]}"; do
         matmul_autotune) run matmul_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 2048,16384 --shapes gpt2 --epilogues bias+gelu,residual \
                           --variants auto,max-autotune,inductor-max-autotune ;;
-        pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,silu,gelu_tanh --configs 2048x4,4096x4,4096x8,8192x8,1024x4 ;;
+        pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,gelu_tanh,gelu_new,erf,tanh,silu ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         train_interleaved) run train_interleaved 60 python3 -m benchmarks dynamic_shapes --cases train_interleaved \

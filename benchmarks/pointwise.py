@@ -16,7 +16,8 @@ elements a thread) loaded and stored 8 bytes a thread (ld.global.v2.b32), where 
 kernels move 16; since session 27 a kernel of 2-byte types launches 4 warps (16 bytes, Inductor's
 default; codegen/heuristics.py pick_config). `--configs 2048x4,...` adds a mini_inductor column per
 XBLOCKxWARPS, every 1-D pointwise kernel of the graph launched with that block and warps
-(`1024x8`: the old choice).
+(`1024x8`: the old choice). The `mini_inductor_libdevice` backend generates erf and tanh with libdevice's
+erff and tanhf, as before session 30, instead of triton_helpers' branchless erf32 and tanh32.
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ import torch.nn.functional as F
 from mini_inductor.timing import bench
 
 OPS = {"mul": lambda x, y: x * 2.0, "add": lambda x, y: x + y, "gelu": lambda x, y: F.gelu(x),
-       "silu": lambda x, y: F.silu(x), "gelu_tanh": lambda x, y: F.gelu(x, approximate="tanh")}
-BACKENDS = ("eager", "inductor", "mini_inductor")
+       "silu": lambda x, y: F.silu(x), "gelu_tanh": lambda x, y: F.gelu(x, approximate="tanh"),
+       "tanh": lambda x, y: torch.tanh(x), "erf": lambda x, y: torch.erf(x),
+       # HF GPT-2's gelu_new: the tanh formula written out
+       "gelu_new": lambda x, y: 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))}
+BACKENDS = ("eager", "inductor", "mini_inductor", "mini_inductor_libdevice")
 
 
 def _with_config(xblock: int, warps: int):
@@ -46,6 +50,14 @@ def _with_config(xblock: int, warps: int):
         return config
     triton_codegen.pick_config = pick
     return lambda: setattr(triton_codegen, "pick_config", original)
+
+
+def _libdevice_math():
+    """mini_inductor with libdevice's erff and tanhf (branching per element), not triton_helpers' erf32 and
+    tanh32 (codegen/triton_ops.py BRANCHLESS_MATH)."""
+    from mini_inductor.codegen import triton_ops
+    triton_ops.BRANCHLESS_MATH = False
+    return lambda: setattr(triton_ops, "BRANCHLESS_MATH", True)
 
 
 def _run(backend: str, fn):
@@ -78,7 +90,12 @@ def main(argv=None) -> None:
         for backend in backends:
             torch._dynamo.reset()
             tail = backend.removeprefix("mini_inductor_")
-            restore = _with_config(*map(int, tail.split("x"))) if tail != backend else (lambda: None)
+            if tail == "libdevice":
+                restore = _libdevice_math()
+            elif tail != backend:
+                restore = _with_config(*map(int, tail.split("x")))
+            else:
+                restore = lambda: None  # noqa: E731
             try:
                 run = _run(backend if tail == backend else "mini_inductor", OPS[op])
 
