@@ -4,13 +4,14 @@ CUDA GPU.
     PYTHONPATH=. python -m benchmarks gelu_variants [--numel 50331648] [--blocks 2048x4,4096x8]
 
 Session 30: our GELU kernel with libdevice's erff (a branch per element on |x|) ran at 0.0683 ms over 50M
-fp16 elements on an H200, with triton_helpers.erf32 (coefficients selected per element, no branch) at
-0.0676, eager's at 0.0661. Per element, erf32's PTX holds 11 selects for 7 FMAs. Each variant here is a
-kernel of its own, GPU time per call, with its max error against float64 erf:
+fp16 elements on an H200, eager's at 0.0661. Each variant here is a kernel of its own, GPU time per call,
+with its max error against float64 erf:
 
-    libdevice   tl.erf (libdevice's erff, as our kernels had it before)
-    selects     triton_helpers.erf32 (one polynomial, its coefficients selected per element)
-    two_polys   both polynomials evaluated, one select, the sign put back by a bit operation
+    libdevice   tl.erf (libdevice's erff, as our kernels had it before session 30)
+    selects     one polynomial, its coefficients selected per element by range (11 selects for 7 FMAs
+                in the PTX): 0.0674 ms, eager 0.0651 (H200, session 30)
+    two_polys   triton_helpers.erf32: both ranges' polynomials in full, one select, the sign put back by a
+                bit operation: 0.0579 ms (the same run)
     eager       ATen's GELU
 """
 from __future__ import annotations
@@ -29,28 +30,22 @@ SQRT1_2 = 0.7071067811865476
 
 
 @triton.jit
-def _erf_two_polys(x):
-    # the coefficients of triton_helpers.erf32, each range's polynomial evaluated in full
+def _erf_selects(x):
+    # erf32's first form: one polynomial, its coefficients selected per element by range
     a = tl.abs(x)
-    u = a * a
-    p = 7.889093831181526e-05 * u - 0.0008020834065973759
-    p = p * u + 0.005189534742385149
-    p = p * u - 0.026854444295167923
-    p = p * u + 0.11283600330352783
-    p = p * u - 0.3761262595653534
-    p = p * u + 0.12837916612625122
-    small = p * a + a
-    b = tl.minimum(a, 3.92)
-    q = 2.0393423255882226e-05 * b - 0.0005083335563540459
-    q = q * b + 0.005431359633803368
-    q = q * b - 0.03466169908642769
-    q = q * b + 0.15371811389923096
-    q = q * b + 0.9160510301589966
-    q = q * b + 0.6283658146858215
-    large = 1.0 - tl.exp2(-(q * b + b))
-    y = tl.where(a >= 1.0, large, small)
-    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
-    return (y.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    big = a >= 1.0
+    t = tl.where(big, tl.minimum(a, 3.92), x * x)
+    p = tl.where(big, 2.0393423255882226e-05, 7.889093831181526e-05)
+    p = p * t + tl.where(big, -0.0005083335563540459, -0.0008020834065973759)
+    p = p * t + tl.where(big, 0.005431359633803368, 0.005189534742385149)
+    p = p * t + tl.where(big, -0.03466169908642769, -0.026854444295167923)
+    p = p * t + tl.where(big, 0.15371811389923096, 0.11283600330352783)
+    p = p * t + tl.where(big, 0.9160510301589966, -0.3761262595653534)
+    p = p * t + tl.where(big, 0.6283658146858215, 0.12837916612625122)
+    s = tl.where(big, -t, x)
+    r = p * s + s
+    tail = 1.0 - tl.exp2(r)
+    return tl.where(big, tl.where(x < 0, -tail, tail), r)
 
 
 @triton.jit
@@ -62,9 +57,9 @@ def _gelu_kernel(x_ptr, out_ptr, n, VARIANT: tl.constexpr, XBLOCK: tl.constexpr)
     if VARIANT == 0:
         e = tl.erf(z)
     elif VARIANT == 1:
-        e = triton_helpers.erf32(z)
+        e = _erf_selects(z)
     else:
-        e = _erf_two_polys(z)
+        e = triton_helpers.erf32(z)
     tl.store(out_ptr + i, (x * 0.5 * (1.0 + e)).to(out_ptr.dtype.element_ty), mask)
 
 
@@ -76,9 +71,9 @@ def _erf_kernel(x_ptr, out_ptr, n, VARIANT: tl.constexpr, XBLOCK: tl.constexpr):
     if VARIANT == 0:
         e = tl.erf(x)
     elif VARIANT == 1:
-        e = triton_helpers.erf32(x)
+        e = _erf_selects(x)
     else:
-        e = _erf_two_polys(x)
+        e = triton_helpers.erf32(x)
     tl.store(out_ptr + i, e, mask)
 
 
