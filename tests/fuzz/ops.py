@@ -94,7 +94,8 @@ for _name, _tpl in [("sin", "torch.sin({a})"), ("cos", "torch.cos({a})"), ("tanh
                     ("gelu_tanh", "F.gelu({a}, approximate='tanh')"), ("silu", "F.silu({a})"),
                     ("softplus", "F.softplus({a})"), ("elu", "F.elu({a})"), ("atan", "torch.atan({a})"),
                     ("log1p", "torch.log1p({a}.abs())"), ("expm1", "torch.expm1({a}.clamp(-3, 3))"),
-                    ("square", "torch.square({a})"), ("pow_scalar", "{a}.abs().pow(1.5)"),
+                    ("square", "torch.square({a})"), ("pow_scalar", "{a}.abs().pow(1.5)"), ("pow_cube", "{a}.pow(3)"),
+                    ("pow_minus_two", "({a}.abs() + 0.5).pow(-2.0)"),
                     ("mul_scalar", "{a} * 1.5"), ("add_int_scalar", "{a} + 2"),
                     ("rsub_scalar", "1 - {a}"), ("div_scalar", "{a} / 4")]:
     unary(_name, _tpl)
