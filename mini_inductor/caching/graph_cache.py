@@ -25,6 +25,7 @@ import logging
 import torch
 
 from . import files
+from ..codegen import triton_ops
 from ..config import Config
 from ..distributed.policy import graph_key_part as collective_key_part
 from ..lowering import symbolic
@@ -125,6 +126,7 @@ def compiler_key_parts(cfg: Config) -> list[str]:
     return [*files.versions(), f"default dtype {torch.get_default_dtype()}",           # lowering reads it
             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
             f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}",   # matmul templates' fp32 precision
+            f"branchless math {triton_ops.BRANCHLESS_MATH}",          # benchmarks switch it (erf, tanh)
             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]
