@@ -20,6 +20,7 @@ import triton.language as tl
 import mini_inductor  # noqa: F401  (the backend)
 from common import check
 from mini_inductor.runtime import triton_helpers
+from mini_inductor.runtime.interpreter import install as install_interpreter_shims
 from sm90 import launches, ptx_of
 
 
@@ -41,16 +42,10 @@ def _ulps(got: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return (got.double() - ref).abs() / ulp
 
 
-@pytest.mark.parametrize("gpu_min_max", [False, True], ids=["interpreter", "gpu_min_max"])
-def test_erf32_and_tanh32_are_within_two_ulps_of_float64_and_keep_special_values(gpu_min_max, monkeypatch):
-    if gpu_min_max:
-        # tl.minimum / tl.maximum lower to PTX min.f32 / max.f32, which return the operand that is not
-        # NaN; the interpreter's np.minimum returns NaN. erf32(NaN) was 1.0 on the GPU (review, s30)
-        from triton.runtime import interpreter
-        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_minnumf",
-                            lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin), raising=True)
-        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_maxnumf",
-                            lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax), raising=True)
+def test_erf32_and_tanh32_are_within_two_ulps_of_float64_and_keep_special_values():
+    # with the interpreter's shims, tl.minimum / tl.maximum return the operand that is not NaN, as the
+    # GPU's min.f32 / max.f32 do: erf32's clamp took NaN to 1.0 on the GPU (review, session 30)
+    install_interpreter_shims()
     x = torch.cat([torch.linspace(-6, 6, 120001), torch.tensor(SPECIAL)]).float()
     erf, tanh = torch.empty_like(x), torch.empty_like(x)
     _erf_tanh_kernel[(triton.cdiv(x.numel(), 1024),)](x, erf, tanh, x.numel(), BLOCK=1024)

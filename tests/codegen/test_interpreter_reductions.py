@@ -72,3 +72,26 @@ def test_max_pool_with_indices_is_fast_under_the_interpreter():
     ref, ref_idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
     assert torch.equal(out, ref) and torch.equal(idx, ref_idx)
     assert took < 5, f"{took:.1f} s for one 2x8x8x8 max pool"
+
+
+@triton.jit
+def _min_max(a_ptr, b_ptr, out_ptr):
+    i = tl.arange(0, 4)
+    a, b = tl.load(a_ptr + i), tl.load(b_ptr + i)
+    tl.store(out_ptr + i, tl.minimum(a, b))
+    tl.store(out_ptr + 4 + i, tl.maximum(a, b))
+    tl.store(out_ptr + 8 + i, tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL))
+
+
+def test_tl_minimum_and_maximum_of_a_nan_give_the_other_operand_as_the_gpus_min_f32_does():
+    # PTX min.f32 / max.f32 (tl.minimum without propagate_nan) return the operand that is not NaN;
+    # the interpreter's own np.minimum returned NaN and hid erf32's NaN bug from every CPU test
+    install()
+    nan = float("nan")
+    a = torch.tensor([nan, 1.0, nan, -2.0])
+    b = torch.tensor([3.0, nan, nan, 5.0])
+    out = torch.empty(12)
+    _min_max[(1,)](a, b, out)
+    assert out[:4].tolist()[:2] == [3.0, 1.0] and out[2].isnan() and out[3] == -2.0
+    assert out[4:8].tolist()[:2] == [3.0, 1.0] and out[6].isnan() and out[7] == 5.0
+    assert out[8:11].isnan().all() and out[11] == -2.0      # propagate_nan=ALL keeps NaN
