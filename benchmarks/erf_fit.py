@@ -15,6 +15,7 @@ function is then measured in float32 arithmetic (numpy, no FMA) against float64,
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -49,7 +50,8 @@ def _ulps(got: np.ndarray, ref: np.ndarray) -> float:
     return float((np.abs(got.astype(np.float64) - ref) / np.maximum(ulp, 1e-45)).max())
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     small = lambda u: math.erf(math.sqrt(u)) / math.sqrt(u) - 1 if u > 0 else 2 / math.sqrt(math.pi) - 1  # noqa: E731
     large = lambda b: -math.log2(math.erfc(b)) / b - 1  # noqa: E731
     p = np.float32(fit(small, 0.0, ERF_SPLIT ** 2, 6))

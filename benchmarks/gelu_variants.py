@@ -49,17 +49,22 @@ def _erf_selects(x):
 
 
 @triton.jit
+def _erf(x, VARIANT: tl.constexpr):
+    if VARIANT == 0:
+        e = tl.erf(x)
+    elif VARIANT == 1:
+        e = _erf_selects(x)
+    else:
+        e = triton_helpers.erf32(x)
+    return e
+
+
+@triton.jit
 def _gelu_kernel(x_ptr, out_ptr, n, VARIANT: tl.constexpr, XBLOCK: tl.constexpr):
     i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     mask = i < n
     x = tl.load(x_ptr + i, mask).to(tl.float32)
-    z = x * 0.7071067811865476
-    if VARIANT == 0:
-        e = tl.erf(z)
-    elif VARIANT == 1:
-        e = _erf_selects(z)
-    else:
-        e = triton_helpers.erf32(z)
+    e = _erf(x * 0.7071067811865476, VARIANT)
     tl.store(out_ptr + i, (x * 0.5 * (1.0 + e)).to(out_ptr.dtype.element_ty), mask)
 
 
@@ -67,14 +72,7 @@ def _gelu_kernel(x_ptr, out_ptr, n, VARIANT: tl.constexpr, XBLOCK: tl.constexpr)
 def _erf_kernel(x_ptr, out_ptr, n, VARIANT: tl.constexpr, XBLOCK: tl.constexpr):
     i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     mask = i < n
-    x = tl.load(x_ptr + i, mask)
-    if VARIANT == 0:
-        e = tl.erf(x)
-    elif VARIANT == 1:
-        e = _erf_selects(x)
-    else:
-        e = triton_helpers.erf32(x)
-    tl.store(out_ptr + i, e, mask)
+    tl.store(out_ptr + i, _erf(tl.load(x_ptr + i, mask), VARIANT), mask)
 
 
 VARIANTS = {"libdevice": 0, "selects": 1, "two_polys": 2}

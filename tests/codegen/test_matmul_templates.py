@@ -182,7 +182,7 @@ def test_round_tf32_rounds_to_nearest_ties_away_and_keeps_specials(device):
 # ── epilogues ────────────────────────────────────────────────────────────────────────────────────
 
 EPILOGUES = {
-    "bias_gelu": (lambda y, r, b: F.gelu(y + b), "tl.erf"),
+    "bias_gelu": (lambda y, r, b: F.gelu(y + b), "triton_helpers.erf32"),
     "silu": (lambda y, r, b: F.silu(y), "tl.sigmoid"),
     "relu": (lambda y, r, b: torch.relu(y), "tl.where"),
     "tanh": (lambda y, r, b: torch.tanh(y), "tanh"),
