@@ -254,7 +254,7 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
-        if node.meta.get("unbacked_bindings"):
+        if node.meta.get("unbacked_bindings") or any(name == node.name for name, _ in symbolic.current().unbacked.values()):
             return self._define_unbacked(node, target, args, kwargs)
         size = _size_value(node)
         if size is not None:

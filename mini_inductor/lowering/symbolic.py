@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import sympy
 import torch
 import torch.utils._sympy.functions as torch_fns
-from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, resolve_unbacked_bindings
 from torch.utils._pytree import keystr
 
 from .sizevars import Expr, FloorDiv, ModularIndexing
@@ -108,6 +108,13 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
                 raise SymbolicUnsupported(f"no ShapeEnv for the unbacked sizes of node %{node.name}", bindings)
             for sym, path in resolve_unbacked_bindings(shapes.shape_env, bindings).items():
                 shapes.unbacked.setdefault(to_expr(sym), (node.name, keystr(path)))
+        elif node.op == "call_function" and isinstance(val, torch.SymInt) and free_unbacked_symbols(val):
+            # an `.item()` AOT autograd traced again keeps its value but not its binding (torch.tensor_split
+            # by a tensor of indices: NameError 'u14' in the wrapper, OpInfo sweep, session 30)
+            expr = val.node.expr
+            if isinstance(expr, sympy.Symbol):
+                shapes.shape_env = shapes.shape_env or val.node.shape_env
+                shapes.unbacked.setdefault(to_expr(val), (node.name, ""))
     if shapes.shape_env is not None:
         env = shapes.shape_env
         values = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val   # 2.13 renamed it
@@ -130,10 +137,10 @@ UNBACKED_HINT = 8192
 def _unbacked_hint(env, sym: sympy.Symbol) -> sympy.Integer:
     value = UNBACKED_HINT
     bounds = {s.name: r for s, r in env.var_to_range.items()}.get(sym.name)
-    if bounds is not None:
-        if bounds.upper.is_finite:
+    if bounds is not None:   # (torch's int_oo is no sympy Integer, and on torch 2.13 it says is_finite)
+        if isinstance(bounds.upper, sympy.Integer):
             value = min(value, int(bounds.upper))
-        if bounds.lower.is_finite:
+        if isinstance(bounds.lower, sympy.Integer):
             value = max(value, int(bounds.lower))
     return sympy.Integer(value)
 

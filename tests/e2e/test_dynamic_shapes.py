@@ -474,6 +474,21 @@ def test_nonzero_bounds_a_partition_and_its_length_sizes_the_kernels_after_it():
     assert_compiled_once_with_unbacked_symbols()
 
 
+def test_narrow_and_tensor_split_by_tensors_read_their_sizes_at_run_time():
+    # narrow's start from a tensor: an unbacked symbol with no upper bound, whose hint read torch's int_oo
+    # as finite (torch 2.13) and raised; tensor_split by a tensor of indices: the `.item()` nodes AOT
+    # autograd traced again had no binding, and the wrapper read u14 before any line set it (NameError)
+    x = torch.randn(4, 5, 6)
+    for fn, args in ((lambda x, s: torch.narrow(x, 2, s, 2), (x, torch.tensor(1))),
+                     (lambda x, i: torch.tensor_split(x, i, dim=2), (x, torch.tensor([2, 5])))):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="mini_inductor", fullgraph=True, dynamic=False)
+        actual, expected = compiled(*args), fn(*args)
+        for i, (a, e) in enumerate(zip(actual if isinstance(actual, tuple) else [actual],
+                                       expected if isinstance(expected, tuple) else [expected])):
+            assert_same_tensor(a, e, f"output {i}")
+
+
 def test_slices_with_dynamic_bounds_are_generated_views_not_fallbacks():
     def f(x, m):
         t = x.shape[1]
