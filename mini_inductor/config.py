@@ -44,6 +44,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | attention_data_masks | MINI_INDUCTOR_ATTENTION_DATA_MASKS | True (an input holding ones(...).tril() is read as causal, under a guard; False: data) |
 | matmul_templates     | MINI_INDUCTOR_MATMUL_TEMPLATES   | "auto" (CUDA: a Triton template where an epilogue fuses and the cost model prefers it; "always"; "off") |
 | cublaslt_activations | MINI_INDUCTOR_CUBLASLT_ACTIVATIONS | True (relu/tanh-GELU after an addmm in cuBLASLt's epilogue; False: the addmm and a kernel, or a template) |
+| matmul_tma           | MINI_INDUCTOR_MATMUL_TMA         | False (templates load 2-byte operands through TMA descriptors where their layouts allow; not yet timed on a GPU) |
 """
 from __future__ import annotations
 
@@ -195,6 +196,12 @@ class Config:
     # an epilogue kernel, or a template. Timed on an H200 (session 29, fp16, 28 lines): 1.187x eager
     # in geomean against 1.057x without it, no line slower; NaN and inf products come out as eager's
     cublaslt_activations: bool = True
+    # matmul templates load their 2-byte operands through tensor-memory-accelerator descriptors
+    # (tl.make_tensor_descriptor: Hopper's TMA) where the layouts allow (codegen/matmul_template.py
+    # `tma_layouts`): the default config does, and under max_autotune each config is timed with and
+    # without. Off until a GPU has run and timed it (built in session 30 on the CPU: numerics in Triton's
+    # interpreter, compiled for sm_90)
+    matmul_tma: bool = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

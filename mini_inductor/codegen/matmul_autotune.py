@@ -26,6 +26,7 @@ from ..caching import files as cache_files
 from ..caching.modules import load_module
 from ..lowering.ir import InputBuffer, ReinterpretView
 from ..lowering.symbolic import hint
+from ..runtime.launch.launcher import scratch_allocator
 from ..scheduler.matmul_activation import fused_activation
 from ..scheduler.matmul_choice import describe_lt
 from ..scheduler.nodes import FusedSchedulerNode, template_in, template_parts
@@ -92,7 +93,8 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     device = template.get_device()
     measured = "\n".join([source, str(template.op), autotune_cache.device_description(device), f"allow_tf32={allow_tf32}",
                           f"candidates={template.choice}",
-                          f"cublaslt_activations={wrapper.cfg.cublaslt_activations}", *cache_files.versions()[:2]])
+                          f"cublaslt_activations={wrapper.cfg.cublaslt_activations}",
+                          f"matmul_tma={wrapper.cfg.matmul_tma}", *cache_files.versions()[:2]])
     path = cache_files.keyed_path(wrapper.cfg.cache_dir, "autotune", autotune_cache.matmul_key(measured))
     found = autotune_cache.read_matmul(path, measured)
     where = "disk"
@@ -116,7 +118,8 @@ def choose_by_timing(wrapper, group, i: int, users, outputs) -> tuple[str, Matmu
     log.info("%s: %s (%s) of %s", template.name, choice, where,
              ", ".join(f"{n} {ms:.4f} ms" for n, ms in timings))
     if choice == "template":
-        return "template", MatmulConfig(**{**config, "persistent": bool(config.get("persistent", 0))})
+        return "template", MatmulConfig(**{**config, "persistent": bool(config.get("persistent", 0)),
+                                           "tma": bool(config.get("tma", 0))})
     return "cublas", None
 
 
@@ -128,13 +131,15 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     epilogue_kernel, epilogue_call = _pointwise_kernel(wrapper, epilogue, local, "epilogue")
     prologue_kernels = [_pointwise_kernel(wrapper, [p], set(), f"prologue_{j}") for j, p in enumerate(prologue)]
     b, m, n, k = template.sizes()
-    candidates = matmul_configs(m, n, k, template.layout.dtype, template.batched)
+    candidates = matmul_configs(m, n, k, template.layout.dtype, template.batched,
+                                tma=wrapper.cfg.matmul_tma and bool(kernel.tma_loads))
     text = header.format(graph=f"{wrapper.graph.name} (timing {template.name})") + "\n" + source
-    persistent = next((c for c in candidates if c.persistent), None)
-    if persistent is not None:   # the persistent variant's source (its loop over tiles)
-        looping = wrapper.template_kernel(group, i, users, outputs, persistent)
-        looping.name = "triton_tem_measured_persistent"
-        text += "\n\n" + looping.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+    # a source of its own for each other loop structure: the persistent loop over tiles, TMA loads
+    for variant in sorted({(c.persistent, c.tma) for c in candidates} - {(False, kernel.config.tma)}):
+        other = wrapper.template_kernel(group, i, users, outputs,
+                                        next(c for c in candidates if (c.persistent, c.tma) == variant))
+        other.name = _measured_name(*variant)
+        text += "\n\n" + other.generate(allow_tf32=torch.backends.cuda.matmul.allow_tf32)
     for source_text, _ in [*prologue_kernels, (epilogue_kernel, None)]:
         if source_text is not None:
             text += "\n\n" + source_text
@@ -162,7 +167,10 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
     programs = program_count(template.get_device())
 
     def fn_of(config):
-        return module.triton_tem_measured_persistent if config.persistent else module.triton_tem_measured
+        if not config.persistent and config.tma == kernel.config.tma:
+            return module.triton_tem_measured
+        return getattr(module, _measured_name(config.persistent, config.tma))
+    scratch_allocator()   # (TMA descriptors' scratch memory, for the launches below)
     if template.get_device().type == "cuda":
         precompile([(fn_of(c), c.grid(b, m, n, template.batched, programs), args,
                      {**c.meta(k, programs), "num_warps": c.num_warps, "num_stages": c.num_stages})
@@ -225,7 +233,13 @@ def _measure(wrapper, group, i, users, outputs, kernel, source: str, header: str
 
 def _config_record(c: MatmulConfig) -> dict[str, int]:
     return {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_M": c.GROUP_M,
-            "num_warps": c.num_warps, "num_stages": c.num_stages, "persistent": int(c.persistent)}
+            "num_warps": c.num_warps, "num_stages": c.num_stages, "persistent": int(c.persistent),
+            "tma": int(c.tma)}
+
+
+def _measured_name(persistent: bool, tma: bool) -> str:
+    """A timed variant's kernel name (the default config's own, non-persistent, is `triton_tem_measured`)."""
+    return "triton_tem_measured" + ("_persistent" if persistent else "") + ("_tma" if tma else "_pointers")
 
 
 def _pointwise_kernel(wrapper, nodes, local: set[str], role: str) -> tuple[str | None, KernelCallLine | None]:

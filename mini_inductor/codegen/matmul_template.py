@@ -14,6 +14,13 @@ Rows of A past M and columns of B past N are read wrapped around (row % M) rathe
 results are never stored, and the loads stay unmasked. K is masked only where BLOCK_K does not
 divide it (EVEN_K). Inputs take any strides (a transposed weight of a linear layer included).
 
+    tma (a config; option matmul_tma) → A and B loaded through tensor descriptors made in the kernel
+                              (`tl.make_tensor_descriptor`: Hopper's TMA; `tma_layouts` says where the
+                              layouts allow it), tiles past an edge read as zeros. The descriptors take
+                              global scratch memory, which the launcher allocates (launcher.py); the
+                              wrapper launches the pointer-load twin (`unaligned_twin`) where an operand's
+                              address is not 16-byte aligned, which TMA requires
+
 Epilogue nodes run under the same `ops` handler as every kernel (triton_ops.py): yindex holds the
 tile's rows [BLOCK_M, 1], xindex its columns [1, BLOCK_N] and bindex the batch, and a load of the
 template's output at the index it is stored at reuses the register. A prologue node runs inside the
@@ -52,6 +59,7 @@ class MatmulConfig:
     num_warps: int = 4
     num_stages: int = 3
     persistent: bool = False
+    tma: bool = False
 
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.BLOCK_M) * -(-n // self.BLOCK_N)
@@ -70,7 +78,8 @@ class MatmulConfig:
 
     def label(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
-                f"w{self.num_warps} s{self.num_stages}" + (" persistent" if self.persistent else ""))
+                f"w{self.num_warps} s{self.num_stages}" + (" persistent" if self.persistent else "")
+                + (" tma" if self.tma else ""))
 
 
 # Candidates for the H100 (fp16/bf16; fp32 halves BLOCK_K): wide tiles with 8 warps for large
@@ -99,9 +108,11 @@ def _fit(config: MatmulConfig, m: int, n: int, k: int, dtype: torch.dtype) -> Ma
                                BLOCK_K=max(16, min(block_k, next_power_of_2(k))))
 
 
-def matmul_configs(m: int, n: int, k: int, dtype: torch.dtype, batched: bool = False) -> list[MatmulConfig]:
+def matmul_configs(m: int, n: int, k: int, dtype: torch.dtype, batched: bool = False,
+                   tma: bool = False) -> list[MatmulConfig]:
     """What max-autotune times: the default first, then H100_CONFIGS fitted to the sizes, once each
-    (persistent ones only for mm and addmm)."""
+    (persistent ones only for mm and addmm); with `tma` (option matmul_tma, where the operands' layouts
+    allow it), each of them again with TMA loads, after them."""
     found = [default_config(m, n, k, dtype)]
     for c in H100_CONFIGS:
         if c.persistent and batched:
@@ -109,6 +120,39 @@ def matmul_configs(m: int, n: int, k: int, dtype: torch.dtype, batched: bool = F
         c = _fit(c, m, n, k, dtype)
         if c not in found:
             found.append(c)
+    if tma:
+        found += [dataclasses.replace(c, tma=True) for c in found]
+    return found
+
+
+def tma_layouts(template: MatmulTemplate, loaded) -> dict[str, str] | None:
+    """How each operand of `loaded` ("a", "b": those the kernel loads, not a prologue's) is read through
+    a tensor descriptor: "direct" (its contiguous dim is the last of its tile: A's K, B's N) or
+    "transposed" (the first: a linear layer's weight, B = W.T, is read as W's [BLOCK_N, BLOCK_K] tiles,
+    then transposed); None where one cannot be. TMA's rules: 2-D, a 2-byte dtype here, one dim
+    contiguous, the other's stride and the offset multiples of 16 bytes (the address too: the wrapper
+    checks it at run time)."""
+    if template.batched:
+        return None
+    found = {}
+    for operand in sorted(loaded):
+        lay = (template.a if operand == "a" else template.b).layout
+        if lay.dtype not in (torch.float16, torch.bfloat16) or len(lay.size) != 2:
+            return None
+        try:
+            rows, cols = (int(s) for s in lay.stride)
+            offset = int(lay.offset)
+        except TypeError:   # symbolic strides
+            return None
+        k_stride, other = (cols, rows) if operand == "a" else (rows, cols)   # A is [M, K], B is [K, N]
+        if k_stride == 1 and (other * 2) % 16 == 0:         # A row-major; B a weight's transpose
+            found[operand] = "direct" if operand == "a" else "transposed"
+        elif other == 1 and (k_stride * 2) % 16 == 0:       # A transposed; B row-major
+            found[operand] = "transposed" if operand == "a" else "direct"
+        else:
+            return None
+        if (offset * 2) % 16:
+            return None
     return found
 
 
@@ -134,8 +178,12 @@ def program_count(device: torch.device) -> int:
     return 2
 
 
-def _name(x) -> str:
+def operand_buffer(x) -> str:
+    """The buffer a template operand reads (a view's underlying one)."""
     return x.data.name if isinstance(x, ReinterpretView) else x.name
+
+
+_name = operand_buffer
 
 
 class MatmulTemplateKernel(TritonKernel):
@@ -148,7 +196,7 @@ class MatmulTemplateKernel(TritonKernel):
 
     def __init__(self, template: MatmulTemplate, epilogue: list[SchedulerNode], kernel_local: set[str],
                  buffer_dtypes: dict[str, torch.dtype], buffer_spans: dict[str, int] | None = None,
-                 config: MatmulConfig | None = None, prologue: list[SchedulerNode] = ()):
+                 config: MatmulConfig | None = None, prologue: list[SchedulerNode] = (), tma: bool = False):
         self.template = template
         self.nodes = epilogue
         # prologue node → the operand ("a" or "b") it computes where the template would load it
@@ -158,7 +206,14 @@ class MatmulTemplateKernel(TritonKernel):
         self.name = "triton_tem"
         self.batch, self.m, self.n, self.k = template.sizes()
         self.numel, self.rnumel = self.batch * self.m * self.n, 1
-        self.config = config or default_config(self.m, self.n, self.k, template.layout.dtype)
+        self.config = config or dataclasses.replace(default_config(self.m, self.n, self.k, template.layout.dtype),
+                                                    tma=tma)
+        # operand → "direct" / "transposed" where it is loaded through a tensor descriptor
+        self.tma_loads = tma_layouts(template, {"a", "b"} - set(self.prologue.values())) or {}
+        if self.config.tma and not self.tma_loads:
+            self.config = dataclasses.replace(self.config, tma=False)
+        if not self.config.tma:
+            self.tma_loads = {}
         self.dynamic, self.is_reduction, self.outer, self.looped = False, False, False, False
         self.size_bounds: dict = {}
         self.tiling = None
@@ -299,10 +354,14 @@ class MatmulTemplateKernel(TritonKernel):
             body.insert(1, f"bindex = tl.program_id(1){wide}")
             a_off = f"{a_base} + bindex * {a_batch[0]}"
             b_off = f"{b_base} + bindex * {b_batch[0]}"
-        if "a" not in self.operands:
+        pointers = [x for x in ("a", "b") if x not in self.operands and x not in self.tma_loads]
+        if "a" in pointers:
             body.append(f"a_ptrs = {argnames[_name(t.a)]} + ({a_off} + rows_a[:, None] * {sam} + offs_k[None, :] * {sak})")
-        if "b" not in self.operands:
+        if "b" in pointers:
             body.append(f"b_ptrs = {argnames[_name(t.b)]} + ({b_off} + offs_k[:, None] * {sbk} + cols_b[None, :] * {sbn})")
+        # the descriptors, made once per program (before a persistent program's loop over tiles)
+        descriptors = [self._descriptor(x, argnames, (a_base, sam, sak) if x == "a" else (b_base, sbk, sbn))
+                       for x in sorted(self.tma_loads)]
         body += [
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
             f"for k in range(0, {k}, BLOCK_K):",
@@ -311,8 +370,8 @@ class MatmulTemplateKernel(TritonKernel):
             *(["    a = triton_helpers.round_tf32(a)", "    b = triton_helpers.round_tf32(b)"]
               if self._precision() == TF32 else []),
             f"    acc = tl.dot(a, b, acc{self._precision()})",
-            *([f"    a_ptrs += BLOCK_K * {sak}"] if "a" not in self.operands else []),
-            *([f"    b_ptrs += BLOCK_K * {sbk}"] if "b" not in self.operands else []),
+            *([f"    a_ptrs += BLOCK_K * {sak}"] if "a" in pointers else []),
+            *([f"    b_ptrs += BLOCK_K * {sbk}"] if "b" in pointers else []),
             "yindex = offs_m[:, None]",
             "xindex = offs_n[None, :]",
             f"mask_mn = (yindex < {m}) & (xindex < {n})",
@@ -322,13 +381,33 @@ class MatmulTemplateKernel(TritonKernel):
         if persistent:
             tiles = f"(({m} + BLOCK_M - 1) // BLOCK_M) * (({n} + BLOCK_N - 1) // BLOCK_N)"
             body = [f"for tile in range(tl.program_id(0), {tiles}, NUM_PROGRAMS):"] + ["    " + ln for ln in body]
+        body = descriptors + body
         out = ["@triton.jit", f"def {self.name}({', '.join(params)}):"]
         out += ["    " + ln for ln in body]
         return "\n".join(out) + "\n"
 
+    def _descriptor(self, operand: str, argnames: dict[str, str], layout: tuple[int, int, int]) -> str:
+        """The line that makes `operand`'s tensor descriptor: over [M, K] ([K, N] for B) as stored, or
+        over the transpose where the first dim is the contiguous one."""
+        t = self.template
+        base, s0, s1 = layout
+        pointer = argnames[_name(t.a if operand == "a" else t.b)] + (f" + {base}" if base else "")
+        dims = [(self.m, s0, "BLOCK_M"), (self.k, s1, "BLOCK_K")] if operand == "a" else \
+            [(self.k, s0, "BLOCK_K"), (self.n, s1, "BLOCK_N")]
+        if self.tma_loads[operand] == "transposed":
+            dims.reverse()
+        (n0, st0, b0), (n1, _, b1) = dims
+        return (f"{operand}_desc = tl.make_tensor_descriptor({pointer}, shape=[{n0}, {n1}], strides=[{st0}, 1], "
+                f"block_shape=[{b0}, {b1}])")
+
     def _operand_lines(self, operand: str, k: int, argnames: dict[str, str]) -> list[str]:
         """The K loop's lines that give `a` (or `b`) its [BLOCK_M, BLOCK_K] ([BLOCK_K, BLOCK_N]) tile:
         a load, or the prologue's code; past K its elements are zeros."""
+        if operand in self.tma_loads:   # (TMA reads zeros past every edge: no mask)
+            at = ["pid_m * BLOCK_M", "k"] if operand == "a" else ["k", "pid_n * BLOCK_N"]
+            if self.tma_loads[operand] == "transposed":
+                return [f"{operand} = {operand}_desc.load([{at[1]}, {at[0]}]).T"]
+            return [f"{operand} = {operand}_desc.load([{at[0]}, {at[1]}])"]
         if operand not in self.operands:
             edge = "offs_k[None, :]" if operand == "a" else "offs_k[:, None]"
             return ["if EVEN_K:", f"    {operand} = tl.load({operand}_ptrs)", "else:",

@@ -27,7 +27,7 @@ from ..scheduler.nodes import ExternKernelSchedulerNode, FusedSchedulerNode, tem
 from ..scheduler.partition import GraphPartition
 from . import GeneratedModule
 from .memory_plan import plan_reuse, simulate_peak, verify_lifecycle
-from .matmul_template import MatmulTemplateKernel
+from .matmul_template import MatmulTemplateKernel, operand_buffer
 from .triton import TritonKernel
 from .wrapper_ir import (AllocateLine, ExternCallLine, FreeLine, KernelCallLine, MultiOutputLine, PartitionCallLine,
                          ReturnLine, ReuseLine, TemplateCallLine, WrapperLine, storage_elements)
@@ -176,6 +176,9 @@ class WrapperCodegen:
         self.cfg = cfg
         self.graph = sched.graph
         self.kernels: dict[str, str] = {}
+        # a TMA template's pointer-load twin (launched where an operand is not 16-byte aligned): in the
+        # module's source, not among its kernels (reports pair kernels with scheduler nodes)
+        self.twins: dict[str, str] = {}
         self.extern_calls: list[str] = []
         self.removed: set[str] = set()
         self.never_reuse: set[str] = set()     # inputs of extern calls whose outputs may alias them
@@ -341,10 +344,10 @@ class WrapperCodegen:
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
-    def _generated(self, kernel, name: str, **options) -> list[str]:
+    def _generated(self, kernel, name: str, twin: bool = False, **options) -> list[str]:
         """Generate `kernel`'s source (a CodegenError names this graph), keep it; its arguments."""
         try:
-            self.kernels[name] = kernel.generate(**options)
+            (self.twins if twin else self.kernels)[name] = kernel.generate(**options)
         except CodegenError as e:
             raise CodegenError(e.why, graph=self.graph.name, op=e.op, node=e.node) from e
         self.removed |= kernel.removed_buffers()
@@ -387,6 +390,14 @@ class WrapperCodegen:
         kernel = self.template_kernel(group, i, users, outputs, config)
         name = kernel.name = self._kernel_name(group, "tem")
         args = self._generated(kernel, name, allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+        unaligned = None
+        if kernel.tma_loads:   # the same template with pointer loads, for operands at unaligned addresses
+            twin = self.template_kernel(group, i, users, outputs, dataclasses.replace(kernel.config, tma=False))
+            twin.name = f"{name}_unaligned"
+            self._generated(twin, twin.name, twin=True, allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+            unaligned = (twin.name, tuple(sorted({operand_buffer(template.a if x == "a" else template.b)
+                                                  for x in kernel.tma_loads})))
+            assert set(unaligned[1]) <= set(args), (unaligned, args)
         for m in members:
             if m.name in self.removed:
                 continue
@@ -400,7 +411,7 @@ class WrapperCodegen:
         grid, meta, warps, stages = kernel.launch()
         guard = (template.layout.device.index or 0) if len(self.cuda_devices) > 1 else None
         call = TemplateCallLine(name, args, kernel.numel, None, meta, warps, comment, device_guard=guard,
-                                launch_grid=grid, num_stages=stages)
+                                launch_grid=grid, num_stages=stages, unaligned=unaligned)
         scope.lines.append(call)
         self.launches.append((call, [self.buffer_dtypes.get(a) for a in args]))
 
@@ -420,7 +431,7 @@ class WrapperCodegen:
         prologue, template, epilogue = template_parts(group)
         local = {m.name for m in members if m.name not in outputs and users.get(m.name, set()) <= {i}}
         return MatmulTemplateKernel(template.node, epilogue, local, self.buffer_dtypes, self.buffer_spans,
-                                    config, prologue)
+                                    config, prologue, tma=self.cfg.matmul_tma)
 
     def _inplace_donor(self, group, member, i: int, scope: _Scope, alloc: AllocateLine, args) -> str | None:
         """An input of this pointwise kernel whose storage `member`'s output can take over, or None.
@@ -490,7 +501,7 @@ class WrapperCodegen:
         parts = [HEADER.format(graph=g.name)]
         if any(getattr(getattr(n, "op", None), "__module__", None) == "_operator" for n in self.graph.buffers):
             parts.append("import operator  # noqa: E402  (a dynamic graph's size arithmetic)\n")
-        parts += _kernel_definitions(self.kernels)
+        parts += _kernel_definitions({**self.kernels, **self.twins})
         for part, scope in functions:
             body = []
             names = list(part.inputs) + self.part_symbols[part.name]

@@ -142,6 +142,9 @@ class TemplateCallLine(KernelCallLine):
 
     launch_grid: tuple = ()
     num_stages: int = 3
+    # a template loading through TMA descriptors: (its pointer-load twin, the buffers whose addresses
+    # must be 16-byte aligned for the descriptors); the twin runs where one is not
+    unaligned: tuple[str, tuple[str, ...]] | None = None
 
     def grid(self) -> tuple:
         return self.launch_grid
@@ -152,10 +155,19 @@ class TemplateCallLine(KernelCallLine):
     def emit(self) -> str:
         grid = "(" + ", ".join(map(str, self.launch_grid)) + ("," if len(self.launch_grid) == 1 else "") + ")"
         meta = ", ".join(f"{k}={v}" for k, v in self.meta.items())
-        launch = (f"{self.kernel}[{grid}]({', '.join(self.args)}, {meta}, num_warps={self.num_warps}, "
-                  f"num_stages={self.num_stages})")
+
+        def launch_of(kernel: str) -> str:
+            return (f"{kernel}[{grid}]({', '.join(self.args)}, {meta}, num_warps={self.num_warps}, "
+                    f"num_stages={self.num_stages})")
+        launch = launch_of(self.kernel)
+        if self.unaligned is not None:
+            twin, buffers = self.unaligned
+            aligned = " and ".join(f"{b}.data_ptr() % 16 == 0" for b in buffers)
+            launch = (f"if {aligned}:\n    {launch}\nelse:   # TMA needs 16-byte aligned addresses\n"
+                      f"    {launch_of(twin)}")
         if self.device_guard is not None:
-            launch = f"with torch.cuda._DeviceGuard({self.device_guard}):\n    {launch}"
+            launch = f"with torch.cuda._DeviceGuard({self.device_guard}):\n" + "\n".join(
+                "    " + ln for ln in launch.splitlines())
         return f"# {self.comment}\n{launch}"
 
 

@@ -326,7 +326,7 @@ def test_max_autotune_times_the_choice_once_and_reuses_it_from_disk(monkeypatch,
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched, **_: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(32, 32, 16, 8, 4, 1)])
     x, w, b = torch.randn(9, 16), torch.randn(16, 20), torch.randn(20)
     fn = lambda x, w, b: torch.relu(x @ w + b)   # noqa: E731
@@ -384,7 +384,7 @@ def test_max_autotune_picks_the_template_when_it_is_faster(monkeypatch, tmp_path
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched, **_: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1),
         matmul_autotune.MatmulConfig(32, 16, 16, 4, 4, 1, persistent=True)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
@@ -411,7 +411,7 @@ def test_max_autotune_keeps_cublas_unless_a_template_is_three_percent_faster(mon
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched, **_: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
     import mini_inductor
@@ -440,7 +440,7 @@ def test_max_autotune_times_cublaslt_with_its_activation_as_the_cublas_candidate
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched, **_: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
     lin = torch.nn.Linear(16, 20)
@@ -801,7 +801,7 @@ def test_max_autotune_times_cublas_with_the_prologue_and_epilogue_kernels(monkey
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
     monkeypatch.setattr(matmul_autotune, "matmul_configs",
-                        lambda m, n, k, dtype, batched: [matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
+                        lambda m, n, k, dtype, batched, **_: [matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1)])
     monkeypatch.setattr("mini_inductor.lowering.matmul_lowerings.template_refusal", lambda *a: None)
     x, w = torch.randn(9, 16), torch.randn(16, 20)
     with config.patch(max_autotune=True, matmul_templates="auto", cache_dir=str(tmp_path)):
@@ -822,7 +822,7 @@ def test_always_under_max_autotune_times_only_template_configs(monkeypatch, tmp_
 
     monkeypatch.setattr(matmul_choice, "MEASURE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(matmul_autotune, "time_ms", fake_time)
-    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched: [
+    monkeypatch.setattr(matmul_autotune, "matmul_configs", lambda m, n, k, dtype, batched, **_: [
         matmul_autotune.MatmulConfig(16, 16, 16, 8, 4, 1), matmul_autotune.MatmulConfig(16, 32, 16, 8, 4, 1)])
     x, w = torch.randn(9, 16), torch.randn(16, 20)
     with config.patch(max_autotune=True, matmul_templates="always", cache_dir=str(tmp_path)):

@@ -77,7 +77,8 @@ class _Site:
                              (*[args[i] for i in kept], None, None), stream)
                 elif self.launch is not None:
                     self.launch(g0, g1, g2, stream, *self.fixed, *args, *self.constexprs)
-                else:
+                else:   # Triton's own launcher: it allocates the global scratch a kernel takes (TMA descriptors)
+                    scratch_allocator()
                     kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
                                *args, *self.constexprs)
                 return kernel
@@ -101,6 +102,7 @@ class _Site:
                 self._keep(kernel, tensors[0].device.index, len(args))
                 if self.static is not None:
                     return self(*args)
+        scratch_allocator()
         launched = self.fn[self.grid](*args, num_warps=num_warps, **meta)
         if tensors is not None and self.kernel is None:
             self._keep(launched.result() if hasattr(launched, "result") else launched, tensors[0].device.index,
@@ -146,6 +148,23 @@ class _Site:
         self._keep(kernel, tensors[0].device.index, len(args))
         self.config, self.constexprs = (num_warps, meta), _constexprs(meta)
         return True
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    # torch's caching allocator (inside a CUDA-graph capture, the graph's pool); freed after the launch
+    # returns, reused in stream order. Torch aligns every block to 512 bytes, past what Triton asks (128)
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def scratch_allocator() -> None:
+    """Give Triton an allocator for the global scratch memory a kernel asks for at launch (a template's
+    TMA descriptors: 128 bytes each per program). Triton keeps it in a context variable, which every
+    thread starts without (autograd runs a backward's kernels in a thread of its own), so each launch
+    that may need it sets it."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is not _scratch:
+        _allocation._allocator.set(_scratch)
 
 
 def _constexprs(meta: dict) -> tuple:
