@@ -157,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul-split", action="store_true",
                     help="every matmul a template with its epilogues fused, then left to cuBLAS with them as a "
                          "kernel after it (and ReLU in _addmm_activation): the GPU's usual path, run on the CPU")
+    ap.add_argument("--matmul-tma", action="store_true",
+                    help="every mm and addmm a template of its own kernel, its fp16/bf16 operands loaded through "
+                         "TMA descriptors where their layouts allow (option matmul_tma)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--no-triage", action="store_true", help="do not rerun failures with aot_eager and aot_eager_decomp_partition")
     ap.add_argument("--shrink-budget", type=int, default=120, help="candidate programs per failure")
@@ -166,6 +169,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.matmul_split:
         os.environ["MINI_FUZZ_MATMUL_SPLIT"] = "1"   # read by every worker (execute.py matmul_split)
+    if args.matmul_tma:
+        os.environ["MINI_FUZZ_MATMUL_TMA"] = "1"   # read by every worker (execute.py matmul_tma)
     if args.dynamic:
         os.environ["MINI_FUZZ_DYNAMIC"] = "1"   # read by every worker (execute.py)
     if args.weight:
@@ -178,7 +183,7 @@ def main(argv=None) -> int:
                                args.size, not args.no_triage, _progress(start))
         print(f"\n{len(results)} programs, seed {args.seed}, start {args.start}, device {device}"
               f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}"
-              f"{', matmul split' if args.matmul_split else ''}, "
+              f"{', matmul split' if args.matmul_split else ''}{', matmul tma' if args.matmul_tma else ''}, "
               f"{time.monotonic() - start:.0f} s\n")
         print(table(results))
         if not args.no_shrink:

@@ -214,6 +214,16 @@ def _dynamic_args(backend: str) -> dict:
     return {"dynamic": True, **({"options": {"dynamic_shapes": "symbolic"}} if backend == "mini_inductor" else {})}
 
 
+def matmul_tma() -> None:
+    """Under `--matmul-tma` (MINI_FUZZ_MATMUL_TMA=1, which the worker processes inherit): every mm and
+    addmm a template of its own kernel, loading its fp16/bf16 operands through TMA descriptors where their
+    layouts allow (option matmul_tma; Triton's interpreter runs the descriptors)."""
+    if os.environ.get("MINI_FUZZ_MATMUL_TMA") != "1":
+        return
+    from mini_inductor import config
+    config.config = config.config.replace(matmul_templates="always", matmul_tma=True)
+
+
 def matmul_split() -> None:
     """Under `--matmul-split` (MINI_FUZZ_MATMUL_SPLIT=1, which the worker processes inherit): the path a
     GPU takes for most matmuls, on the CPU. Lowering makes every mm, addmm and bmm a template (on the CPU

@@ -172,6 +172,12 @@ if {matmul_split}:     # found under --matmul-split: every matmul a template lef
     sys.path.insert(0, {root!r})
     from tests.fuzz.execute import matmul_split
     matmul_split()
+if {matmul_tma}:       # found under --matmul-tma: every mm and addmm a template, TMA loads where allowed
+    import os
+    os.environ["MINI_FUZZ_MATMUL_TMA"] = "1"
+    sys.path.insert(0, {root!r})
+    from tests.fuzz.execute import matmul_tma
+    matmul_tma()
 
 
 {source}
@@ -230,4 +236,5 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
                         autograd=program.autograd, source=program.to_source(),
                         dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1",
                         matmul_split=os.environ.get("MINI_FUZZ_MATMUL_SPLIT") == "1",
+                        matmul_tma=os.environ.get("MINI_FUZZ_MATMUL_TMA") == "1",
                         root=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

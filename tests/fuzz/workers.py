@@ -162,10 +162,11 @@ def _serve(device: str) -> None:
     import torch
     torch.set_num_threads(1)
     import mini_inductor  # noqa: F401  registers the backend before the first job is timed
-    from .execute import Outcome, matmul_split, run_program
+    from .execute import Outcome, matmul_split, matmul_tma, run_program
     from .generate import generate
     from .program import Program
     matmul_split()
+    matmul_tma()
 
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
