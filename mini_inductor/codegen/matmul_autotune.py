@@ -26,7 +26,7 @@ from ..caching import files as cache_files
 from ..caching.modules import load_module
 from ..lowering.ir import InputBuffer, ReinterpretView
 from ..lowering.symbolic import hint
-from ..runtime.launch.launcher import scratch_allocator
+from ..runtime.scratch import scratch_allocator
 from ..scheduler.matmul_activation import fused_activation
 from ..scheduler.matmul_choice import describe_lt
 from ..scheduler.nodes import FusedSchedulerNode, template_in, template_parts

@@ -145,6 +145,8 @@ def tma_layouts(template: MatmulTemplate, loaded) -> dict[str, str] | None:
         except TypeError:   # symbolic strides
             return None
         k_stride, other = (cols, rows) if operand == "a" else (rows, cols)   # A is [M, K], B is [K, N]
+        if 0 in (k_stride, other):   # a broadcast operand: not known to work with TMA (not tried on a GPU)
+            return None
         if k_stride == 1 and (other * 2) % 16 == 0:         # A row-major; B a weight's transpose
             found[operand] = "direct" if operand == "a" else "transposed"
         elif other == 1 and (k_stride * 2) % 16 == 0:       # A transposed; B row-major

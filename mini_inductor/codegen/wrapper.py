@@ -47,6 +47,9 @@ _install_interpreter_shims()
 from mini_inductor.runtime import triton_helpers  # noqa: E402
 from mini_inductor.runtime.module_spec import (  # noqa: E402
     ConstantSpec, InputSpec, KernelLaunch, PartitionSpec, UnsafePartition)
+from mini_inductor.runtime.scratch import scratch_allocator as _scratch_allocator  # noqa: E402
+
+_scratch_allocator()   # (kernels that take global scratch memory: TMA descriptors)
 
 empty_strided = torch.empty_strided
 aten = torch.ops.aten

@@ -271,6 +271,9 @@ from mini_inductor.runtime.interpreter import install as _install_interpreter_sh
 _install_interpreter_shims()
 from mini_inductor.runtime import triton_helpers  # noqa: E402
 from mini_inductor.runtime.example_inputs import random_strided  # noqa: E402
+from mini_inductor.runtime.scratch import scratch_allocator  # noqa: E402
+
+scratch_allocator()   # (kernels that take global scratch memory: TMA descriptors)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -319,6 +322,8 @@ def kernel_scripts(t) -> dict[str, str]:
     scripts = {}
     for m in re.finditer(r"^\s*(triton_\w+)(\[\(.*?\)\])\((.*)\)\s*$", t.generated.source, re.M):
         name, grid, arglist = m.group(1), m.group(2), m.group(3)
+        if name not in t.generated.kernel_sources:   # a TMA template's pointer-load twin: not a kernel of its own
+            continue
         parts = [a.strip() for a in arglist.split(",")]
         buffers = [p for p in parts if re.fullmatch(r"[A-Za-z_]\w*", p) and p in layouts]
         rest = [p for p in parts if p not in buffers]

@@ -66,7 +66,9 @@ def test_layouts_tma_cannot_read_keep_pointer_loads(tma):
     # K = 7 in fp16: a row is 14 bytes, not a multiple of 16; float32 operands; a slice at an odd offset
     cases = [(lambda x, w: x @ w, torch.randn(16, 7, dtype=torch.float16), torch.randn(7, 24, dtype=torch.float16)),
              (lambda x, w: x @ w, torch.randn(16, 32), torch.randn(32, 24)),
-             (lambda x, w: x[:, 1:] @ w, torch.randn(16, 33, dtype=torch.float16), torch.randn(32, 24, dtype=torch.float16))]
+             (lambda x, w: x[:, 1:] @ w, torch.randn(16, 33, dtype=torch.float16), torch.randn(32, 24, dtype=torch.float16)),
+             # a broadcast operand (stride 0): TMA with a zero stride is not tried on a GPU yet
+             (lambda v, w: v.expand(16, 32) @ w, torch.randn(1, 32, dtype=torch.float16), torch.randn(32, 24, dtype=torch.float16))]
     for fn, x, w in cases:
         torch._dynamo.reset()
         check(fn, x, w, kernels=1, atol=1e-2, rtol=1e-2)
@@ -89,6 +91,37 @@ def test_an_operand_at_an_unaligned_address_runs_the_pointer_twin(tma, dtype):
         check(fn, x.clone(), w, kernels=1)   # aligned: the TMA kernel itself
     names = {f.__name__ for f, _, _ in seen}
     assert not any(n.endswith("_unaligned") for n in names), names
+
+
+def test_the_debug_dump_of_a_tma_template_writes_its_kernel_script_and_not_the_twins(tma, tmp_path):
+    # the twin's launch line matched the dump's kernel-script pattern, which looked it up among the
+    # kernels: KeyError, and no kernel scripts for the graph (review, session 30)
+    x, w = torch.randn(40, 64, dtype=torch.float16), torch.randn(48, 64, dtype=torch.float16)
+    with config.patch(debug_dir=str(tmp_path)):
+        check(lambda x, w: F.linear(x, w) * 2, x, w, kernels=1)
+    scripts = sorted(p.name for p in tmp_path.rglob("kernels/*.py"))
+    assert len(scripts) == 1 and scripts[0].startswith("triton_tem_") and "_unaligned" not in scripts[0], scripts
+
+
+def test_scratch_allocator_is_set_where_none_is_and_a_users_is_kept():
+    import threading
+
+    from triton.runtime import _allocation
+
+    from mini_inductor.runtime import scratch
+    seen = []
+
+    def in_a_new_thread(users=None):
+        if users is not None:
+            _allocation._allocator.set(users)
+        scratch.scratch_allocator()
+        seen.append(_allocation._allocator.get())
+    mine = lambda size, align, stream: None   # noqa: E731
+    for users in (None, mine):
+        t = threading.Thread(target=in_a_new_thread, args=(users,))
+        t.start()
+        t.join()
+    assert seen == [scratch._scratch, mine]
 
 
 def test_max_autotune_times_each_config_with_and_without_tma(monkeypatch, tmp_path):

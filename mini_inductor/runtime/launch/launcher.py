@@ -4,7 +4,7 @@
 and looks the kernel up on every call (tens of µs of Python). Our kernels have static sizes, so a
 call site always launches the same compiled kernel: `FastKernel` keeps it after the first launch and
 from then on calls its launcher with the stream and the arguments only. Where the kernel needs no
-global or profiling scratch memory (none of our kernels has needed any), that is the launcher's C
+global or profiling scratch memory (only TMA templates need any: runtime/scratch.py), that is the launcher's C
 function itself, with the arguments that never change bound once: no Python frame of Triton's runs
 per launch. The one specialization that can change between calls is pointer alignment (16 bytes):
 a call with an unaligned tensor, or a site first compiled for unaligned ones, goes through Triton's
@@ -32,6 +32,7 @@ import torch
 from ...caching import kernel_store
 from ...caching.files import KERNELS
 from ...config import interpreting
+from ..scratch import scratch_allocator
 from . import static_launch
 from .autotune import Autotuner
 from .precompile import precompile, triton_launcher
@@ -148,23 +149,6 @@ class _Site:
         self._keep(kernel, tensors[0].device.index, len(args))
         self.config, self.constexprs = (num_warps, meta), _constexprs(meta)
         return True
-
-
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    # torch's caching allocator (inside a CUDA-graph capture, the graph's pool); freed after the launch
-    # returns, reused in stream order. Torch aligns every block to 512 bytes, past what Triton asks (128)
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def scratch_allocator() -> None:
-    """Give Triton an allocator for the global scratch memory a kernel asks for at launch (a template's
-    TMA descriptors: 128 bytes each per program). Triton keeps it in a context variable, which every
-    thread starts without (autograd runs a backward's kernels in a thread of its own), so each launch
-    that may need it sets it."""
-    from triton.runtime import _allocation
-
-    if _allocation._allocator.get() is not _scratch:
-        _allocation._allocator.set(_scratch)
 
 
 def _constexprs(meta: dict) -> tuple:
