@@ -202,3 +202,12 @@ def assert_no_fallbacks() -> None:
 def kernels_generated() -> int | None:
     """Triton kernels since the last reset, or None when the backend under test is not mini_inductor."""
     return _metrics().total_kernels() if COUNTS_KERNELS else None
+
+
+def generated_sources() -> str:
+    """The generated modules' source (wrapper and kernels) of every graph compiled since the last reset."""
+    text = ""
+    for rec in _metrics().compiled_graphs:
+        with open(rec.source_path) as f:
+            text += f.read()
+    return text

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import check
+from common import check, generated_sources as sources
 from mini_inductor import config, metrics
 from mini_inductor.caching.memory import PROCESS
 from mini_inductor.runtime import triton_helpers
@@ -22,14 +22,6 @@ from mini_inductor.scheduler.matmul_choice import prefer_template
 def templates():
     with config.patch(matmul_templates="always"):
         yield
-
-
-def sources() -> str:
-    text = ""
-    for rec in metrics.compiled_graphs:
-        with open(rec.source_path) as f:
-            text += f.read()
-    return text
 
 
 def template_kernels() -> list[str]:

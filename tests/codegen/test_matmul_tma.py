@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import check
-from mini_inductor import config, metrics
+from common import check, generated_sources as sources
+from mini_inductor import config
 from sm90 import compile_all, launches
 
 
@@ -18,14 +18,6 @@ from sm90 import compile_all, launches
 def tma():
     with config.patch(matmul_templates="always", matmul_tma=True):
         yield
-
-
-def sources() -> str:
-    text = ""
-    for rec in metrics.compiled_graphs:
-        with open(rec.source_path) as f:
-            text += f.read()
-    return text
 
 
 def descriptors() -> list[str]:
