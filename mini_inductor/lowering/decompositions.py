@@ -82,7 +82,8 @@ def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_mem
     refused to run (`x.fill_(0.5).mul_(w)`, fuzz seed 252 program 204)."""
     if memory_format is not torch.preserve_format or (layout or self.layout) != torch.strided:
         return NotImplemented
-    perm, _ = compute_elementwise_output_logical_to_physical_perm(self)
+    found = compute_elementwise_output_logical_to_physical_perm(self)
+    perm = list(found[0] if isinstance(found, tuple) else found)   # (torch 2.13: with an ambiguity flag; older: the list)
     out = torch.full([self.shape[d] for d in perm], fill_value, dtype=dtype or self.dtype,
                      device=device or self.device, pin_memory=pin_memory)
     if perm == list(range(self.dim())):
