@@ -70,15 +70,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     if reason == DYNAMIC_SHAPES:
         gm.meta[INPUT_ALIASES] = _input_aliases(kind)
     if reason == DYNAMIC_SHAPES and cfg.cudagraph_capture_sizes is None and cfg.dynamic_shapes != "eager":
-        record.dynamic_symbols = [str(s) for s in symbolic.graph_symbols(gm).sources]
+        record.dynamic_symbols = _symbol_names(gm, unbacked=False)
         if cfg.dynamic_shapes == "symbolic":
             return compile_dynamic(gm, example_inputs, name, record, graph_args, start)
         record.dynamic_fallback = "dynamic_shapes='per_size'"
         return _per_size(gm, name, graph_args)
     if reason and reason.startswith(DATA_DEPENDENT_OUTPUTS) and cfg.dynamic_shapes != "eager":
         # sizes read from data (.item(), nonzero): the symbolic compile reads them at run time
-        shapes = symbolic.graph_symbols(gm)
-        record.dynamic_symbols = [str(s) for s in (*shapes.sources, *shapes.unbacked)]
+        record.dynamic_symbols = _symbol_names(gm, unbacked=True)
         return compile_dynamic(gm, example_inputs, name, record, graph_args, start, per_size=False)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
@@ -92,6 +91,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
         log_eager_graph_skip(gm, name, reason, symbolic_inputs, cfg)
         return EagerGraph(name, gm, reason)
     return _compile(gm, example_inputs, name, record, graph_args, start)
+
+
+def _symbol_names(gm, unbacked: bool) -> list[str]:
+    """The graph's size symbols (and its unbacked ones), for its record; none where the graph cannot be
+    compiled with symbols (compile_dynamic then meets the same reason and says it)."""
+    try:
+        shapes = symbolic.graph_symbols(gm)
+    except symbolic.SymbolicUnsupported:
+        return []
+    return [str(s) for s in (*shapes.sources, *(shapes.unbacked if unbacked else ()))]
 
 
 def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float):
@@ -142,17 +151,17 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
     """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit. If that
     fails, the graph is compiled per size, or (`per_size` False: sizes read from data, which no
     static compile can fix) runs eagerly; either way with a warning that says why."""
-    with symbolic.graph_shapes(gm):
-        try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
+    try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
+        with symbolic.graph_shapes(gm):   # (which raises where the graph cannot have symbols at all)
             compiled = _compile(gm, example_inputs, name, record, graph_args, start)
-            if not isinstance(compiled, EagerGraph):   # (fallback_on_error's answer to a failed compile)
-                return compiled
-            raise MiniInductorError(compiled.reason)
-        except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
-            record.ran_eagerly = None
-            # (a MiniInductorError's own text without its fallback_on_error advice: the graph falls back anyway)
-            why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
-            log.debug("%s: the symbolic compile failed", name, exc_info=True)
+        if not isinstance(compiled, EagerGraph):   # (fallback_on_error's answer to a failed compile)
+            return compiled
+        raise MiniInductorError(compiled.reason)
+    except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
+        record.ran_eagerly = None
+        # (a MiniInductorError's own text without its fallback_on_error advice: the graph falls back anyway)
+        why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
+        log.debug("%s: the symbolic compile failed", name, exc_info=True)
     if not per_size:
         reason = f"{DATA_DEPENDENT_OUTPUTS}: the symbolic compile failed ({why})"
         debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)

@@ -8,7 +8,7 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
-from torch._prims_common import compute_elementwise_output_logical_to_physical_perm, get_computation_dtype
+from torch._prims_common import get_computation_dtype
 
 from . import eager_strides
 
@@ -74,25 +74,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, gamma, N, C, HxW, gr
 
 
 # entries that replace torch's decomposition of the op
-def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False,
-              memory_format=torch.preserve_format):
-    """full_like as a `full` in `self`'s layout (eager's empty_like rule), with no edge from `self` in the
-    graph. With the edge, the partitioner may save `self` to rebuild the constant in the backward; when
-    `self` is an input the graph also writes in place, the copy back bumps its version and the backward
-    refused to run (`x.fill_(0.5).mul_(w)`, fuzz seed 252 program 204)."""
-    if memory_format is not torch.preserve_format or (layout or self.layout) != torch.strided:
-        return NotImplemented
-    found = compute_elementwise_output_logical_to_physical_perm(self)
-    perm = list(found[0] if isinstance(found, tuple) else found)   # (torch 2.13: with an ambiguity flag; older: the list)
-    out = torch.full([self.shape[d] for d in perm], fill_value, dtype=dtype or self.dtype,
-                     device=device or self.device, pin_memory=pin_memory)
-    if perm == list(range(self.dim())):
-        return out
-    return out.permute([perm.index(d) for d in range(self.dim())]).clone()
-
-
-_OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backward,
-                aten.full_like.default: full_like}
+_OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backward}
 
 
 @functools.lru_cache(None)

@@ -108,13 +108,13 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
                 raise SymbolicUnsupported(f"no ShapeEnv for the unbacked sizes of node %{node.name}", bindings)
             for sym, path in resolve_unbacked_bindings(shapes.shape_env, bindings).items():
                 shapes.unbacked.setdefault(to_expr(sym), (node.name, keystr(path)))
-        elif node.op == "call_function" and isinstance(val, torch.SymInt) and free_unbacked_symbols(val):
+        elif (node.op == "call_function" and node.target is torch.ops.aten._local_scalar_dense.default
+              and isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol)
+              and free_unbacked_symbols(val) and to_expr(val) not in shapes.sources):
             # an `.item()` AOT autograd traced again keeps its value but not its binding (torch.tensor_split
             # by a tensor of indices: NameError 'u14' in the wrapper, OpInfo sweep, session 30)
-            expr = val.node.expr
-            if isinstance(expr, sympy.Symbol):
-                shapes.shape_env = shapes.shape_env or val.node.shape_env
-                shapes.unbacked.setdefault(to_expr(val), (node.name, ""))
+            shapes.shape_env = shapes.shape_env or val.node.shape_env
+            shapes.unbacked.setdefault(to_expr(val), (node.name, ""))
     if shapes.shape_env is not None:
         env = shapes.shape_env
         values = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val   # 2.13 renamed it
@@ -123,6 +123,14 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
         for sym in shapes.unbacked:
             shapes.hints.setdefault(sym, _unbacked_hint(env, sym))
         ranges = {s.name: r for s, r in env.var_to_range.items()}
+        for sym in shapes.unbacked:
+            # every size symbol is declared nonnegative (`symbol`), and the code generated for %, // and
+            # max relies on it: an `.item()` that may be negative would give wrong values (-3 % 4 as -3;
+            # review, session 30). Such a graph is not compiled with symbols
+            low = ranges[sym.name].lower if sym.name in ranges else None
+            if not (isinstance(low, sympy.Integer) and low >= 0):
+                raise SymbolicUnsupported(f"the data-dependent value of %{shapes.unbacked[sym][0]} may be negative, "
+                                          "and generated code takes every size symbol as nonnegative", sym)
         for sym in (*shapes.sources, *shapes.unbacked):
             r = ranges.get(sym.name)
             if r is not None and isinstance(r.upper, sympy.Integer):   # (torch's int_oo is no Integer)

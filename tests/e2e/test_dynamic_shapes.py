@@ -489,6 +489,17 @@ def test_narrow_and_tensor_split_by_tensors_read_their_sizes_at_run_time():
             assert_same_tensor(a, e, f"output {i}")
 
 
+@DATA_SIZES
+def test_an_item_that_may_be_negative_is_not_taken_for_a_size():
+    # every size symbol is nonnegative to the generated code: -3 % 4 came out -3, -3 // 2 as -1 and
+    # max(-3, 0) as -3 (review, session 30). Such a graph runs as Dynamo traced it, with the reason
+    t = torch.tensor(-3)
+    for fn in (lambda x, t: x + (t.item() % 4), lambda x, t: x + (t.item() // 2), lambda x, t: x * max(t.item(), 0)):
+        torch._dynamo.reset()
+        x = torch.randn(7, 5)
+        assert_same_tensor(torch.compile(fn, backend="mini_inductor", fullgraph=True)(x, t), fn(x, t), "output")
+
+
 def test_slices_with_dynamic_bounds_are_generated_views_not_fallbacks():
     def f(x, m):
         t = x.shape[1]
