@@ -286,8 +286,9 @@ def _copy_saved_mutated_inputs(gm) -> None:
     AOT autograd copies a mutated input's new value into it after the forward, which bumps the input's
     version; the min-cut partitioner may still save the input itself (to recompute, say, a zeros_like
     of it in the backward), and the backward then failed its version check (fuzz seed 107: x.zero_()
-    then x.mul_(w)). Only where the copy has the input's strides (a dense input): the backward reads
-    it with those.
+    then x.mul_(w)). The copy has the input's strides, which the backward reads it with: a clone of a
+    dense input, else (gaps between its elements, fuzz seed 252: x[::2].fill_(0.5).mul_(w)) a copy
+    into an empty tensor of those strides; not for symbolic strides.
     """
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -304,10 +305,18 @@ def _copy_saved_mutated_inputs(gm) -> None:
         val = p.meta.get("val") if p in mutated else None
         if p not in copies and isinstance(val, torch.Tensor):
             copied = torch.ops.aten.clone.default(val)
-            if not all(statically_known_true(a == b) for a, b in zip(copied.stride(), val.stride())):
-                continue
             with gm.graph.inserting_after(placeholders[-1]):
-                copies[p] = gm.graph.call_function(torch.ops.aten.clone.default, (p,))
+                if all(statically_known_true(a == b) for a, b in zip(copied.stride(), val.stride())):
+                    copies[p] = gm.graph.call_function(torch.ops.aten.clone.default, (p,))
+                elif any(isinstance(d, torch.SymInt) for d in (*val.size(), *val.stride())):
+                    continue
+                else:   # a strided input (gaps between its elements): a copy with its very strides
+                    copied = val.new_empty_strided(val.size(), val.stride())
+                    fresh = gm.graph.call_function(torch.ops.aten.empty_strided.default, (
+                        list(val.size()), list(val.stride())), {"dtype": val.dtype, "device": val.device})
+                    fresh.meta["val"] = copied
+                    with gm.graph.inserting_after(fresh):
+                        copies[p] = gm.graph.call_function(torch.ops.aten.copy.default, (fresh, p))
             copies[p].meta["val"] = copied
         if p in copies:
             outs[j] = copies[p]

@@ -185,6 +185,29 @@ def test_a_tensor_saved_with_gaps_in_its_strides_is_stored_with_them():
     torch.testing.assert_close(grads[1], grads[0])
 
 
+def test_a_strided_input_filled_in_place_then_scaled_by_a_parameter_trains(device):
+    # the partitioner saved the input (to rebuild full_like of it in the backward); the copy of the
+    # mutation back into it bumped its version and the backward refused to run (fuzz seed 252 program
+    # 204). A dense input was saved as a clone already; a strided one is now copied with its strides
+    def f(x, w):
+        return (x.fill_(0.5).mul_(w),)
+
+    def g(x, w):
+        return torch.ones_like(x, memory_format=torch.contiguous_format).mul(w), x.mul_(2)
+
+    for fn in (f, g):
+        grads = []
+        for run in (fn, torch.compile(fn, backend="mini_inductor")):
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(6, generator=gen).to(device)[::2]
+            w = torch.randn(3, generator=gen).to(device, torch.float16).requires_grad_()
+            outs = run(x, w)
+            sum(o.float().sum() for o in outs).backward()
+            grads.append((w.grad, x, *outs))
+        for a, e in zip(grads[1], grads[0]):
+            torch.testing.assert_close(a, e)
+
+
 def test_full_like_keeps_eager_strides_for_permuted_and_strided_inputs(device):
     # and of outputs whose FakeTensor strides are not eager's (batch norm, a broadcast pointwise op):
     # a decomposition into `full` took the FakeTensor's layout (review, session 30)
