@@ -119,6 +119,8 @@ class GraphLowering:
         self.buffers: list[Buffer] = []
         self.fallback_ops: collections.Counter = collections.Counter()
         self.symbol_defs: dict[sympy.Symbol, str] = {}
+        # the nodes whose results define unbacked symbols (their bindings, or an `.item()`'s value)
+        self._defines_unbacked = {name for name, _ in symbolic.current().unbacked.values()}
         self.fallback_reasons: dict[str, str] = {}
         self.extern_ops: list[str] = []
         self.matmul_notes: list[str] = []
@@ -254,7 +256,7 @@ class GraphLowering:
     def _call_function(self, node: torch.fx.Node, env):
         target = node.target
         args, kwargs = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
-        if node.meta.get("unbacked_bindings") or any(name == node.name for name, _ in symbolic.current().unbacked.values()):
+        if node.meta.get("unbacked_bindings") or node.name in self._defines_unbacked:
             return self._define_unbacked(node, target, args, kwargs)
         size = _size_value(node)
         if size is not None:
