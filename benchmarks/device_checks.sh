@@ -32,6 +32,9 @@
 #              option cublaslt_activations (cuBLASLt's own activation epilogue) (200 s); matmul_lt_bf16 in bfloat16
 #   matmul_autotune  max-autotune against Inductor's (and the default mode), M 2048 and 16384, the
 #              GPT-2 shapes, bias+GELU and residual (compiles 20-30 s a line: 400 s)
+#   matmul_tma  templates with and without TMA loads (option matmul_tma): always and auto, fp16, M 2048 and
+#              16384, GPT-2 and LLaMA shapes, bias+GELU and residual (200 s); matmul_tma_autotune: max-autotune
+#              with and without them, GPT-2 shapes (400 s)
 #   pointwise  benchmarks.pointwise: mul, GELU (erf, tanh, HF gelu_new), erf, tanh, SiLU over 50M fp16 elements, eager / Inductor /
 #              mini_inductor, and mini_inductor with libdevice's erff and tanhf (120 s)
 #   gelu_variants  benchmarks.gelu_variants: formulations of float32 erf in an fp16 GELU kernel (60 s)
@@ -106,6 +109,12 @@ for step in "${steps[@]}"; do
         matmul_autotune) run matmul_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \
                           --tokens 2048,16384 --shapes gpt2 --epilogues bias+gelu,residual \
                           --variants auto,max-autotune,inductor-max-autotune ;;
+        matmul_tma) run matmul_tma 200 python3 -u -m benchmarks.matmul_templates --dtype float16 \
+                          --tokens 2048,16384 --shapes gpt2,llama --epilogues bias+gelu,residual \
+                          --variants off,always,always-tma,auto,auto-tma ;;
+        matmul_tma_autotune) run matmul_tma_autotune 400 python3 -u -m benchmarks.matmul_templates --dtype float16 \
+                          --tokens 2048,16384 --shapes gpt2 --epilogues bias+gelu,residual \
+                          --variants auto,max-autotune,max-autotune-tma ;;
         pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,gelu_tanh,gelu_new,erf,tanh,silu ;;
         gelu_variants) run gelu_variants 60 python3 -m benchmarks gelu_variants ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;

@@ -43,7 +43,11 @@ VARIANTS = (("off", dict(options={"matmul_templates": "off"})),
             ("auto", dict(options={"matmul_templates": "auto"})),
             # auto without cuBLASLt's own ReLU or tanh-GELU epilogue (an addmm and a kernel, or a template)
             ("auto-no-lt", dict(options={"matmul_templates": "auto", "cublaslt_activations": False})),
-            ("max-autotune", dict(mode="max-autotune")))
+            ("max-autotune", dict(mode="max-autotune")),
+            # the same with the templates' operands loaded through TMA descriptors (option matmul_tma)
+            ("always-tma", dict(options={"matmul_templates": "always", "matmul_tma": True})),
+            ("auto-tma", dict(options={"matmul_templates": "auto", "matmul_tma": True})),
+            ("max-autotune-tma", dict(mode="max-autotune", options={"matmul_tma": True})))
 # torch's Inductor in the same run (what it chose is not read: its row gives the time, error and compile time)
 INDUCTOR = (("inductor", dict(backend="inductor")),
             ("inductor-max-autotune", dict(backend="inductor", mode="max-autotune")))
