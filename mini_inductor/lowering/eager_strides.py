@@ -6,6 +6,8 @@ ops, not all:
 
     op                                   FakeTensor                  eager
     ──────────────────────────────────   ─────────────────────────   ────────────────────────────────
+    sort of a dense input                contiguous strides on its   the input's strides exactly
+                                         size-1 dims
     pointwise ops run as Python refs     orders dims by the first    TensorIterator: operands' dims
     (logical_and, floor_divide, ...)     operand, broadcast or not   of size 1 / stride 0 do not count
     batch norm (native / legit ops)      the input's layout          CPU: contiguous or channels last;
@@ -50,6 +52,12 @@ for _name, _training in (("_batch_norm_with_update", True), ("_batch_norm_with_u
     _packet = getattr(aten, _name, None)   # torch 2.3+
     if _packet is not None:
         _BATCH_NORMS[_packet.default] = _training
+
+
+# sort's values and indices: eager allocates them like a dense input, size-1 dims' strides included
+# (the FakeTensor's are the contiguous ones there); an advanced index of a permutation of them orders
+# its output's dims by those strides (fuzz seed 259 prog 339: sort, movedim, x[:, idx])
+_SORTS = {aten.sort.default, aten.sort.stable}
 
 
 # ─── TensorIterator's output layout ───────────────────────────────────────────────────────────────
@@ -258,15 +266,21 @@ def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
                 val = node.meta["val"] = new
                 changed.setdefault(node, old)
         want, index = _eager_strides(node)
-        current = val[index] if isinstance(val, (list, tuple)) and index is not None else val
-        if want is None or not isinstance(current, torch.Tensor) or _same_where_observable(current, want):
+        if want is None:
             continue
-        fixed = _restrided(current, want)
-        if fixed is None:
-            continue
-        node.meta["val"] = fixed if index is None else type(val)(
-            fixed if i == index else v for i, v in enumerate(val))
-        changed.setdefault(node, old)
+        exact = node.target in _SORTS   # size-1 dims' strides too: later ops order dims by them
+        for k in (index if isinstance(index, tuple) else (index,)):
+            current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
+            if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
+                    list(map(str, current.stride())) == list(map(str, want)) if exact
+                    else _same_where_observable(current, want)):
+                continue
+            fixed = _restrided(current, want)
+            if fixed is None:
+                continue
+            val = node.meta["val"] = fixed if k is None else type(val)(
+                fixed if i == k else v for i, v in enumerate(val))
+            changed.setdefault(node, old)
     if changed:
         log.debug("eager strides: %d FX nodes restrided (%s)", len(changed), ", ".join(n.name for n in changed))
     return changed
@@ -286,6 +300,9 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     """(eager's strides, the output they are for: None for the only one) where we know better than
     the FakeTensor; (None, None) elsewhere."""
     target = node.target
+    if target in _SORTS:
+        x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return (list(x.stride()) if _dense_at_hints(x) else None), (0, 1)
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
         if target in _BATCH_NORMS:
             return _symbolic_batch_norm_strides(node), 0
@@ -337,6 +354,18 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
         out[d] = acc
         acc = acc * val.shape[d]
     return out
+
+
+def _dense_at_hints(x) -> bool:
+    """A tensor of at least one dim, non-overlapping and dense at the sizes it was traced with."""
+    if not isinstance(x, torch.Tensor) or not x.dim():
+        return False
+    try:
+        traced = torch.empty_strided([_hint(n) for n in x.shape], [_hint(st) for st in x.stride()],
+                                     dtype=x.dtype, device="meta")
+    except Exception:   # noqa: BLE001  (a size without a hint)
+        return False
+    return is_non_overlapping_and_dense(traced)
 
 
 def _symbolic_batch_norm_strides(node: torch.fx.Node) -> list | None:

@@ -155,3 +155,27 @@ def test_f_batch_norm_on_cuda_has_eagers_strides_with_and_without_cudnn_on_gpu(d
     for args in [(w, b), (None, None)]:
         check(lambda x, m, v, *wb: F.batch_norm(x, m, v, *wb, training=False), x, mean, var, *args)
         check(lambda x, *wb: F.batch_norm(x, None, None, *wb, training=True), x, *args)
+
+
+# ─── sort: eager's size-1 strides, which later ops order dims by ──────────────────────────────────
+
+def _sort_then_index(x, idx):
+    v = torch.sort(x, dim=1, stable=True).values
+    w = torch.movedim(v, 2, 0)
+    return v, w, w[:, idx]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_index_of_a_permuted_sort_of_a_size_one_dim_has_eagers_strides(dynamic, device):
+    # fuzz seed 259 prog 339: eager's sort keeps a dense input's strides, (2, 1, 1) here, where the
+    # FakeTensor has (2, 2, 1); the advanced index of its permutation then came out (1, 2, 6), not (3, 1, 1)
+    x = torch.randn(3, 2, 1, device=device).half().transpose(-2, -1)
+    idx = torch.tensor([1, 0, 0], device=device)
+    if not dynamic:
+        check(_sort_then_index, x, idx)
+        return
+    expected = _sort_then_index(x, idx)
+    compiled = torch.compile(_sort_then_index, backend="mini_inductor", dynamic=True,
+                             options={"dynamic_shapes": "symbolic"})
+    for got, want in zip(compiled(x, idx), expected):
+        assert got.stride() == want.stride() and torch.equal(got, want), (got.stride(), want.stride())
