@@ -128,6 +128,10 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
             # max relies on it: an `.item()` that may be negative would give wrong values (-3 % 4 as -3;
             # review, session 30). Such a graph is not compiled with symbols
             low = ranges[sym.name].lower if sym.name in ranges else None
+            if sym.name.startswith("zuf"):   # the ShapeEnv's name for an unbacked float
+                raise SymbolicUnsupported(f"the data-dependent value of %{shapes.unbacked[sym][0]} is a float "
+                                          "(`.item()` of a floating tensor), and generated code has integer "
+                                          "symbols only", sym)
             if not (isinstance(low, sympy.Integer) and low >= 0):
                 raise SymbolicUnsupported(f"the data-dependent value of %{shapes.unbacked[sym][0]} may be negative, "
                                           "and generated code takes every size symbol as nonnegative", sym)

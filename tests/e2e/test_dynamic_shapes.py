@@ -7,7 +7,10 @@ at each, the outputs against eager (values, dtype, shape, strides) and, where as
 gradients; then that one compile served them all: no graph ran eagerly, none fell back to a compile
 per size, and no size after the first compiled anything.
 """
+import warnings
+
 import pytest
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -498,6 +501,18 @@ def test_an_item_that_may_be_negative_is_not_taken_for_a_size():
         torch._dynamo.reset()
         x = torch.randn(7, 5)
         assert_same_tensor(torch.compile(fn, backend="mini_inductor", fullgraph=True)(x, t), fn(x, t), "output")
+
+
+def test_a_float_item_used_as_a_fill_value_keeps_its_fraction_and_says_why_it_runs_eagerly():
+    # review, session 30: full_like(x, t.item()) with t = 2.5 gave 2.0 (a float symbol taken for an integer)
+    def fn(x, t):
+        return torch.full_like(x, t.item()) + x
+    x, t = torch.randn(4, 3), torch.tensor(2.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(fn, backend="mini_inductor", fullgraph=True)(x, t)
+    assert_same_tensor(got, fn(x, t), "output")
+    assert any("is a float" in str(w.message) for w in caught), [str(w.message) for w in caught]
 
 
 def test_slices_with_dynamic_bounds_are_generated_views_not_fallbacks():
