@@ -466,6 +466,23 @@ def test_an_item_feeding_a_size_is_read_at_run_time_and_the_rest_is_generated(de
 
 
 @DATA_SIZES
+def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
+    # review, session 30: CSE merges the second x[x > 0] into the first, but Dynamo's check that their
+    # sizes agree keeps Eq(u0, u1); the forward's wrapper read u1, which nothing defines (NameError)
+    def f(x):
+        return (x[x > 0] * x[x > 0]).sum()
+    x = torch.randn(9)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    f(xe).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the backward reads the size as an input: it runs eagerly, saying so
+        torch.compile(f, backend="mini_inductor")(xc).backward()
+    assert_same_tensor(xc.grad, xe.grad, "grad")
+    forward = metrics.compiled_graphs[0]
+    assert forward.ran_eagerly is None and forward.num_kernels >= 1, forward.summary()
+
+
+@DATA_SIZES
 def test_nonzero_bounds_a_partition_and_its_length_sizes_the_kernels_after_it():
     def f(x):
         idx = torch.nonzero(x > 0)
