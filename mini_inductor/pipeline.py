@@ -75,10 +75,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
             return compile_dynamic(gm, example_inputs, name, record, graph_args, start)
         record.dynamic_fallback = "dynamic_shapes='per_size'"
         return _per_size(gm, name, graph_args)
-    if reason and reason.startswith(DATA_DEPENDENT_OUTPUTS) and cfg.dynamic_shapes != "eager":
+    if reason and reason.startswith((DATA_DEPENDENT_OUTPUTS, DATA_DEPENDENT_INPUTS)) and cfg.dynamic_shapes != "eager":
         # sizes read from data (.item(), nonzero): the symbolic compile reads them at run time
         record.dynamic_symbols = _symbol_names(gm, unbacked=True)
-        return compile_dynamic(gm, example_inputs, name, record, graph_args, start, per_size=False)
+        return compile_dynamic(gm, example_inputs, name, record, graph_args, start, per_size=False,
+                               sizes_from=DATA_DEPENDENT_INPUTS if reason.startswith(DATA_DEPENDENT_INPUTS)
+                               else DATA_DEPENDENT_OUTPUTS)
     if reason == DYNAMIC_SHAPES and cfg.cudagraphs and cfg.cudagraph_capture_sizes is not None:
         log.info("%s: dynamic dims; compiled per size in cudagraph_capture_sizes %s", name,
                  list(cfg.cudagraph_capture_sizes))
@@ -147,10 +149,11 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
 
 
 def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_args: dict, start: float,
-                    *, per_size: bool = True):
+                    *, per_size: bool = True, sizes_from: str = DATA_DEPENDENT_OUTPUTS):
     """A graph with symbolic sizes: one compile for every size the ShapeEnv's guards admit. If that
     fails, the graph is compiled per size, or (`per_size` False: sizes read from data, which no
-    static compile can fix) runs eagerly; either way with a warning that says why."""
+    static compile can fix; `sizes_from` says where: its outputs, or its inputs, a backward's saved
+    for it) runs eagerly; either way with a warning that says why."""
     try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
         with symbolic.graph_shapes(gm):   # (which raises where the graph cannot have symbols at all)
             compiled = _compile(gm, example_inputs, name, record, graph_args, start)
@@ -163,7 +166,7 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
         why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
         log.debug("%s: the symbolic compile failed", name, exc_info=True)
     if not per_size:
-        reason = f"{DATA_DEPENDENT_OUTPUTS}: the symbolic compile failed ({why})"
+        reason = f"{sizes_from}: the symbolic compile failed ({why})"
         debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)
         record.ran_eagerly = reason
         return EagerGraph(name, gm, reason)

@@ -120,8 +120,9 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
         values = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val   # 2.13 renamed it
         shapes.hints = {symbol(s.name): sympy.Integer(int(v)) for s, v in values.items()
                         if getattr(v, "is_Integer", True)}
-        for sym in shapes.unbacked:
-            shapes.hints.setdefault(sym, _unbacked_hint(env, sym))
+        for sym in (*shapes.unbacked, *shapes.sources):   # (a backward's inputs may be sized by data: u0)
+            if sym not in shapes.hints:
+                shapes.hints[sym] = _unbacked_hint(env, sym)
         ranges = {s.name: r for s, r in env.var_to_range.items()}
         for sym in shapes.unbacked:
             # every size symbol is declared nonnegative (`symbol`), and the code generated for %, // and

@@ -468,18 +468,26 @@ def test_an_item_feeding_a_size_is_read_at_run_time_and_the_rest_is_generated(de
 @DATA_SIZES
 def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
     # review, session 30: CSE merges the second x[x > 0] into the first, but Dynamo's check that their
-    # sizes agree keeps Eq(u0, u1); the forward's wrapper read u1, which nothing defines (NameError)
-    def f(x):
-        return (x[x > 0] * x[x > 0]).sum()
-    x = torch.randn(9)
-    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
-    f(xe).backward()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the backward reads the size as an input: it runs eagerly, saying so
-        torch.compile(f, backend="mini_inductor")(xc).backward()
-    assert_same_tensor(xc.grad, xe.grad, "grad")
-    forward = metrics.compiled_graphs[0]
-    assert forward.ran_eagerly is None and forward.num_kernels >= 1, forward.summary()
+    # sizes agree keeps Eq(u0, u1); the forward's wrapper read u1, which nothing defines (NameError).
+    # The backward takes the selection's length as an input (u0): compiled too, once, for every length
+    def f(x, w):
+        return (x[x > 0] * x[x > 0] * w.sum()).sum() + torch.nonzero(x).float().mean()
+    compiled = torch.compile(f, backend="mini_inductor")
+    for seed in range(4):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(9, generator=gen) if seed != 2 else -torch.rand(9, generator=gen)   # (none selected)
+        w = torch.randn(3, generator=gen)
+        (xe, we), (xc, wc) = [[t.clone().requires_grad_() for t in (x, w)] for _ in range(2)]
+        expected, got = f(xe, we), compiled(xc, wc)
+        expected.backward()
+        got.backward()
+        assert_same_tensor(got, expected, f"seed {seed} output")
+        assert_same_tensor(xc.grad, xe.grad, f"seed {seed} grad of x")
+        assert_same_tensor(wc.grad, we.grad, f"seed {seed} grad of w")
+    records = metrics.compiled_graphs
+    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], [r.summary() for r in records]
+    for r in records:
+        assert r.ran_eagerly is None and r.num_kernels >= 1 and "u0" in r.dynamic_symbols, r.summary()
 
 
 @DATA_SIZES
