@@ -224,6 +224,23 @@ def test_a_gradient_is_compared_at_the_precision_of_the_most_exact_output():
     assert compare_grads(ours, eagers, outputs=[torch.zeros(2), torch.zeros(2, dtype=torch.float64)])[0] == "grad"
 
 
+def test_an_input_returned_as_it_is_does_not_set_the_precision_of_other_inputs_gradients():
+    # fuzz seed 261 prog 61: (x1, layer_norm(x1.half().add_(x3))): x3's gradient comes through float16
+    import torch
+    from tests.fuzz.compare import compare_grads
+
+    def leaf(grad):
+        x = torch.zeros((), requires_grad=True)
+        x.grad = grad
+        return x
+    returned = torch.zeros(3, requires_grad=True)                       # a leaf, returned as it is
+    result = (torch.zeros(3, dtype=torch.float16, requires_grad=True) * 2)   # computed: has a grad_fn
+    ours, eagers = [leaf(torch.tensor(2e-4))], [leaf(torch.tensor(1.5e-5))]
+    assert compare_grads(ours, eagers, outputs=[returned, result]) is None
+    computed32 = torch.zeros(3, requires_grad=True) * 2                  # a float32 result does bound it
+    assert compare_grads(ours, eagers, outputs=[computed32, result])[0] == "grad"
+
+
 def test_fuzz_programs_kernels_compile_for_sm90():
     # what the interpreter runs, Triton's compiler must take too (tests/fuzz/sm90.py): 40 programs of
     # the budget's seed, with their backward, in a process of their own
