@@ -165,16 +165,12 @@ def test_replayed_parameter_gradients_are_adopted_as_grad_without_a_copy_each():
     copies = sum(e.count for e in prof.key_averages() if e.key == "cudaMemcpyAsync")
     params = list(model.parameters())
     assert copies < len(params) // 2, copies        # was one per parameter
-    where = params[0].grad.untyped_storage().data_ptr()
     opt.zero_grad(set_to_none=True)
     ref_opt.zero_grad(set_to_none=True)
     cm(xs[5]).square().mean().backward()
     ref(xs[5]).square().mean().backward()
     storages = {p.grad.untyped_storage().data_ptr() for p in params}
     assert len(storages) == 1                       # all in the batched buffer: adopted, not copied
-    # zero_grad let go of the last step's buffer: this step copied into it again (gradients.py)
-    assert storages == {where}
-    assert stats()["gradient_buffers_reused"] >= 3, stats()
     assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
     for p, q in zip(params, ref.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5)

@@ -9,14 +9,6 @@ AccumulateGrad adopts as they are.
 
     GradientsOutOfPool(idxs)(out) -> (out with those positions replaced, the positions)
 
-The buffer is kept from one step to the next: when nothing but the mover holds it any more (the
-optimizer's `zero_grad()` set every `.grad` it became to None, and nobody kept one), the next backward
-copies into it again, with neither an allocation nor the views made anew (together about 100 µs of a
-GPT-2 step's host time on the H200). The mover's own views are registered as cached tensors (as the
-trees' outputs are): AccumulateGrad allows such a tensor the one extra reference, and adopts it still.
-A buffer that anything else holds (gradient accumulation, a `.grad` kept by the user, a view of one) is
-left to its holders, and that step's gradients get a new one.
-
 Each view starts at a multiple of ALIGN bytes (generated kernels and CUDA graphs that later read a
 gradient, a compiled optimizer step say, specialize on 16-byte alignment). The layout (which
 positions, their shapes, dtypes and offsets) is worked out at the first call and kept while the
@@ -24,12 +16,7 @@ outputs keep it: parameters do not change shape. The buffer is cut into its view
 """
 from __future__ import annotations
 
-import sys
-
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
-
-from .utils import counters
 
 ALIGN = 128   # bytes
 
@@ -58,37 +45,10 @@ class _Group:
                 self.likes.append(torch.empty(pad, dtype=dtype, device="meta"))
                 total += pad
         self.numel = total
-        self.held: list[torch.Tensor] = []    # the last buffer's views (registered cached tensors)
-        self.storage: StorageWeakRef | None = None
-        self.baseline = 0                     # its storage's uses while only the mover holds it
 
-    def buffer(self) -> list[torch.Tensor]:
-        """The gradients' tensors of this step: the last step's when only the mover holds them, else
-        views of a new buffer (which the mover holds from now on)."""
-        if self.held and torch._C._storage_Use_Count(self.storage.cdata) == self.baseline and \
-                all(t._use_count() == 1 and sys.getrefcount(t) == 3 and not t.requires_grad for t in self.held):
-            counters["gradient_buffers_reused"] += 1
-            return self.held   # (the references counted: the list, the loop's name, getrefcount's argument)
-        counters["gradient_buffers"] += 1
-        self.release()
-        flat = torch.empty(self.numel, dtype=self.dtype, device=self.device)
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         pieces = torch._C._nn.unflatten_dense_tensors(flat, self.likes)
-        self.held = [pieces[p] for p in self.picks]
-        self.storage = StorageWeakRef(flat.untyped_storage())
-        del flat, pieces
-        torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
-        for t in self.held:
-            torch._C._add_cached_tensor(t)
-        self.baseline = torch._C._storage_Use_Count(self.storage.cdata)
-        return self.held
-
-    def release(self) -> None:
-        """Let go of the buffer (whoever holds it keeps it, as a plain tensor)."""
-        if self.held:
-            torch._C._set_cached_tensors_enabled(True)
-            for t in self.held:
-                torch._C._remove_cached_tensor(t)
-        self.held, self.storage, self.baseline = [], None, 0
+        return [pieces[p] for p in self.picks]
 
 
 class GradientsOutOfPool:
@@ -102,28 +62,17 @@ class GradientsOutOfPool:
         if not self.idxs or torch.is_grad_enabled():   # create_graph: autograd's own rules apply
             return out, frozenset()
         if self.groups is None or not self._fits(out):
-            self.release()
             self.groups = self._plan(out)
             self.moved = frozenset(i for g in self.groups for i in g.idxs)
         if not self.groups:
             return out, self.moved
         out = list(out)
         for g in self.groups:
-            fresh = g.buffer()
+            fresh = g.views(torch.empty(g.numel, dtype=g.dtype, device=g.device))
             torch._foreach_copy_(fresh, [out[i] for i in g.idxs])
             for i, t in zip(g.idxs, fresh):
                 out[i] = t
         return out, self.moved
-
-    def release(self) -> None:
-        for g in self.groups or ():
-            g.release()
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001  (interpreter shutdown: torch may be gone)
-            pass
 
     def _fits(self, out) -> bool:
         n = len(out)

@@ -616,11 +616,7 @@ def stats(device: int = 0) -> dict[str, Any]:
     """Counts for tests and the CLI (read-only)."""
     m = get_manager(device)
     out: dict[str, Any] = {"skips": counters["skips"], "skip_reasons": list(skip_reasons),
-                           "recorded_non_static_inputs": counters["recorded_non_static_inputs"],
-                           # a backward's parameter gradients out of the pool (gradients.py): buffers
-                           # allocated, and steps that copied into the last step's buffer again
-                           "gradient_buffers": counters["gradient_buffers"],
-                           "gradient_buffers_reused": counters["gradient_buffers_reused"]}
+                           "recorded_non_static_inputs": counters["recorded_non_static_inputs"]}
     if m is None:
         return out
     out.update(warmups=m.num_warmups, recordings=m.num_recordings, replays=m.num_replays,
