@@ -107,7 +107,8 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
             if shapes.shape_env is None:
                 raise SymbolicUnsupported(f"no ShapeEnv for the unbacked sizes of node %{node.name}", bindings)
             for sym, path in resolve_unbacked_bindings(shapes.shape_env, bindings).items():
-                shapes.unbacked.setdefault(to_expr(sym), (node.name, keystr(path)))
+                if to_expr(sym) not in shapes.sources:   # (a backward recomputing the op that sized an input)
+                    shapes.unbacked.setdefault(to_expr(sym), (node.name, keystr(path)))
         elif (node.op == "call_function" and node.target is torch.ops.aten._local_scalar_dense.default
               and isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol)
               and free_unbacked_symbols(val) and to_expr(val) not in shapes.sources):

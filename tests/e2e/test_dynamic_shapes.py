@@ -491,6 +491,33 @@ def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
 
 
 @DATA_SIZES
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_backward_that_recomputes_a_selection_sized_by_its_input_compiles_once(dynamic):
+    # review, session 31: the partitioner recomputes x[x > 0] in the backward, whose input (the saved
+    # length) holds the same symbol: listed twice, the wrapper did not compile (duplicate argument 'u0'),
+    # and the backward was compiled again for every length (dynamic) or ran eagerly (static)
+    def f(x, w):
+        return ((x[x > 0] * w[0]) ** 2).sum() + (x[x < -0.5] * w[1]).pow(2).sum()
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic)
+    for n, k in ((12, 5), (12, 6), (12, 0), (30, 15)):
+        gen = torch.Generator().manual_seed(n + k)
+        x = -torch.rand(n, generator=gen) - 0.1
+        x[:k] = torch.rand(k, generator=gen) + 0.5
+        w = torch.randn(3, generator=gen)
+        (xe, we), (xc, wc) = [[t.clone().requires_grad_() for t in (x, w)] for _ in range(2)]
+        expected, got = f(xe, we), compiled(xc, wc)
+        expected.backward()
+        got.backward()
+        assert_same_tensor(got, expected, f"{n}, {k}: output")
+        assert_same_tensor(xc.grad, xe.grad, f"{n}, {k}: grad of x")
+        assert_same_tensor(wc.grad, we.grad, f"{n}, {k}: grad of w")
+    backwards = [r for r in metrics.compiled_graphs if r.name.startswith("backward")]
+    assert len(backwards) == (1 if dynamic else 2), [r.summary() for r in metrics.compiled_graphs]
+    assert all(r.ran_eagerly is None and r.dynamic_fallback is None for r in backwards), \
+        [r.summary() for r in backwards]
+
+
+@DATA_SIZES
 def test_nonzero_bounds_a_partition_and_its_length_sizes_the_kernels_after_it():
     def f(x):
         idx = torch.nonzero(x > 0)
