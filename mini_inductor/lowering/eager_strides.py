@@ -62,21 +62,24 @@ _SORTS = {aten.sort.default, aten.sort.stable}
 
 # ─── TensorIterator's output layout ───────────────────────────────────────────────────────────────
 
-def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor]) -> list[int]:
+def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor],
+                        wrapped_number: bool = False) -> list[int]:
     """The strides eager's TensorIterator gives the output of shape `shape` computed from `operands`.
 
     Operands with the output's shape that are all contiguous (or all channels last, or all of one
     dense layout) give that layout. Otherwise dims are ordered innermost-first by the operands'
     strides, the first operand that orders two dims deciding; an operand's broadcast dims (missing,
     size 1 where the output's is not, or stride 0) do not order anything, and equal strides put the
-    smaller dim inside.
+    smaller dim inside. `wrapped_number`: a Python number is an operand too (`x + 1`, `x == 0`), of
+    shape (), so the operands never all have the output's shape: the dims are ordered as above (a dim
+    of size 1 then gets stride 1 where the operand's is 1, not the contiguous layout's).
     """
     shape = [int(s) for s in shape]
     ndim = len(shape)
     tensors = [t for t in operands if isinstance(t, torch.Tensor)]
     if ndim == 0:
         return []
-    if tensors and all(list(t.shape) == shape for t in tensors):
+    if tensors and not wrapped_number and all(list(t.shape) == shape for t in tensors):
         for fmt in _formats(ndim):
             if all(t.is_contiguous(memory_format=fmt) for t in tensors):
                 return _format_strides(shape, fmt)
@@ -268,7 +271,9 @@ def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
         want, index = _eager_strides(node)
         if want is None:
             continue
-        exact = node.target in _SORTS   # size-1 dims' strides too: later ops order dims by them
+        # size-1 dims' strides too: nothing reads them, but a later op orders its output's dims by them
+        # (an advanced index of a permutation: fuzz seed 259 prog 339, and a pointwise op between)
+        exact = node.target in _SORTS or index is None
         for k in (index if isinstance(index, tuple) else (index,)):
             current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
             if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
@@ -323,7 +328,31 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     operands = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
     if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
         return None, None
-    return elementwise_strides(list(val.shape), as_iterated(target, operands, val.dtype)), None
+    return elementwise_strides(list(val.shape), as_iterated(target, operands, val.dtype),
+                               _wrapped_number(target, args, kwargs)), None
+
+
+# binary ops whose `.Scalar` overload computes with the number as an operand of its TensorIterator
+_SCALAR_OPERAND = {"add", "sub", "rsub", "mul", "div", "remainder", "fmod", "floor_divide", "eq", "ne", "lt",
+                   "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "maximum", "minimum"}
+
+
+def _wrapped_number(target, args, kwargs) -> bool:
+    """Whether eager runs `target` with a Python number among its TensorIterator's operands: one given
+    where the schema takes a Tensor (`aten.add.Tensor(x, 1)`), or the other operand of a binary op's
+    `.Scalar` overload (`aten.eq.Scalar(x, 0)`). A number that is a parameter (pow's exponent, clamp's
+    bounds, leaky_relu's slope) is not one."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    scalar_operand = getattr(target, "_overloadname", "") == "Scalar" and \
+        getattr(getattr(target, "overloadpacket", None), "__name__", "") in _SCALAR_OPERAND
+    values = list(zip(schema.arguments, args)) + [(a, kwargs[a.name]) for a in schema.arguments if a.name in kwargs]
+    for arg, value in values:
+        if isinstance(value, (int, float, complex)) and not isinstance(value, torch.SymInt):
+            if isinstance(arg.type, torch.TensorType) or scalar_operand:
+                return True
+    return False
 
 
 def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
@@ -344,7 +373,8 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
             traced = [torch.empty_strided([_hint(n) for n in t.shape], [_hint(st) for st in t.stride()],
                                           dtype=t.dtype, device=t.device) for t in operands]
         shape = [_hint(n) for n in val.shape]
-        strides = elementwise_strides(shape, as_iterated(node.target, traced, val.dtype))
+        strides = elementwise_strides(shape, as_iterated(node.target, traced, val.dtype),
+                                      _wrapped_number(node.target, args, kwargs))
     except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
         log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
         return None

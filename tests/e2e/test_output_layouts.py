@@ -165,17 +165,40 @@ def _sort_then_index(x, idx):
     return v, w, w[:, idx]
 
 
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_an_index_of_a_permuted_sort_of_a_size_one_dim_has_eagers_strides(dynamic, device):
-    # fuzz seed 259 prog 339: eager's sort keeps a dense input's strides, (2, 1, 1) here, where the
-    # FakeTensor has (2, 2, 1); the advanced index of its permutation then came out (1, 2, 6), not (3, 1, 1)
-    x = torch.randn(3, 2, 1, device=device).half().transpose(-2, -1)
-    idx = torch.tensor([1, 0, 0], device=device)
+def _sort_add_then_index(x, idx):
+    v = torch.sort(x, dim=1, stable=True).values + 1
+    return v.movedim(2, 0)[:, idx]
+
+
+def _check_static_and_dynamic(fn, dynamic, *args):
     if not dynamic:
-        check(_sort_then_index, x, idx)
+        check(fn, *args)
         return
-    expected = _sort_then_index(x, idx)
-    compiled = torch.compile(_sort_then_index, backend="mini_inductor", dynamic=True,
-                             options={"dynamic_shapes": "symbolic"})
-    for got, want in zip(compiled(x, idx), expected):
+    expected = fn(*args)
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "symbolic"})
+    got = compiled(*args)
+    for got, want in zip(*[o if isinstance(o, tuple) else (o,) for o in (got, expected)]):
         assert got.stride() == want.stride() and torch.equal(got, want), (got.stride(), want.stride())
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("fn", [_sort_then_index, _sort_add_then_index])
+def test_an_index_of_a_permuted_sort_of_a_size_one_dim_has_eagers_strides(fn, dynamic, device):
+    # fuzz seed 259 prog 339: eager's sort keeps a dense input's strides, (2, 1, 1) here, where the
+    # FakeTensor has (2, 2, 1); the advanced index of its permutation then came out (1, 2, 6), not
+    # (3, 1, 1); with `+ 1` between them the same (review: the pointwise op's size-1 strides were the
+    # FakeTensor's: its Python number is an operand of eager's TensorIterator, which then orders dims)
+    x = torch.randn(3, 2, 1, device=device).half().transpose(-2, -1)
+    _check_static_and_dynamic(fn, dynamic, x, torch.tensor([1, 0, 0], device=device))
+
+
+@pytest.mark.parametrize("op", [lambda c: c + 1, lambda c: c * 2.0, lambda c: (c == 1).float(), lambda c: 1 - c,
+                                lambda c: torch.maximum(c, torch.tensor(0.0, device=c.device)), torch.exp,
+                                lambda c: c.pow(2), lambda c: c.clamp(min=0), lambda c: c + c],
+                         ids=["add", "mul", "eq", "rsub", "maximum_0d", "exp", "pow", "clamp", "add_self"])
+@pytest.mark.parametrize("size1_stride", [7, 1])
+def test_pointwise_ops_give_a_size_one_dim_eagers_stride_where_an_index_reads_it(op, size1_stride, device):
+    # a number operand (x + 1, x == 1) or a 0-d tensor keeps eager's TensorIterator off its fast path,
+    # which orders the dims by the strides, size-1 dims too; a number parameter (pow, clamp) does not
+    x = torch.empty_strided((3, 1, 2), (2, size1_stride, 1), device=device).normal_()
+    check(lambda x, idx: op(x).movedim(2, 0)[:, idx], x, torch.tensor([1, 0, 0], device=device))
