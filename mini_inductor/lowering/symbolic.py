@@ -90,6 +90,10 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             _note(shapes, val, (i, "int", None))
+        elif isinstance(val, torch.SymFloat) and val.node.expr.free_symbols:
+            # (a backward's input: the forward's float `.item()`, zuf0)
+            raise SymbolicUnsupported(f"input %{node.name} is a float known only at run time, and generated "
+                                      "code has integer symbols only", val.node.expr)
         elif isinstance(val, torch.Tensor):
             for dim, s in enumerate(val.shape):
                 _note(shapes, s, (i, "size", dim))

@@ -565,6 +565,20 @@ def test_a_float_item_used_as_a_fill_value_keeps_its_fraction_and_says_why_it_ru
         got = torch.compile(fn, backend="mini_inductor", fullgraph=True)(x, t)
     assert_same_tensor(got, fn(x, t), "output")
     assert any("is a float" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    # in training the backward takes the float as an input (review, session 31: it was reported as a
+    # failed guard on zuf0)
+    torch._dynamo.reset()
+    metrics.compiled_graphs.clear()
+    def loss(x, t):   # its gradient is the fill value, which AOT autograd saves as a float
+        return (torch.full_like(x, t.item()) * x).sum()
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    loss(xe, t).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(loss, backend="mini_inductor", fullgraph=True)(xc, t).backward()
+    assert_same_tensor(xc.grad, xe.grad, "grad")
+    backward = next(r for r in metrics.compiled_graphs if r.name.startswith("backward"))
+    assert "is a float known only at run time" in backward.ran_eagerly, backward.summary()
 
 
 def test_slices_with_dynamic_bounds_are_generated_views_not_fallbacks():
