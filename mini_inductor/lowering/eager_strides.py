@@ -118,6 +118,45 @@ def elementwise_strides(shape: Sequence[int], operands: Sequence[torch.Tensor],
     return out
 
 
+def index_strides(x: torch.Tensor, indices: Sequence) -> list[int] | None:
+    """The strides eager gives `aten.index.Tensor(x, indices)` (integer index tensors; None for a dim
+    taken whole), of concrete sizes; None for boolean masks.
+
+    Eager broadcasts the index tensors together (expanded views), moves the indexed dims to the front
+    when they are not adjacent, converts int32 (or another device's) indices with `.to()`, and runs a
+    TensorIterator over `x` restrided (stride 0 over the index dims, which replace the indexed ones) and
+    each index viewed with size-1 dims around it (the FakeTensor's meta function orders the dims
+    otherwise in about 2% of random cases, observably in half of those).
+    """
+    idx = list(indices) + [None] * (x.dim() - len(indices))
+    tensors = [t for t in idx if t is not None]
+    if not tensors or any(not isinstance(t, torch.Tensor) or t.dtype in (torch.bool, torch.uint8) for t in tensors):
+        return None
+    shape = list(torch.broadcast_shapes(*[t.shape for t in tensors]))
+    converted = {id(t) for t in tensors if t.dtype != torch.int64 or t.device != x.device}
+    expanded = iter([(_meta_like(t).expand(shape), id(t) in converted) for t in tensors])
+    idx = [next(expanded) if t is not None else None for t in idx]
+    base = _meta_like(x)
+    positions = [d for d, t in enumerate(idx) if t is not None]
+    if positions != list(range(positions[0], positions[-1] + 1)):   # not adjacent: to the front
+        order = positions + [d for d in range(base.dim()) if d not in positions]
+        base = base.permute(order)
+        idx = [idx[d] for d in positions] + [None] * (base.dim() - len(positions))
+        positions = list(range(len(positions)))
+    idx = [None if t is None else _converted(t[0], torch.int64) if t[1] else t[0] for t in idx]
+    first, last = positions[0], positions[-1]
+    src_shape = list(base.shape[:first]) + shape + list(base.shape[last + 1:])
+    src_stride = list(base.stride()[:first]) + [0] * len(shape) + list(base.stride()[last + 1:])
+    src = torch.empty_strided(src_shape, src_stride, dtype=x.dtype, device="meta")
+    around = [[1] * first + shape + [1] * (base.dim() - last - 1)]
+    viewed = [t.reshape(around[0]) for t in idx if t is not None]
+    return elementwise_strides(src_shape, [src] + viewed)
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+
+
 def as_iterated(target, operands: Sequence[torch.Tensor], out_dtype: torch.dtype) -> list[torch.Tensor]:
     """The operands as eager's TensorIterator orders dims by them for pointwise op `target`.
 
@@ -308,6 +347,8 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     if target in _SORTS:
         x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         return (list(x.stride()) if _dense_at_hints(x) else None), (0, 1)
+    if target is aten.index.Tensor:
+        return _index_node_strides(node), None
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
         if target in _BATCH_NORMS:
             return _symbolic_batch_norm_strides(node), 0
@@ -378,6 +419,39 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
     except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
         log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
         return None
+    out: list = [0] * val.dim()
+    acc = 1
+    for d in sorted(range(val.dim()), key=lambda d: (strides[d], shape[d])):   # innermost first
+        out[d] = acc
+        acc = acc * val.shape[d]
+    return out
+
+
+def _index_node_strides(node: torch.fx.Node) -> list | None:
+    """Eager's strides for an aten.index.Tensor node (`index_strides`); a dynamic graph's decided on
+    the sizes it was traced with and laid over its symbolic sizes, as SymInts."""
+    val = node.meta.get("val")
+    args, _ = _metas_of((node.args, node.kwargs))
+    if not isinstance(val, torch.Tensor) or val.dim() == 0 or len(args) < 2 or not isinstance(args[0], torch.Tensor):
+        return None
+    tensors = [args[0]] + list(args[1])
+    if _static(val) and _static(tensors):
+        return index_strides(tensors[0], tensors[1:])
+    mode = _fake_mode(val)
+    if mode is None:
+        return None
+    try:
+        with mode:   # stand-ins of the traced sizes: deciding on the SymInts would guard on them
+            traced = [None if t is None else torch.empty_strided([_hint(n) for n in t.shape],
+                                                                 [_hint(st) for st in t.stride()],
+                                                                 dtype=t.dtype, device=t.device) for t in tensors]
+        strides = index_strides(traced[0], traced[1:])
+    except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
+        log.debug("eager strides: no index layout for %s: %s", node.name, e)
+        return None
+    if strides is None:
+        return None
+    shape = [_hint(n) for n in val.shape]
     out: list = [0] * val.dim()
     acc = 1
     for d in sorted(range(val.dim()), key=lambda d: (strides[d], shape[d])):   # innermost first
