@@ -10,9 +10,11 @@
 #   matmul     benchmarks.matmul_templates, fp16, M 8192, cuBLAS against the cost model's choice
 #              (max-autotune compiles 20-30 s a line: run it on its own)
 #   suite      benchmarks.suite, GPT-2 (causal) and the decoder in float32, against Inductor
-#   suite_models  the same for the held-out suite's families: ResNet-18 batch 16, Hugging Face's GPT-2 (4
-#              layers), BERT-base and ViT-B/16, eager attention, float32 (330 s)
-#   cudagraph_tests  pytest -m gpu over tests/cudagraphs and tests/runtime alone (120 s)
+#   suite_models  the same for the held-out suite's families: ResNet-18 batch 16 and Hugging Face's GPT-2
+#              (4 layers, eager attention), float32 (240 s; session 31 took about 80 s a model);
+#              suite_models2: BERT-base and ViT-B/16 (240 s)
+#   cudagraph_tests  pytest -m gpu over tests/cudagraphs and tests/runtime alone (200 s; 120 s with -n 4
+#              was not enough)
 #   suite_hf   the same for GPT-2 with HF's registered causal `bias` buffer (read as causal by its data)
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
 #              reduce-overhead interleaved
@@ -79,10 +81,13 @@ for step in "${steps[@]}"; do
         suite) run suite 150 python3 -m benchmarks.suite --models gpt2_causal,decoder \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite" ;;
-        suite_models) run suite_models 330 python3 -m benchmarks.suite --models resnet_b16,hf_gpt2,hf_bert,hf_vit \
+        suite_models) run suite_models 240 python3 -m benchmarks.suite --models resnet_b16,hf_gpt2 \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite_models" ;;
-        cudagraph_tests) run cudagraph_tests 120 python3 -m pytest -m gpu -n 4 -q -p no:cacheprovider tests/cudagraphs \
+        suite_models2) run suite_models2 240 python3 -m benchmarks.suite --models hf_bert,hf_vit \
+                   --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
+                   --out "$OUT/suite_models2" ;;
+        cudagraph_tests) run cudagraph_tests 200 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests/cudagraphs \
                    tests/runtime -rfE --tb=short ;;
         suite_hf) run suite_hf 100 python3 -m benchmarks.suite --models gpt2_hf_causal \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
