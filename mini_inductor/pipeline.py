@@ -291,7 +291,7 @@ def _copy_saved_mutated_inputs(gm) -> None:
     of it in the backward), and the backward then failed its version check (fuzz seed 107: x.zero_()
     then x.mul_(w)). The copy has the input's strides, which the backward reads it with: a clone of a
     dense input, else (gaps between its elements, fuzz seed 252: x[::2].fill_(0.5).mul_(w)) a copy
-    into an empty tensor of those strides; not for symbolic strides.
+    into an empty tensor of those strides (a dynamic graph's read from the input).
     """
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -303,29 +303,40 @@ def _copy_saved_mutated_inputs(gm) -> None:
     mutated = {p for p, info in zip(placeholders, fw.input_info) if info.mutates_data}
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outs, copies = list(output.args[0]), {}
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")   # new nodes go before it, in order
     for j in range(fw.num_forward_returns, len(outs)):
         p = outs[j]
         val = p.meta.get("val") if p in mutated else None
         if p not in copies and isinstance(val, torch.Tensor):
             copied = torch.ops.aten.clone.default(val)
-            with gm.graph.inserting_after(placeholders[-1]):
+            with gm.graph.inserting_before(first):
                 if all(statically_known_true(a == b) for a, b in zip(copied.stride(), val.stride())):
                     copies[p] = gm.graph.call_function(torch.ops.aten.clone.default, (p,))
-                elif any(isinstance(d, torch.SymInt) for d in (*val.size(), *val.stride())):
-                    continue
                 else:   # a strided input (gaps between its elements): a copy with its very strides
                     copied = val.new_empty_strided(val.size(), val.stride())
+                    # a dynamic graph's sizes and strides read from the input (fuzz seed 263 prog 266)
+                    sizes = [_input_dim(gm, p, torch.ops.aten.sym_size.int, d, n) for d, n in enumerate(val.size())]
+                    strides = [_input_dim(gm, p, torch.ops.aten.sym_stride.int, d, st)
+                               for d, st in enumerate(val.stride())]
                     fresh = gm.graph.call_function(torch.ops.aten.empty_strided.default, (
-                        list(val.size()), list(val.stride())), {"dtype": val.dtype, "device": val.device})
+                        sizes, strides), {"dtype": val.dtype, "device": val.device})
                     fresh.meta["val"] = copied
-                    with gm.graph.inserting_after(fresh):
-                        copies[p] = gm.graph.call_function(torch.ops.aten.copy.default, (fresh, p))
+                    copies[p] = gm.graph.call_function(torch.ops.aten.copy.default, (fresh, p))
             copies[p].meta["val"] = copied
         if p in copies:
             outs[j] = copies[p]
     if copies:
         output.update_arg(0, type(output.args[0])(outs))
         gm.recompile()
+
+
+def _input_dim(gm, p, op, d: int, value):
+    """`value` (size or stride `d` of input `p`) as an int, or as an FX node that reads it from `p`."""
+    if not isinstance(value, torch.SymInt):
+        return value
+    node = gm.graph.call_function(op, (p, d))
+    node.meta["val"] = value
+    return node
 
 
 def _static_input_idxs(gm, kind: str) -> tuple[int, ...]:

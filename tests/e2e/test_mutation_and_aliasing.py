@@ -195,9 +195,14 @@ def test_a_strided_input_filled_in_place_then_scaled_by_a_parameter_trains(devic
     def g(x, w):
         return torch.ones_like(x, memory_format=torch.contiguous_format).mul(w), x.mul_(2)
 
-    for fn in (f, g):
+    def h(x, w):   # fuzz seed 263 prog 266, in a dynamic graph: the copy's strides are symbols
+        x.zero_()
+        return (x.mul_(w),)
+
+    dynamic = dict(dynamic=True, options={"dynamic_shapes": "symbolic"})
+    for fn, options in ((f, {}), (g, {}), (f, dynamic), (h, dynamic)):
         grads = []
-        for run in (fn, torch.compile(fn, backend="mini_inductor")):
+        for run in (fn, torch.compile(fn, backend="mini_inductor", **options)):
             gen = torch.Generator().manual_seed(0)
             x = torch.randn(6, generator=gen).to(device)[::2]
             w = torch.randn(3, generator=gen).to(device, torch.float16).requires_grad_()
