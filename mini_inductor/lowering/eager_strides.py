@@ -30,8 +30,11 @@ import logging
 import operator
 from typing import Any, Sequence
 
+import sympy
 import torch
 import torch.fx
+
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from .layout_opt import is_non_overlapping_and_dense
 
@@ -307,27 +310,37 @@ def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
             if new is not None:
                 val = node.meta["val"] = new
                 changed.setdefault(node, old)
-        want, index = _eager_strides(node)
-        if want is None:
-            continue
-        # size-1 dims' strides too: nothing reads them, but a later op orders its output's dims by them
-        # (an advanced index of a permutation: fuzz seed 259 prog 339, and a pointwise op between)
-        exact = node.target in _SORTS or index is None
-        for k in (index if isinstance(index, tuple) else (index,)):
-            current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
-            if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
-                    list(map(str, current.stride())) == list(map(str, want)) if exact
-                    else _same_where_observable(current, want)):
-                continue
-            fixed = _restrided(current, want)
-            if fixed is None:
-                continue
-            val = node.meta["val"] = fixed if k is None else type(val)(
-                fixed if i == k else v for i, v in enumerate(val))
-            changed.setdefault(node, old)
+        try:
+            _correct(node, val, old, changed)
+        except GuardOnDataDependentSymNode as e:   # a size read from data decides it: the FakeTensor's stay
+            log.debug("eager strides: %s left as traced: %s", node.name, e)
     if changed:
         log.debug("eager strides: %d FX nodes restrided (%s)", len(changed), ", ".join(n.name for n in changed))
     return changed
+
+
+def _correct(node: torch.fx.Node, val, old, changed: dict) -> None:
+    """Give `node` eager's strides where `_eager_strides` knows them and they differ (`changed` gets it)."""
+    want, index = _eager_strides(node)
+    if want is None:
+        return
+    # size-1 dims' strides too, where the FakeTensor's are known to differ from eager's: nothing reads
+    # them, but a later op orders its output's dims by them (an advanced index of a permutation:
+    # fuzz seed 259 prog 339; a pointwise op with a number between). Not for other ops: empty_like
+    # kernels (clone, hardtanh) keep a dense input's, as the FakeTensor does (review, session 31)
+    exact = node.target in _SORTS or node.target is aten.index.Tensor or _exact_pointwise(node)
+    for k in (index if isinstance(index, tuple) else (index,)):
+        current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
+        if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
+                list(map(str, current.stride())) == list(map(str, want)) if exact
+                else _same_where_observable(current, want)):
+            continue
+        fixed = _restrided(current, want)
+        if fixed is None:
+            continue
+        val = node.meta["val"] = fixed if k is None else type(val)(
+            fixed if i == k else v for i, v in enumerate(val))
+        changed.setdefault(node, old)
 
 
 def first_saved_output() -> int:
@@ -349,6 +362,9 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
         return (list(x.stride()) if _dense_at_hints(x) else None), (0, 1)
     if target is aten.index.Tensor:
         return _index_node_strides(node), None
+    if target in _CONTIGUOUS_OUTPUT:
+        val = node.meta.get("val")
+        return (_contiguous_strides(list(val.shape)) if isinstance(val, torch.Tensor) else None), None
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
         if target in _BATCH_NORMS:
             return _symbolic_batch_norm_strides(node), 0
@@ -373,9 +389,40 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
                                _wrapped_number(target, args, kwargs)), None
 
 
-# binary ops whose `.Scalar` overload computes with the number as an operand of its TensorIterator
+# binary ops whose number overloads (`.Scalar`, `.Scalar_Tensor`, `.Scalar_Other`, `.x_scalar`, ...) compute
+# with the number as an operand of their TensorIterator (not pow's: pow.Scalar allocates a contiguous
+# output, pow.Tensor_Scalar takes its exponent as a parameter; nor lerp's weight)
 _SCALAR_OPERAND = {"add", "sub", "rsub", "mul", "div", "remainder", "fmod", "floor_divide", "eq", "ne", "lt",
-                   "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "maximum", "minimum"}
+                   "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "maximum", "minimum",
+                   "copysign", "xlogy", "special_xlog1py", "special_zeta"}
+_SCALAR_OVERLOADS = {"Scalar", "Scalar_Tensor", "Scalar_Self", "Scalar_Other"}
+
+
+def _contiguous_strides(shape: list) -> list:
+    """Row-major strides of `shape` (ints or SymInts)."""
+    out, acc = [0] * len(shape), 1
+    for d in reversed(range(len(shape))):
+        out[d] = acc
+        acc = acc * shape[d]
+    return out
+
+
+def _exact_pointwise(node: torch.fx.Node) -> bool:
+    """A pointwise op with a number operand that eager itself runs (not one of a decomposition's: eager's
+    threshold is one kernel on its fast path, its decomposition's `le` is not)."""
+    original = node.meta.get("original_aten")   # (compared by name: the objects can differ)
+    if original is not None and str(original) != str(node.target) and not _scalar_overload(original):
+        return False   # (rsub.Scalar decomposed to a sub still had its number operand)
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    return _is_pointwise(node.target) and _wrapped_number(node.target, args, kwargs)
+
+
+def _scalar_overload(target) -> bool:
+    """A binary op's overload that takes a number as an operand of its TensorIterator."""
+    overload = getattr(target, "_overloadname", "")
+    packet = getattr(getattr(target, "overloadpacket", None), "__name__", "")
+    return (overload in _SCALAR_OVERLOADS or overload.endswith("_scalar")) and (
+        packet in _SCALAR_OPERAND or (packet.startswith("special_") and "polynomial" in packet))
 
 
 def _wrapped_number(target, args, kwargs) -> bool:
@@ -386,8 +433,7 @@ def _wrapped_number(target, args, kwargs) -> bool:
     schema = getattr(target, "_schema", None)
     if schema is None:
         return False
-    scalar_operand = getattr(target, "_overloadname", "") == "Scalar" and \
-        getattr(getattr(target, "overloadpacket", None), "__name__", "") in _SCALAR_OPERAND
+    scalar_operand = _scalar_overload(target)
     values = list(zip(schema.arguments, args)) + [(a, kwargs[a.name]) for a in schema.arguments if a.name in kwargs]
     for arg, value in values:
         if isinstance(value, (int, float, complex)) and not isinstance(value, torch.SymInt):
@@ -495,12 +541,26 @@ def _symbolic_batch_norm_strides(node: torch.fx.Node) -> list | None:
 
 
 def _hint(n) -> int:
-    return n if isinstance(n, int) else int(n.node.hint)
+    """A size's value at tracing, or for one read from data (unbacked, no hint) the value the compiler
+    assumes for it (symbolic.UNBACKED_HINT within its range)."""
+    if isinstance(n, int):
+        return n
+    if n.node.hint is not None:
+        return int(n.node.hint)
+    from . import symbolic
+    expr = n.node.expr
+    if not isinstance(expr, sympy.Symbol):
+        raise TypeError(f"no hint for {expr}")
+    return int(symbolic._unbacked_hint(n.node.shape_env, expr))
 
 
 # pointwise-tagged ops whose eager kernel does not lay its output out by TensorIterator's rule:
 # masked_fill fills a contiguous copy of self, mvlgamma sums over an added dim
 _OWN_LAYOUT = {aten.masked_fill, aten.mvlgamma}
+# and single overloads whose eager output is a new contiguous tensor, whatever the input's layout: a
+# number to the power of a tensor (review, session 31: `2 ** x` of a transposed x came out transposed,
+# as its FakeTensor says)
+_CONTIGUOUS_OUTPUT = {aten.pow.Scalar, aten.float_power.Scalar}
 
 
 def _static(val) -> bool:
@@ -511,7 +571,8 @@ def _static(val) -> bool:
 @functools.lru_cache(maxsize=None)   # one entry per op the graphs call
 def _is_pointwise(target) -> bool:
     tags = getattr(target, "tags", ())
-    if torch.Tag.pointwise not in tags or getattr(target, "overloadpacket", None) in _OWN_LAYOUT:
+    if torch.Tag.pointwise not in tags or getattr(target, "overloadpacket", None) in _OWN_LAYOUT or \
+            target in _CONTIGUOUS_OUTPUT:
         return False
     schema = getattr(target, "_schema", None)   # in-place and out= forms write a tensor they were given
     return bool(schema) and not any(a.alias_info is not None for a in schema.arguments) and \

@@ -254,3 +254,40 @@ def test_index_strides_are_eagers_over_random_layouts_and_indices():
         assert index_strides(x, indices) == list(want.stride()), (x.shape, x.stride(), indices)
         checked += 1
     assert checked == 600
+
+
+_SIZE_ONE_CASES = {   # op, x's shape and strides, a permutation, the dim indexed after it
+    "clone": (lambda x: x.clone(), (2, 1, 1), (1, 100, 1), [0, 2, 1], 1),
+    "isinf": (torch.isinf, (3, 2, 3, 1), (3, 9, 1, 2), [0, 3, 2, 1], 2),
+    "threshold": (lambda x: F.threshold(x, 0.1, 20.0), (1, 2, 3), (2, 3, 1), [1, 2, 0], 1),
+    "xlogy": (lambda x: torch.xlogy(x, 2.0), (2, 2, 1, 1), (2, 1, 2, 100), [0, 1, 3, 2], 1),
+    "hardtanh": (F.hardtanh, (3, 1, 2, 3), (6, 1, 3, 1), [2, 3, 0, 1], 2),
+    "pow_scalar": (lambda x: 2 ** x, (2, 2, 2), (2, 4, 1), [0, 1, 2], 2),
+}
+
+
+@pytest.mark.parametrize("case", list(_SIZE_ONE_CASES))
+def test_a_size_one_dims_stride_read_by_an_index_is_eagers_after_more_ops(case, device):
+    # review, session 31: taking the exact size-1 strides of every pointwise op overwrote right ones:
+    # clone and hardtanh keep a dense input's (empty_like), threshold's decomposition has a number
+    # operand that eager's single kernel does not; and 2 ** x is a new contiguous tensor in eager
+    op, shape, stride, perm, k = _SIZE_ONE_CASES[case]
+    x = torch.empty_strided(shape, stride, device=device).uniform_(0.5, 1.5)
+    n = [shape[d] for d in perm][k]
+    idx = torch.arange(n, device=device).flip(0).repeat(2)[:max(2, n)]
+    check(lambda x, idx: op(x).permute(perm)[(slice(None),) * k + (idx,)], x, idx)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_index_by_data_sized_indices_has_eagers_strides(dynamic, device):
+    # review, session 31: with the index from nonzero, the sizes read from data had no hint and the
+    # FakeTensor's layout stayed
+    def fn(x, m):
+        return torch.ops.aten.index.Tensor(x * 2, [None, None, m.nonzero().squeeze(1)])
+    x = torch.randn(80, device=device).as_strided((3, 1, 4, 5), (20, 4, 1, 4))
+    m = torch.tensor([True, False, True, False], device=device)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        got = torch.compile(fn, backend="mini_inductor", dynamic=dynamic)(x, m)
+    want = fn(x, m)
+    observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]   # noqa: E731
+    assert observable(got) == observable(want) and torch.equal(got, want), (got.stride(), want.stride())
