@@ -15,6 +15,7 @@ from . import package_files
 _catalog = package_files.examples
 TransformerBlock = _catalog.TransformerBlock
 DecoderStack, NormHeavy, MLPWithNorm = _catalog.DecoderStack, _catalog.NormHeavy, _catalog.MLPWithNorm
+HFOutput = _catalog.HFOutput
 
 
 @dataclasses.dataclass
@@ -80,18 +81,6 @@ def resnet_b16(device, dtype):
     return Workload("resnet18_b16", m, [torch.randn(16, 3, 224, 224, device=device, dtype=dtype)])
 
 
-class _HFOutput(nn.Module):
-    """A Hugging Face model called with the workload's inputs as the keyword arguments `names` (and
-    `extra`), returning the tensor `field` of its ModelOutput: the suite compares tensors."""
-
-    def __init__(self, model, names, field, **extra):
-        super().__init__()
-        self.model, self.names, self.field, self.extra = model, tuple(names), field, extra
-
-    def forward(self, *inputs):
-        return getattr(self.model(**dict(zip(self.names, inputs)), **self.extra), self.field)
-
-
 def _hf_eager(model):
     # the attention written out (matmul, mask, softmax, matmul), not SDPA: what a compiler has to fuse
     assert model.config._attn_implementation == "eager", model.config._attn_implementation
@@ -108,7 +97,7 @@ def hf_gpt2(device, dtype):
     # GPT-2 small's widths, 4 layers, one sequence of 512 tokens, Hugging Face's eager attention
     config = GPT2Config(n_layer=4, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257,
                         use_cache=False, attn_implementation="eager")
-    m = _seeded(lambda: _HFOutput(_hf_eager(GPT2LMHeadModel(config)), ["input_ids"], "logits", use_cache=False))
+    m = _seeded(lambda: HFOutput(_hf_eager(GPT2LMHeadModel(config)), ["input_ids"], "logits", use_cache=False))
     m = m.to(device, dtype).eval()
     return Workload("hf_gpt2_4x768", m, [_token_ids(50257, (1, 512), device)])
 
@@ -119,7 +108,7 @@ def hf_bert(device, dtype):
     config = BertConfig(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
                         attn_implementation="eager")
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    m = _seeded(lambda: _HFOutput(_hf_eager(BertModel(config, add_pooling_layer=False)), names,
+    m = _seeded(lambda: HFOutput(_hf_eager(BertModel(config, add_pooling_layer=False)), names,
                                   "last_hidden_state"))
     m = m.to(device, dtype).eval()
     b, t = 8, 512
@@ -133,7 +122,7 @@ def hf_vit(device, dtype):
     from transformers import ViTConfig, ViTModel
     # ViT-B/16 at 224, batch 16
     config = ViTConfig(attn_implementation="eager")
-    m = _seeded(lambda: _HFOutput(_hf_eager(ViTModel(config, add_pooling_layer=False)), ["pixel_values"],
+    m = _seeded(lambda: HFOutput(_hf_eager(ViTModel(config, add_pooling_layer=False)), ["pixel_values"],
                                   "last_hidden_state"))
     m = m.to(device, dtype).eval()
     return Workload("hf_vit_b16_224_b16", m, [torch.randn(16, 3, 224, 224, device=device, dtype=dtype)])

@@ -192,6 +192,19 @@ class MLPWithNorm(nn.Module):
         return x
 
 
+class HFOutput(nn.Module):
+    """A Hugging Face model (benchmarks/models.py builds them where transformers is installed) called
+    with its positional inputs as the keyword arguments `names` (and `extra`), returning the tensor
+    `field` of its ModelOutput: the benchmark suite compares tensors."""
+
+    def __init__(self, model: nn.Module, names, field: str, **extra):
+        super().__init__()
+        self.model, self.names, self.field, self.extra = model, tuple(names), field, extra
+
+    def forward(self, *inputs):
+        return getattr(self.model(**dict(zip(self.names, inputs)), **self.extra), self.field)
+
+
 def linear_silu_stack(width: int, depth: int) -> nn.Sequential:
     """`depth` small Linear → SiLU pairs: at a small batch, launch-bound."""
     layers = []

@@ -465,6 +465,12 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
     except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
         log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
         return None
+    return _in_order_over(val, strides, shape)
+
+
+def _in_order_over(val: torch.Tensor, strides: list[int], shape: list[int]) -> list:
+    """Dense strides over `val`'s symbolic sizes, its dims in the order `strides` (of the traced sizes
+    `shape`) gives them."""
     out: list = [0] * val.dim()
     acc = 1
     for d in sorted(range(val.dim()), key=lambda d: (strides[d], shape[d])):   # innermost first
@@ -495,15 +501,7 @@ def _index_node_strides(node: torch.fx.Node) -> list | None:
     except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
         log.debug("eager strides: no index layout for %s: %s", node.name, e)
         return None
-    if strides is None:
-        return None
-    shape = [_hint(n) for n in val.shape]
-    out: list = [0] * val.dim()
-    acc = 1
-    for d in sorted(range(val.dim()), key=lambda d: (strides[d], shape[d])):   # innermost first
-        out[d] = acc
-        acc = acc * val.shape[d]
-    return out
+    return None if strides is None else _in_order_over(val, strides, [_hint(n) for n in val.shape])
 
 
 def _dense_at_hints(x) -> bool:

@@ -465,6 +465,17 @@ def test_an_item_feeding_a_size_is_read_at_run_time_and_the_rest_is_generated(de
         assert_same_tensor(a, e, f"k=0 output {i}")
 
 
+def _trains_as_eager(f, compiled, inputs, what: str) -> None:
+    """f and its compiled form give the same loss and input gradients on copies of `inputs`."""
+    eager_inputs, compiled_inputs = [[t.clone().requires_grad_() for t in inputs] for _ in range(2)]
+    expected, got = f(*eager_inputs), compiled(*compiled_inputs)
+    expected.backward()
+    got.backward()
+    assert_same_tensor(got, expected, f"{what}: output")
+    for i, (a, e) in enumerate(zip(compiled_inputs, eager_inputs)):
+        assert_same_tensor(a.grad, e.grad, f"{what}: grad of input {i}")
+
+
 @DATA_SIZES
 def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
     # review, session 30: CSE merges the second x[x > 0] into the first, but Dynamo's check that their
@@ -477,13 +488,7 @@ def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(9, generator=gen) if seed != 2 else -torch.rand(9, generator=gen)   # (none selected)
         w = torch.randn(3, generator=gen)
-        (xe, we), (xc, wc) = [[t.clone().requires_grad_() for t in (x, w)] for _ in range(2)]
-        expected, got = f(xe, we), compiled(xc, wc)
-        expected.backward()
-        got.backward()
-        assert_same_tensor(got, expected, f"seed {seed} output")
-        assert_same_tensor(xc.grad, xe.grad, f"seed {seed} grad of x")
-        assert_same_tensor(wc.grad, we.grad, f"seed {seed} grad of w")
+        _trains_as_eager(f, compiled, (x, w), f"seed {seed}")
     records = metrics.compiled_graphs
     assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], [r.summary() for r in records]
     for r in records:
@@ -504,13 +509,7 @@ def test_a_backward_that_recomputes_a_selection_sized_by_its_input_compiles_once
         x = -torch.rand(n, generator=gen) - 0.1
         x[:k] = torch.rand(k, generator=gen) + 0.5
         w = torch.randn(3, generator=gen)
-        (xe, we), (xc, wc) = [[t.clone().requires_grad_() for t in (x, w)] for _ in range(2)]
-        expected, got = f(xe, we), compiled(xc, wc)
-        expected.backward()
-        got.backward()
-        assert_same_tensor(got, expected, f"{n}, {k}: output")
-        assert_same_tensor(xc.grad, xe.grad, f"{n}, {k}: grad of x")
-        assert_same_tensor(wc.grad, we.grad, f"{n}, {k}: grad of w")
+        _trains_as_eager(f, compiled, (x, w), f"{n}, {k}")
     backwards = [r for r in metrics.compiled_graphs if r.name.startswith("backward")]
     assert len(backwards) == (1 if dynamic else 2), [r.summary() for r in metrics.compiled_graphs]
     assert all(r.ran_eagerly is None and r.dynamic_fallback is None for r in backwards), \

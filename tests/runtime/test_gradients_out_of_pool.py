@@ -37,8 +37,9 @@ def test_parameter_gradients_get_fresh_aligned_memory_with_their_values():
     assert new[4].untyped_storage().data_ptr() != new[0].untyped_storage().data_ptr()
 
 
-def test_autograd_adopts_the_moved_gradients_instead_of_copying_them():
-    p, q = torch.nn.Parameter(torch.zeros(7, 5)), torch.nn.Parameter(torch.zeros(7))
+def two_parameter_step(p, q, pool_values):
+    """`step()`: a backward of p and q whose gradients come out of one mover, as a compiled backward's
+    do; `pool_values()` gives the pool tensors (held while the mover runs, as the tree's pins hold them)."""
     mover = GradientsOutOfPool((0, 1))
 
     class Step(torch.autograd.Function):
@@ -48,16 +49,21 @@ def test_autograd_adopts_the_moved_gradients_instead_of_copying_them():
 
         @staticmethod
         def backward(ctx, g):
-            pool = (torch.full((5, 7), 2.0).t(), torch.full((7,), 3.0))
-            held = pool   # the tree's pins: the pool tensors stay referenced, as on the GPU
+            held = pool_values()
             new, moved = mover(held)
             assert moved == {0, 1}
             return new[0], new[1]
-    Step.apply(p, q).backward()
+    return lambda: Step.apply(p, q).backward()
+
+
+def test_autograd_adopts_the_moved_gradients_instead_of_copying_them():
+    p, q = torch.nn.Parameter(torch.zeros(7, 5)), torch.nn.Parameter(torch.zeros(7))
+    step = two_parameter_step(p, q, lambda: (torch.full((5, 7), 2.0).t(), torch.full((7,), 3.0)))
+    step()
     assert torch.equal(p.grad, torch.full((7, 5), 2.0)) and torch.equal(q.grad, torch.full((7,), 3.0))
     # adopted: both gradients are still in the one buffer the mover allocated
     assert p.grad.untyped_storage().data_ptr() == q.grad.untyped_storage().data_ptr()
-    Step.apply(p, q).backward()   # accumulation adds in place, as for any gradient
+    step()   # accumulation adds in place, as for any gradient
     assert torch.equal(p.grad, torch.full((7, 5), 4.0)) and torch.equal(q.grad, torch.full((7,), 6.0))
 
 
@@ -119,19 +125,10 @@ def test_a_gradient_a_hook_kept_is_not_what_later_steps_accumulate_into():
     # so that AccumulateGrad would still adopt it) let AccumulateGrad adopt the very tensor a hook
     # had kept, and the next micro-batch's gradient was added into the user's logged tensor
     p, q = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(3))
-    mover, k = GradientsOutOfPool((0, 1)), [0]
-
-    class Step(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b):
-            return a.sum() + b.sum()
-
-        @staticmethod
-        def backward(ctx, g):
-            k[0] += 1
-            return tuple(mover((torch.full((4,), float(k[0])), torch.full((3,), float(k[0]))))[0])
+    k = iter(range(1, 10))
+    step = two_parameter_step(p, q, lambda: (torch.full((4,), float(v := next(k))), torch.full((3,), float(v))))
     log = []
     p.register_hook(lambda g: log.append(g))
-    Step.apply(p, q).backward()
-    Step.apply(p, q).backward()   # accumulated into p.grad
+    step()
+    step()   # accumulated into p.grad
     assert [t[0].item() for t in log] == [1.0, 2.0] and p.grad[0].item() == 3.0
