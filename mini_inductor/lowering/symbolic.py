@@ -145,7 +145,27 @@ def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
             r = ranges.get(sym.name)
             if r is not None and isinstance(r.upper, sympy.Integer):   # (torch's int_oo is no Integer)
                 shapes.bounds[sym] = int(r.upper)
+        _rederive_stale(gm, {s.name for s in shapes.known()})
     return shapes
+
+
+def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:
+    """FakeTensors that name a data-dependent symbol no input or node of this graph gives, computed
+    again from their inputs'. Common-subexpression elimination merges the second of two equal
+    data-dependent ops (`x[x > 0]` twice: u0, u1) into the first, and the backward's nodes keep u1 in
+    their FakeTensors while their arguments give u0 (`expand(s, [sym_size_int])` is "f32[u1]" with
+    sym_size_int = u0): the backward ran eagerly ("no hint for a size: u1"; review, session 31)."""
+    from .eager_strides import _rerun
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or val is None:
+            continue
+        stale = {s.name for s in free_unbacked_symbols(val)} - known
+        if not stale:
+            continue
+        new = _rerun(node)
+        if new is not None and not ({s.name for s in free_unbacked_symbols(new)} - known):
+            node.meta["val"] = new
 
 
 # what heuristics take an unbacked size to be (within its range): Inductor's default guess too

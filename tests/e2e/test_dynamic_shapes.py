@@ -496,6 +496,23 @@ def test_the_same_mask_selection_twice_trains_with_its_merged_size_check():
 
 
 @DATA_SIZES
+def test_a_backward_whose_fake_tensors_name_a_merged_selections_length_compiles():
+    # second review, session 31: CSE merged the second x[x > 0] into the first; the backward's
+    # expand(s, [sym_size_int]) still said "f32[u1]" while its argument gives u0, and the backward ran
+    # eagerly ("no hint for a size: u1")
+    def f(x):
+        return (x[x > 0] - x[x > 0].mean()).pow(2).sum()
+    compiled = torch.compile(f, backend="mini_inductor", options={"dynamic_shapes": "symbolic"})
+    for seed in range(3):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
+        x[0, 0] = 1.0   # at least one selected
+        _trains_as_eager(f, compiled, (x,), f"seed {seed}")
+    records = metrics.compiled_graphs
+    assert all(r.ran_eagerly is None for r in records), [r.summary() for r in records]
+    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], [r.summary() for r in records]
+
+
+@DATA_SIZES
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_a_backward_that_recomputes_a_selection_sized_by_its_input_compiles_once(dynamic):
     # review, session 31: the partitioner recomputes x[x > 0] in the backward, whose input (the saved
