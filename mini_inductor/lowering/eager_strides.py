@@ -151,8 +151,8 @@ def index_strides(x: torch.Tensor, indices: Sequence) -> list[int] | None:
     src_shape = list(base.shape[:first]) + shape + list(base.shape[last + 1:])
     src_stride = list(base.stride()[:first]) + [0] * len(shape) + list(base.stride()[last + 1:])
     src = torch.empty_strided(src_shape, src_stride, dtype=x.dtype, device="meta")
-    around = [[1] * first + shape + [1] * (base.dim() - last - 1)]
-    viewed = [t.reshape(around[0]) for t in idx if t is not None]
+    around = [1] * first + shape + [1] * (base.dim() - last - 1)
+    viewed = [t.reshape(around) for t in idx if t is not None]
     return elementwise_strides(src_shape, [src] + viewed)
 
 
@@ -306,7 +306,7 @@ def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
         val = node.meta.get("val")
         old = val
         if any(a in changed for a in node.all_input_nodes) and not _writes_arguments(node.target):
-            new = _rerun(node)
+            new = rerun(node)
             if new is not None:
                 val = node.meta["val"] = new
                 changed.setdefault(node, old)
@@ -413,8 +413,10 @@ def _exact_pointwise(node: torch.fx.Node) -> bool:
     original = node.meta.get("original_aten")   # (compared by name: the objects can differ)
     if original is not None and str(original) != str(node.target) and not _scalar_overload(original):
         return False   # (rsub.Scalar decomposed to a sub still had its number operand)
+    if not _is_pointwise(node.target):
+        return False
     args, kwargs = _metas_of((node.args, node.kwargs))
-    return _is_pointwise(node.target) and _wrapped_number(node.target, args, kwargs)
+    return _wrapped_number(node.target, args, kwargs)
 
 
 def _scalar_overload(target) -> bool:
@@ -456,9 +458,7 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
     if not operands or any(t.device != val.device and t.dim() > 0 for t in operands):
         return None
     try:
-        with mode:   # stand-ins of the traced sizes: deciding on the SymInts would guard on them
-            traced = [torch.empty_strided([_hint(n) for n in t.shape], [_hint(st) for st in t.stride()],
-                                          dtype=t.dtype, device=t.device) for t in operands]
+        traced = _traced(mode, operands)
         shape = [_hint(n) for n in val.shape]
         strides = elementwise_strides(shape, as_iterated(node.target, traced, val.dtype),
                                       _wrapped_number(node.target, args, kwargs))
@@ -466,6 +466,14 @@ def _symbolic_pointwise_strides(node: torch.fx.Node) -> list | None:
         log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
         return None
     return _in_order_over(val, strides, shape)
+
+
+def _traced(mode, tensors: list) -> list:
+    """Stand-ins of `tensors` (None kept) at the sizes the graph was traced with: deciding on the
+    SymInts themselves would guard on them."""
+    with mode:
+        return [None if t is None else torch.empty_strided([_hint(n) for n in t.shape], [_hint(st) for st in t.stride()],
+                                                           dtype=t.dtype, device=t.device) for t in tensors]
 
 
 def _in_order_over(val: torch.Tensor, strides: list[int], shape: list[int]) -> list:
@@ -493,10 +501,7 @@ def _index_node_strides(node: torch.fx.Node) -> list | None:
     if mode is None:
         return None
     try:
-        with mode:   # stand-ins of the traced sizes: deciding on the SymInts would guard on them
-            traced = [None if t is None else torch.empty_strided([_hint(n) for n in t.shape],
-                                                                 [_hint(st) for st in t.stride()],
-                                                                 dtype=t.dtype, device=t.device) for t in tensors]
+        traced = _traced(mode, tensors)
         strides = index_strides(traced[0], traced[1:])
     except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
         log.debug("eager strides: no index layout for %s: %s", node.name, e)
@@ -586,16 +591,19 @@ def _metas_of(tree):
     return torch.fx.node.map_arg(tree, lambda n: n.meta.get("val"))
 
 
-def _rerun(node: torch.fx.Node):
+def rerun(node: torch.fx.Node):
     """`node`'s FakeTensor computed again from its inputs' (some restrided), or None if it cannot be."""
     if node.target is operator.getitem:
         seq, i = _metas_of(node.args)
         return seq[i] if isinstance(seq, (list, tuple)) else None
-    mode = _fake_mode(node.meta.get("val"))
-    if mode is None:
+    val = node.meta.get("val")
+    mode = _fake_mode(val)
+    if mode is None and not isinstance(val, (torch.SymInt, torch.SymBool)):
         return None
     args, kwargs = _metas_of((node.args, node.kwargs))
     try:
+        if mode is None:   # arithmetic and comparisons on sizes (`sym_size_int == sym_size_int`)
+            return node.target(*args, **kwargs)
         with mode:
             return node.target(*args, **kwargs)
     except Exception as e:   # noqa: BLE001  (the old FakeTensor stays; lowering is then as before)

@@ -259,8 +259,6 @@ class GraphLowering:
         if node.meta.get("unbacked_bindings") or node.name in self._defines_unbacked:
             return self._define_unbacked(node, target, args, kwargs)
         size = _size_value(node)
-        if size is None:
-            size = _size_from_args(node, args)
         if size is not None:
             return size
         if target is aten._assert_scalar.default and args and args[0] is sympy.true:
@@ -719,31 +717,6 @@ def _size_value(node: torch.fx.Node):
     try:
         expr = to_expr(val)
     except NotImplementedError:
-        return None
-    return expr if expr.free_symbols <= symbolic.current().known() else None
-
-
-# Python's operators on sizes, as Dynamo records them (`sym_size_int == sym_size_int`)
-_SIZE_OPERATORS = {operator.eq: sympy.Eq, operator.ne: sympy.Ne, operator.ge: sympy.Ge, operator.gt: sympy.Gt,
-                   operator.le: sympy.Le, operator.lt: sympy.Lt, operator.add: operator.add,
-                   operator.sub: operator.sub, operator.mul: operator.mul, operator.neg: operator.neg}
-
-
-def _size_from_args(node: torch.fx.Node, args) -> sympy.Expr | None:
-    """A size node whose FakeTensor value names a symbol no node defines, computed from its arguments.
-
-    Common-subexpression elimination merges the second of two equal data-dependent ops (`x[x > 0]`
-    twice: u0 and u1) into the first, but the checks Dynamo traced keep their values: `sym_size_int ==
-    sym_size_int` still says Eq(u0, u1), and the wrapper read u1, which nothing defines (NameError,
-    review, session 30). From the arguments it is Eq(u0, u0): true."""
-    fn = _SIZE_OPERATORS.get(node.target)
-    if fn is None or node.kwargs or not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool)):
-        return None
-    if not all(isinstance(a, (int, sympy.Expr)) and not isinstance(a, bool) for a in args):
-        return None
-    try:
-        expr = sympy.sympify(fn(*map(sympy.sympify, args)))
-    except (TypeError, ValueError):
         return None
     return expr if expr.free_symbols <= symbolic.current().known() else None
 

@@ -154,8 +154,10 @@ def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:
     again from their inputs'. Common-subexpression elimination merges the second of two equal
     data-dependent ops (`x[x > 0]` twice: u0, u1) into the first, and the backward's nodes keep u1 in
     their FakeTensors while their arguments give u0 (`expand(s, [sym_size_int])` is "f32[u1]" with
-    sym_size_int = u0): the backward ran eagerly ("no hint for a size: u1"; review, session 31)."""
-    from .eager_strides import _rerun
+    sym_size_int = u0): the backward ran eagerly ("no hint for a size: u1"; review, session 31); the
+    forward's size check `sym_size_int == sym_size_int` said Eq(u0, u1), and the wrapper read u1
+    (NameError, review, session 30); from its arguments it is true."""
+    from .eager_strides import rerun
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if node.op != "call_function" or val is None:
@@ -163,7 +165,7 @@ def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:
         stale = {s.name for s in free_unbacked_symbols(val)} - known
         if not stale:
             continue
-        new = _rerun(node)
+        new = rerun(node)
         if new is not None and not ({s.name for s in free_unbacked_symbols(new)} - known):
             node.meta["val"] = new
 
