@@ -44,7 +44,7 @@ from 1/0, true/false, yes/no, on/off), and anything else is an OptionError namin
 | attention_data_masks | MINI_INDUCTOR_ATTENTION_DATA_MASKS | True (an input holding ones(...).tril() is read as causal, under a guard; False: data) |
 | matmul_templates     | MINI_INDUCTOR_MATMUL_TEMPLATES   | "auto" (CUDA: a Triton template where an epilogue fuses and the cost model prefers it; "always"; "off") |
 | cublaslt_activations | MINI_INDUCTOR_CUBLASLT_ACTIVATIONS | True (relu/tanh-GELU after an addmm in cuBLASLt's epilogue; False: the addmm and a kernel, or a template) |
-| matmul_tma           | MINI_INDUCTOR_MATMUL_TMA         | False (templates load 2-byte operands through TMA descriptors where their layouts allow; not yet timed on a GPU) |
+| matmul_tma           | MINI_INDUCTOR_MATMUL_TMA         | False (templates load 2-byte operands through TMA descriptors where their layouts allow; slower on an H200, session 31) |
 """
 from __future__ import annotations
 
