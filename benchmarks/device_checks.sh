@@ -12,7 +12,7 @@
 #   suite      benchmarks.suite, GPT-2 (causal) and the decoder in float32, against Inductor
 #   suite_models  the same for the held-out suite's families: ResNet-18 batch 16 and Hugging Face's GPT-2
 #              (4 layers, eager attention), float32 (240 s; session 31 took about 80 s a model);
-#              suite_models2: BERT-base and ViT-B/16 (240 s)
+#              suite_models2: BERT-base and ViT-B/16 (240 s); suite_vit: ViT-B/16 alone (150 s)
 #   cudagraph_tests  pytest -m gpu over tests/cudagraphs and tests/runtime alone (200 s; 120 s with -n 4
 #              was not enough)
 #   suite_hf   the same for GPT-2 with HF's registered causal `bias` buffer (read as causal by its data)
@@ -87,6 +87,9 @@ for step in "${steps[@]}"; do
         suite_models2) run suite_models2 240 python3 -m benchmarks.suite --models hf_bert,hf_vit \
                    --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
                    --out "$OUT/suite_models2" ;;
+        suite_vit) run suite_vit 150 python3 -m benchmarks.suite --models hf_vit \
+                   --backends eager,inductor_reduce_overhead,mini_inductor --dtype float32 --no-warm \
+                   --out "$OUT/suite_vit" ;;
         cudagraph_tests) run cudagraph_tests 200 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests/cudagraphs \
                    tests/runtime -rfE --tb=short ;;
         suite_hf) run suite_hf 100 python3 -m benchmarks.suite --models gpt2_hf_causal \
