@@ -1,7 +1,7 @@
 """cuBLASLt's addmm (bias in its epilogue) against the plain mm whose bias would go to the next kernel,
 per shape and dtype: the data behind lowering/extern_lowerings.py's `_bias_fuses_downstream`. Not a test.
 
-    PYTHONPATH=. python -m benchmarks addmm_split [--dtypes float32,float16] [--tf32]
+    PYTHONPATH=. python -m benchmarks addmm_split [--dtypes float32,float16] [--tf32] [--ms 512,3152] [--kn 768:768]
 
 Each row: M x K -> N, then the median µs of addmm(bias, x, w.t()) and of mm(x, w.t()) (CUDA events,
 L2 flushed, each in a CUDA graph of 10 calls so that launch time does not count), and their ratio.
@@ -32,13 +32,16 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtypes", default="float32,float16")
     p.add_argument("--tf32", action="store_true")
+    p.add_argument("--ms", default=",".join(map(str, MS)), help="row counts M (3152: ViT-B/16's 16 x 197 tokens)")
+    p.add_argument("--kn", default="", help="K:N pairs, comma-separated (default: the GPT-2, ViT and LLaMA-like list)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/addmm_split.py needs a CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     for dtype in (getattr(torch, d) for d in a.dtypes.split(",")):
-        for k, n in KN:
-            for m in MS:
+        kn = [tuple(map(int, p.split(":"))) for p in a.kn.split(",")] if a.kn else KN
+        for k, n in kn:
+            for m in map(int, a.ms.split(",")):
                 x = torch.randn(m, k, device="cuda", dtype=dtype)
                 w = torch.randn(n, k, device="cuda", dtype=dtype)
                 b = torch.randn(n, device="cuda", dtype=dtype)

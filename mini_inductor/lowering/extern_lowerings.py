@@ -1,6 +1,8 @@
 """Library calls with a pointwise part: the call stays extern, the pointwise part is IR that fuses."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .ir import Layout, current_graph
@@ -38,17 +40,24 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     return lowering_of(aten.add.Tensor)(product, bias)
 
 
-# views between an addmm and its uses (a linear layer over [B, T, C] is view → addmm → view)
-_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+def _is_view(node) -> bool:
+    """`node` returns a view of its first argument (its schema's return aliases an argument and writes
+    nothing: view, permute, transpose, expand, slice, split ...), or picks one out of a list of views."""
+    if node.target is operator.getitem or node.target is aten._unsafe_view.default:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema) and bool(schema.returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) and \
+        not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _pointwise_uses(node) -> bool:
-    """Every use of `node`'s value, looking through views, is a pointwise op (torch's tag, as
-    eager_strides reads it)."""
+    """Every use of `node`'s value, looking through views (the split of a linear layer's output into
+    heads: view → transpose → clone), is a pointwise op (torch's tag, as eager_strides reads it)."""
     if not node.users:
         return False
     for user in node.users:
-        if user.target in _VIEWS:
+        if _is_view(user):
             if not _pointwise_uses(user):
                 return False
         elif not _is_pointwise(user.target):

@@ -705,9 +705,15 @@ def test_gpu_float32_linear_with_pointwise_uses_adds_its_bias_in_their_kernel(mo
     assert extern_calls() == ["aten.mm.default"]
     metrics.reset()
     torch._dynamo.reset()
-    # a use that is not pointwise (the split into heads of q, k, v) keeps addmm
+    # the split into heads of q, k, v is views then a copy: the bias goes into the copy's kernel
     check(lambda x, w, b: F.linear(x, w, b).view(2, 256, 12, 64).transpose(1, 2).contiguous(), x, w, b,
-          atol=1e-4, rtol=1e-4)
+          kernels=1, atol=1e-4, rtol=1e-4)
+    assert extern_calls() == ["aten.mm.default"]
+    metrics.reset()
+    torch._dynamo.reset()
+    # a use after the views that is not pointwise (a reduction) keeps addmm
+    check(lambda x, w, b: F.linear(x, w, b).view(2, 256, 12, 64).transpose(1, 2).sum(-1), x, w, b,
+          atol=1e-3, rtol=1e-4)
     assert extern_calls() == ["aten.addmm.default"]
 
 
