@@ -34,6 +34,33 @@ def test_seeded_zero_argument_random_function_repeats_its_sequence():
     assert stats()["recordings"] == 1
 
 
+def test_recording_draws_new_numbers_when_the_capture_streams_rng_fills_run_late(monkeypatch):
+    # capture_begin writes the generator's seed and offset 0 into its device tensors on the capture
+    # stream, outside the capture; the recording's first replay writes the call's offset there on the
+    # caller's stream. Twice in full GPU runs (8 workers on one GPU) the recording then returned the
+    # warm-up's dropout mask. Here the capture stream's writes are held back by a spin and the graph
+    # starts with a longer one, so an unordered replay would read offset 0 again.
+    import torch.nn.functional as F
+    base = torch.cuda.CUDAGraph
+
+    class LateFills(base):
+        def capture_begin(self, *args, **kwargs):
+            torch.cuda._sleep(int(3e8))          # on the capture stream, before capture_prologue's fills
+            super().capture_begin(*args, **kwargs)
+            torch.cuda._sleep(int(9e8))          # captured: the graph's first node, before its seed draw
+
+    f = compiled(lambda x: (F.dropout(x, 0.5, training=True), torch.randn_like(x)))
+    x = torch.rand(64, 64, device="cuda") + 1
+    torch.manual_seed(5)
+    runs = [tuple(t.clone() for t in f(x))]      # warm-up
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", LateFills)
+    runs += [tuple(t.clone() for t in f(x)) for _ in range(2)]   # recording, replay
+    assert stats()["recordings"] == 1
+    for i in (1, 2):
+        assert not torch.equal(runs[i][0], runs[i - 1][0]), f"call {i} repeated the previous dropout mask"
+        assert not torch.equal(runs[i][1], runs[i - 1][1]), f"call {i} repeated the previous randn values"
+
+
 def test_multinomial_samples_equal_eagers_under_the_same_seed_without_a_skip():
     def fn(p):
         return torch.multinomial(p, 4, replacement=True)

@@ -231,18 +231,26 @@ def capturing(graph: torch.cuda.CUDAGraph, device: int, pool, stream: torch.cuda
     """
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    with torch.cuda.device(device), torch.cuda.stream(stream):
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            yield
-        except BaseException:
-            _abandon_capture(graph, device, pool, ended=False)
-            raise
-        try:
-            graph.capture_end()
-        except BaseException:
-            _abandon_capture(graph, device, pool, ended=True)
-            raise
+    try:
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                yield
+            except BaseException:
+                _abandon_capture(graph, device, pool, ended=False)
+                raise
+            try:
+                graph.capture_end()
+            except BaseException:
+                _abandon_capture(graph, device, pool, ended=True)
+                raise
+    finally:
+        # capture_begin wrote the generator's seed and offset 0 into its device tensors on `stream`,
+        # outside the capture; the first replay writes this call's offset into the same tensors on
+        # the caller's stream. Unordered, a late capture-stream write could land between the two and
+        # the recording would draw the warm-up's random numbers again (seen twice in full GPU runs
+        # with 8 workers sharing the GPU).
+        torch.cuda.current_stream(device).wait_stream(stream)
 
 
 def _abandon_capture(graph: torch.cuda.CUDAGraph, device: int, pool, *, ended: bool) -> None:
