@@ -52,38 +52,51 @@ def calls(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda d, p: calls.append(("end routing", d, p)),
                         raising=False)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: StandInGraph(calls, name="empty"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: StandInStream(calls))
     return calls
+
+
+class StandInStream:
+    """The caller's stream: logs that it waits for the capture stream."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def wait_stream(self, stream):
+        self.calls.append(("caller waits for", stream))
 
 
 CLEANUP = [("end routing", 0, POOL), ("graph", "reset"),
            ("empty", "begin", None, "thread_local"), ("empty", "end")]
+# last, whatever happened: the caller's stream waits for the capture stream (capture_begin's RNG writes)
+WAIT = [("caller waits for", None)]
 
 
 def test_a_capture_that_succeeds_is_begun_and_ended(calls):
     with capturing(StandInGraph(calls), 0, POOL, stream=None):
         pass
-    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")]
+    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + WAIT
 
 
 def test_a_body_error_in_a_valid_capture_ends_it_and_needs_nothing_else(calls):
     with pytest.raises(ValueError, match="python"):
         with capturing(StandInGraph(calls), 0, POOL, stream=None):
             raise ValueError("a python error")
-    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")]
+    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + WAIT
 
 
 def test_an_invalidated_capture_is_cleaned_up_and_raises_the_body_error(calls):
     with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
         with capturing(StandInGraph(calls, end_fails=True), 0, POOL, stream=None):
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + CLEANUP
+    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + CLEANUP + WAIT
 
 
 def test_a_failing_capture_end_is_cleaned_up_and_raised(calls):
     with pytest.raises(RuntimeError, match="previous error during capture"):
         with capturing(StandInGraph(calls, end_fails=True), 0, POOL, stream=None):
             pass
-    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + CLEANUP
+    assert calls == [("graph", "begin", POOL, "thread_local"), ("graph", "end")] + CLEANUP + WAIT
 
 
 def test_cleanup_steps_that_fail_do_not_hide_the_error(calls, monkeypatch):
@@ -94,7 +107,7 @@ def test_cleanup_steps_that_fail_do_not_hide_the_error(calls, monkeypatch):
     with pytest.raises(RuntimeError, match="not permitted"):
         with capturing(StandInGraph(calls, end_fails=True), 0, POOL, stream=None):
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-    assert calls[-1] == ("empty", "end")
+    assert calls[-2:] == [("empty", "end")] + WAIT
 
 
 def _syncs(x):
