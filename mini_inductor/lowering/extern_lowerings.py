@@ -1,8 +1,6 @@
 """Library calls with a pointwise part: the call stays extern, the pointwise part is IR that fuses."""
 from __future__ import annotations
 
-import operator
-
 import torch
 
 from .ir import Layout, current_graph
@@ -40,15 +38,14 @@ def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
     return lowering_of(aten.add.Tensor)(product, bias)
 
 
-def _is_view(node) -> bool:
-    """`node` returns a view of its first argument (its schema's return aliases an argument and writes
-    nothing: view, permute, transpose, expand, slice, split ...), or picks one out of a list of views."""
-    if node.target is operator.getitem or node.target is aten._unsafe_view.default:
-        return True
-    schema = getattr(node.target, "_schema", None)
-    return bool(schema) and bool(schema.returns) and all(
-        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) and \
-        not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+# views an addmm's bias add can be read through and stay lazy in one consumer's kernel (the split of a
+# linear layer's output into heads: view → transpose → clone). Not split, chunk or unbind: the add
+# would be realized once for all of their parts (SwiGLU's gate and up halves took two kernels where
+# addmm took one); not as_strided, unfold or dtype views, which lowering realizes or runs in ATen.
+_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+                    aten.transpose.int, aten.t.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
+                    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
+                    aten.alias.default})
 
 
 def _pointwise_uses(node) -> bool:
@@ -57,7 +54,7 @@ def _pointwise_uses(node) -> bool:
     if not node.users:
         return False
     for user in node.users:
-        if _is_view(user):
+        if user.target in _VIEWS:
             if not _pointwise_uses(user):
                 return False
         elif not _is_pointwise(user.target):

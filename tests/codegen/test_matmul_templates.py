@@ -717,6 +717,28 @@ def test_gpu_float32_linear_with_pointwise_uses_adds_its_bias_in_their_kernel(mo
     assert extern_calls() == ["aten.addmm.default"]
 
 
+@pytest.mark.parametrize("case, split", [
+    ("heads", True),       # view → transpose → clone: the bias goes into the copy
+    ("residual", True),
+    ("swiglu", False),     # chunk: the add would be realized once for both halves
+    ("reduction", False),  # a sum after the views
+    ("output", False),     # a view of the product is returned
+])
+def test_float32_addmm_split_reads_through_single_consumer_views_only(case, split):
+    # the CUDA-only decision of lowering/extern_lowerings.py, on the graphs these functions trace to
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mini_inductor.lowering.extern_lowerings import _pointwise_uses
+    fns = {"heads": lambda x, w, b: F.linear(x, w, b).view(2, 8, 3, 4).transpose(1, 2).contiguous(),
+           "residual": lambda x, w, b: F.linear(x, w, b) + x[..., :12],
+           "swiglu": lambda x, w, b: (lambda a, g: F.silu(a) * g)(*F.linear(x, w, b).chunk(2, -1)),
+           "reduction": lambda x, w, b: F.linear(x, w, b).view(2, 8, 3, 4).transpose(1, 2).sum(-1),
+           "output": lambda x, w, b: (F.linear(x, w, b).view(16, 12).t(), F.linear(x, w, b).relu())}
+    graph = make_fx(fns[case])(torch.randn(2, 8, 16), torch.randn(12, 16), torch.randn(12)).graph
+    addmms = [n for n in graph.nodes if n.target is torch.ops.aten.addmm.default]
+    assert addmms and all(_pointwise_uses(n) == split for n in addmms[:1]), [str(n.target) for n in graph.nodes]
+
+
 @pytest.mark.gpu
 def test_gpu_max_autotune_times_templates_against_cublas_and_keeps_the_choice(tmp_path, monkeypatch):
     from mini_inductor.codegen import matmul_autotune
