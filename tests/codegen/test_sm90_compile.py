@@ -157,3 +157,18 @@ def test_a_pointwise_kernel_moves_16_bytes_a_thread(dtype, width):
     stores = [line for line in ptx.splitlines() if "st.global" in line]
     assert loads and stores and all(f"ld.global.{width}." in line for line in loads), loads
     assert all(f"st.global.{width}." in line for line in stores), stores
+
+
+def test_norms_and_softmax_over_wide_rows_compile_at_one_row_a_program():
+    # rows of 1024 or more: XBLOCK 1 and 8 warps (codegen/heuristics.py pick_config, session 32)
+    gen = torch.Generator().manual_seed(0)
+    x, r = (torch.randn(3, 768, generator=gen) for _ in range(2))
+    w, b = torch.randn(768, generator=gen), torch.randn(768, generator=gen)
+    s = torch.randn(2, 1500, generator=gen).half()
+    with launches() as seen:
+        torch.compile(lambda x, r, w, b: F.layer_norm(x + r, (768,), w, b), backend="mini_inductor",
+                      dynamic=False)(x, r, w, b)
+        torch.compile(lambda s: s.softmax(-1), backend="mini_inductor", dynamic=False)(s)
+    assert [kw.get("XBLOCK") for _, _, kw in seen] == [1, 1], [kw for _, _, kw in seen]
+    assert [kw.get("num_warps") for _, _, kw in seen] == [8, 8], [kw for _, _, kw in seen]
+    assert len(compile_all(seen)) == 2
