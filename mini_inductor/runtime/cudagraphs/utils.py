@@ -244,13 +244,22 @@ def capturing(graph: torch.cuda.CUDAGraph, device: int, pool, stream: torch.cuda
             except BaseException:
                 _abandon_capture(graph, device, pool, ended=True)
                 raise
-    finally:
-        # capture_begin wrote the generator's seed and offset 0 into its device tensors on `stream`,
-        # outside the capture; the first replay writes this call's offset into the same tensors on
-        # the caller's stream. Unordered, a late capture-stream write could land between the two and
-        # the recording would draw the warm-up's random numbers again (seen twice in full GPU runs
-        # with 8 workers sharing the GPU).
-        torch.cuda.current_stream(device).wait_stream(stream)
+    except BaseException:
+        try:
+            _caller_waits_for(device, stream)
+        except Exception as e:   # noqa: BLE001  (the capture's own error is the one to raise)
+            log.warning("after a failed capture, the caller's stream could not wait for the capture stream: %s", e)
+        raise
+    _caller_waits_for(device, stream)
+
+
+def _caller_waits_for(device: int, stream: torch.cuda.Stream) -> None:
+    """Order the caller's stream after `stream`'s work. capture_begin writes the generator's seed and
+    offset 0 into its device tensors on the capture stream, outside the capture; the first replay
+    writes this call's offset into the same tensors on the caller's stream. Unordered, a late
+    capture-stream write could land between the two, and the recording would draw the warm-up's
+    random numbers again (seen in full GPU runs, 8 workers sharing the GPU, sessions 28 and 32)."""
+    torch.cuda.current_stream(device).wait_stream(stream)
 
 
 def _abandon_capture(graph: torch.cuda.CUDAGraph, device: int, pool, *, ended: bool) -> None:
