@@ -159,7 +159,7 @@ class GraphLowering:
         if self.name.startswith("forward"):
             first_saved = self.gm.meta.get(FIRST_SAVED)
             first_saved = eager_strides.first_saved_output() if first_saved is None else first_saved
-        self._output_bases = _output_bases(self.gm.graph)
+        self._output_bases = _output_bases(self.gm.graph) | _as_strided_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = self._placeholder(node, len(inputs))
@@ -541,6 +541,20 @@ def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     found: set[torch.fx.Node] = set()
     for node in graph.find_nodes(op="output"):
         for arg in _leaves(node.args):
+            while isinstance(arg, torch.fx.Node) and arg not in found:
+                found.add(arg)
+                arg = _view_source(arg)
+    return found
+
+
+def _as_strided_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes an as_strided reads the storage of, through chains of views: realized with eager's
+    strides, the storage holds each element where eager's does (`(x.t() * 2).as_strided(...)` read a
+    row-major buffer where eager's is column-major)."""
+    found: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "overloadpacket", None) is aten.as_strided:
+            arg = node.args[0] if node.args else None
             while isinstance(arg, torch.fx.Node) and arg not in found:
                 found.add(arg)
                 arg = _view_source(arg)

@@ -6,7 +6,7 @@ import sys
 import sympy
 import torch
 
-from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout
+from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout, current_graph
 from .lowerings import register_lowering
 from .sizevars import FloorDiv, ModularIndexing, product, sympify_seq
 from .symbolic import SymbolicUnsupported, decide
@@ -258,6 +258,14 @@ def reshape_reindexer(old, new):
 
 @register_lowering(aten.as_strided)
 def as_strided(x, size, stride, storage_offset=None):
+    """A view of `x`'s storage. Eager's offset is counted from the storage's start: an explicit one, or
+    `x`'s own (a view's, not its base's). The base is an intermediate realized with eager's strides
+    (graph.py prefers them for every base an as_strided reads), or a graph input, whose storage
+    offset can change from call to call without a recompile: there an explicit offset runs in ATen."""
+    node = current_graph().current_node
+    source = node.args[0].meta.get("val") if node is not None and node.args and \
+        getattr(node.target, "overloadpacket", None) is aten.as_strided and \
+        isinstance(node.args[0], torch.fx.Node) else None
     if isinstance(x, View):
         base, _ = x.unwrap()
         x = base
@@ -266,10 +274,26 @@ def as_strided(x, size, stride, storage_offset=None):
     if isinstance(x, StorageBox):
         x = x.realize()
     assert isinstance(x, Buffer)
-    base_offset = x.storage_offset if isinstance(x, InputBuffer) else 0
-    offset = sympy.Integer((storage_offset if storage_offset is not None else base_offset) - base_offset)
-    layout = Layout(x.get_device(), x.get_dtype(), tuple(sympify_seq(size)), tuple(sympify_seq(stride)), offset)
+    if isinstance(x, InputBuffer):
+        if storage_offset is not None:
+            raise NotImplementedError("as_strided of a graph input with an explicit storage offset (the "
+                                      "input's own offset may differ at the next call)")
+        # x's own offset, relative to the input's data (where the kernels index from)
+        offset = _view_offset(source) - x.storage_offset if source is not None else 0
+    else:
+        offset = storage_offset if storage_offset is not None else \
+            (_view_offset(source) if source is not None else 0)
+    layout = Layout(x.get_device(), x.get_dtype(), tuple(sympify_seq(size)), tuple(sympify_seq(stride)),
+                    sympy.sympify(offset))
     return ReinterpretView(x, layout)
+
+
+def _view_offset(val) -> int:
+    """The traced tensor's storage offset, as an int (a symbolic one: this case runs in ATen)."""
+    offset = val.storage_offset()
+    if not isinstance(offset, int):
+        raise NotImplementedError(f"as_strided of a tensor with a symbolic storage offset ({offset})")
+    return offset
 
 
 @register_lowering(aten.split_with_sizes)

@@ -158,3 +158,29 @@ def test_embedding_lookup(device):
 def test_view_ops_gradients_match_eager(device):
     x = torch.randn(6, 8, device=device)
     check(lambda x: (x.t()[::2] * 3).reshape(-1) + torch.cat([x[0], x[-1], x[2]]).flip(0), x, grad=True)
+
+
+def test_as_strided_with_an_offset_follows_the_inputs_own_offset_at_every_call(device):
+    # the explicit offset counts from the storage's start; the input's own offset (a slice of a
+    # larger tensor) can change between calls without a recompile (review, session 32: ours read
+    # elements 6, 7 at offset 3 and 3, 4 at offset 0, as if compiled for offset 2)
+    base = torch.arange(20., device=device)
+    fn = lambda x: x.as_strided((2, 2), (1, 1), 5) * 1  # noqa: E731
+    compiled = torch.compile(fn, backend="mini_inductor")
+    for start in (2, 3, 0):
+        x = base[start:start + 10]
+        torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
+
+
+def test_as_strided_of_a_view_starts_at_the_views_offset(device):
+    x = torch.arange(24., device=device).view(4, 6)
+    check(lambda x: x[1:].as_strided((2, 3), (1, 2)) + 1, x)
+    check(lambda x: (x * 2)[1:].as_strided((2, 3), (1, 2)) + 1, x)
+
+
+def test_as_strided_of_an_intermediate_reads_eagers_layout(device):
+    # x.t() * 2 is column-major in eager: the storage as_strided reads must hold it so
+    x = torch.arange(24., device=device).view(4, 6)
+    check(lambda x: (x.t() * 2).as_strided((3, 3), (1, 2), 1) + 1, x)
+    check(lambda x: x.t().clone().as_strided((2, 2), (1, 6), 0) + 1, x)
+    check(lambda x: torch.where(x.t() > 3, x.t(), 0.).as_strided((3, 3), (2, 1), 2) * 3, x)
