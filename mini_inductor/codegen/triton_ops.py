@@ -465,14 +465,25 @@ class TritonOps:
             # error of that mean (`drift`), which corrects both the mean and m2. A constant row then
             # has m2 exactly 0, as eager's Welford gives (its std's gradient is 0 there, and a plain
             # two-pass m2 of a few ulps made it about 1: fuzz seed 151)
+            # The first sum runs over the values scaled by 2**-bits <= 1/n, so that it cannot overflow
+            # (rows of 1e35 summed to inf and gave a NaN mean and var where eager gives 1e35 and 0); the
+            # scaling is exact, and so is dividing by n scaled alike: the same mean as sum / n otherwise
+            bits = max(0, (int(k.rnumel) - 1).bit_length())
             n = _float_literal(float(k.rnumel))
-            total = k.emit(f"tl.sum(tl.where({mask}, {value}, 0), 1)[:, None]", dtype)
-            first = k.emit(f"{total} / {n}", dtype)
+            total = k.emit(f"tl.sum(tl.where({mask}, {value} * {_float_literal(2.0 ** -bits)}, 0), 1)[:, None]", dtype)
+            first = k.emit(f"{total} / {_float_literal(float(k.rnumel) * 2.0 ** -bits)}", dtype)
             dev = k.emit(f"tl.where({mask}, {value} - {first}, 0)", dtype)
             squares = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
-            drift = k.emit(f"tl.sum({dev}, 1)[:, None]", dtype)
+            # (rows of values near float32's limit: an infinite drift corrects nothing, the first mean
+            # stands (a NaN one is kept: it is eager's mean of a row with an inf); drift / n first where
+            # its square overflows; and squares that sum to inf give inf, as eager's do, not inf - inf.
+            # One value a row each: no cost that counts)
+            summed = k.emit(f"tl.sum({dev}, 1)[:, None]", dtype)
+            drift = k.emit(f"tl.where(tl.abs({summed}) == float('inf'), 0.0, {summed})", dtype)
             mean = k.emit(f"{first} + {drift} / {n}", dtype)
-            raw = k.emit(f"{squares} - {drift} * {drift} / {n}", dtype)
+            drift2 = k.emit(f"{drift} * {drift}", dtype)
+            correction = k.emit(f"tl.where({drift2} == float('inf'), {drift} * ({drift} / {n}), {drift2} / {n})", dtype)
+            raw = k.emit(f"tl.where({squares} == float('inf'), {squares}, {squares} - {correction})", dtype)
             m2 = k.emit(f"tl.where({raw} < 0, 0.0, {raw})", dtype)   # rounding's negatives; NaN kept
             weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
             return mean, m2, weight

@@ -146,3 +146,17 @@ def test_softmax_gradients_match_eager(device):
 def test_sum_and_mean_gradients_match_eager(device):
     x = torch.randn(8, 24, device=device)
     check(lambda x: (x.sum(0), x.mean(-1, keepdim=True) * x, x.amax(-1)), x, grad=True)
+
+
+def test_var_mean_of_rows_whose_sum_overflows_float32(device):
+    # the persistent kernel's first sum ran over the raw values: rows of 1e35 summed to inf and gave a
+    # NaN mean where eager's Welford gives 1e35 (review, session 32); now over values scaled by 2**-k
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = 1e35 * (1 + torch.rand(3, 4096, device=device, generator=gen))
+    var, mean = torch.compile(lambda x: torch.var_mean(x, 1), backend="mini_inductor")(x)
+    ref_var, ref_mean = torch.var_mean(x, 1)
+    torch.testing.assert_close(mean, ref_mean)
+    assert torch.equal(var.isinf(), ref_var.isinf()) and torch.equal(var.isnan(), ref_var.isnan()), (var, ref_var)
+    # an ordinary constant row keeps an exact 0 variance
+    c = torch.full((2, 768), 0.1, device=device)
+    assert torch.equal(torch.compile(lambda c: c.var(1), backend="mini_inductor")(c), torch.zeros(2, device=device))
