@@ -265,22 +265,12 @@ def render_op(op) -> str:
     return f"{op.__module__}.{op.__qualname__}"
 
 
-def _same_as_its_buffer(view: ReinterpretView) -> bool:
-    """The view is its buffer as it is: same size, stride and dtype, no offset (the buffer's tensor has
-    its IR layout at run time: extern results are restrided to it, reuses take it). A view of a graph
-    input that AOT autograd regenerates stays a view (aliased_view)."""
-    lay, data = view.layout, getattr(view.data, "layout", None)
-    return (not view.view_of_input and isinstance(data, Layout) and lay.offset == 0 and data.offset == 0
-            and lay.dtype == data.dtype and tuple(lay.size) == tuple(data.size)
-            and tuple(lay.stride) == tuple(data.stride))
-
-
 def render_arg(a) -> str:
     if isinstance(a, OpaqueInput):   # the argument, by the name `call` unpacks it as (wrapper.py)
         return f"_unused_arg{a.index}"
     if isinstance(a, ReinterpretView):
         lay = a.layout
-        if _same_as_its_buffer(a):   # as_strided to the layout the tensor has: an op a call for nothing
+        if a.is_its_buffer():   # as_strided to the layout the tensor has: an op a call for nothing
             return a.data.name
         helper = "aliased_view" if getattr(a, "view_of_input", False) else "reinterpret"
         return (f"{helper}({a.data.name}, {_ints(lay.size)}, {_ints(lay.stride)}, "

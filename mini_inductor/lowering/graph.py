@@ -180,6 +180,7 @@ class GraphLowering:
                 values = _map_leaves(lambda a: env[a] if isinstance(a, torch.fx.Node) else a,
                                   list(result) if isinstance(result, (list, tuple)) else [result])
                 realized: dict[tuple[torch.fx.Node, int], Any] = {}
+                returned: dict[str, Any] = {}   # buffer name → the node first returned as it (_own_object)
                 args = result if isinstance(result, (list, tuple)) else [result]
                 for position, (value, meta, arg) in enumerate(zip(values, metas, args)):
                     if first_saved is not None and position >= first_saved and arg in old_metas:
@@ -194,7 +195,7 @@ class GraphLowering:
                         continue
                     self._new_buffers = []
                     try:
-                        outputs.append(self._realize_output(value, meta))
+                        outputs.append(_own_object(self._realize_output(value, meta), arg, returned))
                         if isinstance(arg, torch.fx.Node):
                             realized[arg, id(meta)] = outputs[-1]
                     except Exception as e:
@@ -545,6 +546,24 @@ def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
                 found.add(arg)
                 arg = _view_source(arg)
     return found
+
+
+def _own_object(value, arg, returned: dict[str, Any]):
+    """`value` (an output), as a view object of its own where it would be returned as its buffer's own
+    tensor and another node's output already is: without autograd, AOT autograd leaves `y.view(y.shape)`,
+    `y[:]` or `y.detach()` beside `y` for us to return, and the two came back as one object (setting
+    one's shape changed the other's; review, session 32)."""
+    if isinstance(value, ReinterpretView) and value.is_its_buffer():
+        base = value.data
+    elif isinstance(value, Buffer) and not isinstance(value, InputBuffer):
+        base = value
+    else:
+        return value
+    if returned.setdefault(base.name, arg) is arg:
+        return value
+    view = ReinterpretView(base, value.layout)
+    view.own_object = True
+    return view
 
 
 def _as_strided_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:

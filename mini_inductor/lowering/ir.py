@@ -540,6 +540,19 @@ class ReinterpretView(IRNode):
         # an output AOT autograd regenerates from a graph input (graph.py _input_alias): made by a view
         # op where one gives this layout, for its backward (wrapper.py aliased_view)
         self.view_of_input = view_of_input
+        # an output that must be a tensor object of its own though its layout is its buffer's (another
+        # output is that buffer: eager's y and y.view(y.shape) are two objects)
+        self.own_object = False
+
+    def is_its_buffer(self) -> bool:
+        """The view is its buffer as it is: same size, stride and dtype, no offset (the buffer's tensor
+        has its IR layout at run time: extern results are restrided to it, reuses take it). A view of
+        a graph input that AOT autograd regenerates stays a view (aliased_view), and so does an output
+        that must be an object of its own."""
+        lay, data = self.layout, getattr(self.data, "layout", None)
+        return (not self.view_of_input and not self.own_object and isinstance(data, Layout) and lay.offset == 0
+                and data.offset == 0 and lay.dtype == data.dtype and tuple(lay.size) == tuple(data.size)
+                and tuple(lay.stride) == tuple(data.stride))
 
     @property
     def origins(self):  # type: ignore[override]

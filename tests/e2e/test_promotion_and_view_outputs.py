@@ -175,3 +175,19 @@ def test_cpu_inputs_converted_to_the_common_dtype_keep_their_dim_order(make):
         actual = compile_fn(fn)(a, b)
         assert actual.stride() == expected.stride()
         torch.testing.assert_close(actual, expected)
+
+
+def test_views_returned_beside_their_base_are_objects_of_their_own(device):
+    # without autograd the graph returns y.view(y.shape) and y.detach() beside y itself: eager gives
+    # three objects over one storage; ours gave y three times, and b.t_() transposed a as well
+    def f(x):
+        y = x * 2
+        return y, y.view(y.shape), y.detach(), y
+    x = torch.randn(4, 6, device=device)
+    with torch.no_grad():
+        a, b, c, d = torch.compile(f, backend="mini_inductor")(x)
+    assert a is not b and a is not c and a is d
+    assert b.data_ptr() == a.data_ptr() == c.data_ptr() and b._base is a
+    torch.testing.assert_close(b, x * 2)
+    b.t_()
+    assert a.shape == (4, 6) and c.shape == (4, 6)
