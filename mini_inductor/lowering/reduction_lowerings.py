@@ -139,6 +139,8 @@ def any_(x, dim=None, keepdim=False):
 
 def _arg_lowering(kind):
     def lowering(x, dim=None, keepdim=False):
+        if x.get_dtype() == torch.bool:   # eager raises ("does not support bool input"): ATen says so
+            raise NotImplementedError(f"{kind} of a bool tensor (eager refuses it)")
         if dim is None:
             flat = View(x, [product(x.get_size())], _flat_reindex(x.get_size()))
             out = make_reduction(flat, [0], kind, out_dtype=torch.int64)

@@ -35,6 +35,8 @@ def _scan_dtype(x: IRNode, dtype) -> torch.dtype:
 def _cumulative(reduction_type: str, identity):
     def lowering(x: IRNode, dim, *, dtype=None):
         out_dtype = _scan_dtype(x, dtype)
+        if out_dtype == torch.bool:   # ATen has no bool scan on the CPU: its error (or CUDA's result) is eager's
+            raise NotImplementedError(f"cum{reduction_type} into bool")
         x = to_dtype(x, out_dtype)
         size = x.get_size()
         if not size:

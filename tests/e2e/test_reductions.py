@@ -160,3 +160,24 @@ def test_var_mean_of_rows_whose_sum_overflows_float32(device):
     # an ordinary constant row keeps an exact 0 variance
     c = torch.full((2, 768), 0.1, device=device)
     assert torch.equal(torch.compile(lambda c: c.var(1), backend="mini_inductor")(c), torch.zeros(2, device=device))
+
+
+def test_argmax_of_bool_and_a_bool_scan_behave_as_eager(device):
+    # eager refuses argmax of a bool tensor (and the CPU a scan into bool); we returned indices
+    import pytest
+    b = torch.tensor([[True, False, True]], device=device)
+    for fn in (lambda b: b.argmax(1), lambda b: b.argmin()):
+        with pytest.raises(Exception, match="bool"):
+            fn(b)
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="bool"):
+            torch.compile(fn, backend="mini_inductor")(b)
+    scan = lambda b: b.cumsum(1, dtype=torch.bool)  # noqa: E731
+    torch._dynamo.reset()
+    try:
+        want = scan(b)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match="Bool"):
+            torch.compile(scan, backend="mini_inductor")(b)
+    else:
+        assert torch.equal(torch.compile(scan, backend="mini_inductor")(b), want)
