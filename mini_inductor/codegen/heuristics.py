@@ -55,10 +55,11 @@ def pick_config(numel: int, rnumel: int, persistent_limit: int, outer: bool = Fa
         # (benchmarks/norm_configs.py, H200, session 32) took 3.44, 7.01, 9.59 and 27.6 µs at 512, 2048,
         # 3152 and 8192 rows with 1 row and 8 warps a program, against 3.97, 7.24, 10.7 and 28.9 with 4
         # rows (the earlier choice) and Inductor's 3.24, 7.53, 10.1 and 29.5
-        xblock = 1 if rblock >= 1024 else max(1, min(next_power_of_2(numel), 4096 // rblock, 64))
-        # rows wider than 4096 (only with a raised limit) keep at most 32 values a thread in registers
-        warps = max(1, min(max(8, rblock // 1024), 32, max(xblock * rblock // 256, 8 if rblock >= 1024 else 1)))
-        return KernelConfig(xblock, rblock, warps, True)
+        if rblock >= 1024:
+            # rows wider than 4096 (only with a raised limit) keep at most 32 values a thread in registers
+            return KernelConfig(1, rblock, min(max(8, rblock // 1024), 32), True)
+        xblock = max(1, min(next_power_of_2(numel), 4096 // rblock, 64))
+        return KernelConfig(xblock, rblock, max(1, min(8, xblock * rblock // 256)), True)
     xblock = 1 if numel < 1024 else 4
     rblock = 2048 // xblock
     return KernelConfig(xblock, rblock, 8, False)

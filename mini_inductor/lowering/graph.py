@@ -129,7 +129,7 @@ class GraphLowering:
         self._buffer_count = 0
         self._new_buffers: list[Buffer] = []
         self._gpu_scalars: dict[int, tuple[IRNode, IRNode]] = {}   # id(CPU 0-d value) → (it, its GPU copy)
-        self._output_bases: set[torch.fx.Node] = set()   # see _output_bases
+        self._eager_layout_bases: set[torch.fx.Node] = set()   # see _output_bases, _as_strided_bases
         self.current_node: torch.fx.Node | None = None   # the node being lowered (a lowering may look at its users)
 
     # called by ir.StorageBox.realize and friends
@@ -159,7 +159,8 @@ class GraphLowering:
         if self.name.startswith("forward"):
             first_saved = self.gm.meta.get(FIRST_SAVED)
             first_saved = eager_strides.first_saved_output() if first_saved is None else first_saved
-        self._output_bases = _output_bases(self.gm.graph) | _as_strided_bases(self.gm.graph)
+        # realized with eager's strides should they be realized: what outputs and as_strided read
+        self._eager_layout_bases = _output_bases(self.gm.graph) | _as_strided_bases(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = self._placeholder(node, len(inputs))
@@ -312,7 +313,7 @@ class GraphLowering:
         except Exception as e:
             raise LoweringError(f"{type(e).__name__}: {e}", graph=self.name, op=_op_name(target), node=node.name) from e
         self._attach_origins(result, origin, args)
-        if node in self._output_bases:
+        if node in self._eager_layout_bases:
             _prefer_eager_strides(result, meta)
         if self.gm.meta.get(layout_opt.MARK):
             _prefer_channels_last(result, node.meta.get("val"))

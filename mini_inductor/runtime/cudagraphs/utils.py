@@ -170,7 +170,7 @@ def allocating_in_pool(device: int, pool, stream: torch.cuda.Stream) -> Iterator
             routes.pop()
             torch._C._cuda_endAllocateToPool(device, pool)
             torch._C._cuda_releasePool(device, pool)
-    torch.cuda.current_stream(device).wait_stream(stream)
+    _caller_waits_for(device, stream)
 
 
 _routing = threading.local()   # .stack: the (device, pool, stream) of each allocating_in_pool this thread is in
