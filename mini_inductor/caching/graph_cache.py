@@ -115,6 +115,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
         parts.append(f"{name}:{tensor_meta(buf)}")
     if symbolic.current().bounds:   # a dynamic graph's symbols' ranges decide 32- or 64-bit indices
         parts.append(f"bounds {sorted((str(s), b) for s, b in symbolic.current().bounds.items())}")
+    parts += symbolic.facts_key(gm)   # and its nodes' symbolic sizes, its guards
     if gm.meta.get("mini_inductor_input_aliases"):   # outputs returned as views of inputs (lowering/graph.py)
         parts.append(f"input aliases {sorted(gm.meta['mini_inductor_input_aliases'].items())}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

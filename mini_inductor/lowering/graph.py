@@ -23,7 +23,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -443,6 +443,12 @@ class GraphLowering:
             return StorageBox(out)
         if isinstance(meta, (list, tuple)):
             return type(meta)(self._multi_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
+        if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)) and meta.node.expr.free_symbols \
+                and not free_unbacked_symbols(meta):   # (`_define_unbacked` binds those)
+            # a size our expressions cannot hold (`_size_value`): its consumers would read the FakeTensor's
+            # SymInt, whose int() is its traced value (roll by an int input that may be negative: the
+            # shift of the first call in every later one; review, session 33)
+            raise symbolic.SymbolicUnsupported(f"the value of %{kernel.name} ({_op_name(kernel.op) if hasattr(kernel, 'op') else 'a size'})", meta.node.expr)
         return meta  # a plain value (None, an int) that the op returns
 
     def _realize_output(self, value, meta):
@@ -729,7 +735,6 @@ def _is_view(target) -> bool:
 
 def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     """Why no part of this graph can be lowered: sizes known only at run time, or higher-order ops."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue

@@ -63,6 +63,8 @@ class GraphShapes:
     # symbol → its greatest value, where the ShapeEnv bounds it (mark_dynamic(max=...), torch._check):
     # what lets a kernel of a dynamic graph index in 32 bits
     bounds: dict[sympy.Symbol, int] = field(default_factory=dict)
+    # symbol name → sympy assumptions, from the ShapeEnv's ranges (`symbol`)
+    signs: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
@@ -84,7 +86,47 @@ def current() -> GraphShapes:
 def graph_symbols(gm: torch.fx.GraphModule) -> GraphShapes:
     """The symbols of `gm`'s inputs (sizes, strides, offsets and int inputs), each with the first place
     it is read from, and the ShapeEnv they belong to."""
-    shapes = GraphShapes()
+    shapes = GraphShapes(signs=_signs(_graph_shape_env(gm)))
+    token = _current.set(shapes)   # `symbol` reads the signs
+    try:
+        return _graph_symbols(gm, shapes)
+    finally:
+        _current.reset(token)
+
+
+def _graph_shape_env(gm: torch.fx.GraphModule):
+    for node in gm.graph.nodes:
+        env = _shape_env_of(node.meta.get("val"))
+        if env is not None:
+            return env
+    return None
+
+
+def _signs(env) -> dict[str, dict[str, bool]]:
+    """Each backed symbol's sign as its ShapeEnv range gives it. An input's size is at least 2
+    (Dynamo specializes 0 and 1), but an int input is a symbol too, of any sign, and a slice by it
+    has a guard on its sign: `x[:, k:]` at k = -3, then -2 has k in [-6, -1]. Declared positive, k
+    made `k < 0` false to sympy, and the slice took 8 elements from before x's start (review,
+    session 33)."""
+    signs = {}
+    for sym, r in (env.var_to_range.items() if env is not None else ()):
+        low, high = r.lower, r.upper
+        if sym.name.startswith("u"):   # unbacked: graph_symbols refuses one that may be negative
+            continue
+        if isinstance(low, sympy.Integer) and low >= 1:
+            continue                    # the default: positive
+        if isinstance(low, sympy.Integer) and low >= 0:
+            signs[sym.name] = {"nonnegative": True}
+        elif isinstance(high, sympy.Integer) and high <= -1:
+            signs[sym.name] = {"negative": True}
+        elif isinstance(high, sympy.Integer) and high <= 0:
+            signs[sym.name] = {"nonpositive": True}
+        else:
+            signs[sym.name] = {}
+    return signs
+
+
+def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, node in enumerate(placeholders):
         val = node.meta.get("val")
@@ -217,9 +259,13 @@ def graph_shapes(gm: torch.fx.GraphModule) -> Iterator[GraphShapes]:
 
 def symbol(name: str) -> sympy.Symbol:
     """Our symbol for a ShapeEnv symbol: an input's sizes are positive integers (Dynamo specializes 0
-    and 1); a value read from data (unbacked, u0) may be 0."""
+    and 1); a value read from data (unbacked, u0) may be 0; an int input has the sign its range in
+    the ShapeEnv says (`_signs`), none where the range has both."""
     if name.startswith("u"):
         return sympy.Symbol(name, integer=True, nonnegative=True)
+    sign = current().signs.get(name)
+    if sign is not None:
+        return sympy.Symbol(name, integer=True, **sign)
     return sympy.Symbol(name, integer=True, positive=True)
 
 
@@ -242,6 +288,11 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, sympy.Symbol):
         return symbol(e.name)
     args = [_convert(a) for a in e.args]
+    if isinstance(e, (FloorDiv, ModularIndexing, torch_fns.FloorDiv, torch_fns.ModularIndexing, torch_fns.Mod,
+                      torch_fns.PythonMod, sympy.Mod, torch_fns.CeilDiv)) \
+            and not all(s.is_nonnegative for a in args for s in a.free_symbols):
+        # generated code's // and % truncate toward 0: right for values that are never negative only
+        raise SymbolicUnsupported(f"a {type(e).__name__} of an int input that may be negative", e)
     if isinstance(e, (FloorDiv, ModularIndexing)):   # ours already
         return e.func(*args)
     if isinstance(e, torch_fns.FloorDiv):
@@ -260,12 +311,31 @@ def _convert(e: sympy.Basic) -> Expr:
         return e.func(*args)
     if isinstance(e, torch_fns.CeilDiv):
         return FloorDiv(args[0] + args[1] - 1, args[1])
+    if isinstance(e, (torch_fns.TruncToInt, torch_fns.FloorToInt, torch_fns.CeilToInt)):
+        exact = _dyadic_multiple(args[0])
+        if exact is not None:   # a float scale of a size (interpolate's scale_factor=1.5: trunc(1.5 * s0))
+            num, den, x = exact
+            return FloorDiv(num * x + (den - 1 if isinstance(e, torch_fns.CeilToInt) else 0), den)
     if isinstance(e, (sympy.Add, sympy.Mul, torch_fns.Max, torch_fns.Min, sympy.Max, sympy.Min)):
         kind = {torch_fns.Max: sympy.Max, torch_fns.Min: sympy.Min}.get(type(e), e.func)
         return kind(*args)
     if isinstance(e, (sympy.Pow, torch_fns.PowByNatural)) and args[1].is_Integer and int(args[1]) >= 0:
         return sympy.Pow(args[0], args[1])
     raise SymbolicUnsupported(f"a size expression with {type(e).__name__}", e)
+
+
+def _dyadic_multiple(a: Expr):
+    """(p, q, x) where the float expression `a` is c * x, x a nonnegative integer expression and c a
+    float p / q (q a power of two) whose product with x is exact in double precision, as eager
+    computes it, for any x below 2**32; None otherwise (1.7 * 10 rounds to 17.0 in doubles, where the
+    exact product is just below 17)."""
+    c, x = a.as_coeff_Mul()
+    if x.has(sympy.Float) or not (x.is_integer and x.is_nonnegative):
+        return None
+    r = sympy.Rational(float(c)) if c.is_Float else sympy.Rational(c)
+    if r <= 0 or r.p >= 2 ** 20 or r.q & (r.q - 1):
+        return None
+    return sympy.Integer(r.p), sympy.Integer(r.q), x
 
 
 def stride_exprs(t: torch.Tensor) -> list[Expr]:
@@ -340,6 +410,31 @@ def _fixed_by_guards(env) -> dict:
     except TypeError:
         pass
     return fixed
+
+
+def facts_key(gm: torch.fx.GraphModule) -> list[str]:
+    """What a dynamic graph's compile decided from besides its text and inputs, for the caches' keys:
+    each node's symbolic sizes and strides, the ranges of the graph's symbols and the ShapeEnv's
+    guards. Dynamo compiles `x[:k]` again once k passes x's length (a new guard): the same ATen text
+    and inputs, but its slice's size is k in one graph and x's length in the other, and the first
+    one's module served the second (shape (7, 3) where eager's is (4, 3), reading past x; review,
+    session 33). Empty for a static graph."""
+    shapes = current()
+    env = shapes.shape_env
+    if env is None:
+        return []
+    parts = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for x in (val if isinstance(val, (list, tuple)) else [val]):
+            if isinstance(x, torch.Tensor):
+                parts.append(f"{node.name}:{tuple(x.shape)}|{x.stride()}|{x.dtype}")
+            elif isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+                parts.append(f"{node.name}:{x.node.expr}")
+    names = {s.name for s in shapes.known()}
+    parts += sorted(f"range {s.name} {r.lower} {r.upper}" for s, r in env.var_to_range.items() if s.name in names)
+    parts += sorted(str(getattr(g, "expr", g)) for g in getattr(env, "guards", ()))
+    return parts
 
 
 def upper_bound(expr) -> int | None:

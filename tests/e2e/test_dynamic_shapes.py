@@ -176,9 +176,10 @@ def test_summary_line_names_the_graphs_symbols():
 
 
 def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_warning_naming_why():
-    # a float scale makes the output length trunc(1.5 * n): a size expression lowering does not take
+    # a float scale makes the output length trunc(1.7 * n): a size expression lowering does not take (1.7
+    # is no exact binary fraction: 1.7 * 10 is 17.0 in doubles, the exact product just below 17)
     def f(x):
-        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.5, mode="nearest") + 1
+        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.7, mode="nearest") + 1
     compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
     with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
         x = torch.randn(6, 6)
@@ -189,7 +190,7 @@ def test_a_graph_the_symbolic_compile_cannot_take_is_compiled_per_size_with_a_wa
     records = metrics.compiled_graphs
     fell_back = [r for r in records if r.dynamic_fallback]
     # the summary names the op, the symbol and the stage, and gives no fallback_on_error advice
-    assert fell_back and all("prims.iota" in r.dynamic_fallback and "TruncToInt" in r.dynamic_fallback
+    assert fell_back and all("%trunc" in r.dynamic_fallback and "TruncToInt" in r.dynamic_fallback
                              and "s" in r.dynamic_symbols[0] and r.dynamic_symbols[0] in r.dynamic_fallback
                              and "fallback_on_error" not in r.dynamic_fallback
                              and "compiled per size" in r.summary() for r in fell_back)
@@ -641,7 +642,7 @@ def test_new_sizes_reuse_each_kernels_one_triton_binary():
 
 def test_explain_lists_a_graph_compiled_per_size_with_the_op_and_the_symbol():
     def f(x):
-        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.5, mode="nearest") + 1
+        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.7, mode="nearest") + 1
     x = torch.randn(10, 6)
     torch._dynamo.mark_dynamic(x, 0)   # (explain compiles f itself: the mark makes its first trace symbolic)
     with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
@@ -649,9 +650,9 @@ def test_explain_lists_a_graph_compiled_per_size_with_the_op_and_the_symbol():
     assert_same_tensor(report.output, f(x), "explain's call")
     (note,) = report.compiled_per_size
     symbol = metrics.compiled_graphs[0].dynamic_symbols[0]
-    assert "prims.iota" in note["reason"] and symbol in note["reason"] and "interpolate" in note["source"]
+    assert "%trunc" in note["reason"] and symbol in note["reason"] and "interpolate" in note["source"]
     text = str(report)
-    assert "Dynamic graphs compiled per size" in text and "prims.iota" in text
+    assert "Dynamic graphs compiled per size" in text and "%trunc" in text
 
 
 def test_scatter_add_index_put_and_cumsum_along_a_dynamic_dimension():
@@ -899,3 +900,72 @@ def test_a_view_of_an_expanded_input_that_requires_grad_has_eagers_gradient():
                 ((a * view(w, n)).sum() + (b * w ** 2).sum()).backward()
                 grads.append(x.grad)
             torch.testing.assert_close(grads[1], grads[0], msg=f"{fn.__name__}, size {n}")
+
+
+# ── int inputs: symbols of any sign ─────────────────────────────────────────────────────────────
+
+def _same_at_each(fn, calls):
+    """`fn` compiled once (automatic dynamic: Dynamo makes an int argument a symbol at its second
+    value) against eager at each call; the records."""
+    compiled = torch.compile(fn, backend="mini_inductor", options=SYMBOLIC)
+    for args in calls:
+        assert_same_tensor(compiled(*args), fn(*args), f"at {args[1:]}")
+    return list(metrics.compiled_graphs)
+
+
+def _setitem_from(x, v, k):
+    y = x * 1
+    y[:, k:] = v
+    return y
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("x[:, k:]", lambda x, v, k: x[:, k:] * 2),
+    ("x[:, :k]", lambda x, v, k: x[:, :k] * 2),
+    ("narrow", lambda x, v, k: x.narrow(1, k, 2) * 2),
+    ("setitem", _setitem_from),
+    ("slice_scatter", lambda x, v, k: torch.slice_scatter(x, x[:, k:] * 0 - 1, 1, k)),
+])
+def test_a_negative_int_input_as_a_slice_bound_counts_from_the_end(name, fn):
+    # Dynamo guards k's sign: its range is [-6, -1]. Declared positive, k made `k < 0` false and x[:, k:]
+    # took 8 elements, 2 of them from before x's start (review, session 33)
+    x, v = torch.arange(12.).reshape(2, 6), torch.full((2, 1), -1.)
+    records = _same_at_each(fn, [(x, v, -3), (x, v, -2), (x, v, -5)])
+    assert any(r.dynamic_symbols for r in records) and all(r.ran_eagerly is None for r in records)
+
+
+def test_an_int_input_of_any_sign_scales_values_in_one_compile():
+    x = torch.randn(3, 4)
+    records = _same_at_each(lambda x, k: x * k + k, [(x, -3), (x, 2), (x, 5), (x, -7)])
+    symbolic = [r for r in records if r.dynamic_symbols]
+    assert len(symbolic) == 1 and symbolic[0].dynamic_fallback is None and symbolic[0].num_kernels >= 1
+
+
+def test_roll_by_an_int_input_that_may_be_negative_is_right_at_every_shift():
+    # the shift is (6 - k) % 6: a Python mod of a value that may be negative, which a kernel's % (it
+    # truncates) cannot compute; it fell to the wrapper, and the kernel read the FakeTensor's traced value
+    # (the first shift at every later call)
+    x = torch.arange(12.).reshape(2, 6)
+    _same_at_each(lambda x, k: torch.roll(x, k, 1) * 2, [(x, -3), (x, 2), (x, 5), (x, 9)])
+
+
+def test_a_slice_whose_length_is_the_int_or_the_size_is_compiled_for_each_case():
+    # Dynamo compiles x[:k] again once k passes x's length (a new guard): the same ATen text and inputs,
+    # another slice length. The caches served the first module to the second graph (shape (7, 3) where
+    # eager's is (4, 3), reading past x; review, session 33): their keys hold the nodes' symbolic sizes
+    # and the guards now
+    def f(x, k: int):
+        return x[:k] * 2
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n, k in [(10, 3), (10, 5), (4, 7), (6, 9), (10, 2)]:
+        x = torch.randn(n, 3)
+        assert_same_tensor(compiled(x, k), f(x, k), f"n={n} k={k}")
+    keys = {r.name: r for r in metrics.compiled_graphs}
+    assert len(keys) >= 2
+
+
+def test_an_exact_float_scale_of_a_size_compiles_once():
+    # interpolate's output length is trunc(1.5 * n): exact in doubles, so floor(3n / 2) for every n
+    records = run_sizes(lambda x: F.interpolate(x[None, None], scale_factor=1.5, mode="bilinear") + 1,
+                        lambda n: (torch.randn(n, n + 1),), sizes=(6, 7, 13))
+    assert_dynamic(records)
