@@ -280,7 +280,8 @@ class GraphLowering:
             lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
         if lowering is not None and _needs_aten(meta, args, kwargs):
             lowering = None
-            if isinstance(meta, torch.Tensor) and meta.numel() == 0 and not _is_view(target):
+            # (statically: a size read from data guards on its value otherwise, torch.unique's u0)
+            if isinstance(meta, torch.Tensor) and statically_known_true(meta.numel() == 0) and not _is_view(target):
                 # nothing to compute: an empty output is an allocation (not a fallback)
                 layout = _extern_layout(meta)
                 return self.make_extern(aten.empty_strided.default, (list(meta.shape), list(meta.stride())),

@@ -428,9 +428,13 @@ def copy(dst, src, non_blocking=False):
 
 @register_lowering(aten.full)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if dtype is None:
-        dtype = (torch.bool if isinstance(fill_value, bool) else
-                 torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
+    if isinstance(fill_value, sympy.Basic) and (fill_value.is_Relational or fill_value.is_Boolean) \
+            and fill_value not in (sympy.true, sympy.false):
+        raise NotImplementedError("a fill value that is a relation of sizes")   # (ATen computes it)
+    if dtype is None:   # a dynamic graph's size is an int too (a sympy integer expression)
+        dtype = (torch.bool if isinstance(fill_value, bool) or fill_value in (sympy.true, sympy.false) else
+                 torch.int64 if isinstance(fill_value, int) or getattr(fill_value, "is_integer", False)
+                 else torch.get_default_dtype())
     check_converts(fill_value, dtype)
     device = torch.device(device) if device is not None else torch.device("cpu")
     return Pointwise.create(device, dtype, lambda idx: constant(fill_value, dtype), list(size))

@@ -142,9 +142,14 @@ def symbolic_slice_bounds(n, start, end) -> tuple:
 def select(x, dim, index):
     size = x.get_size()
     dim = _norm_dim(dim, len(size))
-    index = index + int(size[dim]) if index < 0 else index
+    index = sympy.sympify(index)
+    negative = decide(index < 0)   # an int input of a dynamic graph: by the sign its range gives
+    if negative is None:
+        raise NotImplementedError(f"select at {index}: its sign is not known")
+    if negative:
+        index = index + size[dim]
     new = size[:dim] + size[dim + 1:]
-    return View(x, new, lambda idx: list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:]))
+    return View(x, new, lambda idx: list(idx[:dim]) + [index] + list(idx[dim:]))
 
 
 @register_lowering(aten.unsqueeze)

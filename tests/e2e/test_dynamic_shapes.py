@@ -969,3 +969,39 @@ def test_an_exact_float_scale_of_a_size_compiles_once():
     records = run_sizes(lambda x: F.interpolate(x[None, None], scale_factor=1.5, mode="bilinear") + 1,
                         lambda n: (torch.randn(n, n + 1),), sizes=(6, 7, 13))
     assert_dynamic(records)
+
+
+def test_full_of_a_size_is_an_int64_tensor_and_of_a_relation_a_bool_one():
+    # a dynamic graph's size is a sympy integer, not a Python int: full() took the default float dtype
+    records = run_sizes(lambda x: (torch.full((x.shape[0],), x.shape[1]) // 2 + torch.arange(x.shape[0]),
+                                   torch.full((2,), x.shape[0] > 5)),
+                        lambda n: (torch.randn(n, n + 2),))
+    assert_dynamic(records)
+
+
+def test_select_at_an_int_input_of_either_sign_compiles_once_per_sign():
+    def f(x, k: int):
+        return x[k] * 2
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n, k in [(7, 2), (9, 3), (11, 5), (8, -3), (9, -1)]:
+        x = torch.randn(n, 6)
+        assert_same_tensor(compiled(x, k), f(x, k), f"n={n} k={k}")
+    records = metrics.compiled_graphs
+    assert len(records) == 2 and all(r.dynamic_fallback is None and r.num_kernels == 1 for r in records)
+
+
+def test_unique_with_counts_generates_the_ops_after_it():
+    # a sibling output (the unused inverse) is empty: the emptiness test of the output asked u0 == 0,
+    # a guard on data, and the graph ran eagerly
+    def f(x):
+        u, c = torch.unique(x, return_counts=True)
+        return u * 2, c + 1
+    import torch._dynamo.config as dynamo_config
+    with dynamo_config.patch(capture_dynamic_output_shape_ops=True):
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+        for n in (7, 9, 12):
+            x = torch.randint(0, 5, (n,))
+            for i, (a, e) in enumerate(zip(compiled(x), f(x))):
+                assert_same_tensor(a, e, f"size {n} output {i}")
+    (record,) = metrics.compiled_graphs
+    assert record.ran_eagerly is None and record.num_kernels >= 1, record.summary()
