@@ -647,7 +647,30 @@ def decompositions(table: dict) -> dict:
             out[target] = _elementwise_in_eager_layout(None, decomp, _self_only)
         elif getattr(target, "overloadpacket", None) is aten.masked_fill:
             out[target] = _contiguous_result(decomp)
+        elif getattr(target, "overloadpacket", None) in _SUGGESTED_FORMAT:
+            out[target] = _in_suggested_format(decomp)
     return out
+
+
+# ops whose eager kernel allocates its result in its input's suggested memory format (channels-last
+# for a channels-last input), where the decompositions build a contiguous one (review, session 33)
+_SUGGESTED_FORMAT = {aten.roll, aten.channel_shuffle, aten.native_channel_shuffle, aten.max_unpool2d,
+                     aten.max_unpool3d, aten._adaptive_avg_pool2d, aten._adaptive_avg_pool3d}
+
+
+def _in_suggested_format(decomp):
+    def run(*args, **kwargs):
+        result = decomp(*args, **kwargs)
+        x = _self_only(args, kwargs)
+        if not isinstance(result, torch.Tensor) or not x or x[0].dim() not in (4, 5) or result.dim() != x[0].dim() \
+                or not _static([x[0], result]):
+            return result
+        fmt = torch._prims_common.suggest_memory_format(x[0])
+        if fmt == torch.contiguous_format or result.is_contiguous(memory_format=fmt):
+            return result
+        return aten.clone.default(result, memory_format=fmt)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_suggested_format"
+    return run
 
 
 def _contiguous_result(decomp):

@@ -291,3 +291,20 @@ def test_an_index_by_data_sized_indices_has_eagers_strides(dynamic, device):
     want = fn(x, m)
     observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]   # noqa: E731
     assert observable(got) == observable(want) and torch.equal(got, want), (got.stride(), want.stride())
+
+
+# ─── ops whose eager kernel allocates in the input's suggested memory format ────────────────────
+
+@pytest.mark.parametrize("name,fn", [
+    ("adaptive_avg_pool2d, not dividing", lambda x: F.adaptive_avg_pool2d(x, (4, 4))),
+    ("roll", lambda x: x.roll(1, 2)),
+    ("channel_shuffle", lambda x: F.channel_shuffle(x, 2)),
+    ("max_unpool2d", lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2)),
+])
+def test_decomposed_op_of_a_channels_last_input_is_channels_last(name, fn, device):
+    # the decompositions build contiguous results; eager's kernels follow the input (review, session 33)
+    check(fn, torch.randn(2, 4, 5, 6, device=device).to(memory_format=torch.channels_last))
+
+
+def test_roll_of_a_transposed_matrix_is_contiguous_as_in_eager(device):
+    check(lambda x: x.roll(1, 0) * 2, torch.randn(4, 6, device=device).t())
