@@ -431,6 +431,8 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     if isinstance(fill_value, sympy.Basic) and (fill_value.is_Relational or fill_value.is_Boolean) \
             and fill_value not in (sympy.true, sympy.false):
         raise NotImplementedError("a fill value that is a relation of sizes")   # (ATen computes it)
+    if isinstance(fill_value, sympy.Basic) and any(not s.is_integer for s in fill_value.free_symbols):
+        raise NotImplementedError("a fill value read from data as a float")   # (the wrapper has it)
     if dtype is None:   # a dynamic graph's size is an int too (a sympy integer expression)
         dtype = (torch.bool if isinstance(fill_value, bool) or fill_value in (sympy.true, sympy.false) else
                  torch.int64 if isinstance(fill_value, int) or getattr(fill_value, "is_integer", False)

@@ -171,10 +171,14 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
             if sym not in shapes.hints:
                 shapes.hints[sym] = _unbacked_hint(env, sym)
         ranges = {s.name: r for s, r in env.var_to_range.items()}
+        returned = _only_returned(gm)
         for sym in shapes.unbacked:
             # every size symbol is declared nonnegative (`symbol`), and the code generated for %, // and
             # max relies on it: an `.item()` that may be negative would give wrong values (-3 % 4 as -3;
-            # review, session 30). Such a graph is not compiled with symbols
+            # review, session 30). Such a graph is not compiled with symbols, unless the value is only
+            # returned (`loss.item()` at the end of a step: the graph ran eagerly; review, session 33)
+            if shapes.unbacked[sym][0] in returned:
+                continue
             low = ranges[sym.name].lower if sym.name in ranges else None
             if sym.name.startswith("zuf"):   # the ShapeEnv's name for an unbacked float
                 raise SymbolicUnsupported(f"the data-dependent value of %{shapes.unbacked[sym][0]} is a float "
@@ -189,6 +193,16 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
                 shapes.bounds[sym] = int(r.upper)
         _rederive_stale(gm, {s.name for s in shapes.known()})
     return shapes
+
+
+def _only_returned(gm: torch.fx.GraphModule) -> set[str]:
+    """The nodes whose only use is to be returned, as they are or as a tensor (`scalar_tensor`, which
+    AOT autograd wraps a returned float in; ATen makes it: lowerings.full): a value read from data
+    there reaches no size, index or kernel, only the wrapper's return."""
+    def returned(n) -> bool:
+        return bool(n.users) and all(u.op == "output" or (u.target is torch.ops.aten.scalar_tensor.default
+                                                         and returned(u)) for u in n.users)
+    return {n.name for n in gm.graph.nodes if n.op == "call_function" and returned(n)}
 
 
 def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:
@@ -263,6 +277,8 @@ def symbol(name: str) -> sympy.Symbol:
     the ShapeEnv says (`_signs`), none where the range has both."""
     if name.startswith("u"):
         return sympy.Symbol(name, integer=True, nonnegative=True)
+    if name.startswith(("zuf", "zf")):   # the ShapeEnv's floats (an `.item()` of a floating tensor)
+        return sympy.Symbol(name, real=True)
     sign = current().signs.get(name)
     if sign is not None:
         return sympy.Symbol(name, integer=True, **sign)

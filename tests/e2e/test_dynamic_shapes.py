@@ -1005,3 +1005,24 @@ def test_unique_with_counts_generates_the_ops_after_it():
                 assert_same_tensor(a, e, f"size {n} output {i}")
     (record,) = metrics.compiled_graphs
     assert record.ran_eagerly is None and record.num_kernels >= 1, record.summary()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_float_item_that_is_only_returned_leaves_the_graph_compiled(dynamic, device):
+    # `loss.item()` at the end of a step (capture_scalar_outputs): a float read from data that reaches
+    # no size or kernel, only the return; the whole graph ran eagerly (review, session 33)
+    torch.set_default_device(None)   # with a default device Dynamo drops the `.item()` (aot_eager too)
+    def f(x):
+        y = (x * 2).relu()
+        return y.sum().item(), y
+    import torch._dynamo.config as dynamo_config
+    with dynamo_config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
+        for n in (3, 5, 7):
+            x = torch.randn(n, 4, device=device)
+            (item, y), (eager_item, eager_y) = compiled(x), f(x)
+            assert type(item) is type(eager_item) and abs(item - eager_item) <= 1e-5 * max(1.0, abs(eager_item))
+            assert_same_tensor(y, eager_y, f"size {n}")
+    records = metrics.compiled_graphs
+    assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
+                           for r in records), [r.summary() for r in records]
