@@ -101,7 +101,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
     parts = [f"format {FORMAT}", *compiler_key_parts(cfg)]
     for node in gm.graph.nodes:
-        parts.append(f"{node.op}|{node.name}|{node.target}|{node.args}|{node.kwargs}")
+        parts.append(f"{node.op}|{node.name}|{_target_name(node.target)}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":
             parts.append(tensor_meta(getattr(gm, node.target)))
         if node.op == "call_function" and collective_key_part(node):   # its group's backend decides the partitions
@@ -119,6 +119,17 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     if gm.meta.get("mini_inductor_input_aliases"):   # outputs returned as views of inputs (lowering/graph.py)
         parts.append(f"input aliases {sorted(gm.meta['mini_inductor_input_aliases'].items())}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _target_name(target) -> str:
+    """An FX target as text that is the same in every process: a Python function's own str holds its
+    address (`torch.sym_float` of an interpolate's scale: every warm start missed; review, session 33)."""
+    if isinstance(target, str) or not callable(target) or isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    try:
+        return torch.fx.node._get_qualified_name(target)
+    except Exception:  # noqa: BLE001  (a callable without a module path: its name)
+        return getattr(target, "__qualname__", type(target).__name__)
 
 
 def compiler_key_parts(cfg: Config) -> list[str]:

@@ -34,7 +34,7 @@ import sympy
 import torch
 import torch.fx
 
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, statically_known_true
 
 from .layout_opt import is_non_overlapping_and_dense
 
@@ -628,7 +628,18 @@ def _restrided(val: torch.Tensor, stride: list[int]):
 
 
 def _same_where_observable(t: torch.Tensor, stride: Sequence[int]) -> bool:
-    return all(n <= 1 or s == w for n, s, w in zip(t.shape, t.stride(), stride))
+    """Equal strides on every dim of more than one element. Symbolic sizes and strides are compared
+    without a guard: `n <= 1` on a SymInt added Dynamo guards (s86 > 1) while the forward was lowered,
+    and the backward's cache key (its ShapeEnv's guards) differed on a warm start, where the forward
+    was served from disk unlowered (review, session 33)."""
+    def small(n) -> bool:
+        return n <= 1 if isinstance(n, int) else statically_known_true(n <= 1)
+
+    def same(a, b) -> bool:
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        return str(a) == str(b) or statically_known_true(a == b)
+    return all(small(n) or same(s, w) for n, s, w in zip(t.shape, t.stride(), stride))
 
 
 # ─── decompositions that end in eager's layout ───────────────────────────────────────────────────
@@ -653,9 +664,10 @@ def decompositions(table: dict) -> dict:
 
 
 # ops whose eager kernel allocates its result in its input's suggested memory format (channels-last
-# for a channels-last input), where the decompositions build a contiguous one (review, session 33)
-_SUGGESTED_FORMAT = {aten.roll, aten.channel_shuffle, aten.native_channel_shuffle, aten.max_unpool2d,
-                     aten.max_unpool3d, aten._adaptive_avg_pool2d, aten._adaptive_avg_pool3d}
+# for a channels-last input) on the CPU and on CUDA alike, where the decomposition builds a contiguous
+# one (review, session 33). Not roll, channel shuffle or max_unpool: their CPU kernels follow the
+# input, CUDA's return contiguous results (and CPU's roll without dims, or by a whole turn, too)
+_SUGGESTED_FORMAT = {aten._adaptive_avg_pool2d}
 
 
 def _in_suggested_format(decomp):

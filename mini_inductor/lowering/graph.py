@@ -446,10 +446,17 @@ class GraphLowering:
             return type(meta)(self._multi_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)) and meta.node.expr.free_symbols \
                 and not free_unbacked_symbols(meta):   # (`_define_unbacked` binds those)
-            # a size our expressions cannot hold (`_size_value`): its consumers would read the FakeTensor's
-            # SymInt, whose int() is its traced value (roll by an int input that may be negative: the
-            # shift of the first call in every later one; review, session 33)
-            raise symbolic.SymbolicUnsupported(f"the value of %{kernel.name} ({_op_name(kernel.op) if hasattr(kernel, 'op') else 'a size'})", meta.node.expr)
+            # a size: as our expression where it has one, else the graph cannot have symbols (its consumers
+            # would read the FakeTensor's SymInt, whose int() is its traced value: roll by an int input
+            # that may be negative took the first call's shift at every later one; review, session 33)
+            try:
+                expr = to_expr(meta)
+            except NotImplementedError:
+                expr = None
+            if expr is None or not expr.free_symbols <= symbolic.current().known():
+                raise symbolic.SymbolicUnsupported(f"the value of %{kernel.name} ({kernel.op_name})",
+                                                   meta.node.expr)
+            return expr
         return meta  # a plain value (None, an int) that the op returns
 
     def _realize_output(self, value, meta):

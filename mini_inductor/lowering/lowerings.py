@@ -435,7 +435,8 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
         raise NotImplementedError("a fill value read from data as a float")   # (the wrapper has it)
     if dtype is None:   # a dynamic graph's size is an int too (a sympy integer expression)
         dtype = (torch.bool if isinstance(fill_value, bool) or fill_value in (sympy.true, sympy.false) else
-                 torch.int64 if isinstance(fill_value, int) or getattr(fill_value, "is_integer", False)
+                 torch.int64 if isinstance(fill_value, int) or (isinstance(fill_value, sympy.Basic)
+                                                                 and fill_value.is_integer)
                  else torch.get_default_dtype())
     check_converts(fill_value, dtype)
     device = torch.device(device) if device is not None else torch.device("cpu")

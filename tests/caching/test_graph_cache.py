@@ -200,3 +200,9 @@ def test_entry_holds_the_module_source_and_record():
     entry = graph_cache.load(config.current().cache_dir, path.stem)
     assert entry.source == pathlib.Path(rec.source_path).read_text()
     assert entry.record["kernel_names"] == rec.kernel_names and entry.decisions is not None
+
+
+def test_a_python_function_target_keys_by_its_name_not_its_address():
+    from mini_inductor.caching.graph_cache import _target_name
+    assert _target_name(torch.sym_float) == "torch.sym_float"
+    assert _target_name(torch.ops.aten.add.Tensor) == "aten.add.Tensor"

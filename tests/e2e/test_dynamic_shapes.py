@@ -1026,3 +1026,48 @@ def test_a_float_item_that_is_only_returned_leaves_the_graph_compiled(dynamic, d
     records = metrics.compiled_graphs
     assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
                            for r in records), [r.summary() for r in records]
+
+
+def test_full_of_a_python_float_stays_float():
+    # a Python float has an `is_integer` method: full() took it for an int (review, session 33)
+    records = run_sizes(lambda x: torch.full((3,), 2.5) + x.sum(0)[:3] * 0 + torch.full((3,), x.shape[0] / 2),
+                        lambda n: (torch.randn(n, 4),))
+    assert_dynamic(records)
+
+
+def test_floor_division_of_a_size_difference_that_may_be_negative_floors():
+    # (s0 - 5) // 2 at s0 = 4 is -1; a kernel's // truncates to 0 (review, session 33)
+    def f(x):
+        return torch.full((2,), (x.shape[0] - 5) // 2), x * ((x.shape[0] - 5) % 3)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    for n in (6, 8, 4, 3):
+        x = torch.ones(n, 1)
+        for i, (a, e) in enumerate(zip(compiled(x), f(x))):
+            assert_same_tensor(a, e, f"size {n} output {i}")
+
+
+def test_an_op_returning_a_size_beside_a_tensor_compiles_once():
+    # its size is an expression of the inputs' symbols: only a size no expression holds sends the graph
+    # to per-size compiles (review, session 33)
+    lib = torch.library.Library("mi_test_sizes", "FRAGMENT")
+    lib.define("twice_and_len(Tensor x) -> (Tensor, SymInt)")
+    lib.impl("twice_and_len", lambda x: (x * 2, x.shape[0]), "CompositeExplicitAutograd")
+    torch.library.register_fake("mi_test_sizes::twice_and_len", lambda x: (torch.empty_like(x), x.shape[0]), lib=lib)
+    records = run_sizes(lambda x: torch.ops.mi_test_sizes.twice_and_len(x)[0].sin(), lambda n: (torch.randn(n, 3),))
+    assert_dynamic(records)
+
+
+def test_a_dynamic_backward_is_served_by_the_cache_when_its_forward_was():
+    # lowering the forward added ShapeEnv guards (a stride test on SymInts), which the backward's key
+    # holds: where the forward was served from a cache, unlowered, the backward's key differed
+    # (review, session 33). Here the second compile after Dynamo's reset is served from a cache.
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    for _ in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="mini_inductor", options=SYMBOLIC)
+        for n, hw in [(2, 8), (3, 9), (4, 10)]:
+            compiled(torch.randn(n, 3, hw, hw)).sum().backward()
+    records = metrics.compiled_graphs
+    half = len(records) // 2
+    dynamic = [r for r in records[half:] if r.dynamic_symbols]
+    assert dynamic and all(r.cache in ("memory", "disk") for r in dynamic), [(r.name, r.cache) for r in records]
