@@ -468,10 +468,16 @@ class TritonOps:
             # The first sum runs over the values scaled by 2**-bits <= 1/n, so that it cannot overflow
             # (rows of 1e35 summed to inf and gave a NaN mean and var where eager gives 1e35 and 0); the
             # scaling is exact, and so is dividing by n scaled alike: the same mean as sum / n otherwise
-            bits = max(0, (int(k.rnumel) - 1).bit_length())
-            n = _float_literal(float(k.rnumel))
+            if isinstance(k.rnumel, int):
+                bits = max(0, (k.rnumel - 1).bit_length())
+                n = _float_literal(float(k.rnumel))
+                scaled_n = _float_literal(float(k.rnumel) * 2.0 ** -bits)
+            else:   # a bounded dynamic row (its block is the bound's): the kernel's rnumel argument
+                bits = max(0, (k.config.RBLOCK - 1).bit_length())
+                n = k.emit(f"rnumel * {_float_literal(1.0)}", dtype)
+                scaled_n = f"({n} * {_float_literal(2.0 ** -bits)})"
             total = k.emit(f"tl.sum(tl.where({mask}, {value} * {_float_literal(2.0 ** -bits)}, 0), 1)[:, None]", dtype)
-            first = k.emit(f"{total} / {_float_literal(float(k.rnumel) * 2.0 ** -bits)}", dtype)
+            first = k.emit(f"{total} / {scaled_n}", dtype)
             dev = k.emit(f"tl.where({mask}, {value} - {first}, 0)", dtype)
             squares = k.emit(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
             # (rows of values near float32's limit: an infinite drift corrects nothing, the first mean
@@ -485,7 +491,8 @@ class TritonOps:
             correction = k.emit(f"tl.where({drift2} == float('inf'), {drift} * ({drift} / {n}), {drift2} / {n})", dtype)
             raw = k.emit(f"tl.where({squares} == float('inf'), {squares}, {squares} - {correction})", dtype)
             m2 = k.emit(f"tl.where({raw} < 0, 0.0, {raw})", dtype)   # rounding's negatives; NaN kept
-            weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})", dtype)
+            weight = k.emit(f"tl.full([1], {n}, {tl_dtype(dtype)})" if isinstance(k.rnumel, int)
+                            else f"tl.zeros([1], {tl_dtype(dtype)}) + {n}", dtype)
             return mean, m2, weight
         if rtype == "welford_combine":
             parts = [k.emit(f"tl.where({mask}, {v}, 0)", dtype) for v in value]

@@ -306,9 +306,9 @@ def _convert(e: sympy.Basic) -> Expr:
     args = [_convert(a) for a in e.args]
     if isinstance(e, (FloorDiv, ModularIndexing, torch_fns.FloorDiv, torch_fns.ModularIndexing, torch_fns.Mod,
                       torch_fns.PythonMod, sympy.Mod, torch_fns.CeilDiv)) \
-            and not (_never_negative(args[0]) and all(a.is_positive or decide(a >= 1) is True for a in args[1:])):
-        # generated code's // and % truncate toward 0: right where the dividend is never negative and
-        # the divisor positive ((s0 - 5) // 2 at s0 = 4 gave 0, eager -1; review, session 33)
+            and not all(_never_negative(a) for a in args):
+        # generated code's // and % truncate toward 0: right where neither operand is negative (a
+        # divisor of 0 fails in eager too; (s0 - 5) // 2 at s0 = 4 gave 0, eager -1; review, session 33)
         raise SymbolicUnsupported(f"a {type(e).__name__} of a value that may be negative", e)
     if isinstance(e, (FloorDiv, ModularIndexing)):   # ours already
         return e.func(*args)

@@ -191,8 +191,11 @@ def view(x, size):
     if -1 in size:
         known = product(sympify_seq([s for s in size if s != -1]))
         inferred = product(old) / known
-        if any(isinstance(a, sympy.Pow) and a.exp < 0 for a in sympy.preorder_traversal(inferred)):
-            inferred = FloorDiv(product(old), known)   # a dynamic graph's quotient of sizes (exact)
+        if inferred.is_integer is not True or any(isinstance(a, sympy.Pow) and a.exp < 0
+                                                  for a in sympy.preorder_traversal(inferred)):
+            # a dynamic graph's quotient of sizes (exact): a sum over 4 left s/4 + m/4 in the index
+            # (review, session 33)
+            inferred = FloorDiv(product(old), known)
         size[size.index(-1)] = inferred
     new = sympify_seq(size)
     return View(x, new, reshape_reindexer(old, new))

@@ -417,6 +417,19 @@ def test_dropout_in_training_after_a_bias_is_a_near_miss():
     assert not record.target and "dropout" in record.reason
 
 
+def test_a_dropout_rate_passed_in_as_an_argument_is_a_near_miss_with_its_reason():
+    # Dynamo makes a float argument a graph value at its second value: the matcher compared the FX
+    # node with 0 and recorded an internal error (review, session 33)
+    def attention(q, k, v, p):
+        return F.dropout(torch.softmax(q @ k.transpose(-2, -1) * 0.5, -1), p, training=True) @ v
+    q, k, v = qkv()
+    with use_flash_op(OP):
+        got = torch.compile(attention, backend="mini_inductor", dynamic=True)(q, k, v, 0.0)
+    torch.testing.assert_close(got, attention(q, k, v, 0.0), atol=1e-5, rtol=1e-5)
+    reasons = [r.reason for r in metrics.attention]
+    assert any("value of the graph" in r for r in reasons) and not any("internal error" in r for r in reasons), reasons
+
+
 # ── near misses ─────────────────────────────────────────────────────────────────────────────────
 def test_returned_attention_weights_are_a_near_miss():
     def attention(q, k, v):

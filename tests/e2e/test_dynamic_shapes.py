@@ -1071,3 +1071,26 @@ def test_a_dynamic_backward_is_served_by_the_cache_when_its_forward_was():
     half = len(records) // 2
     dynamic = [r for r in records[half:] if r.dynamic_symbols]
     assert dynamic and all(r.cache in ("memory", "disk") for r in dynamic), [(r.name, r.cache) for r in records]
+
+
+def test_mean_and_variance_over_a_bounded_dynamic_row_compile_once():
+    # a row whose length the ShapeEnv bounds is persistent, its block the bound's; the variance's
+    # scaled first sum took int() of the symbolic length (review, session 33): compiled per size
+    def f(x, w):
+        return F.layer_norm(x, x.shape[-1:], w[: x.shape[-1]]) * 2, x.var(-1, keepdim=True)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    w = torch.randn(64)
+    for n in (12, 33, 64, 20):
+        x = (torch.randn(3, n) * 100 + 1e4).requires_grad_()
+        torch._dynamo.mark_dynamic(x, 1, min=2, max=64)
+        xe = x.detach().clone().requires_grad_()
+        out, ref = compiled(x, w), f(xe, w)
+        for i, (a, e) in enumerate(zip(out, ref)):
+            assert_same_tensor(a, e, f"size {n} output {i}", atol=1e-3, rtol=1e-4)
+        sum(o.sum() for o in out).backward()
+        sum(o.sum() for o in ref).backward()
+        assert_same_tensor(x.grad, xe.grad, f"size {n} grad", atol=1e-3, rtol=1e-3)
+    records = metrics.compiled_graphs
+    assert records and all(r.dynamic_fallback is None and r.ran_eagerly is None for r in records), \
+        [r.summary() for r in records]
+    assert any(r.dynamic_symbols for r in records)
