@@ -2,7 +2,7 @@
 Not a test; needs a CUDA GPU.
 
     PYTHONPATH=. python -m benchmarks flash_configs [--cases hf_causal,alibi] [--lengths 1024,4096]
-        [--head-dims 64] [--dtype float16] [--modes fwd,dkdv,dq] [--top 3]
+        [--head-dims 64] [--dtype float16] [--modes fwd,dkdv,dq] [--top 3] [--configs 64x64x4x3,128x64x4x2]
 
 attention/flash.py's `forward_config`, `backward_config` (dk/dv) and `dq_config` were chosen by compiling for sm_90 and
 reading ptxas's register and spill counts, not by timing. Each case here is a modification our own
@@ -59,7 +59,7 @@ def _time(fn) -> float:
         return math.inf
 
 
-def sweep(case: str, L: int, E: int, dtype, mode: str, top: int) -> None:
+def sweep(case: str, L: int, E: int, dtype, mode: str, top: int, configs: list | None = None) -> None:
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     q, k, v = (torch.randn(BATCH, HEADS, L, E, device=DEVICE, dtype=dtype, generator=gen) for _ in range(3))
     mod, extra = _case(case, L, E, dtype)
@@ -74,6 +74,7 @@ def sweep(case: str, L: int, E: int, dtype, mode: str, top: int) -> None:
         def call():
             return flash.triton_backward(dout, q, k, v, out, lse, extra, sm)
         grid, names = BACKWARD_GRID, (("backward_config", "dq_config") if mode == "dkdv" else ("dq_config",))
+    grid = configs or grid
     current_config = getattr(flash, names[0])(*_args(E, dtype, mode, sm))
     current = _time(call)
     expected = [t.float() for t in call()]
@@ -125,7 +126,10 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float16")
     p.add_argument("--modes", default="fwd,dkdv,dq", help="fwd, dkdv, dq: the kernel whose config varies")
     p.add_argument("--top", type=int, default=3)
+    p.add_argument("--configs", default="", help="only these configs, BLOCK_MxBLOCK_NxWARPSxSTAGES comma-separated "
+                   "(64x64x4x3,128x64x4x2), instead of the grid")
     a = p.parse_args(argv)
+    configs = [tuple(int(n) for n in c.split("x")) for c in a.configs.split(",") if c] or None
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/flash_configs.py needs a CUDA GPU")
     dtype = getattr(torch, a.dtype)
@@ -133,7 +137,7 @@ def main(argv=None) -> None:
         for case in a.cases.split(","):
             for L in map(int, a.lengths.split(",")):
                 for E in map(int, a.head_dims.split(",")):
-                    sweep(case, L, E, dtype, mode, a.top)
+                    sweep(case, L, E, dtype, mode, a.top, configs)
 
 
 if __name__ == "__main__":

@@ -180,15 +180,18 @@ def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool =
 
 def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dk/dv kernel: a program holds BLOCK_N keys and
-    steps over the queries BLOCK_M at a time. Head dims up to 64 in 16-bit types: timed on an H200
-    (session 28, 36 configs), (64, 64, 4, 3) was within 3% of the fastest in three of the four cases
-    (hf_causal and ALiBi, L 1024 and 4096) and 8% under the 2-stage config before it for ALiBi."""
+    steps over the queries BLOCK_M at a time. Head dims up to 64 in 16-bit types: timed on an H200,
+    the whole backward with dq's config kept (session 33, `flash_configs --configs`), (128, 64, 4, 2)
+    was the fastest in all 18 cases of causal, a causal mask from data and padding, L 1024 to 4096, fp16
+    and bf16: 1% (the mask from data at L 1024) to 18% (causal at L 4096: 1.198 against 1.460 ms)
+    under (64, 64, 4, 3), which session 28 had chosen over 36 configs; for ALiBi (no block skipped,
+    bf16, L 2048) the two were level (0.873 against 0.868 ms)."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
         return 32, 32, 8, 1
     if block_e <= 64:
-        return 64, 64, 4, 3
+        return 128, 64, 4, 2
     return 64, 64, 8, 2
 
 
@@ -196,7 +199,10 @@ def dq_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int,
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dq kernel: a program holds BLOCK_M queries and
     steps over the keys BLOCK_N at a time, the other way round from dk/dv (benchmarks/flash_configs.py
     times them apart). Timed on an H200 (session 28), (64, 64, 4, 3) was the fastest or within 2% of it
-    in all four cases, as for dk/dv; so far the two share their configs."""
+    in all four cases; again the fastest for causal and ALiBi in bf16 at L 2048 (session 33), where
+    dk/dv's (128, 64, 4, 2) is not."""
+    if on_gpu and dtype != torch.float32 and block_e <= 64:
+        return 64, 64, 4, 3
     return backward_config(block_e, dtype, on_gpu)
 
 
