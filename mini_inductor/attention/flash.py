@@ -178,20 +178,25 @@ def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool =
     return 64, 32, 4, 2
 
 
-def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
+def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, index_skips: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dk/dv kernel: a program holds BLOCK_N keys and
     steps over the queries BLOCK_M at a time. Head dims up to 64 in 16-bit types: timed on an H200,
     the whole backward with dq's config kept (session 33, `flash_configs --configs`), (128, 64, 4, 2)
     was the fastest in all 18 cases of causal, a causal mask from data and padding, L 1024 to 4096, fp16
     and bf16: 1% (the mask from data at L 1024) to 18% (causal at L 4096: 1.198 against 1.460 ms)
     under (64, 64, 4, 3), which session 28 had chosen over 36 configs; for ALiBi (no block skipped,
-    bf16, L 2048) the two were level (0.873 against 0.868 ms)."""
+    bf16, L 2048) the two were level (0.873 against 0.868 ms). In the attention sweep (fp16, the
+    same call) it took padding's fwd+bwd from 0.287 to 0.271 ms (L 1024) and 3.093 to 2.836 (L 4096),
+    ALiBi's from 0.269 to 0.257 and 3.411 to 3.182, but the sliding window's up from 0.159 to 0.178 and
+    0.551 to 0.614: a narrow band of live scores wastes more of a taller block. So a mod whose dead
+    blocks i and j alone decide (`index_skips`: causal, a window) keeps (64, 64, 4, 3) until a rule
+    that tells a band from a triangle has been timed (causal alone runs in SDPA)."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
         return 32, 32, 8, 1
     if block_e <= 64:
-        return 128, 64, 4, 2
+        return (64, 64, 4, 3) if index_skips else (128, 64, 4, 2)
     return 64, 64, 8, 2
 
 
@@ -459,7 +464,8 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
-        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu)
+        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu,
+                                                index_skips=skip and not sm.dead_reads_tensors)
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)

@@ -267,7 +267,7 @@ def _analyse(out, gm) -> _Found | None:
         if step is not None:
             region.append(p)
             p, rate, training = step
-            if not isinstance(rate, (int, float)) or not isinstance(training, bool):
+            if training is not False and (not isinstance(rate, (int, float)) or not isinstance(training, bool)):
                 # (a rate passed in as an argument: a symbol Dynamo traced, known only at run time)
                 raise NearMiss("the dropout's rate or training flag is a value of the graph, not a constant")
             if training and rate > 0:

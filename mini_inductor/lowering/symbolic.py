@@ -304,6 +304,13 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, sympy.Symbol):
         return symbol(e.name)
     args = [_convert(a) for a in e.args]
+    if isinstance(e, (torch_fns.Mod, torch_fns.PythonMod, sympy.Mod)) and _never_negative(args[1]) \
+            and not _never_negative(args[0]):
+        # Python's a % b is (a + k*b) % b: a shift that makes the dividend never negative keeps it
+        # exact in generated code (roll by 3 reads (s - 3) % s, and s - 3 < 0 at s = 2; review, session 33)
+        for k in (1, 2):
+            if _never_negative(args[0] + k * args[1]):
+                return ModularIndexing(args[0] + k * args[1], sympy.Integer(1), args[1])
     if isinstance(e, (FloorDiv, ModularIndexing, torch_fns.FloorDiv, torch_fns.ModularIndexing, torch_fns.Mod,
                       torch_fns.PythonMod, sympy.Mod, torch_fns.CeilDiv)) \
             and not all(_never_negative(a) for a in args):

@@ -51,8 +51,10 @@ def test_flash_attention_kernels_compile_forward_and_backward(dtype, monkeypatch
     assert {"flash_fwd", "flash_bwd_delta", "flash_bwd_dkdv", "flash_bwd_dq", "block_ranges"} <= names
 
 
+@pytest.mark.parametrize("mod", ["where(j <= i, s * 0.125 + t0, -inf)",   # blocks skipped by i and j
+                                 "s * 0.125 + t0"])                        # none skipped: dk/dv's taller blocks
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, monkeypatch):
+def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, mod, monkeypatch):
     # on a GPU the plan differs: block sizes, warps and stages for the GPU, tl.dot in bfloat16 (the
     # interpreter's in float32) and TF32 for float32; the interpreter runs those launches here
     # (their numerics are not checked) so that their kernels compile as the GPU would
@@ -63,12 +65,15 @@ def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, monkeypatc
     q, k, v = (torch.randn(1, 1, 24, 64, generator=gen).to(dtype).requires_grad_() for _ in range(3))
     bias = torch.randn(24, 24, generator=gen)
     with launches() as seen:
-        out = torch.ops.mini_inductor.flash_attention(q, k, v, [bias], "where(j <= i, s * 0.125 + t0, -inf)")
+        out = torch.ops.mini_inductor.flash_attention(q, k, v, [bias], mod)
         out.float().sum().backward()
     names = compile_all(seen)
     meta = next(kw for fn, _, kw in seen if fn.__name__ == "flash_fwd")
     assert meta["num_stages"] > 1 and (meta["PRECISION"] == "tf32" or dtype != torch.float32), meta
     assert len(names) >= 4
+    dkdv = next(kw for fn, _, kw in seen if fn.__name__ == "flash_bwd_dkdv")
+    if dtype != torch.float32:
+        assert dkdv["BLOCK_M"] == (64 if "where" in mod else 128), dkdv
 
 
 class Block(nn.Module):

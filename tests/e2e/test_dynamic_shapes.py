@@ -1094,3 +1094,21 @@ def test_mean_and_variance_over_a_bounded_dynamic_row_compile_once():
     assert records and all(r.dynamic_fallback is None and r.ran_eagerly is None for r in records), \
         [r.summary() for r in records]
     assert any(r.dynamic_symbols for r in records)
+
+
+def test_padding_up_to_a_multiple_of_eight_is_right_at_every_length():
+    # (8 - s % 8) % 8: the simplifier dropped the 8 as a multiple of the modulus, and the kernel's %
+    # (it truncates) computed (-(s % 8)) % 8 as a negative row stride (review, session 33)
+    records = run_sizes(lambda x: F.pad(x, (0, (8 - x.shape[1] % 8) % 8)) * 2,
+                        lambda n: (torch.arange(1.0, 2 * n + 1).reshape(2, n),), sizes=(9, 12, 16, 13))
+    assert_dynamic(records)
+
+
+@pytest.mark.parametrize("roll", [lambda x: torch.roll(x, 3, 1),
+                                  lambda x: torch.roll(torch.roll(x, (-3, -3), (0, 1)), (3, 3), (0, 1)),
+                                  lambda x: torch.roll(x, (2, 5), (0, 1))])
+def test_roll_by_a_shift_past_the_smallest_size_compiles_once(roll):
+    # (s - 3) % s may have a negative dividend at s = 2: written (2*s - 3) % s, which never has (the
+    # shifts are constants here: a closure's int would be an input of either sign under dynamic=True)
+    records = run_sizes(lambda x: roll(x) * 2, lambda n: (torch.randn(n, n + 1),), sizes=(2, 3, 9, 17))
+    assert_dynamic(records)
