@@ -7,6 +7,7 @@ import torch
 from .ir import ComputedBuffer, IRNode, Layout, Pointwise, Reduction, StorageBox, View, current_graph
 from .lowerings import register_lowering, to_dtype
 from .sizevars import product, static_int, sympify_seq
+from .symbolic import decide
 from .split_reduction import make_split_reduction, split_factor
 from .virtualized import ops
 
@@ -217,9 +218,11 @@ def _welford(x: IRNode, dims, keepdim, correction):
     n = product([x.get_size()[d] for d in dims])
     mean_ = make_reduction(x, dims, "welford_reduce", output_index=0, keepdim=keepdim)
     m2 = make_reduction(x, dims, "welford_reduce", output_index=1, keepdim=keepdim)
-    if n.free_symbols and correction > 1:   # n - correction may go below 0 at some size
-        raise NotImplementedError(f"a variance with correction {correction} over a dynamic size")
-    # a dynamic size is at least 2 (Dynamo specializes 0 and 1), so n - correction stays positive
+    if n.free_symbols and decide(n - correction >= 1) is not True:
+        # n - correction may be 0 or below at some size (a length read from data may be 0: eager's
+        # variance of an empty row is NaN, and 0 / (0 - 1) gave -0; review, session 33): ATen computes it
+        raise NotImplementedError(f"a variance with correction {correction} over a dynamic size {n}")
+    # an input's dynamic size is at least 2 (Dynamo specializes 0 and 1): n - 1 stays positive
     denom = _count(n - correction) if n.free_symbols else float(max(int(n) - correction, 0))
     var = _divide(m2, denom, x.get_dtype())
     return var, to_dtype(mean_, x.get_dtype())

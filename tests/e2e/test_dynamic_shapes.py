@@ -1112,3 +1112,25 @@ def test_roll_by_a_shift_past_the_smallest_size_compiles_once(roll):
     # shifts are constants here: a closure's int would be an input of either sign under dynamic=True)
     records = run_sizes(lambda x: roll(x) * 2, lambda n: (torch.randn(n, n + 1),), sizes=(2, 3, 9, 17))
     assert_dynamic(records)
+
+
+def test_variance_over_a_row_read_from_data_is_nan_where_it_is_empty_or_one_long():
+    # eager's variance of an empty row is NaN; n - 1 = -1 gave -0 (review, session 33): a correction
+    # that may reach the row's length runs in ATen
+    def f(x, n):
+        u = n.item()
+        torch._check(u >= 0)
+        torch._check(u <= x.shape[1])
+        y = x[:, :u]
+        return (*torch.var_mean(y, -1), y.var(-1), y.std(-1, correction=0), y.mean(-1) * 2)
+    import torch._dynamo.config as dynamo_config
+    x = torch.randn(3, 8)
+    with dynamo_config.patch(capture_scalar_outputs=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # eager's "degrees of freedom <= 0"
+        compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+        for u in (0, 1, 5, 8):
+            n = torch.tensor(u)
+            for i, (a, e) in enumerate(zip(compiled(x, n), f(x, n))):
+                torch.testing.assert_close(a, e, equal_nan=True, msg=f"u={u} output {i}")
+    records = metrics.compiled_graphs
+    assert len(records) == 1 and records[0].num_kernels >= 1, [r.summary() for r in records]
