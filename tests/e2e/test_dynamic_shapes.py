@@ -1119,8 +1119,7 @@ def test_variance_over_a_row_read_from_data_is_nan_where_it_is_empty_or_one_long
     # that may reach the row's length runs in ATen
     def f(x, n):
         u = n.item()
-        torch._check(u >= 0)
-        torch._check(u <= x.shape[1])
+        torch._check_is_size(u)   # (unbounded above: a looped reduction, whose empty row gave mean 0)
         y = x[:, :u]
         return (*torch.var_mean(y, -1), y.var(-1), y.std(-1, correction=0), y.mean(-1) * 2)
     import torch._dynamo.config as dynamo_config
