@@ -465,7 +465,7 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu,
-                                                index_skips=skip and not sm.dead_reads_tensors)
+                                                skip and not sm.dead_reads_tensors)   # index_skips
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
