@@ -414,7 +414,9 @@ def _print_report(out: Output, report) -> None:
 
     out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
                                               if report["cache_hit"] else ""))
-    calls = len(report["externs"]) + sum(1 for k in report["kernels"] if k.get("cublas"))   # cuBLAS + its epilogue
+    # (a MultiOutput picks a result of the call before it: no call of its own)
+    calls = sum(1 for e in report["externs"] if e["op"] != "MultiOutput") + \
+        sum(1 for k in report["kernels"] if k.get("cublas"))   # cuBLAS + its epilogue
     out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
              f"Triton kernels, {calls} extern calls")
     if report.get("stage_seconds"):
@@ -440,7 +442,8 @@ def _print_report(out: Output, report) -> None:
     out.line(never_fuse_line(report["never_fuse"]))
     out.line(f"time: the bytes at {report['bandwidth']['note']}")
     if report["externs"]:
-        out.table("Extern calls", ["buffer", "op"], [[e["name"], e["op"]] for e in report["externs"]])
+        out.table("Extern calls", ["buffer", "op"], [[e["name"], e["op"]] for e in report["externs"]
+                                                     if e["op"] != "MultiOutput"])
     if report["fallbacks"]:
         out.table("Fallback ops", ["op", "count", "why"], [[f["op"], f["count"], f["why"]] for f in report["fallbacks"]])
     mem = report["memory"]

@@ -338,6 +338,9 @@ def check_option(name: str, value: Any, env_var: str | None = None) -> Any:
         return number
     if name in _PATHS and isinstance(value, os.PathLike):
         value = os.fspath(value)
+    if name in _PATHS and isinstance(value, str) and not value.strip():
+        # (an empty path is the current folder: an empty MINI_INDUCTOR_CACHE_DIR= wrote the cache there)
+        raise OptionError(f"{where} is not valid: an empty path (unset it for the default{', or use None' if optional else ''})")
     if not isinstance(value, str):
         raise OptionError(f"{where} is not valid: expected a string{' or None' if optional else ''}, "
                           f"not {type(value).__name__}")

@@ -208,7 +208,8 @@ def run_stages(gm: torch.fx.GraphModule, example_inputs, name: str, record: metr
     record.source_path = path
     if lowered.fallback_ops:
         perf_log.info("%s: ops run as ATen fallbacks: %s", name, dict(lowered.fallback_ops))
-    trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record)
+    trace = debug_trace.GraphTrace(name, gm, lowered, sched, gen, record,
+                                   symbolic.current() if symbolic.current().dynamic else None)
     debug_structured.graph_artifacts(trace)
     debug_structured.output_code(name, gen.source, path)
     _keep_trace(trace, cfg)

@@ -26,7 +26,7 @@ import torch
 
 from . import files
 from ..codegen import triton_ops
-from ..config import Config
+from ..config import Config, interpreting
 from ..distributed.policy import graph_key_part as collective_key_part
 from ..lowering import symbolic
 from ..metrics import GraphRecord
@@ -139,6 +139,10 @@ def compiler_key_parts(cfg: Config) -> list[str]:
             f"deterministic {torch.are_deterministic_algorithms_enabled()}",     # so does index_put's
             f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}",   # matmul templates' fp32 precision
             f"branchless math {triton_ops.BRANCHLESS_MATH}",          # benchmarks switch it (erf, tanh)
+            # a CPU graph has kernels only under Triton's interpreter; without it, it runs eagerly: a
+            # graph compiled under the interpreter, served to a run without, crashed at its first
+            # launch instead of the warning that says so (review, session 33)
+            f"interpreter {interpreting()}",
             repr(sorted((k, v) for k, v in vars(cfg).items()   # cudagraph_* options are run-time ones,
                         if k not in _NO_CODE_EFFECT                # except the ops cut out of partitions
                         and (not k.startswith("cudagraph_") or k == "cudagraph_unsafe_ops")))]

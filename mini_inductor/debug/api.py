@@ -51,7 +51,11 @@ class ExplainReport:
         """`mini-inductor why`: one pair's fusion decision, with both nodes' ops and source lines."""
         from .why import why
 
-        return why(next(g for g in self.graphs if g["graph"] == graph), node_a, node_b)
+        found = next((g for g in self.graphs if g["graph"] == graph), None)
+        if found is None:
+            names = ", ".join(g["graph"] for g in self.graphs) or "none"
+            raise KeyError(f"graph {graph!r} is not in this report; compiled graphs: {names}")
+        return why(found, node_a, node_b)
 
     def __str__(self) -> str:
         from ..cli import Output, print_explain

@@ -279,7 +279,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 {source}
 
-ARGS = {specs}
+{sizes}ARGS = {specs}
 
 
 def make_args(seed=0):
@@ -305,20 +305,31 @@ if __name__ == "__main__":
 
 
 def _layouts(lowered) -> dict[str, tuple]:
-    from ..lowering.sizevars import static_int
+    from ..lowering.symbolic import hint   # (a dynamic graph's layouts at its traced sizes)
     found = {}
     for b in list(lowered.buffers) + [i for i in lowered.inputs if i is not None]:
         lay = getattr(b, "layout", None)
         if lay is not None:
-            found[b.name] = ([static_int(s) for s in lay.size], [static_int(s) for s in lay.stride], lay.dtype)
+            found[b.name] = ([hint(s) for s in lay.size], [hint(s) for s in lay.stride], lay.dtype)
     for name, t in lowered.constants.items():
         found[name] = (list(t.shape), list(t.stride()), t.dtype)
     return found
 
 
 def kernel_scripts(t) -> dict[str, str]:
-    """Each kernel of a traced graph as a standalone script (file name → source)."""
+    """Each kernel of a traced graph as a standalone script (file name → source); a dynamic graph's at
+    its traced sizes, its size symbols set to them at the top."""
+    from ..lowering import symbolic
+    with symbolic.using(getattr(t, "shapes", None)):
+        return _kernel_scripts(t)
+
+
+def _kernel_scripts(t) -> dict[str, str]:
+    from ..lowering import symbolic
     layouts = _layouts(t.lowered)
+    shapes = symbolic.current()
+    sizes = "".join(f"{s} = {int(v)}   # the traced size\n" for s, v in sorted(shapes.hints.items(), key=str)
+                    if s in shapes.known())
     scripts = {}
     for m in re.finditer(r"^\s*(triton_\w+)(\[\(.*?\)\])\((.*)\)\s*$", t.generated.source, re.M):
         name, grid, arglist = m.group(1), m.group(2), m.group(3)
@@ -332,7 +343,7 @@ def kernel_scripts(t) -> dict[str, str]:
                                 for b in buffers) + "]"
         fname = f"{name}.py"
         scripts[fname] = _KERNEL_SCRIPT.format(name=name, graph=t.name, file=fname, specs=specs, launch=launch,
-                                               source=t.generated.kernel_sources[name].rstrip())
+                                               source=t.generated.kernel_sources[name].rstrip(), sizes=sizes)
     return scripts
 
 

@@ -96,7 +96,7 @@ def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None 
     seconds = sum(b.get("seconds") or 0 for b in boundaries)
     parts = [f'<h2 id="{escape(g["graph"])}">Graph {escape(g["graph"])}</h2>',
              f'<p>{g["nodes_before_fusion"]} scheduler nodes → {g["groups"]} groups: {len(g["kernels"])} Triton '
-             f'kernels, {len(g["externs"])} extern calls, {sum(f["count"] for f in g["fallbacks"])} fallback ops'
+             f'kernels, {sum(1 for e in g["externs"] if e["op"] != "MultiOutput")} extern calls, {sum(f["count"] for f in g["fallbacks"])} fallback ops'
              f'{" (served from the cache)" if g["cache_hit"] else ""}. '
              f'{len(boundaries)} kernel boundar{"y" if len(boundaries) == 1 else "ies"}: {_size(total)} written '
              f'and read back across them (about {_duration(seconds)}). Output code: '

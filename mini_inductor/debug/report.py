@@ -25,7 +25,9 @@ from ..distributed.overlap import collective_spans
 from ..lowering.ir import InputBuffer
 from . import boundaries as bnd
 from ..lowering.lowerings import LOWERINGS
+from ..lowering import symbolic
 from ..lowering.sizevars import static_int
+from ..lowering.symbolic import hint
 from ..scheduler.nodes import template_in
 
 
@@ -34,7 +36,7 @@ def _buffer_bytes(lowered) -> dict[str, int]:
     for b in list(lowered.buffers) + [i for i in lowered.inputs if isinstance(i, InputBuffer)]:
         if getattr(b, "layout", None) is not None:
             try:
-                sizes[b.name] = static_int(b.layout.numel()) * b.layout.dtype.itemsize
+                sizes[b.name] = hint(b.layout.numel()) * b.layout.dtype.itemsize
             except NotImplementedError:
                 pass
     for name, t in lowered.constants.items():
@@ -77,7 +79,13 @@ def _bytes_read(group, members: set[str], args: list[str], nbytes: dict[str, int
 
 
 def graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, Any]:
-    """The report of one traced graph; timings: measured ms per launch by kernel name (GPU runs)."""
+    """The report of one traced graph; timings: measured ms per launch by kernel name (GPU runs). A
+    dynamic graph's bytes are at its traced sizes."""
+    with symbolic.using(getattr(trace, "shapes", None)):
+        return _graph_report(trace, timings)
+
+
+def _graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, Any]:
     sched, lowered, gen = trace.schedule, trace.lowered, trace.generated
     fx_order = {n.name: i for i, n in enumerate(trace.gm.graph.nodes)} if trace.gm is not None else {}
     nbytes = _buffer_bytes(lowered)

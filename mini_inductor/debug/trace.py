@@ -33,6 +33,7 @@ class GraphTrace:
     schedule: Any
     generated: Any
     record: Any          # the metrics.GraphRecord (kernel names, fallbacks, source path, cache hit)
+    shapes: Any = None   # a dynamic graph's lowering.symbolic.GraphShapes: reports give sizes at its hints
 
     @property
     def aten_graph(self) -> str:

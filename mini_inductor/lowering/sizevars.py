@@ -180,12 +180,12 @@ def strided_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = 
 
 
 def static_int(x: Expr) -> int:
-    """The int value of a size; dynamic sizes are not supported yet, so every size must be concrete."""
+    """The int value of a static size (NotImplementedError for a symbolic one)."""
     if isinstance(x, int):
         return x
     if getattr(x, "is_Integer", False):
         return int(x)
-    raise NotImplementedError(f"symbolic size {x} (dynamic shapes are not supported yet)")
+    raise NotImplementedError(f"symbolic size {x}: this step needs a static size")
 
 
 # The index helpers below are pure functions of sympy values (immutable, compared structurally), and

@@ -271,6 +271,20 @@ def graph_shapes(gm: torch.fx.GraphModule) -> Iterator[GraphShapes]:
         _current.reset(token)
 
 
+@contextlib.contextmanager
+def using(shapes: GraphShapes | None) -> Iterator[None]:
+    """`shapes` current again (a report of a dynamic graph made after its compile: sizes at its
+    hints); nothing for None."""
+    if shapes is None:
+        yield
+        return
+    token = _current.set(shapes)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 def symbol(name: str) -> sympy.Symbol:
     """Our symbol for a ShapeEnv symbol: an input's sizes are positive integers (Dynamo specializes 0
     and 1); a value read from data (unbacked, u0) may be 0; an int input has the sign its range in

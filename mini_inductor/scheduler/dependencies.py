@@ -20,6 +20,7 @@ from typing import Callable
 
 from ..lowering.ir import ComputedBuffer
 from ..lowering.sizevars import INDEX_CACHE_SIZE, Expr, canonical_vars, merge_loops, simplify
+from ..lowering.symbolic import hint
 from ..lowering.virtualized import POINTWISE_OPS, set_ops_handler
 
 
@@ -45,7 +46,7 @@ class MemoryDep:
         n = 1
         for v, s in zip(canonical_vars(len(self.sizes)), self.sizes):
             if v in used:
-                n *= int(s)
+                n *= hint(s)   # (a dynamic graph's size at its traced value: for scores and reports)
         return min(n, buffer_numel) * itemsize
 
     def __str__(self):

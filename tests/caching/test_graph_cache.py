@@ -206,3 +206,13 @@ def test_a_python_function_target_keys_by_its_name_not_its_address():
     from mini_inductor.caching.graph_cache import _target_name
     assert _target_name(torch.sym_float) == "torch.sym_float"
     assert _target_name(torch.ops.aten.add.Tensor) == "aten.add.Tensor"
+
+
+def test_the_keys_tell_a_compile_under_the_interpreter_from_one_without(monkeypatch):
+    # a CPU graph compiled under TRITON_INTERPRET=1 and served from the front cache to a run without it
+    # crashed at its first launch, where a cold run says why it runs eagerly (review, session 33)
+    cfg = config.current()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    under = graph_cache.compiler_key_parts(cfg)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert graph_cache.compiler_key_parts(cfg) != under

@@ -139,3 +139,21 @@ def test_schedule_log_shows_compile_progress_stage_by_stage():
     for stage in ("lowering", "scheduling", "codegen", "loading"):
         assert f"{stage} done in" in proc.stderr
     assert "['AOT autograd', 'codegen', 'loading', 'lowering', 'scheduling']" in proc.stdout
+
+
+def test_explain_and_dump_of_a_script_whose_graph_is_dynamic_report_it_at_its_traced_sizes(tmp_path):
+    # a second size makes the graph dynamic: explain and dump crashed on its symbolic sizes (int() of a
+    # symbol; review, session 33)
+    script = tmp_path / "dyn.py"
+    script.write_text("import torch\nf = torch.compile(lambda x: (x.sin() + 1).softmax(-1) * 2)\n"
+                      "for n in (8, 9, 10):\n    f(torch.randn(n, 16))\n")
+    proc = _cli("explain", str(script))
+    assert "Traceback" not in proc.stderr and "Kernels" in proc.stdout
+    out = tmp_path / "dump"
+    _cli("dump", str(script), "--out", str(out))
+    kernels = sorted(out.glob("*/kernels/triton_*.py"))
+    assert len({k.parent.parent.name for k in kernels}) == 2   # the static and the dynamic graph
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    for script in kernels:
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "ms per" in proc.stdout, f"{script}: {proc.stderr}"

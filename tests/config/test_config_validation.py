@@ -123,3 +123,11 @@ def test_variables_read_the_usual_spellings_and_every_bad_one_is_named_in_one_er
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and "MINI_INDUCTOR_MAX_FUSION_SIZE" in last and "MINI_INDUCTOR_CONV_LAYOUT" in last
     assert "GRAPH_CACHE" not in last
+
+
+def test_an_empty_cache_dir_is_refused_not_taken_as_the_current_folder():
+    # MINI_INDUCTOR_CACHE_DIR= (set but empty) wrote the cache into the working folder (review, session 33)
+    from mini_inductor.config import OptionError, check_option
+    with pytest.raises(OptionError, match="empty path"):
+        check_option("cache_dir", "", env_var="MINI_INDUCTOR_CACHE_DIR")
+    assert check_option("debug_dir", "None") is None

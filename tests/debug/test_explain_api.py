@@ -106,3 +106,11 @@ def test_repr_html_renders_in_a_headless_browser(report, tmp_path):
     subprocess.run(["chromium", *flags, "--window-size=1000,700", f"--screenshot={shot}", cell.as_uri()],
                    capture_output=True, text=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20_000   # the frame's page rendered, not a blank cell
+
+
+def test_why_for_a_graph_not_in_the_report_names_the_graphs_that_are(report):
+    # a bare StopIteration before (the README's example names inference_0; a module in grad mode
+    # compiles forward_0; review, session 33)
+    r, _ = report
+    with pytest.raises(KeyError, match="compiled graphs: inference_"):
+        r.why("forward_9", "buf0", "buf1")
