@@ -126,10 +126,13 @@ def _target_name(target) -> str:
     address (`torch.sym_float` of an interpolate's scale: every warm start missed; review, session 33)."""
     if isinstance(target, str) or not callable(target) or isinstance(target, torch._ops.OpOverload):
         return str(target)
+    qualname = getattr(target, "__qualname__", "")
+    if not qualname or "<" in qualname:   # a closure or lambda: two of one name may differ (as before)
+        return str(target)
     try:
         return torch.fx.node._get_qualified_name(target)
-    except Exception:  # noqa: BLE001  (a callable without a module path: its name)
-        return getattr(target, "__qualname__", type(target).__name__)
+    except Exception:  # noqa: BLE001  (a callable without a module path)
+        return str(target)
 
 
 def compiler_key_parts(cfg: Config) -> list[str]:
