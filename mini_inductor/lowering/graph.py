@@ -449,11 +449,8 @@ class GraphLowering:
             # a size: as our expression where it has one, else the graph cannot have symbols (its consumers
             # would read the FakeTensor's SymInt, whose int() is its traced value: roll by an int input
             # that may be negative took the first call's shift at every later one; review, session 33)
-            try:
-                expr = to_expr(meta)
-            except NotImplementedError:
-                expr = None
-            if expr is None or not expr.free_symbols <= symbolic.current().known():
+            expr = _size_expr(meta)
+            if expr is None:
                 raise symbolic.SymbolicUnsupported(f"the value of %{kernel.name} ({kernel.op_name})",
                                                    meta.node.expr)
             return expr
@@ -761,6 +758,11 @@ def _size_value(node: torch.fx.Node):
     val = node.meta.get("val")
     if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return None
+    return _size_expr(val)
+
+
+def _size_expr(val):
+    """A SymInt, SymFloat or SymBool as our expression of the symbols the graph can read, or None."""
     try:
         expr = to_expr(val)
     except NotImplementedError:

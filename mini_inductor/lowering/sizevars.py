@@ -50,7 +50,7 @@ class FloorDiv(sympy.Function):
                     out.append(sympy.Integer(int(coeff) // int(divisor)) * rest)
                 else:
                     keep.append(t)
-            if out and _never_negative(keep):
+            if out and never_negative_sum(keep):
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         elif divisor.is_positive:
             # a symbolic divisor (a dynamic size): (a*s + b) // s = a + b // s the same way
@@ -71,7 +71,7 @@ def _multiples_of(base: Expr, period: Expr) -> tuple[list[Expr], list[Expr]]:
             out.append(quotient)
         else:
             keep.append(term)
-    if not all(t.is_nonnegative for t in keep):
+    if not never_negative_sum(keep):
         return [], list(sympy.Add.make_args(base))
     return out, keep
 
@@ -97,12 +97,12 @@ class ModularIndexing(sympy.Function):
                 period = int(divisor) * int(modulus)
                 terms = sympy.Add.make_args(base)
                 kept = [t for t in terms if not _is_multiple(t, period)]
-                if len(kept) != len(terms) and _never_negative(kept):
+                if len(kept) != len(terms) and never_negative_sum(kept):
                     return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if divisor == 1 and modulus.is_Integer:
             terms = sympy.Add.make_args(base)
             kept = [t for t in terms if not _is_multiple(t, int(modulus))]
-            if len(kept) != len(terms) and _never_negative(kept):
+            if len(kept) != len(terms) and never_negative_sum(kept):
                 return ModularIndexing(sympy.Add(*kept), divisor, modulus)
         if not (divisor.is_Integer and modulus.is_Integer) and (divisor * modulus).is_positive:
             # symbolic sizes: the terms that are multiples of divisor*modulus vanish
@@ -121,7 +121,7 @@ class ModularIndexing(sympy.Function):
         return None
 
 
-def _never_negative(terms: list[Expr]) -> bool:
+def never_negative_sum(terms: list[Expr]) -> bool:
     """The sum of `terms` is never negative: what dropping a multiple of the period from a base needs,
     since generated code's // and % truncate toward zero (8 - s % 8 lost its 8 and was printed as
     (-(s % 8)) % 8, -3 where Python's is 5; review, session 33)."""

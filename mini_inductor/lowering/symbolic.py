@@ -36,7 +36,7 @@ import torch.utils._sympy.functions as torch_fns
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, resolve_unbacked_bindings
 from torch.utils._pytree import keystr
 
-from .sizevars import Expr, FloorDiv, ModularIndexing
+from .sizevars import Expr, FloorDiv, ModularIndexing, never_negative_sum
 
 
 class SymbolicUnsupported(NotImplementedError):
@@ -365,7 +365,7 @@ def _convert(e: sympy.Basic) -> Expr:
 def _never_negative(a: Expr) -> bool:
     """a >= 0 at every size the graph serves: from the symbols' signs, else the ShapeEnv's ranges
     ((s0 - 3) // 2 + 1 of a convolution: Dynamo's guards have s0 >= 3)."""
-    return bool(a.is_nonnegative) or decide(a >= 0) is True
+    return never_negative_sum([a]) or decide(a >= 0) is True
 
 
 def _dyadic_multiple(a: Expr):
