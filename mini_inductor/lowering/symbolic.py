@@ -200,9 +200,17 @@ def _only_returned(gm: torch.fx.GraphModule) -> set[str]:
     AOT autograd wraps a returned float in; ATen makes it: lowerings.full): a value read from data
     there reaches no size, index or kernel, only the wrapper's return."""
     def returned(n) -> bool:
-        return bool(n.users) and all(u.op == "output" or (u.target is torch.ops.aten.scalar_tensor.default
-                                                         and returned(u)) for u in n.users)
+        return bool(n.users) and all(u.op == "output" or ((u.target is torch.ops.aten.scalar_tensor.default
+                                                          or _python_arithmetic(u)) and returned(u))
+                                     for u in n.users)
     return {n.name for n in gm.graph.nodes if n.op == "call_function" and returned(n)}
+
+
+def _python_arithmetic(n: torch.fx.Node) -> bool:
+    """A node of Python arithmetic on scalars (`loss.item() * 3`, `float(n) / 2`): the wrapper computes
+    it in Python, where its values need no symbol of generated code."""
+    return n.op == "call_function" and getattr(n.target, "__module__", None) in ("_operator", "math") \
+        and isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:

@@ -1028,6 +1028,29 @@ def test_a_float_item_that_is_only_returned_leaves_the_graph_compiled(dynamic, d
                            for r in records), [r.summary() for r in records]
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_arithmetic_on_returned_items_is_computed_by_the_wrapper(dynamic, device):
+    # `loss.item() * scale` and a count that may be negative once shifted, only returned: Python
+    # arithmetic on values read from data, which reach no size or kernel; the graph ran eagerly (a
+    # float symbol, or a symbol that may be negative; session 34)
+    torch.set_default_device(None)   # with a default device Dynamo drops the `.item()` (aot_eager too)
+    def f(x):
+        y = (x * 2).relu()
+        return y.sum().item() * 3 - 1, (x > 0).sum().item() - 100, y
+    import torch._dynamo.config as dynamo_config
+    with dynamo_config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
+        for n in (3, 5, 7):
+            x = torch.randn(n, 4, device=device)
+            (scaled, shifted, y), (eager_scaled, eager_shifted, eager_y) = compiled(x), f(x)
+            assert type(scaled) is type(eager_scaled) and abs(scaled - eager_scaled) <= 1e-5 * max(1.0, abs(eager_scaled))
+            assert type(shifted) is int and shifted == eager_shifted < 0
+            assert_same_tensor(y, eager_y, f"size {n}")
+    records = metrics.compiled_graphs
+    assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
+                           for r in records), [r.summary() for r in records]
+
+
 def test_full_of_a_python_float_stays_float():
     # a Python float has an `is_integer` method: full() took it for an int (review, session 33)
     records = run_sizes(lambda x: torch.full((3,), 2.5) + x.sum(0)[:3] * 0 + torch.full((3,), x.shape[0] / 2),
