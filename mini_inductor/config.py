@@ -6,7 +6,8 @@ Each field has a one-line comment and can be overridden by an environment variab
 or from then on by assignment, as with Inductor's config: ``mini_inductor.config.max_fusion_size = 8``
 (reading ``mini_inductor.config.max_fusion_size`` gives the current value). All of them go through one check (`check_option`): a value is read as the option's type (booleans also
 from 1/0, true/false, yes/no, on/off), and anything else is an OptionError naming the option, the value
-(and the variable) and what is valid. A bad variable stops `import mini_inductor` with that error.
+(and the variable) and what is valid. A bad variable stops `import mini_inductor` with that error; a
+MINI_INDUCTOR_* variable that is no option's (nor in OTHER_VARIABLES) gets a warning at the first compile.
 
 | option               | env var                          | default                          |
 |----------------------|----------------------------------|----------------------------------|
@@ -54,8 +55,10 @@ import dataclasses
 import difflib
 import operator
 import os
+import re
 import sys
 import types
+import warnings
 from typing import Any, Iterator
 
 
@@ -109,8 +112,8 @@ class Config:
     cudagraph_force_sync: bool = False
     # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs
     cudagraph_slow_asserts: bool = True
-    # ATen ops to keep out of CUDA graphs, comma-separated: "aten.mm" (every overload) or "aten.mm.default";
-    # custom ops also as "mylib::baz" or "mylib::baz.default"
+    # ATen ops to keep out of CUDA graphs, comma-separated (or a list): "aten.mm" (every overload) or
+    # "aten.mm.default"; custom ops also as "mylib::baz" or "mylib::baz.default"
     cudagraph_unsafe_ops: str = ""
     # split a graph around its cudagraph-unsafe runs and graph the rest (True), or run the whole graph
     # without CUDA graphs, with a logged skip naming the first unsafe op (False)
@@ -314,6 +317,11 @@ def check_option(name: str, value: Any, env_var: str | None = None) -> Any:
             return normalize_capture_sizes(value)
         except ValueError as e:
             raise OptionError(f"{where}: {e}" if env_var else str(e)) from None
+    if name == "cudagraph_unsafe_ops" and isinstance(value, (str, list, tuple)):
+        try:
+            return normalize_op_names(value)
+        except ValueError as e:
+            raise OptionError(f"{where} is not valid: {e}") from None
     if kind == "bool":
         if isinstance(value, bool):
             return value
@@ -381,6 +389,24 @@ def normalize_capture_sizes(value: Any) -> tuple | None:
     return tuple(out)
 
 
+_OP_NAME = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*(\.[A-Za-z_]\w*)?")   # ns.op or ns.op.overload
+
+
+def normalize_op_names(value: str | list | tuple) -> str:
+    """`cudagraph_unsafe_ops` as its comma-separated string, every name checked: "aten.mm" (every
+    overload), "aten.mm.default", "mylib::baz" or "mylib::baz.default". A list or tuple of names (or of
+    ops: torch.ops.aten.mm prints as "aten.mm") is joined. Anything else (a bare "mm",
+    "torch.ops.aten.mm", a ";" between names) would match no op."""
+    if isinstance(value, (list, tuple)):
+        value = ", ".join(map(str, value))
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        if not _OP_NAME.fullmatch(entry.replace("::", ".", 1)):
+            raise ValueError(f"{entry!r} is not an op name: write an ATen op as 'aten.mm' (every overload) or "
+                             f"'aten.mm.default', a custom op as 'mylib::baz' or 'mylib::baz.default', "
+                             f"several separated by commas")
+    return value
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -394,6 +420,30 @@ _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Config)}   # "bo
 
 def env_var(name: str) -> str:
     return f"MINI_INDUCTOR_{name.upper()}"
+
+
+# The MINI_INDUCTOR_* variables read outside this module, that are not options: the logs
+# (debug/logs.py) and the import-time warm-up thread (runtime/launch/precompile.py)
+OTHER_VARIABLES = ("MINI_INDUCTOR_LOGS", "MINI_INDUCTOR_WARM_IMPORTS")
+_variables_checked = False
+
+
+def warn_unknown_variables(environ=os.environ) -> list[str]:
+    """Warn about each MINI_INDUCTOR_* variable that nothing reads, naming the close valid ones: most are
+    misspelt (one letter short of MINI_INDUCTOR_CUDAGRAPHS, a variable turns nothing off). A warning, not
+    an error: another tool may use the prefix. Returns the warnings' texts."""
+    known = {env_var(name): name for name in valid_options()}
+    known.update({var: var.removeprefix("MINI_INDUCTOR_").lower() for var in OTHER_VARIABLES})
+    messages = []
+    for var in sorted(v for v in environ if v.startswith("MINI_INDUCTOR_") and v not in known):
+        close = difflib.get_close_matches(var.removeprefix("MINI_INDUCTOR_").lower(), list(known.values()), n=3)
+        hint = (f"did you mean {' or '.join(env_var(c) for c in close)}?" if close
+                else "mini_inductor reads MINI_INDUCTOR_<OPTION> for the options of mini_inductor/config.py, "
+                     f"and {' and '.join(OTHER_VARIABLES)}")
+        messages.append(f"mini_inductor: environment variable {var} is not one mini_inductor reads, and is "
+                        f"ignored: {hint}")
+        warnings.warn(messages[-1], stacklevel=2)
+    return messages
 
 
 def _from_env() -> Config:
@@ -416,12 +466,16 @@ config: Config = _from_env()
 
 
 @contextlib.contextmanager
-def patch(**changes: Any) -> Iterator[Config]:
-    """Temporarily change options of the global config: ``with config.patch(max_fusion_size=8): ...``.
+def patch(options: dict[str, Any] | None = None, /, **changes: Any) -> Iterator[Config]:
+    """Temporarily change options of the global config: ``with config.patch(max_fusion_size=8): ...``,
+    or with a dict, as Inductor's takes one: ``config.patch({"max_fusion_size": 8})``.
 
     On exit the patched options get their old values back; options assigned inside the block
     (``config.fusion_window = 8``) keep theirs, as with Inductor's config.patch."""
     global config
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"config.patch takes a dict of options or keyword arguments, not {type(options).__name__}")
+    changes = {**(options or {}), **changes}
     saved = config
     config = config.replace(**changes)
     try:
@@ -441,6 +495,10 @@ def for_compile(mode: str | None, options: dict | None) -> Config:
     """The options of one torch.compile: the global config, then what `mode` implies, then `options`."""
     if mode not in MODES:
         raise ValueError(f"mini_inductor: unknown mode {mode!r}; valid modes: {[m for m in MODES if m]}")
+    global _variables_checked
+    if not _variables_checked:      # once a process, at its first compile (not at import: the CLI imports
+        _variables_checked = True   # us, then starts itself again under Triton's interpreter)
+        warn_unknown_variables()
     changes = {"max_autotune": True} if mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
     changes.update(options or {})
     cfg = current().replace(**changes)

@@ -100,6 +100,61 @@ def test_config_patch_goes_through_the_same_check():
             pass
 
 
+def test_config_patch_takes_a_dict_too_checked_alike():
+    with config.patch({"max_fusion_size": "8", "online_softmax": False}, fusion_window=16):
+        assert (config.max_fusion_size, config.online_softmax, config.fusion_window) == (8, False, 16)
+        assert len(_compile().kernel_names) == 1
+    assert (config.max_fusion_size, config.online_softmax, config.fusion_window) == (64, True, 64)
+    with pytest.raises(config.OptionError, match=r"max_fusion_size='abc' is not valid: expected an integer"):
+        with config.patch({"max_fusion_size": "abc"}):
+            pass
+    with pytest.raises(config.OptionError, match=r"'max_fusion_sise'; did you mean 'max_fusion_size'"):
+        with config.patch({"max_fusion_sise": 8}):
+            pass
+    # the spelling a dict allows and keywords do not: Inductor's dotted names
+    with pytest.raises(config.OptionError, match=r"'triton.cudagraphs' is an Inductor option .* is 'cudagraphs'"):
+        with config.patch({"triton.cudagraphs": False}):
+            pass
+    with pytest.raises(TypeError, match="a dict of options or keyword arguments, not list"):
+        with config.patch(["max_fusion_size"]):
+            pass
+    assert config.max_fusion_size == 64
+
+
+# ── cudagraph_unsafe_ops: op names ───────────────────────────────────────────────────────────
+@pytest.mark.parametrize("bad, entry", [("mm", "mm"), ("torch.ops.aten.mm", "torch.ops.aten.mm"),
+                                        ("aten.mm; aten.bmm", "aten.mm; aten.bmm"),
+                                        ("aten.mm, aten.mm.default.out", "aten.mm.default.out"),
+                                        (["aten.mm", 3], "3")])
+def test_unsafe_ops_that_name_no_op_raise_naming_the_option_and_the_valid_forms(bad, entry):
+    message = _compile_error(cudagraph_unsafe_ops=bad)
+    assert f"cudagraph_unsafe_ops={bad!r} is not valid: {entry!r} is not an op name" in message
+    assert "'aten.mm' (every overload) or 'aten.mm.default'" in message and "'mylib::baz'" in message
+    with pytest.raises(config.OptionError, match="is not an op name"):
+        config.cudagraph_unsafe_ops = bad
+
+
+def test_unsafe_ops_take_a_list_of_names_or_ops_and_keep_those_ops_out_of_cuda_graphs():
+    assert config.current().replace(cudagraph_unsafe_ops=["aten.mm", torch.ops.aten.bmm.default,
+                                                          "mylib::baz"]).unsafe_op_names() == \
+        {"aten.mm", "aten.bmm.default", "mylib.baz"}
+    torch._dynamo.reset()
+    a, b = torch.randn(4, 8), torch.randn(8, 4)
+    f = torch.compile(lambda a, b: (a @ b).relu(), backend="mini_inductor",
+                      options={"cudagraph_unsafe_ops": ["aten.mm"]})
+    torch.testing.assert_close(f(a, b), (a @ b).relu())
+    from mini_inductor.caching import PROCESS
+    module = list(PROCESS.graphs.values())[-1].compiled.module
+    assert [p.reason for p in module.UNSAFE_PARTITIONS.values()] == ["aten.mm.default is listed in cudagraph_unsafe_ops"]
+
+
+def test_a_bad_unsafe_ops_variable_stops_the_import_naming_it():
+    proc = _import_with_env(cudagraph_unsafe_ops="aten.mm;aten.bmm")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "MINI_INDUCTOR_CUDAGRAPH_UNSAFE_OPS='aten.mm;aten.bmm'" in last, proc.stderr
+    assert "'aten.mm;aten.bmm' is not an op name" in last
+
+
 # ── environment variables, read at import ────────────────────────────────────────────────────
 @pytest.mark.parametrize("name, raw, expected", [
     ("max_fusion_size", "abc", "expected an integer >= 0"),
