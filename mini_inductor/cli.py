@@ -341,6 +341,10 @@ def _run_workload(args: argparse.Namespace, out: Output):
     return traces, timings, os.path.basename(args.script), ending
 
 
+NOTHING_COMPILED = ("no graph was compiled by mini_inductor: does the script call torch.compile (with no backend, "
+                    "or backend=\"mini_inductor\"; --force takes any other backend) and then the compiled function?")
+
+
 def _say_how_it_ended(out: Output, ending) -> int:
     """Report a script's sys.exit or exception; explain's exit code: the script's failure, or 0."""
     if ending is None:
@@ -364,7 +368,7 @@ def run_explain(args: argparse.Namespace) -> int:
     eager = list(getattr(traces, "eager", []))
     per_size = list(getattr(traces, "per_size", []))
     if not traces and not eager:
-        out.line("no graph was compiled by mini_inductor (does the script call torch.compile?)")
+        out.line(NOTHING_COMPILED)
         _say_how_it_ended(out, ending)
         return 1
     reports = explain.build_reports(traces, timings)
@@ -472,6 +476,8 @@ def run_dump(args: argparse.Namespace) -> int:
         out.line(f"wrote {folder}")
     for e in getattr(traces, "eager", []):
         out.line(f"graph {e.name} ran eagerly (nothing to dump): {e.reason}")
+    if not traces and not getattr(traces, "eager", []):
+        print(f"mini-inductor dump: {NOTHING_COMPILED}", file=sys.stderr, flush=True)
     code = _say_how_it_ended(out, ending)
     return code if traces else (code or 1)
 

@@ -74,21 +74,27 @@ def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
     traces of every graph compiled before the script ended, also when it called sys.exit or raised;
     `ending` is None when it ran to its end, else a ScriptEnding.
     Calls that name no backend (Inductor's default) get mini_inductor; with `force`, every call does.
+    The script runs as `python path` runs it: as __main__, with sys.argv [path, *argv] and its folder
+    first on sys.path (so that it imports the modules beside it).
     """
     import mini_inductor  # noqa: F401
     original = torch.compile
 
     def compile_with_mini_inductor(model=None, **kwargs):
         backend = kwargs.get("backend", "inductor")
-        if force or backend == "inductor":
+        ours = backend == "mini_inductor" or backend is mini_inductor.backend   # its options are ours: kept
+        if not ours and (force or backend == "inductor"):
             if kwargs.get("options"):
-                warnings.warn(f"mini_inductor explain: dropping Inductor options {sorted(kwargs['options'])}")
+                name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+                warnings.warn(f"mini_inductor explain: dropping the options of backend {name!r}: "
+                              f"{sorted(kwargs['options'])}")
                 kwargs.pop("options")
             kwargs["backend"] = "mini_inductor"
         return original(model, **kwargs)
 
-    saved_argv = sys.argv
+    saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
     torch.compile = compile_with_mini_inductor
     timings: dict[str, float] = {}
     try:
@@ -105,6 +111,7 @@ def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
     finally:
         torch.compile = original
         sys.argv = saved_argv
+        sys.path[:] = saved_path
     return traces, timings, ending
 
 

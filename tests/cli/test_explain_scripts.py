@@ -178,3 +178,67 @@ def test_a_dumped_output_code_says_how_to_run_without_a_gpu_and_runs_in_the_inte
     run = _run_without_a_gpu(module, interpret=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "ms per call" in run.stdout
+
+
+def test_dump_of_a_script_that_compiles_nothing_says_why_on_stderr(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nprint('no compile here', torch.ones(2).sum().item())\n")
+    proc = _cli("dump", str(script), "--out", str(tmp_path / "dump"))
+    assert proc.returncode == 1 and "no compile here" in proc.stdout
+    assert "mini-inductor dump: no graph was compiled by mini_inductor: does the script call torch.compile" \
+        in proc.stderr, proc.stderr
+    assert 'backend="mini_inductor"' in proc.stderr and "--force" in proc.stderr
+
+
+# a script beside a module of its own, as `python run.py` runs it: it imports the module and sees its argv
+SIBLING_MODULE = "import torch\n\n\ndef layer(x):\n    return torch.relu(x) * 2\n"
+SIBLING_SCRIPT = textwrap.dedent("""\
+    import sys
+    import torch
+    import mylayers
+
+    print("AS PYTHON RUNS IT:", sys.argv, __name__, sys.path[0])
+    torch.compile(mylayers.layer)(torch.randn(4, 8))
+    """)
+
+
+@pytest.mark.parametrize("command", ["explain", "dump"])
+def test_a_script_runs_as_python_runs_it_importing_the_modules_beside_it(command, tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mylayers.py").write_text(SIBLING_MODULE)
+    script = folder / "run.py"
+    script.write_text(SIBLING_SCRIPT)
+    python = subprocess.run([sys.executable, str(script), "--steps", "1"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert python.returncode == 0, python.stderr
+    (expected,) = [line for line in python.stdout.splitlines() if line.startswith("AS PYTHON RUNS IT:")]
+    assert expected.endswith(f" __main__ {folder}")
+    proc = _cli(command, str(script), "--out", str(tmp_path / "out"), "--", "--steps", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected in proc.stdout.splitlines()
+    if command == "dump":
+        assert (tmp_path / "out" / "inference_0" / "output_code.py").exists()
+
+
+OWN_OPTIONS_SCRIPT = textwrap.dedent("""\
+    import sys
+    import torch
+
+
+    def layer(x):
+        return torch.softmax(x * 2, -1) + 1
+
+
+    torch.compile(layer, backend="mini_inductor", options={"debug_dir": sys.argv[1]})(torch.randn(4, 8))
+    """)
+
+
+def test_explain_force_compiles_with_the_scripts_own_mini_inductor_options(tmp_path):
+    script = tmp_path / "own_options.py"
+    script.write_text(OWN_OPTIONS_SCRIPT)
+    proc = _cli("explain", "--force", str(script), "--out", str(tmp_path / "report"), "--", str(tmp_path / "debug"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dropping" not in proc.stderr, proc.stderr
+    (graph,) = (tmp_path / "debug").glob("run_*-pid_*/inference_0")     # its debug_dir option took effect
+    assert (graph / "output_code.py").stat().st_size > 0
