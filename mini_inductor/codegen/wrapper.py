@@ -126,7 +126,7 @@ def make_example_inputs(seed=0):
     inputs = []
     for spec in INPUT_SPECS:
         if spec.size is None:
-            inputs.append(None)
+            inputs.append(spec.value)   # an int input at its traced value (a dynamic graph's size), or None
             continue
         inputs.append(random_strided(spec.size, spec.stride, spec.dtype, spec.device, gen))
     return inputs
@@ -529,14 +529,16 @@ class WrapperCodegen:
             body += _body(call.lines)
         parts.append("\n\ndef call(args, constants=CONSTANTS):\n" + "\n".join("    " + ln for ln in body) + "\n")
         specs = []
-        for b in g.inputs:
+        for i, b in enumerate(g.inputs):
             if isinstance(b, InputBuffer):
                 lay = b.layout
                 specs.append(f"    InputSpec(size={tuple(hint(s) for s in lay.size)}, "
                              f"stride={tuple(hint(s) for s in lay.stride)}, dtype={lay.dtype}, "
                              f"device='{lay.device}'),")
             else:
-                specs.append("    InputSpec(size=None, stride=None, dtype=None, device=None),")
+                value = self._int_input_value(i)
+                specs.append("    InputSpec(size=None, stride=None, dtype=None, device=None"
+                             + (f", value={value}" if value is not None else "") + "),")
         parts.append("\nINPUT_SPECS = [\n" + "\n".join(specs) + "\n]\n")
         parts.append(f"INPUT_NAMES = {[n if not n.startswith('_unused') else None for n in inputs]!r}\n")
         if self.symbols:
@@ -548,6 +550,14 @@ class WrapperCodegen:
         parts.append(_launch_table(self.launches))
         parts.append(FOOTER)
         return "".join(parts)
+
+    def _int_input_value(self, i: int) -> int | None:
+        """A dynamic graph's int input `i` at its traced value (make_example_inputs passes it); else None."""
+        expr = symbolic.current().int_inputs.get(i)
+        try:
+            return None if expr is None else hint(expr)
+        except symbolic.SymbolicUnsupported:   # (no traced value: the input stays None)
+            return None
 
     def _bind_symbols(self, inputs: list[str]) -> list[str]:
         """A dynamic graph's size symbols, read from `call`'s arguments where each first appears."""

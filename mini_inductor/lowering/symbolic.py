@@ -65,6 +65,9 @@ class GraphShapes:
     bounds: dict[sympy.Symbol, int] = field(default_factory=dict)
     # symbol name → sympy assumptions, from the ShapeEnv's ranges (`symbol`)
     signs: dict[str, dict[str, bool]] = field(default_factory=dict)
+    # placeholder index → the size expression of an int input (a symbol, or s0 // 2 that a backward takes):
+    # a generated module's example inputs give it its traced value
+    int_inputs: dict[int, Expr] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
@@ -132,6 +135,7 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             _note(shapes, val, (i, "int", None))
+            shapes.int_inputs[i] = to_expr(val)
         elif isinstance(val, torch.SymFloat) and val.node.expr.free_symbols:
             # (a backward's input: the forward's float `.item()`, zuf0)
             raise SymbolicUnsupported(f"input %{node.name} is a float known only at run time, and generated "

@@ -23,7 +23,7 @@ machine, rather than as a KeyError inside a CUDA-graph recording on a GPU.
                                                       every partition after      record per distinct size)
                                                       its buffers
 
-Sizes and strides are ints: a dynamic graph's INPUT_SPECS hold the sizes it was traced with. Records are frozen and their
+Sizes and strides are ints: a dynamic graph's INPUT_SPECS hold the sizes (and int inputs) it was traced with. Records are frozen and their
 sequences tuples: the runtime cannot edit a table by accident. This module imports nothing from the
 compiler (tests/packaging/test_import_rules.py): a generated module loads with the runtime alone.
 """
@@ -36,12 +36,14 @@ from typing import Any
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """One argument of `call(args)`: a tensor's size, stride, dtype (a torch.dtype) and device ("cuda:0",
-    "cpu"), or all four None for an argument that is not a tensor (a SymInt, an unused argument)."""
+    "cpu"), or all four None for an argument that is not a tensor (a SymInt, an unused argument); `value`:
+    an int argument's traced value (a dynamic graph's size), which make_example_inputs passes."""
 
     size: tuple[int, ...] | None
     stride: tuple[int, ...] | None
     dtype: Any
     device: str | None
+    value: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
