@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from mini_inductor import config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -40,7 +42,8 @@ def test_a_misspelt_variable_warns_once_naming_the_close_valid_variables(tmp_pat
 
 
 def test_a_variable_like_no_name_says_which_variables_are_read():
-    (message,) = config.warn_unknown_variables({PREFIX + "XYZZY": "1", "PATH": "/bin"})
+    with pytest.warns(UserWarning, match=PREFIX + "XYZZY"):
+        (message,) = config.warn_unknown_variables({PREFIX + "XYZZY": "1", "PATH": "/bin"})
     assert f"{PREFIX}XYZZY is not one mini_inductor reads" in message
     assert f"{PREFIX}<OPTION>" in message and f"{PREFIX}LOGS" in message and f"{PREFIX}WARM_IMPORTS" in message
 
