@@ -16,7 +16,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, simplify, upper_bound
+from ..lowering.sizevars import FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, simplify, upper_bound
 from .recompute import recompute_load
 
 if TYPE_CHECKING:
@@ -40,41 +40,53 @@ def tl_dtype(dtype: torch.dtype) -> str:
         raise NotImplementedError(f"dtype {dtype} in a Triton kernel") from None
 
 
-def texpr(expr: sympy.Expr) -> str:
-    """Print an index expression as Triton (integer) code."""
+def texpr(expr: sympy.Expr, *, python: bool = False) -> str:
+    """Print an index expression as Triton (integer) code, or as Python (`python`: the wrapper's
+    sizes). The two differ only in torch's floor division and modulo of values of any sign
+    (SignedFloorDiv, SignedMod): Python's // and % floor, Triton's truncate, so a kernel calls helpers."""
+    def operand(e: sympy.Expr) -> str:
+        return _operand(e, python=python)
+
     if isinstance(expr, sympy.Integer):
         return str(int(expr))
     if isinstance(expr, sympy.Symbol):
         return expr.name
     if isinstance(expr, FloorDiv):
-        return f"({_operand(expr.args[0])} // {_operand(expr.args[1])})"
+        return f"({operand(expr.args[0])} // {operand(expr.args[1])})"
     if isinstance(expr, ModularIndexing):
         base, div, mod = expr.args
-        inner = _operand(base) if div == 1 else f"({_operand(base)} // {_operand(div)})"
-        return f"({inner} % {_operand(mod)})"
+        inner = operand(base) if div == 1 else f"({operand(base)} // {operand(div)})"
+        return f"({inner} % {operand(mod)})"
+    if isinstance(expr, (SignedFloorDiv, SignedMod)):
+        floor = isinstance(expr, SignedFloorDiv)
+        if python:
+            return f"({operand(expr.args[0])} {'//' if floor else '%'} {operand(expr.args[1])})"
+        a, b = (texpr(x) for x in expr.args)
+        return f"triton_helpers.{'div_floor_integer' if floor else 'remainder_integer'}({a}, {b})"
     if isinstance(expr, sympy.Add):
-        return " + ".join(texpr(a) for a in sorted(expr.args, key=sympy.default_sort_key))
+        return " + ".join(texpr(a, python=python) for a in sorted(expr.args, key=sympy.default_sort_key))
     if isinstance(expr, sympy.Mul):
-        return "*".join(f"({texpr(a)})" if isinstance(a, sympy.Add) else texpr(a) for a in expr.args)
+        return "*".join(f"({texpr(a, python=python)})" if isinstance(a, sympy.Add) else texpr(a, python=python)
+                        for a in expr.args)
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:   # a size symbol squared
-        return "*".join([_operand(expr.base)] * int(expr.exp))
+        return "*".join([operand(expr.base)] * int(expr.exp))
     if isinstance(expr, (sympy.Max, sympy.Min)):   # max(1, n // 2) of a pooled size
         # a + (b - a) * (b > a): the same text is Python (the wrapper) and Triton (a kernel), where
         # max() of runtime values is not
         first, *rest = sorted(expr.args, key=sympy.default_sort_key)
-        out = _operand(first)
+        out = operand(first)
         for b in rest:
             rel = ">" if isinstance(expr, sympy.Max) else "<"
-            out = f"({out} + ({texpr(b)} - {out}) * ({_operand(b)} {rel} {out}))"
+            out = f"({out} + ({texpr(b, python=python)} - {out}) * ({operand(b)} {rel} {out}))"
         return out
     raise NotImplementedError(f"index expression {expr}")
 
 
-def _operand(expr: sympy.Expr) -> str:
+def _operand(expr: sympy.Expr, *, python: bool = False) -> str:
     """`expr` as an operand of // or %: parenthesized unless it is one symbol, number or div/mod."""
-    if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing)):
-        return texpr(expr)
-    return f"({texpr(expr)})"
+    if isinstance(expr, (sympy.Symbol, sympy.Integer, FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod)):
+        return texpr(expr, python=python)
+    return f"({texpr(expr, python=python)})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ def size_source(x) -> str:
     """A size as Python source: its int, or (in a dynamic graph) an expression of the size symbols
     that `call` binds from its inputs."""
     x = size_value(x)
-    return str(x) if isinstance(x, int) else texpr(x)
+    return str(x) if isinstance(x, int) else texpr(x, python=True)
 
 
 def _ints(xs) -> str:

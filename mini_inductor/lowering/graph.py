@@ -451,8 +451,8 @@ class GraphLowering:
             # that may be negative took the first call's shift at every later one; review, session 33)
             expr = _size_expr(meta)
             if expr is None:
-                raise symbolic.SymbolicUnsupported(f"the value of %{kernel.name} ({kernel.op_name})",
-                                                   meta.node.expr)
+                what = f"the value of %{kernel.name} ({kernel.op_name}){_why_no_size(meta)}"
+                raise symbolic.SymbolicUnsupported(what, meta.node.expr)
             return expr
         return meta  # a plain value (None, an int) that the op returns
 
@@ -768,6 +768,18 @@ def _size_expr(val):
     except NotImplementedError:
         return None
     return expr if expr.free_symbols <= symbolic.current().known() else None
+
+
+def _why_no_size(val) -> str:
+    """Why `_size_expr(val)` has no expression, as ", <reason>" (the per-size warning names it: a
+    floor division by an int input that may be 0), or ""."""
+    try:
+        to_expr(val)
+    except symbolic.SymbolicUnsupported as e:
+        return f", {e.what}"
+    except NotImplementedError:
+        pass
+    return ""
 
 
 def _origin(node: torch.fx.Node) -> Origin:

@@ -24,8 +24,8 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .sizevars import (Expr, FloorDiv, ModularIndexing, contiguous_strides, index_vars, merge_divmod,
-                       product, static_int, strided_index, sympify_seq)
+from .sizevars import (Expr, FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, contiguous_strides, index_vars,
+                       merge_divmod, product, static_int, strided_index, sympify_seq)
 from .virtualized import CountingHandler, ops, set_ops_handler
 from . import layout_opt
 from .symbolic import stride_exprs
@@ -501,7 +501,8 @@ class View(IRNode):
         # a division of the index is no stride; one of sizes only (a dynamic buffer's stride
         # 6*((s0 + 2)//3)) is a coefficient like any other (fuzz seed 236 prog 243: the expand of such
         # a buffer, returned, was copied dense where eager returns a view with stride 0)
-        if any(a.free_symbols & set(idx) for a in flat.atoms(FloorDiv, ModularIndexing)):
+        divisions = flat.atoms(FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod)
+        if any(a.free_symbols & set(idx) for a in divisions):
             return None
         stride = [flat.coeff(v) for v in idx]
         offset = flat.subs({v: 0 for v in idx})

@@ -7,6 +7,15 @@ indexing are their own functions, so that they print as integer ops and simplify
 
     FloorDiv(x, 1) -> x             FloorDiv(FloorDiv(x, a), b) -> FloorDiv(x, a*b)
     ModularIndexing(x, d, m) == (x // d) % m, with x, d, m non-negative
+
+Those two print as generated code's // and %, which truncate toward zero in a kernel: right only
+where no operand is negative. torch's // and % of sizes whose sign is unknown (an int input k:
+`k // 3`, `(8 - k % 8) % 8`) floor, as Python does; they are SignedFloorDiv and SignedMod, which a
+kernel computes through helpers that floor (runtime/triton_helpers.py) and which are never taken
+for non-negative unless their operands make them so (a SignedMod by a positive divisor is):
+
+    SignedFloorDiv(a, -c) -> SignedFloorDiv(-a, c)      SignedMod(a, -c) -> -SignedMod(-a, c)
+    SignedFloorDiv(a, b), a >= 0 and b > 0 -> FloorDiv(a, b)   (SignedMod likewise -> ModularIndexing)
 """
 from __future__ import annotations
 
@@ -64,15 +73,29 @@ def _multiples_of(base: Expr, period: Expr) -> tuple[list[Expr], list[Expr]]:
     """The terms of `base` that are `period` (a product of size symbols) times something, as those
     quotients, and the other terms; no quotients where the other terms may be negative (the
     generated // and % truncate toward zero, so only a non-negative rest keeps them exact)."""
+    out, keep = _split_multiples(base, period)
+    if not never_negative_sum(keep):
+        return [], list(sympy.Add.make_args(base))
+    return out, keep
+
+
+def _split_multiples(base: Expr, period: Expr) -> tuple[list[Expr], list[Expr]]:
+    """The terms of `base` that are `period` times an integer expression, as those quotients, and the
+    other terms (what a floor division or Python modulo may drop whatever the rest's sign)."""
     out, keep = [], []
     for term in sympy.Add.make_args(sympy.expand(base)):
+        if period.is_Integer:
+            coeff, rest = term.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % int(period) == 0:
+                out.append(sympy.Integer(int(coeff) // int(period)) * rest)
+            else:
+                keep.append(term)
+            continue
         quotient = term / period            # sympy cancels common factors: s*t*x / s = t*x
-        if quotient.as_numer_denom()[1] == 1:
+        if quotient.as_numer_denom()[1] == 1 and quotient.is_integer:
             out.append(quotient)
         else:
             keep.append(term)
-    if not never_negative_sum(keep):
-        return [], list(sympy.Add.make_args(base))
     return out, keep
 
 
@@ -119,6 +142,85 @@ class ModularIndexing(sympy.Function):
             if divisor == 1 and int(m) <= int(modulus):
                 return base  # already below the modulus
         return None
+
+
+class SignedFloorDiv(sympy.Function):
+    """torch's (and Python's) floor division of integers of any sign, rounding toward -inf: an int
+    input's `k // 3`, `k // -3`. Its divisor is never 0 (symbolic.py takes none that may be). Not
+    non-negative unless its operands say so, and a FloorDiv (truncating //) where they are both
+    never negative."""
+
+    nargs = (2,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 0:
+            return None   # (eager raises; left as it is)
+        if divisor == 1:
+            return base
+        if divisor == -1:
+            return -base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        if divisor.is_negative:   # a // -c == (-a) // c: one sign of divisor to print and simplify
+            return cls(-base, -divisor)
+        if not divisor.is_positive:
+            return None
+        if base.is_nonnegative:
+            return FloorDiv(base, divisor)
+        # (a*q + b) // q == a + b // q at any sign of b: floor division is exact over multiples
+        out, keep = _split_multiples(base, divisor)
+        if out:
+            return sympy.Add(*out) + cls(sympy.Add(*keep), divisor)
+        if isinstance(base, SignedFloorDiv) and base.args[1].is_positive:
+            return cls(base.args[0], base.args[1] * divisor)   # floor(floor(a / p) / q) == floor(a / (p*q))
+        return None
+
+    def _eval_is_nonnegative(self):
+        base, divisor = self.args
+        if (base.is_nonnegative and divisor.is_positive) or (base.is_nonpositive and divisor.is_negative):
+            return True
+        return None
+
+
+class SignedMod(sympy.Function):
+    """torch's (and Python's) a % b of integers of any sign: the result has the divisor's sign, so
+    it lies in [0, b) for b > 0 (`k % 8` at k = -3 is 5, where a truncating % gives -3). Its
+    divisor is never 0; a ModularIndexing where both operands are never negative."""
+
+    nargs = (2,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 0:
+            return None
+        if divisor in (1, -1) or base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) % int(divisor))
+        if divisor.is_negative:   # a % -c == -((-a) % c)
+            return -cls(-base, -divisor)
+        if not divisor.is_positive:
+            return None
+        if base.is_nonnegative:
+            return ModularIndexing(base, sympy.Integer(1), divisor)
+        out, keep = _split_multiples(base, divisor)   # (a*q + b) % q == b % q at any sign of b
+        if out:
+            return cls(sympy.Add(*keep), divisor)
+        if isinstance(base, SignedMod) and divisor.is_Integer and base.args[1].is_Integer \
+                and int(base.args[1]) % int(divisor) == 0:
+            return cls(base.args[0], divisor)   # (a % (n*q)) % q == a % q
+        return None
+
+    def _eval_is_nonnegative(self):
+        return True if self.args[1].is_positive else None
+
+    def _eval_is_nonpositive(self):
+        return True if self.args[1].is_negative else None
 
 
 def never_negative_sum(terms: list[Expr]) -> bool:
@@ -251,7 +353,8 @@ def upper_bound(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> int | None:
 def index_range(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> tuple[int, int] | None:
     """The least and the greatest value (both inclusive) `expr` takes while each symbol s of it walks
     0 … ranges[s] - 1; None when a symbol has no integer range or a function is not one of
-    +, *, FloorDiv, ModularIndexing. Unlike `upper_bound`, negative terms are allowed (a flip)."""
+    +, *, FloorDiv, ModularIndexing and their signed forms. Unlike `upper_bound`, negative terms are
+    allowed (a flip)."""
     if expr.is_Integer:
         return int(expr), int(expr)
     if isinstance(expr, sympy.Symbol):
@@ -286,6 +389,14 @@ def index_range(expr: Expr, ranges: dict[sympy.Symbol, Expr]) -> tuple[int, int]
         if lo >= 0 and hi < int(mod):
             return lo, hi
         return (0 if lo >= 0 else 1 - int(mod)), int(mod) - 1
+    if isinstance(expr, (SignedFloorDiv, SignedMod)) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
+        inner = index_range(expr.args[0], ranges)
+        div = int(expr.args[1])
+        if isinstance(expr, SignedFloorDiv):   # floors at both ends
+            return None if inner is None else (inner[0] // div, inner[1] // div)
+        if inner is not None and inner[0] >= 0 and inner[1] < div:
+            return inner
+        return 0, div - 1   # whatever the dividend (k % 7 of an int input k of any size)
     return None
 
 

@@ -6,7 +6,8 @@ expressions are over symbols such as s0, s1 of one ShapeEnv; the graph's placeho
 each symbol is read at run time (a dim of an input tensor, or an int input).
 
     with graph_shapes(gm):               set while one graph is lowered, scheduled and generated
-        to_expr(sym_int)                 torch's sympy → ours (FloorDiv, ModularIndexing, Mod, Min/Max)
+        to_expr(sym_int)                 torch's sympy → ours (FloorDiv, ModularIndexing, their signed
+                                         forms SignedFloorDiv and SignedMod, Min/Max)
         size_value(expr)                 an int for a static size, else the expression
         hint(expr)                       its value at the traced sizes: for heuristics only, whose
                                          result is correct at any size
@@ -36,7 +37,7 @@ import torch.utils._sympy.functions as torch_fns
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, resolve_unbacked_bindings
 from torch.utils._pytree import keystr
 
-from .sizevars import Expr, FloorDiv, ModularIndexing, never_negative_sum
+from .sizevars import Expr, FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, never_negative_sum
 
 
 class SymbolicUnsupported(NotImplementedError):
@@ -330,27 +331,12 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, sympy.Symbol):
         return symbol(e.name)
     args = [_convert(a) for a in e.args]
-    if isinstance(e, (torch_fns.Mod, torch_fns.PythonMod, sympy.Mod)) and _never_negative(args[1]) \
-            and not _never_negative(args[0]):
-        # Python's a % b is (a + k*b) % b: a shift that makes the dividend never negative keeps it
-        # exact in generated code (roll by 3 reads (s - 3) % s, and s - 3 < 0 at s = 2; review, session 33)
-        for k in (1, 2):
-            if _never_negative(args[0] + k * args[1]):
-                return ModularIndexing(args[0] + k * args[1], sympy.Integer(1), args[1])
-    if isinstance(e, (FloorDiv, ModularIndexing, torch_fns.FloorDiv, torch_fns.ModularIndexing, torch_fns.Mod,
-                      torch_fns.PythonMod, sympy.Mod, torch_fns.CeilDiv)) \
-            and not all(_never_negative(a) for a in args):
-        # generated code's // and % truncate toward 0: right where neither operand is negative (a
-        # divisor of 0 fails in eager too; (s0 - 5) // 2 at s0 = 4 gave 0, eager -1; review, session 33)
+    if isinstance(e, (FloorDiv, ModularIndexing)) and not all(_never_negative(a) for a in args):
         raise SymbolicUnsupported(f"a {type(e).__name__} of a value that may be negative", e)
-    if isinstance(e, (FloorDiv, ModularIndexing)):   # ours already
+    if isinstance(e, (FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod)):   # ours already
         return e.func(*args)
-    if isinstance(e, torch_fns.FloorDiv):
-        return FloorDiv(*args)
-    if isinstance(e, torch_fns.ModularIndexing):
-        return ModularIndexing(*args)
-    if isinstance(e, (torch_fns.Mod, torch_fns.PythonMod)) or isinstance(e, sympy.Mod):
-        return ModularIndexing(args[0], sympy.Integer(1), args[1])
+    if isinstance(e, _DIVISIONS):
+        return _division(e, args)
     if isinstance(e, (torch_fns.IntTrueDiv, torch_fns.FloatTrueDiv)):   # a float made of sizes
         return args[0] / args[1]
     if isinstance(e, torch_fns.ToFloat):
@@ -359,8 +345,6 @@ def _convert(e: sympy.Basic) -> Expr:
         return e
     if isinstance(e, (sympy.core.relational.Relational, sympy.And, sympy.Or, sympy.Not)):   # a SymBool (torch._check)
         return e.func(*args)
-    if isinstance(e, torch_fns.CeilDiv):
-        return FloorDiv(args[0] + args[1] - 1, args[1])
     if isinstance(e, (torch_fns.TruncToInt, torch_fns.FloorToInt, torch_fns.CeilToInt)):
         exact = _dyadic_multiple(args[0])
         if exact is not None:   # a float scale of a size (interpolate's scale_factor=1.5: trunc(1.5 * s0))
@@ -372,6 +356,50 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, (sympy.Pow, torch_fns.PowByNatural)) and args[1].is_Integer and int(args[1]) >= 0:
         return sympy.Pow(args[0], args[1])
     raise SymbolicUnsupported(f"a size expression with {type(e).__name__}", e)
+
+
+# torch's integer divisions and moduli: floor division, Python's modulo, ceil division, and the two
+# that torch defines for non-negative operands only (ModularIndexing, Mod)
+_DIVISIONS = (torch_fns.FloorDiv, torch_fns.ModularIndexing, torch_fns.Mod, torch_fns.PythonMod, sympy.Mod,
+              torch_fns.CeilDiv)
+
+
+def _division(e: sympy.Basic, args: list[Expr]) -> Expr:
+    """One of _DIVISIONS as ours, its operands `args` converted. Generated code's // and % truncate
+    toward 0: FloorDiv and ModularIndexing where no operand may be negative, else SignedFloorDiv and
+    SignedMod, which floor as torch does ((s0 - 5) // 2 at s0 = 4 is -1, not 0; review, session 33).
+    A divisor that may be 0 is refused: eager raises there, and a kernel would divide by 0 without a word."""
+    name = type(e).__name__
+    for d in args[1:]:
+        if not _nonzero(d):
+            raise SymbolicUnsupported(f"a {name} by a value that may be 0", e)
+    nonnegative = all(_never_negative(a) for a in args)
+    if isinstance(e, (torch_fns.ModularIndexing, torch_fns.Mod)):
+        # torch defines these for non-negative operands only: another sign has no meaning to keep
+        if not nonnegative:
+            raise SymbolicUnsupported(f"a {name} of a value that may be negative", e)
+        return ModularIndexing(*args) if len(args) == 3 else ModularIndexing(args[0], sympy.Integer(1), args[1])
+    a, b = args
+    if isinstance(e, torch_fns.FloorDiv):
+        return FloorDiv(a, b) if nonnegative else SignedFloorDiv(a, b)
+    if isinstance(e, torch_fns.CeilDiv):   # ceil(a / b) == -floor(-a / b)
+        return FloorDiv(a + b - 1, b) if nonnegative else -SignedFloorDiv(-a, b)
+    if nonnegative:   # Python's modulo (PythonMod, sympy.Mod)
+        return ModularIndexing(a, sympy.Integer(1), b)
+    if _never_negative(b):
+        # a % b == (a + k*b) % b: a shift that makes the dividend never negative keeps the truncating
+        # form (roll by 3 reads (s - 3) % s, and s - 3 < 0 at s = 2; review, session 33)
+        for k in (1, 2):
+            if _never_negative(a + k * b):
+                return ModularIndexing(a + k * b, sympy.Integer(1), b)
+    return SignedMod(a, b)
+
+
+def _nonzero(a: Expr) -> bool:
+    """a != 0 at every size the graph serves."""
+    if a.is_Integer:
+        return a != 0
+    return bool(a.is_nonzero) or decide(sympy.Ne(a, 0)) is True
 
 
 def _never_negative(a: Expr) -> bool:
@@ -426,6 +454,8 @@ def decide(cond) -> bool | None:
         cond = cond.xreplace({s: theirs[s.name] for s in cond.free_symbols})
         cond = cond.replace(lambda a: isinstance(a, FloorDiv), lambda a: torch_fns.FloorDiv(*a.args))
         cond = cond.replace(lambda a: isinstance(a, ModularIndexing), lambda a: torch_fns.ModularIndexing(*a.args))
+        cond = cond.replace(lambda a: isinstance(a, SignedFloorDiv), lambda a: torch_fns.FloorDiv(*a.args))
+        cond = cond.replace(lambda a: isinstance(a, SignedMod), lambda a: torch_fns.PythonMod(*a.args))
         # Dynamo's guards that fix an expression to a number (Eq(s0*s1*s2, 30) of a reshape to
         # [2, 5, 3], fuzz seed 221 prog 275): hold at every size the graph serves
         fixed = _fixed_by_guards(env)

@@ -139,6 +139,24 @@ def test_a_dynamic_graph_compiles_its_kernels():
     assert compile_all(seen)
 
 
+def test_kernels_that_floor_divide_int_inputs_and_sizes_of_either_sign_compile():
+    # the flooring helpers on scalar arguments, a constant dividend, and inside a block's index
+    with launches() as seen:
+        for fn in (lambda x, k: x[:, : (k // 3) + 8] * 2, lambda x, k: F.pad(x, (0, (8 - k % 8) % 8)) + 1,
+                   lambda x, k: x * ((-k) % 4) + x[:, :1] * (k // -3)):
+            compiled = torch.compile(fn, backend="mini_inductor")
+            for k in (5, 7, -4):
+                compiled(torch.randn(4, 20), k)
+        compiled = torch.compile(lambda x: x * (7 // -x.shape[1]) + (-x.shape[0] * 3) // x.shape[1],
+                                 backend="mini_inductor", dynamic=True)
+        for n in (3, 5):
+            compiled(torch.randn(n, n + 1))
+    sources = {inspect.getsource(fn) for fn, _, _ in seen}
+    assert any("triton_helpers.div_floor_integer(" in src for src in sources)
+    assert any("triton_helpers.remainder_integer(" in src for src in sources)
+    assert compile_all(seen)
+
+
 def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
     with launches() as seen:
         flash._data_block_ranges(score_mod.parse("where(t0, -inf, s)"), 52, 60, 32, 16, torch.device("cpu"), False,

@@ -1069,6 +1069,76 @@ def test_floor_division_of_a_size_difference_that_may_be_negative_floors():
             assert_same_tensor(a, e, f"size {n} output {i}")
 
 
+# k // 3 and k % 8 of an int input k of either sign: at k = -4, Python's -4 // 3 is -2 and -4 % 8 is 4,
+# where a kernel's // and % (they truncate) give -1 and -4; these graphs were compiled per size
+_FLOORING_VALUES = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("slice end k // 3 + 8", lambda x, k: x[:, : (k // 3) + 8] * 2),
+    ("pad to a multiple of 8", lambda x, k: F.pad(x, (0, (8 - k % 8) % 8)) + 1),
+    ("negative divisors", lambda x, k: x * ((-k) % 4) + x[:, :1] * (k // -3) + (k % -5)),
+    ("a float made of them", lambda x, k: x * ((k // 3) / 2) + torch.full((4, 1), (k % -5) / 4)),
+    ("roll by k // 3", lambda x, k: torch.roll(x, k // 3, 1) * 2),
+    ("full and arange", lambda x, k: (torch.full((2,), k // 3) + x[0, :2].long(), torch.arange(k % 5 + 2) * 2)),
+])
+def test_floor_division_and_modulo_of_an_int_input_of_either_sign_compile_once(name, fn):
+    x = torch.randn(4, 20)
+    compiled = torch.compile(fn, backend="mini_inductor", options=SYMBOLIC)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in _FLOORING_VALUES:
+            out, ref = compiled(x, k), fn(x, k)
+            for i, (a, e) in enumerate(zip(*((out, ref) if isinstance(ref, tuple) else ((out,), (ref,))))):
+                assert_same_tensor(a, e, f"{name} at k={k} output {i}")
+    assert not [str(w.message) for w in caught if "cannot be compiled once" in str(w.message)]
+    records = metrics.compiled_graphs
+    symbolic = [r for r in records if r.dynamic_symbols]   # (the first call compiled k as a constant)
+    assert len(symbolic) == 1 and symbolic[0].num_kernels >= 1, [r.summary() for r in records]
+    assert all(r.dynamic_fallback is None and r.ran_eagerly is None for r in records), [r.summary() for r in records]
+    source = open(symbolic[0].source_path).read()
+    assert "triton_helpers.div_floor_integer(" in source or "triton_helpers.remainder_integer(" in source
+
+
+def test_a_slice_by_a_floor_division_of_an_int_input_trains_as_eager():
+    def f(x, k):
+        return (x[:, : (k // 3) + 8] * 2).tanh()
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    for k in (5, 7, -4, -7, 13):
+        x = torch.randn(3, 20)
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, ref = compiled(ours, k), f(theirs, k)
+        assert_same_tensor(out, ref, f"k={k}")
+        w = torch.randn(ref.shape)
+        (out * w).sum().backward()
+        (ref * w).sum().backward()
+        assert_same_tensor(ours.grad, theirs.grad, f"k={k} grad")
+    records = metrics.compiled_graphs
+    assert all(r.dynamic_fallback is None and r.ran_eagerly is None for r in records), [r.summary() for r in records]
+    assert sum(bool(r.dynamic_symbols) for r in records) == 2   # one forward, one backward
+
+
+def test_floor_division_and_modulo_by_sizes_with_negative_operands_compile_once():
+    records = run_sizes(lambda x: x * (7 // -x.shape[1]) + (-7) % x.shape[1] + (-x.shape[0] * 3) // x.shape[1],
+                        lambda n: (torch.randn(n, n + 1),), sizes=(3, 5, 9, 2))
+    assert_dynamic(records)
+
+
+def test_a_division_by_an_int_input_that_may_be_zero_is_compiled_per_size_and_raises_as_eager():
+    # eager raises at m = 0; a kernel would divide by 0 without a word, so the graph is not symbolic
+    def f(x, k, m):
+        return x * (k // m) + (k % m)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="may be 0"):
+        for k, m in ((5, 2), (7, 3), (-7, 3), (7, -3)):
+            assert_same_tensor(compiled(x, k, m), f(x, k, m), f"k={k} m={m}")
+    with pytest.raises(ZeroDivisionError):
+        f(x, 5, 0)
+    with pytest.raises(ZeroDivisionError):
+        compiled(x, 5, 0)
+
+
 def test_an_op_returning_a_size_beside_a_tensor_compiles_once():
     # its size is an expression of the inputs' symbols: only a size no expression holds sends the graph
     # to per-size compiles (review, session 33)
