@@ -287,9 +287,11 @@ class TritonKernel:
             params.append("RBLOCK: tl.constexpr")
         idx = ".to(tl.int64)" if self.int64 else ""
         jit = "@triton.jit"
-        if self.dynamic:
+        if self.dynamic or self.size_symbols():
             # one binary for every size: Triton would otherwise specialize an int argument on its value
-            # (== 1, divisible by 16), and a launch site keeps the binary of its first launch
+            # (== 1, divisible by 16), and a launch site keeps the binary of its first launch. So for
+            # a kernel of static sizes that reads a symbol too (`x * (k // 3)`, k an int input: a
+            # binary first launched at k = 1 takes k as the constant 1)
             # A numel that is a multiple of 16 at every size (768*s0) is left to Triton, which then
             # knows it divisible and keeps masked loads vectorized: every size gets the same binary.
             sizes = {"xnumel": self.numel, "rnumel": self.rnumel}

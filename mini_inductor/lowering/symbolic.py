@@ -61,8 +61,8 @@ class GraphShapes:
     # unbacked symbols (a value read from data: .item(), nonzero's length): symbol → (the FX node that
     # defines it, the path from that node's value to the symbol's, as `keystr` prints it: "" or ".size()[0]")
     unbacked: dict[sympy.Symbol, tuple[str, str]] = field(default_factory=dict)
-    # symbol → its greatest value, where the ShapeEnv bounds it (mark_dynamic(max=...), torch._check):
-    # what lets a kernel of a dynamic graph index in 32 bits
+    # symbol → its greatest value, where the ShapeEnv bounds it (mark_dynamic(max=...), torch._check)
+    # and it is never negative: what lets a kernel of a dynamic graph index in 32 bits
     bounds: dict[sympy.Symbol, int] = field(default_factory=dict)
     # symbol name → sympy assumptions, from the ShapeEnv's ranges (`symbol`)
     signs: dict[str, dict[str, bool]] = field(default_factory=dict)
@@ -194,7 +194,11 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
                                           "and generated code takes every size symbol as nonnegative", sym)
         for sym in (*shapes.sources, *shapes.unbacked):
             r = ranges.get(sym.name)
-            if r is not None and isinstance(r.upper, sympy.Integer):   # (torch's int_oo is no Integer)
+            # (torch's int_oo is no Integer.) Only a symbol that is never negative: the index-width
+            # and row-length decisions take a bounded symbol to walk 0 … its bound (an int input in
+            # [-2**40, 5] would pass for one below 6)
+            if r is not None and isinstance(r.upper, sympy.Integer) and isinstance(r.lower, sympy.Integer) \
+                    and r.lower >= 0:
                 shapes.bounds[sym] = int(r.upper)
         _rederive_stale(gm, {s.name for s in shapes.known()})
     return shapes

@@ -1,7 +1,13 @@
 """torch's // and % of sizes of either sign as generated code writes them: a kernel calls helpers
-that floor (Triton's // and % truncate toward 0), the wrapper (Python) writes // and %."""
-import sympy
+that floor (Triton's // and % truncate toward 0), the wrapper (Python) writes // and %; a kernel that
+reads an int input's symbol is one binary for every value of it."""
+import re
 
+import sympy
+import torch
+
+import mini_inductor  # noqa: F401  (the backend)
+from mini_inductor import metrics
 from mini_inductor.codegen.triton_ops import texpr
 from mini_inductor.codegen.wrapper_ir import size_source
 from mini_inductor.lowering.sizevars import FloorDiv, SignedFloorDiv, SignedMod
@@ -22,3 +28,19 @@ def test_a_kernel_floors_through_helpers_and_the_wrapper_through_pythons_operato
     # never-negative operands keep the plain (truncating) operators in both
     assert texpr(FloorDiv(S + 1, 2)) == size_source(FloorDiv(S + 1, 2)) == "((1 + s0) // 2)"
 
+
+def test_a_kernel_of_static_sizes_that_reads_an_int_inputs_symbol_is_not_specialized_on_it():
+    # Triton takes an int argument equal to 1 for the constant 1, and a launch site keeps the binary of
+    # its first launch: a first call at k = 1 (or 3, here) would have served every later k
+    def f(x, k):
+        return x * (k // 3)
+    compiled = torch.compile(f, backend="mini_inductor", options={"dynamic_shapes": "symbolic"})
+    x = torch.randn(4, 5)
+    for k in (3, 4, -4):
+        torch.testing.assert_close(compiled(x, k), f(x, k))
+    (record,) = [r for r in metrics.compiled_graphs if r.dynamic_symbols]
+    source = open(record.source_path).read()
+    (symbol,) = record.dynamic_symbols
+    assert "xnumel: tl.constexpr" in source   # the kernel's own size is static
+    (jit,) = re.findall(r"@triton\.jit\(do_not_specialize=\[(.*)\]\)", source)
+    assert f"'{symbol}'" in jit

@@ -3,6 +3,7 @@ SignedFloorDiv and SignedMod, which evaluate as Python at every sign, are never 
 non-negative where they may be negative, and are refused where the divisor may be 0."""
 import pytest
 import sympy
+import torch
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
@@ -103,3 +104,22 @@ def test_a_division_by_an_int_input_that_may_be_zero_is_refused():
     with symbolic.using(shapes), pytest.raises(symbolic.SymbolicUnsupported, match="may be 0"):
         symbolic.to_expr(k % m)
 
+
+def _int_input_graph(hint, check):
+    """A graph that takes one int input symbol whose ShapeEnv range `check` narrows (torch._check)."""
+    env = ShapeEnv()
+    k = env.create_unspecified_symint_and_symbol(hint, ConstantSource("k"), DimDynamic.DYNAMIC)
+    torch._check(check(k))
+    graph = torch.fx.Graph()
+    node = graph.placeholder("k")
+    node.meta["val"] = k
+    graph.output(node)
+    return torch.fx.GraphModule({}, graph)
+
+
+def test_an_int_input_bounded_above_but_not_below_gives_no_bound_to_index_width():
+    # a kernel takes a bounded symbol to walk 0 … its bound (32-bit indices, persistent rows): k <= 5
+    # alone leaves k free to be -2**40
+    assert symbolic.graph_symbols(_int_input_graph(2, lambda k: k <= 5)).bounds == {}
+    (bound,) = symbolic.graph_symbols(_int_input_graph(2, lambda k: (k <= 5) & (k >= 0))).bounds.values()
+    assert bound == 5
