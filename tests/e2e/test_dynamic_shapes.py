@@ -1226,3 +1226,28 @@ def test_variance_over_a_row_read_from_data_is_nan_where_it_is_empty_or_one_long
                 torch.testing.assert_close(a, e, equal_nan=True, msg=f"u={u} output {i}")
     records = metrics.compiled_graphs
     assert len(records) == 1 and records[0].num_kernels >= 1, [r.summary() for r in records]
+
+
+def test_reductions_over_a_slice_by_a_negative_int_input_read_the_whole_row():
+    # x[k:] at k = -3 has -k rows: the ShapeEnv's upper bound of k (-1) was read as if k ran from 0,
+    # so the row length looked like at most 0 and a persistent reduction of one element a row was
+    # chosen (sum gave the first row only; softmax left memory unwritten; review, session 34)
+    def f(x, k):
+        return x[k:].sum(0), x[k:].mean(0), x[:, k:].softmax(-1), x[:, k:].amax(-1)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    x = torch.arange(24.).reshape(4, 6)
+    for k in (2, -3, 3, -2):
+        for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
+            assert_same_tensor(a, e, f"k={k} output {i}")
+
+
+def test_a_row_length_of_an_int_input_of_both_signs_is_not_bounded_by_its_positive_part():
+    # x[:, 4 + k:] with k in [-4, 4] (Dynamo's guards): the row length 4 - k was taken to be at most
+    # 4, and 7 elements were reduced as 4 at k = -3 (review, session 34)
+    def f(x, k):
+        return x[:, 4 + k:].sum(1), x[:, 4 + k:].softmax(1)
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True, options=SYMBOLIC)
+    x = torch.arange(16.).reshape(2, 8)
+    for k in (1, 2, -3, 3, -4, 0):
+        for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
+            assert_same_tensor(a, e, f"k={k} output {i}")
