@@ -132,6 +132,7 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
             return compiled
     record.cache = "miss" if cfg.graph_cache else "off"
 
+    guards = symbolic.guard_count()
     try:
         compiled = run_stages(gm, example_inputs, name, record, graph_args)
     except MiniInductorError as e:
@@ -143,7 +144,14 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
         return EagerGraph(name, gm, str(e))
     record.compile_seconds = time.perf_counter() - start
     compiled.graph_key = disk_key
-    lookup.keep(memory_key, compiled, record, compiled.trace, cfg)
+    added = symbolic.guards_since(guards)
+    if added:
+        # specialized past the keys' facts (Dynamo checks the guards; a cache would not): not kept
+        log.info("%s: the compile added guards %s to the ShapeEnv after the cache key was made; "
+                 "not cached", name, ", ".join(added))
+        record.cache = "not kept (the compile added guards)"
+    else:
+        lookup.keep(memory_key, compiled, record, compiled.trace, cfg)
     log.info("%s", record.summary())
     return compiled
 

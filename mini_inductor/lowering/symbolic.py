@@ -141,6 +141,12 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
             # (a backward's input: the forward's float `.item()`, zuf0)
             raise SymbolicUnsupported(f"input %{node.name} is a float known only at run time, and generated "
                                       "code has integer symbols only", val.node.expr)
+        elif isinstance(val, torch.SymBool) and val.node.expr.free_symbols:
+            # (a backward's input: the forward's `k > 6` of an int input k, which the backward cannot read;
+            # a kernel took its traced value as a constant and added the guard, past the cache key's
+            # facts: a later compile at k = 7 got the kernel of k = 5; review, session 34)
+            raise SymbolicUnsupported(f"input %{node.name} is a bool known only at run time ({val.node.expr}), "
+                                      "and generated code has integer symbols only", val.node.expr)
         elif isinstance(val, torch.Tensor):
             for dim, s in enumerate(val.shape):
                 _note(shapes, s, (i, "size", dim))
@@ -525,6 +531,19 @@ def facts_key(gm: torch.fx.GraphModule) -> list[str]:
     parts += sorted(f"range {s.name} {r.lower} {r.upper}" for s, r in env.var_to_range.items() if s.name in names)
     parts += sorted(str(getattr(g, "expr", g)) for g in getattr(env, "guards", ()))
     return parts
+
+
+def guard_count() -> int:
+    """How many guards this graph's ShapeEnv holds (0 for a static graph): `guards_since` takes it."""
+    env = current().shape_env
+    return len(getattr(env, "guards", ())) if env is not None else 0
+
+
+def guards_since(count: int) -> list[str]:
+    """The guards added to this graph's ShapeEnv since it held `count`: what the compile specialized on
+    after the caches' keys were made (facts_key), so that its result may not be kept under them."""
+    env = current().shape_env
+    return [str(getattr(g, "expr", g)) for g in list(getattr(env, "guards", ()))[count:]] if env is not None else []
 
 
 def upper_bound(expr) -> int | None:

@@ -1251,3 +1251,18 @@ def test_a_row_length_of_an_int_input_of_both_signs_is_not_bounded_by_its_positi
     for k in (1, 2, -3, 3, -4, 0):
         for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
             assert_same_tensor(a, e, f"k={k} output {i}")
+
+
+def test_a_bool_of_an_int_input_that_the_backward_takes_is_not_baked_into_its_kernels(tmp_path):
+    # where(tensor(k > 6), x, -x): the backward takes `k > 6` as an input; a kernel wrote its traced
+    # value as a constant (a guard past the cache key), and the compile at k = 7 was served the
+    # kernel of k = 5: gradient -1 where eager's is +1, in the process and from disk (review, session 34)
+    def f(x, k):
+        return torch.where(torch.tensor(k > 6), x, -x)
+    with mini_inductor.config.patch(cache_dir=str(tmp_path)):
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+        for k in (5, 7, 13, 2):
+            x, y = (torch.ones(2, 2, requires_grad=True) for _ in range(2))
+            f(x, k).sum().backward()
+            compiled(y, k).sum().backward()
+            assert torch.equal(y.grad, x.grad), (k, y.grad, x.grad)
