@@ -9,10 +9,11 @@ keys on the graph the backend receives from Dynamo, so that a hit calls no AOT a
     compilers = {kind: front.watch(kind, compiler) ...}   # sees what AOT autograd compiles
     front.store()                              # after AOT autograd: an entry, when one is safe
 
-An entry is written only when AOT autograd made exactly one inference graph, compiled by us into a
-CompiledGraph without constants, and its metadata leaves the runtime wrapper nothing to do (no input
-mutation, only plain non-aliased outputs, no intermediate bases, effect tokens, subclasses or
-functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
+A graph that takes a Python number as a 0-d tensor gets no key (AOT autograd may specialize on its
+value, with a guard a hit would not add). An entry is written only when AOT autograd made exactly one
+inference graph, compiled by us into a CompiledGraph without constants, and its metadata leaves the
+runtime wrapper nothing to do (no input mutation, only plain non-aliased outputs, no intermediate
+bases, effect tokens, subclasses or functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
 does in that case (`_aot_runtime`). Anything else keeps going through AOT autograd as before.
 
 The key hashes the Dynamo graph's code, its placeholders' static-input marks (AOT autograd derives
@@ -157,6 +158,13 @@ class Front:
                 self.num_outputs = len(outs)
         if len(placeholders) != len(example_inputs):
             return f"{len(placeholders)} placeholders for {len(example_inputs)} inputs"
+        for node in placeholders:
+            if getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False):
+                # a Python scalar Dynamo passes as a 0-d tensor: AOT autograd specializes the graph on its
+                # value where an op needs a number (clamp's bound) and adds a guard that Dynamo checks; a
+                # hit runs no AOT autograd and adds none, so the next value was served this one's graph
+                # (a = 1.5 got a = 0.75's bound; review, session 34)
+                return f"input {node.name} is a Python number passed as a tensor, which AOT autograd may specialize on"
         named = [*params.items(), *buffers.items(), *((f"input {i}", x) for i, x in enumerate(example_inputs))]
         seen: set[int] = set()
         for name, x in named:

@@ -385,3 +385,16 @@ def test_a_graph_the_channels_last_pass_changed_is_still_a_front_hit():
     assert any("clone" in k for k in cold.kernel_names)       # the pass did change the graph
     with torch.no_grad():
         _assert_like_eager(out, conv(x))
+
+
+def test_a_python_float_that_aot_autograd_specializes_on_is_not_served_from_the_front_cache():
+    # Dynamo passes an unspecialized float as a 0-d tensor; clamp(max=a) makes AOT autograd bake its
+    # value in with a guard, which a front hit never adds: a = 1.5 and 0.3 got a = 0.75's graph
+    # (review, session 34)
+    def f(x, a):
+        return x.clamp(max=a) * a
+    compiled = torch.compile(f, backend="mini_inductor")
+    x = torch.linspace(-1, 2, 4)
+    for a in (0.25, 0.75, 1.5, 0.3, 0.75):
+        _assert_like_eager(compiled(x, a), f(x, a))
+    assert all(r.cache != HIT for r in metrics.compiled_graphs[1:]), [r.cache for r in metrics.compiled_graphs]
