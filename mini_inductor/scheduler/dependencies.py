@@ -102,6 +102,7 @@ class RecordingHandler:
         self.writes: list[tuple[str, Expr]] = []
         self.indirect = 0
         self.op_counts: dict[str, int] = {}
+        self.symbols: set = set()   # of values the body computes from sizes (x * (n // u0))
 
     def load(self, name, index):
         self.reads.append((name, index))
@@ -117,9 +118,11 @@ class RecordingHandler:
         return ("red",) * 3 if reduction_type in ("welford_reduce", "welford_combine") else "red"
 
     def constant(self, value, dtype):
+        self.symbols |= getattr(value, "free_symbols", set())
         return "const"
 
     def index_expr(self, expr, dtype):
+        self.symbols |= getattr(expr, "free_symbols", set())
         return "index"
 
     def to_dtype(self, x, dtype, src_dtype=None):
@@ -154,6 +157,7 @@ class LoopBody:
     reads: list[MemoryDep]
     writes: list[MemoryDep]
     op_counts: dict[str, int]
+    symbols: frozenset = frozenset()  # size symbols the body's values use (not its loop variables)
 
 
 def analyze_body(buf: ComputedBuffer) -> LoopBody:
@@ -174,7 +178,8 @@ def analyze_body(buf: ComputedBuffer) -> LoopBody:
     all_sizes = tuple(sizes + rsizes)
     reads = [MemoryDep(n, simplify(e, var_ranges), all_sizes) for n, e in rec.reads]
     writes = [MemoryDep(n, simplify(e, var_ranges), all_sizes) for n, e in rec.writes]
-    return LoopBody(sizes, rsizes, reindex, list(dict.fromkeys(reads)), writes, rec.op_counts)
+    return LoopBody(sizes, rsizes, reindex, list(dict.fromkeys(reads)), writes, rec.op_counts,
+                    frozenset(rec.symbols - set(cv)))
 
 
 def _record(buf: ComputedBuffer, index, rindex) -> RecordingHandler:

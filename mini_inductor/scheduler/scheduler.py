@@ -348,7 +348,8 @@ class Scheduler:
 
 
 def _symbols_of(n: BaseSchedulerNode) -> set:
-    """The free symbols of a node's layout, loop ranges, accesses and (an extern call's) arguments."""
+    """The free symbols of a node's layout, loop ranges, accesses, the values its body computes from
+    sizes (x * (n // u0): a kernel argument) and (an extern call's) arguments."""
     buf = n.node
     exprs = []
     layout = getattr(buf, "layout", None)
@@ -360,7 +361,8 @@ def _symbols_of(n: BaseSchedulerNode) -> set:
     exprs += [a for a in tree_leaves((getattr(buf, "args", ()), getattr(buf, "kwargs", {}))) if isinstance(a, sympy.Basic)]
     exprs += [e for a in tree_leaves(getattr(buf, "args", ())) if isinstance(getattr(a, "layout", None), Layout)
               for e in (*a.layout.size, *a.layout.stride, a.layout.offset)]
-    return set().union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Basic)))
+    body = set().union(*(getattr(getattr(m, "body", None), "symbols", ()) for m in n.get_nodes()))
+    return body.union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Basic)))
 
 
 def _all_unmet(n: BaseSchedulerNode) -> set[Dep]:

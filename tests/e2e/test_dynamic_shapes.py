@@ -466,6 +466,24 @@ def test_an_item_feeding_a_size_is_read_at_run_time_and_the_rest_is_generated(de
         assert_same_tensor(a, e, f"k=0 output {i}")
 
 
+@DATA_SIZES
+def test_a_kernel_that_computes_with_a_value_read_from_data_runs_after_it_is_read(device):
+    # x * (x.shape[0] // n) with n = y.sum().item(): the kernel reads u0 only in its body (no size or
+    # index of it does), and it ran in the partition before the .item() that binds u0 (UnboundLocalError;
+    # found by a helper, session 34)
+    torch.set_default_device(None)
+    def f(x, y):
+        n = y.sum().item()
+        torch._check(n > 0)
+        return x * (x.shape[0] // n)
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True)
+    x = torch.randn(8, 4, device=device)
+    for v in (3, 2, 5, 8):
+        y = torch.tensor([v, 0], device=device)
+        assert_same_tensor(compiled(x, y), f(x, y), f"n={v}")
+    assert_compiled_once_with_unbacked_symbols()
+
+
 def _trains_as_eager(f, compiled, inputs, what: str) -> None:
     """f and its compiled form give the same loss and input gradients on copies of `inputs`."""
     eager_inputs, compiled_inputs = [[t.clone().requires_grad_() for t in inputs] for _ in range(2)]
