@@ -292,6 +292,8 @@ def render_arg(a) -> str:
         a = a.node.expr
     if isinstance(a, sympy.Basic):   # a dynamic graph's size (an int output, an argument of an ATen call)
         a = to_expr(a)   # (torch's own functions of sizes, in a float made of them, become ours)
+        if isinstance(a, sympy.core.relational.Relational) and a.lhs.is_integer and a.rhs.is_integer:
+            return f"({size_source(a.lhs)} {a.rel_op} {size_source(a.rhs)})"   # a comparison of sizes
         return size_source(a) if a.is_integer else f"({sympy.pycode(a)})"   # or a float made of sizes
     if isinstance(a, float):
         return repr(a) if a == a and a not in (float("inf"), float("-inf")) else f"float('{a}')"

@@ -222,10 +222,15 @@ def _only_returned(gm: torch.fx.GraphModule) -> set[str]:
 
 
 def _python_arithmetic(n: torch.fx.Node) -> bool:
-    """A node of Python arithmetic on scalars (`loss.item() * 3`, `float(n) / 2`): the wrapper computes
-    it in Python, where its values need no symbol of generated code."""
+    """A node of Python integer arithmetic (`count.item() - 100`, `n // 2 > 3`): the wrapper computes it
+    in Python from the values read, which need no symbol of generated code. Integers only: the wrapper
+    prints the sympy expression, exact for integers, where a float's would be rounded (`loss.item() / 3`
+    gave 0.7499999999999992; review, session 34)."""
+    def integer(a) -> bool:
+        return isinstance(a, int) or (isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), (int, torch.SymInt)))
     return n.op == "call_function" and getattr(n.target, "__module__", None) in ("_operator", "math") \
-        and isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
+        and isinstance(n.meta.get("val"), (torch.SymInt, torch.SymBool)) and all(integer(a) for a in n.args) \
+        and not n.kwargs
 
 
 def _rederive_stale(gm: torch.fx.GraphModule, known: set[str]) -> None:
