@@ -284,11 +284,15 @@ class TritonOps:
         expr = self._index(expr)
         if not expr.free_symbols:
             return self.constant(int(expr), dtype)
-        text = texpr(self.k.wide_index(expr))
         if not expr.free_symbols & {XINDEX, YINDEX, RINDEX, *self.k.indirect}:
             # only size symbols (n // 2 of a dynamic graph): a block, as a constant is (a bare scalar
-            # argument mixed with blocks trips Triton's interpreter); an indirect index is a block already
-            text = f"tl.full([1], {text}, tl.int64)"
+            # argument mixed with blocks trips Triton's interpreter), each symbol made an int64 block
+            # before the arithmetic (k * 100000 // 3 at k = 30000 wrapped in the arguments' int32;
+            # review, session 34); an indirect index is a block already
+            wide = {s: sympy.Symbol(f"tl.full([1], {s.name}, tl.int64)", **s.assumptions0) for s in expr.free_symbols}
+            text = texpr(expr.xreplace(wide))
+        else:
+            text = texpr(self.k.wide_index(expr))
         return self.k.emit(f"({text}).to({tl_dtype(dtype)})", dtype)
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype, src_dtype=None):

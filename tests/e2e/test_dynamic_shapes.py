@@ -1303,3 +1303,15 @@ def test_a_bool_of_an_int_input_that_the_backward_takes_is_not_baked_into_its_ke
             f(x, k).sum().backward()
             compiled(y, k).sum().backward()
             assert torch.equal(y.grad, x.grad), (k, y.grad, x.grad)
+
+
+def test_arithmetic_of_sizes_in_a_kernel_is_done_in_64_bits():
+    # x * ((k * 100000) // 3) at k = 30000: the product of the int32 argument and the literal wrapped
+    # before it was widened (-431655766 where eager gives 1e9; review, session 34), and a size n * 100000
+    def f(x, k):
+        return x * ((k * 100000) // 3), x * (k * 100000) + x.shape[0] * 100000
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for k, n in ((3, 4), (30000, 5), (-30000, 6), (70000, 30000)):
+        x = torch.ones(n, dtype=torch.float64)
+        for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
+            assert_same_tensor(a, e, f"k={k} n={n} output {i}")
