@@ -50,8 +50,10 @@ def run_programs(pool: WorkerPool, seed: int, indices, autograd: bool = False, s
 def _regenerate(job: dict) -> Program | None:
     """The program of a job whose worker died before answering (drawn again: it is deterministic)."""
     from .generate import generate
+    from .sizes import other_size_sets
     try:
-        return generate(job["seed"], job["index"], job.get("autograd", False), job.get("size", 6))
+        return generate(job["seed"], job["index"], job.get("autograd", False), job.get("size", 6),
+                        other_sizes=other_size_sets())
     except RuntimeError:
         return None
 
@@ -91,6 +93,22 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def other_sizes_summary(results: list[Result]) -> str:
+    """--dynamic: how many programs were also called at other sizes, how many failed only there, and
+    which compiled anew there (the point of --dynamic is one compile for every size)."""
+    called = [r for r in results if r.program is not None and r.program.size_sets]
+    if not called:
+        return ""
+    failed = [r.index for r in results if r.outcome.sizes and r.outcome.cls not in ("ok", "eager_error")]
+    anew = [r for r in results if r.outcome.recompiles]
+    calls = sum(r.program.size_sets for r in called)
+    lines = [f"other sizes: {len(called)} of {len(results)} programs called at {calls} other size sets; "
+             f"{len(failed)} failed there{f' (programs {failed})' if failed else ''}; "
+             f"{len(anew)} compiled anew there{f' (programs {[r.index for r in anew]})' if anew else ''}"]
+    lines += [f"  program {r.index}: {r.outcome.detail}" for r in anew[:20]]
+    return "\n".join(lines)
+
+
 def distinct_failures(results: list[Result]) -> dict[str, list[Result]]:
     """Failures grouped by how they fail and the ops of their shrunk program."""
     groups: dict[str, list[Result]] = collections.defaultdict(list)
@@ -117,7 +135,9 @@ def write_out(out: str, results: list[Result]) -> list[str]:
         written.append(name)
     summary = [{"index": r.index, "class": r.outcome.cls, "category": r.outcome.category,
                 "detail": r.outcome.detail, "families": r.program.families() if r.program else [],
-                "seconds": r.seconds, "shrunk_stmts": len(r.shrunk.stmts) if r.shrunk else None}
+                "seconds": r.seconds, "shrunk_stmts": len(r.shrunk.stmts) if r.shrunk else None,
+                "sizes": r.outcome.sizes, "other_calls": r.outcome.other_calls, "recompiles": r.outcome.recompiles,
+                "other_shapes": [r.program.shapes(k) for k in range(1, r.program.size_sets + 1)] if r.program else []}
                for r in results]
     with open(os.path.join(out, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1)
@@ -149,7 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--autograd", action="store_true", help="also compare input gradients")
     ap.add_argument("--dynamic", action="store_true",
-                    help="compile with dynamic=True and dynamic_shapes='symbolic' (one compile for every size)")
+                    help="compile with dynamic=True and dynamic_shapes='symbolic' (one compile for every size), and "
+                         "call each program at other input sizes too (tests/fuzz/sizes.py)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--out", default=None, help="folder for repro scripts and summary.json")
     ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
@@ -186,6 +207,8 @@ def main(argv=None) -> int:
               f"{', matmul split' if args.matmul_split else ''}{', matmul tma' if args.matmul_tma else ''}, "
               f"{time.monotonic() - start:.0f} s\n")
         print(table(results))
+        if other_sizes_summary(results):
+            print("\n" + other_sizes_summary(results))
         if not args.no_shrink:
             shrink_failures(pool, results, args.shrink_budget)
     finally:

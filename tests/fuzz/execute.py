@@ -9,6 +9,11 @@ noise the program amplifies, such as a gradient through a normalization of two e
 against us, its repro written for a look); error (compiled raised, eager did not: category is the
 exception's type); eager_error (eager itself raised: the program is invalid). The workers add timeout
 and crash.
+
+Under --dynamic a program carries other input size sets (sizes.py): the function compiled at the traced
+sizes is then also called at each, compared with eager at those sizes; a failure there names the call
+and the sizes ("(call 3, sizes 1: x0 (5, 7)) output 0: ..."; Outcome.sizes), and an ok outcome counts
+the calls that compiled anew (a Dynamo recompile, or mini_inductor's compile for those sizes).
 """
 from __future__ import annotations
 
@@ -32,17 +37,35 @@ class Outcome:
     cls: str                 # one of CLASSES
     category: str = ""       # what differs (wrong), the exception type (error)
     detail: str = ""
+    sizes: int = 0           # the size set of the call that failed: 0 the traced sizes, else an other one
+    other_calls: int = 0     # ok: calls made at other sizes (--dynamic)
+    recompiles: int = 0      # ok: of those, calls that compiled anew (Dynamo or mini_inductor; see detail)
 
     def signature(self) -> str:
-        """What makes two failures the same failure, for the shrinker: the class and category, and
-        for errors the message without its numbers and names of values."""
+        """What makes two failures the same failure, for the shrinker: the class and category, for
+        errors the message without its numbers and names of values, and whether it was at other sizes
+        than the traced ones."""
+        at = "@other_sizes" if self.sizes else ""
         if self.cls == "error":
-            first = self.detail.splitlines()[0] if self.detail else ""
-            return f"error:{self.category}:{re.sub(r'[0-9]+', 'N', first)[:80]}"
-        return f"{self.cls}:{self.category}"
+            first = _without_shapes(self.detail.splitlines()[0] if self.detail else "")
+            return f"error:{self.category}:{re.sub(r'[0-9]+', 'N', first)[:80]}{at}"
+        return f"{self.cls}:{self.category}{at}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _without_shapes(line: str) -> str:
+    """A message without the input shapes its call label names ("(call 3, sizes 1: x0 (5, 7)) ..." ->
+    "(call 3, sizes 1) ..."): the shrinker changes them, and a failure stays the same failure."""
+    if not line.startswith(("(call ", "(eager, ")):
+        return line
+    depth = 0
+    for i, ch in enumerate(line):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return line[:i].split(":")[0] + line[i:]
+    return line
 
 
 def _backend(name: str):
@@ -86,27 +109,38 @@ def _float64(inputs: list) -> list:
 
 def run_program(program: Program, backend: str = "mini_inductor", device: str = "cpu",
                 runs: int = 2) -> Outcome:
+    """`runs` calls of the compiled program at the traced sizes, then one at each of the program's other
+    size sets (--dynamic: sizes.py), each compared with eager (and float64) at its own sizes."""
     make_inputs, f = load(program)
-    try:
-        with _quiet():
-            eager_inputs = make_inputs(device)
-            expected = f(*eager_inputs)
-            if program.autograd:
-                loss = backward_loss(expected)
-                if loss is not None:
-                    loss.backward()
-    except Exception as err:
-        return Outcome("eager_error", type(err).__name__, _error_text(err))
+
+    def inputs_at(sizes: int) -> list:
+        return make_inputs(device) if sizes == 0 else make_inputs(device, sizes)
+
+    size_sets = range(1 + program.size_sets)
+    eager = []      # per size set: (its inputs after the eager call, eager's outputs)
+    for sizes in size_sets:
+        try:
+            with _quiet():
+                eager_inputs = inputs_at(sizes)
+                expected = f(*eager_inputs)
+                if program.autograd:
+                    loss = backward_loss(expected)
+                    if loss is not None:
+                        loss.backward()
+        except Exception as err:
+            return Outcome("eager_error", type(err).__name__, _at(program, None, sizes) + _error_text(err),
+                           sizes=sizes)
+        eager.append((eager_inputs, expected))
 
     _, f64 = load(program.in_float64())
 
-    def reference():
-        inputs64 = _float64(make_inputs(device))
+    def reference(sizes: int):
+        inputs64 = _float64(inputs_at(sizes))
         with torch.no_grad(), _default_float64():
             return [t.detach() for t in f64(*inputs64)]
 
-    def reference_grads():
-        inputs64 = _float64(make_inputs(device))
+    def reference_grads(sizes: int):
+        inputs64 = _float64(inputs_at(sizes))
         with _default_float64():
             outputs = f64(*inputs64)
         loss = backward_loss(outputs)
@@ -115,40 +149,81 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
 
     torch._dynamo.reset()
     compiled = torch.compile(f, backend=_backend(backend), fullgraph=True, **_dynamic_args(backend))
-    for run in range(runs):
-        inputs = make_inputs(device)
+    calls = [0] * runs + list(size_sets[1:])      # the size set of each call
+    recompiled = []                                # notes on the other-size calls that compiled anew
+    for call, sizes in enumerate(calls):
+        inputs = inputs_at(sizes)
+        eager_inputs, expected = eager[sizes]
+        label = _at(program, call, sizes)
+        compiles = _compile_counts()
         try:
             with _quiet():
                 actual = compiled(*inputs)
                 # compared before the next call, which may replay a CUDA graph over these outputs
-                bad = compare_run(actual, expected, inputs, eager_inputs, reference)
+                bad = compare_run(actual, expected, inputs, eager_inputs, lambda: reference(sizes))
                 if bad is None and program.autograd:
                     loss = backward_loss(actual)
                     if loss is not None:
                         loss.backward()
-                    bad = compare_grads(inputs, eager_inputs, reference_grads, expected)
+                    bad = compare_grads(inputs, eager_inputs, lambda: reference_grads(sizes), expected)
         except Exception as err:
-            detail = _error_text(err)
-            if run:
-                detail = f"(call {run + 1}) {detail}"
             tb = traceback.extract_tb(err.__traceback__)
             where = next((f"{fr.filename.split('mini_inductor/')[-1]}:{fr.lineno}" for fr in reversed(tb)
                           if "mini_inductor/" in fr.filename), "")
-            return Outcome("error", type(err).__name__, detail + (f"\n  at {where}" if where else ""))
+            return Outcome("error", type(err).__name__, label + _error_text(err) + (f"\n  at {where}" if where else ""),
+                           sizes=sizes)
+        if sizes:
+            note = _compiled_anew(compiles, f)
+            if note:
+                recompiled.append(f"sizes {sizes}: {note}")
         if bad is not None:
             category, why = bad
-            why = (f"(call {run + 1}) " if run else "") + why
+            why = label + why
             which = re.search(r"(?:output|grad of input) (\d+):", why)
             if category in ("value", "grad") and which:
                 ours = actual if category == "value" else [x.grad if isinstance(x, torch.Tensor) else None
                                                           for x in inputs]
-                amplified = _amplified_noise(f, make_inputs, device, program.autograd, category, ours,
-                                             reference if category == "value" else reference_grads,
-                                             int(which.group(1)))
+                amplified = _amplified_noise(f, lambda device, sizes=sizes: inputs_at(sizes), device,
+                                             program.autograd, category, ours,
+                                             (lambda: reference(sizes)) if category == "value"
+                                             else (lambda: reference_grads(sizes)), int(which.group(1)))
                 if amplified:
-                    return Outcome("ill_conditioned", category, f"{why}\n  {amplified}")
-            return Outcome("wrong", category, why)
-    return Outcome("ok")
+                    return Outcome("ill_conditioned", category, f"{why}\n  {amplified}", sizes=sizes)
+            return Outcome("wrong", category, why, sizes=sizes)
+    detail = f"compiled anew at other sizes: {'; '.join(recompiled)}" if recompiled else ""
+    return Outcome("ok", detail=detail, other_calls=len(size_sets) - 1, recompiles=len(recompiled))
+
+
+def _at(program: Program, call: int | None, sizes: int) -> str:
+    """Which call a message is about: "" for the first; "(call 2) "; "(call 3, sizes 1: x0 (5, 7)) ";
+    "(eager, sizes 1: x0 (5, 7)) " for eager's run at other sizes (call None)."""
+    if not call and not sizes:
+        return ""
+    where = "eager" if call is None else f"call {call + 1}"
+    return f"({where}, sizes {sizes}: {program.shapes(sizes)}) " if sizes else f"({where}) "
+
+
+def _compile_counts() -> tuple[int, int]:
+    """(graphs Dynamo has compiled, graphs mini_inductor has compiled) in this process so far."""
+    from torch._dynamo.utils import counters
+
+    from mini_inductor import metrics
+    return counters["stats"]["unique_graphs"], len(metrics.compiled_graphs)
+
+
+def _compiled_anew(before: tuple[int, int], f) -> str:
+    """What a call compiled that the traced call had not: a Dynamo recompile (with the guard that
+    failed) or a graph mini_inductor compiled for these sizes (a symbolic compile it fell back from)."""
+    from torch._dynamo.utils import guard_failures
+
+    dynamo, graphs = (now - then for now, then in zip(_compile_counts(), before))
+    notes = []
+    if dynamo:
+        failures = guard_failures.get(f.__code__) or [""]
+        notes.append(f"Dynamo recompiled ({str(failures[-1]).strip().splitlines()[0][:160] if failures[-1] else 'guard failed'})")
+    if graphs and not dynamo:
+        notes.append(f"mini_inductor compiled {graphs} graph(s) for these sizes")
+    return ", ".join(notes)
 
 
 def _worst_error(values, refs) -> float:

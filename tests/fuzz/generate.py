@@ -151,10 +151,12 @@ def _derive_seed(seed: int, index: int, attempt: int) -> int:
 
 
 def generate(seed: int, index: int, autograd: bool = False, max_size: int = 6,
-             n_stmts: tuple = (3, 10)) -> Program:
+             n_stmts: tuple = (3, 10), other_sizes: int = 0) -> Program:
     """Program `index` of `seed`: the same on every machine. A draw that eager itself cannot run
-    (checked here, with the backward pass in autograd mode) is redrawn from the next sub-seed."""
+    (checked here, with the backward pass in autograd mode) is redrawn from the next sub-seed.
+    other_sizes: how many other input size sets to give it (--dynamic; sizes.py), the same statements."""
     from .ops import pick_op
+    from .sizes import with_other_sizes
 
     for attempt in range(20):
         s = _derive_seed(seed, index, attempt)
@@ -176,7 +178,7 @@ def generate(seed: int, index: int, autograd: bool = False, max_size: int = 6,
         program = Program(seed, index, tuple(ctx.inputs), tuple(stmts), _outputs(rng, stmts, ctx),
                           autograd, input_seed=s % (2 ** 31))
         if _eager_runs(program):
-            return program
+            return with_other_sizes(program, other_sizes) if other_sizes else program
     raise RuntimeError(f"no valid program for seed {seed} index {index} in 20 attempts")
 
 

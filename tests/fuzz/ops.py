@@ -8,6 +8,12 @@ the generator, so a row need not rule out every bad combination itself. To add a
 
 keeps_exact: the result has no rounding of its own (views, data movement, min/max, neg), so it is
 exact when its operands are. Rows that take `exact=True` operands are discontinuous in them.
+domain: a condition on the operand's values that the draw checked (a float cast to uint8 stays in
+range); sizes.py checks it again at the other sizes --dynamic calls a program at.
+
+A size an op's arguments take from an operand is written as the operand's size (`{a}.shape[-2:]`, -1)
+where that is how the op reads, not as the number it is now: under --dynamic the program is also
+called at other input sizes (sizes.py), where a literal would tie the dim to its traced size.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ class OpSpec:
     make: Callable
     keeps_exact: bool = False
     inplace: bool = False
+    domain: Callable | None = None
 
 
 OPS: list[OpSpec] = []
@@ -51,7 +58,7 @@ def unary(name, template, family="pointwise", keeps_exact=False, exact=False, fl
     def make(c):
         a = c.pick(pred, exact=exact, float_only=float_only)
         return None if a is None else template.format(a=a)
-    OPS.append(OpSpec(name, family, make, keeps_exact))
+    OPS.append(OpSpec(name, family, make, keeps_exact, domain=pred))
 
 
 def binary(name, template, keeps_exact=False, exact=False, family="binary"):
@@ -202,9 +209,9 @@ def _layer_norm(c):
     a = c.pick(lambda v: v.dim() >= 1, float_only=True)
     if a is None:
         return None
-    shape = tuple(c.t(a).shape[-c.rng.randint(1, min(2, c.t(a).dim())):])
-    w, b = _affine(c, a, shape)
-    return f"F.layer_norm({a}, {shape}, {w}, {b})"
+    k = c.rng.randint(1, min(2, c.t(a).dim()))
+    w, b = _affine(c, a, tuple(c.t(a).shape[-k:]))
+    return f"F.layer_norm({a}, {a}.shape[-{k}:], {w}, {b})"
 
 
 @row("rms_norm", "norm")
@@ -212,9 +219,8 @@ def _rms_norm(c):
     a = c.pick(lambda v: v.dim() >= 1, float_only=True)
     if a is None:
         return None
-    shape = tuple(c.t(a).shape[-1:])
-    w, _ = _affine(c, a, shape, bias=False)
-    return f"F.rms_norm({a}, {shape}, {w}, eps=1e-5)"
+    w, _ = _affine(c, a, tuple(c.t(a).shape[-1:]), bias=False)
+    return f"F.rms_norm({a}, {a}.shape[-1:], {w}, eps=1e-5)"
 
 
 @row("batch_norm", "norm")
@@ -261,8 +267,9 @@ def _attention(c):
     scale = rng.choice(["", " * 0.5", " / 2.0", f" * {e ** -0.5!r}"])
     s = rng.choice([f"({q} @ {k}.transpose(-2, -1){scale})", f"(torch.matmul({q}, {k}.transpose(-1, -2)){scale})",
                     f"(torch.einsum('bhld,bhsd->bhls', {q}, {k}){scale})"])
-    rows, cols = f"torch.arange({length}, device={q}.device)", f"torch.arange({keys}, device={q}.device)"
-    causal = rng.choice([f"torch.ones({length}, {keys}, dtype=torch.bool, device={q}.device).tril()",
+    n_rows, n_cols = f"{q}.shape[-2]", f"{k}.shape[-2]"    # L and S, as read from q and k
+    rows, cols = f"torch.arange({n_rows}, device={q}.device)", f"torch.arange({n_cols}, device={q}.device)"
+    causal = rng.choice([f"torch.ones({n_rows}, {n_cols}, dtype=torch.bool, device={q}.device).tril()",
                          f"({cols}[None, :] <= {rows}[:, None])"])
     fill = rng.choice(['float("-inf")', f"torch.finfo({q}.dtype).min", "-1000.0", "-30.0"])
     kind = rng.choice(["plain", "causal", "causal", "causal_data", "window", "padding", "bias", "softcap"])
@@ -274,7 +281,7 @@ def _attention(c):
         if rng.random() < 0.3 and cols_n > 1:
             tril[cols_n - 1] = True          # row 0 sees the last key
         mask = c.new_input((1, 1, rows_n, cols_n), "bool", values=tril)
-        sliced = f"{mask}[:, :, :{length}, :{keys}]"
+        sliced = f"{mask}[:, :, :{n_rows}, :{n_cols}]"
         s = f"{s}.masked_fill(~{sliced}, {fill})" if rng.random() < 0.5 else f"torch.where({sliced}, {s}, {fill})"
     elif kind == "causal":
         s = f"{s}.masked_fill(~{causal}, {fill})" if rng.random() < 0.5 else f"torch.where({causal}, {s}, {fill})"

@@ -37,7 +37,12 @@ def _slice(c, n: int) -> str:
 def _view(c):
     a = c.pick()
     fn = c.rng.choice(["view", "reshape"])
-    return f"{a}.{fn}{_factor(c.rng, c.t(a).numel())}".replace(",)", ")")
+    n = c.t(a).numel()
+    dims = list(_factor(c.rng, n))
+    if n and -1 not in dims:
+        # its largest dim as -1 (the same shape here): the dim that takes up other sizes (sizes.py)
+        dims[dims.index(max(dims))] = -1
+    return f"{a}.{fn}{tuple(dims)}".replace(",)", ")")
 
 
 @row("permute", "view", keeps_exact=True)
@@ -63,7 +68,8 @@ def _transpose(c):
 @row("expand", "view", keeps_exact=True)
 def _expand(c):
     a = c.pick()
-    shape = [c.rng.randint(1, 4) if n == 1 else n for n in c.t(a).shape]
+    # a dim that is not broadcast keeps its size: -1, whatever size it has (sizes.py)
+    shape = [c.rng.randint(1, 4) if n == 1 else -1 for n in c.t(a).shape]
     if c.rng.random() < 0.4:
         shape.insert(0, c.rng.randint(0, 3))
     return f"{a}.expand({', '.join(map(str, shape))})" if shape else f"{a}.expand(())"

@@ -1,6 +1,7 @@
 """A fuzz program: inputs (how to build them) and straight-line statements, as data and as source.
 
     Program.to_source() -> "def make_inputs(device): ...\\ndef f(x0, x1): ..."
+    Program.to_source() -> "def make_inputs(device, sizes=0): ..."   # with other size sets (--dynamic)
     Program.to_dict() / Program.from_dict(d)   # what travels to and from a worker process
 
 A program is plain Python text once rendered, so the thing that runs in a worker, the thing the
@@ -29,6 +30,15 @@ class InputSpec:
     values: tuple | None = None     # fixed contents (index tensors), flattened; None: random
     low: float = -2.0               # random values are drawn from [low, high)
     high: float = 2.0
+    # --dynamic: its shape at each other size set the compiled function is also called at (sizes.py);
+    # () where there are none
+    other_shapes: tuple = ()
+
+    def at(self, sizes: int) -> "InputSpec":
+        """This input as size set `sizes` builds it (0: the traced call's sizes)."""
+        if sizes == 0:
+            return self
+        return dataclasses.replace(self, shape=tuple(self.other_shapes[sizes - 1]), other_shapes=())
 
     def base_shape(self) -> tuple:
         """The dense tensor the input is a view of."""
@@ -102,10 +112,27 @@ class Program:
     def ops(self) -> list[str]:
         return sorted({s.op for s in self.stmts})
 
+    @property
+    def size_sets(self) -> int:
+        """How many other size sets the compiled function is called at besides the traced one (sizes.py)."""
+        return len(self.inputs[0].other_shapes) if self.inputs else 0
+
+    def shapes(self, sizes: int) -> str:
+        """The inputs' shapes at size set `sizes`, for messages: "x0 (5, 7), x1 (7,)"."""
+        return ", ".join(f"{spec.name} {tuple(spec.at(sizes).shape)}" for spec in self.inputs)
+
     def to_source(self) -> str:
-        lines = ["def make_inputs(device='cpu'):",
-                 f"    g = torch.Generator().manual_seed({self.input_seed})"]
-        lines += [f"    {spec.source()}" for spec in self.inputs]
+        seed = f"g = torch.Generator().manual_seed({self.input_seed})"
+        if not self.size_sets:
+            lines = ["def make_inputs(device='cpu'):", f"    {seed}"]
+            lines += [f"    {spec.source()}" for spec in self.inputs]
+        else:
+            # size set 0 is the traced call's; the others are the sizes --dynamic also calls at
+            lines = ["def make_inputs(device='cpu', sizes=0):", f"    {seed}"]
+            for k in range(1 + self.size_sets):
+                lines.append(f"    {'if' if k == 0 else 'elif'} sizes == {k}:")
+                lines += [f"        {spec.at(k).source()}" for spec in self.inputs]
+            lines += ["    else:", "        raise ValueError(f'no size set {sizes}')"]
         lines.append(f"    return [{', '.join(i.name for i in self.inputs)}]")
         lines += ["", "", f"def f({', '.join(i.name for i in self.inputs)}):"]
         lines += [f"    {s.out} = {s.expr}" for s in self.stmts]
@@ -125,7 +152,8 @@ class Program:
     @staticmethod
     def from_dict(d: dict) -> "Program":
         inputs = tuple(InputSpec(**{**i, "shape": tuple(i["shape"]),
-                                    "values": None if i["values"] is None else tuple(i["values"])})
+                                    "values": None if i["values"] is None else tuple(i["values"]),
+                                    "other_shapes": tuple(tuple(s) for s in i.get("other_shapes", ()))})
                        for i in d["inputs"])
         stmts = tuple(Stmt(**s) for s in d["stmts"])
         return Program(d["seed"], d["index"], inputs, stmts, tuple(d["outputs"]), d["autograd"],

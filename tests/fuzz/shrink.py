@@ -5,9 +5,11 @@
 
 `evaluate(candidates)` runs programs (in workers) and returns their Outcomes; a candidate is kept
 when it fails the same way (same Outcome.signature()). Candidates, smallest change first:
-fewer outputs, dead statements gone, one statement dropped (with what reads it), a statement
-bypassed (its readers read its operand instead), simpler inputs (contiguous, no grad, float32,
-smaller dims), unused inputs gone. Repeated until nothing smaller fails the same way.
+fewer outputs, dead statements gone, fewer or smaller other size sets (--dynamic; a failure found
+at other sizes keeps the set it needs: Outcome.signature() says where it failed), one statement
+dropped (with what reads it), a statement bypassed (its readers read its operand instead), simpler
+inputs (contiguous, no grad, float32, smaller dims), unused inputs gone. Repeated until nothing
+smaller fails the same way. The repro script calls the compiled function at every size set left.
 """
 from __future__ import annotations
 
@@ -86,6 +88,32 @@ def _input_variants(p: Program) -> Iterator[Program]:
             yield _with(p, inputs=list(p.inputs[:k]) + [s] + list(p.inputs[k + 1:]))
 
 
+def _size_set_variants(p: Program) -> Iterator[Program]:
+    """Fewer other size sets (--dynamic), then smaller sizes in one: a new size n -> m of the set moved to
+    2 (or half) in every input at once, as its class varies (sizes.py)."""
+    if not p.size_sets:
+        return
+    yield _with(p, inputs=[dataclasses.replace(i, other_shapes=()) for i in p.inputs])
+    for k in range(p.size_sets if p.size_sets > 1 else 0):
+        yield _with(p, inputs=[dataclasses.replace(i, other_shapes=i.other_shapes[:k] + i.other_shapes[k + 1:])
+                               for i in p.inputs])
+    for k in range(p.size_sets):
+        pairs = dict.fromkeys((n, m) for i in p.inputs if i.values is None
+                              for n, m in zip(i.shape, i.other_shapes[k]) if n != m)
+        for n, m in pairs:
+            for smaller in dict.fromkeys((2, m // 2)):
+                if 2 <= smaller < m:
+                    yield _with(p, inputs=[_resized(i, k, n, m, smaller) for i in p.inputs])
+
+
+def _resized(spec, k: int, n: int, m: int, smaller: int):
+    """`spec` with size m (traced n) of its other size set k made `smaller`."""
+    if spec.values is not None:
+        return spec
+    shape = tuple(smaller if (a, b) == (n, m) else b for a, b in zip(spec.shape, spec.other_shapes[k]))
+    return dataclasses.replace(spec, other_shapes=spec.other_shapes[:k] + (shape,) + spec.other_shapes[k + 1:])
+
+
 def candidates(p: Program) -> Iterator[Program]:
     if len(p.outputs) > 1:
         for o in p.outputs:
@@ -96,6 +124,7 @@ def candidates(p: Program) -> Iterator[Program]:
     pruned = _unused_inputs(_prune(p))
     if pruned != p:
         yield pruned
+    yield from _size_set_variants(p)
     for i in range(len(p.stmts)):
         dropped = _drop(p, i)
         if dropped is not None:
@@ -107,7 +136,7 @@ def candidates(p: Program) -> Iterator[Program]:
 
 
 def size(p: Program) -> tuple:
-    elements = sum(len(i.shape) + sum(i.shape) for i in p.inputs)
+    elements = sum(len(i.shape) + sum(i.shape) + sum(len(s) + sum(s) for s in i.other_shapes) for i in p.inputs)
     return (len(p.stmts), len(p.outputs), len(p.inputs), elements, len(p.to_source()))
 
 
@@ -166,6 +195,9 @@ import mini_inductor  # noqa: F401  registers the backend
 
 AUTOGRAD = {autograd}
 DYNAMIC = {dynamic}   # found under --dynamic: every size a symbol, mini_inductor's one compile for all
+# after the traced call, the compiled function is called at these other input sizes too, each compared with
+# eager at its sizes (make_inputs(device, sizes=k); tests/fuzz/sizes.py)
+OTHER_SIZES = {other_sizes}
 if {matmul_split}:     # found under --matmul-split: every matmul a template left to cuBLAS (tests/fuzz/execute.py)
     import os
     os.environ["MINI_FUZZ_MATMUL_SPLIT"] = "1"
@@ -189,8 +221,8 @@ def loss_of(outputs):
     return sum(terms) if terms else None
 
 
-def run(fn, device):
-    inputs = make_inputs(device)
+def run(fn, device, sizes=0):
+    inputs = make_inputs(device) if sizes == 0 else make_inputs(device, sizes)
     outputs = fn(*inputs)
     loss = loss_of(outputs) if AUTOGRAD else None
     if loss is not None:
@@ -201,30 +233,37 @@ def run(fn, device):
 if __name__ == "__main__":
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     backend = sys.argv[2] if len(sys.argv) > 2 else "mini_inductor"
-    eager_inputs, expected = run(f, device)
     dynamic = {{"dynamic": True, **({{"options": {{"dynamic_shapes": "symbolic"}}}} if backend == "mini_inductor" else {{}})}} \
         if DYNAMIC else {{}}
-    inputs, actual = run(torch.compile(f, backend=backend, fullgraph=True, **dynamic), device)
+    compiled = torch.compile(f, backend=backend, fullgraph=True, **dynamic)
+    from torch._dynamo.utils import counters
     tols = {{torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-7}}
-    close = lambda a, e, what: torch.testing.assert_close(
-        a, e, equal_nan=True, atol=tols.get(e.dtype, 0), rtol=tols.get(e.dtype, 0), msg=lambda m: f"{{what}}: {{m}}")
     observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        print(f"output {{i}}: {{a.dtype}} {{tuple(a.shape)}} strides {{a.stride()}}; eager: {{e.dtype}} "
-              f"{{tuple(e.shape)}} strides {{e.stride()}}")
-        close(a, e, f"output {{i}}")
-        assert e.numel() <= 1 or observable(a) == observable(e), f"output {{i}}: strides differ from eager's"
     share = lambda outs, ins: [[j for j, x in enumerate(ins) if o.numel() and x.numel() and
                                 o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()] for o in outs]
-    assert share(actual, inputs) == share(expected, eager_inputs), "outputs alias other inputs than eager's"
-    assert share(actual, actual) == share(expected, expected), "outputs alias each other unlike eager's"
-    for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
-        close(a, e, f"input {{i}} after the call")
-        if AUTOGRAD and e.requires_grad:
-            assert (a.grad is None) == (e.grad is None), \
-                f"grad of input {{i}}: {{'none' if a.grad is None else 'a tensor'}}, eager's {{'none' if e.grad is None else 'a tensor'}}"
-            if e.grad is not None:
-                close(a.grad, e.grad, f"grad of input {{i}}")
+    for sizes in range(1 + OTHER_SIZES):
+        eager_inputs, expected = run(f, device, sizes)
+        graphs = counters["stats"]["unique_graphs"]
+        inputs, actual = run(compiled, device, sizes)
+        at = f"sizes {{sizes}} ({{', '.join(str(tuple(x.shape)) for x in inputs)}})"
+        print(f"{{at}}{{': traced' if sizes == 0 else ''}}"
+              f"{{': Dynamo recompiled' if sizes and counters['stats']['unique_graphs'] > graphs else ''}}")
+        close = lambda a, e, what: torch.testing.assert_close(
+            a, e, equal_nan=True, atol=tols.get(e.dtype, 0), rtol=tols.get(e.dtype, 0), msg=lambda m: f"{{at}}, {{what}}: {{m}}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            print(f"  output {{i}}: {{a.dtype}} {{tuple(a.shape)}} strides {{a.stride()}}; eager: {{e.dtype}} "
+                  f"{{tuple(e.shape)}} strides {{e.stride()}}")
+            close(a, e, f"output {{i}}")
+            assert e.numel() <= 1 or observable(a) == observable(e), f"{{at}}, output {{i}}: strides differ from eager's"
+        assert share(actual, inputs) == share(expected, eager_inputs), f"{{at}}: outputs alias other inputs than eager's"
+        assert share(actual, actual) == share(expected, expected), f"{{at}}: outputs alias each other unlike eager's"
+        for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+            close(a, e, f"input {{i}} after the call")
+            if AUTOGRAD and e.requires_grad:
+                assert (a.grad is None) == (e.grad is None), \
+                    f"{{at}}, grad of input {{i}}: {{'none' if a.grad is None else 'a tensor'}}, eager's {{'none' if e.grad is None else 'a tensor'}}"
+                if e.grad is not None:
+                    close(a.grad, e.grad, f"grad of input {{i}}")
     print("compiled matches eager")
 '''
 
@@ -233,7 +272,7 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
     detail = "\n".join("    " + ln for ln in outcome.detail.splitlines()[:8])
     return REPRO.format(name=program.name, ops=", ".join(program.ops()), cls=outcome.cls,
                         category=outcome.category, detail=detail.replace('"""', "'''"), file=file,
-                        autograd=program.autograd, source=program.to_source(),
+                        autograd=program.autograd, source=program.to_source(), other_sizes=program.size_sets,
                         dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1",
                         matmul_split=os.environ.get("MINI_FUZZ_MATMUL_SPLIT") == "1",
                         matmul_tma=os.environ.get("MINI_FUZZ_MATMUL_TMA") == "1",

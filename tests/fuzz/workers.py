@@ -165,6 +165,7 @@ def _serve(device: str) -> None:
     from .execute import Outcome, matmul_split, matmul_tma, run_program
     from .generate import generate
     from .program import Program
+    from .sizes import other_size_sets
     matmul_split()
     matmul_tma()
 
@@ -176,7 +177,8 @@ def _serve(device: str) -> None:
             program = Program.from_dict(job["program"])
         else:
             try:
-                program = generate(job["seed"], job["index"], job.get("autograd", False), job.get("size", 6))
+                program = generate(job["seed"], job["index"], job.get("autograd", False), job.get("size", 6),
+                                   other_sizes=other_size_sets())
             except RuntimeError as err:
                 out.write(json.dumps({"program": None, "outcome": Outcome("eager_error", "generate", str(err))
                                       .to_dict(), "seconds": 0}) + "\n")
