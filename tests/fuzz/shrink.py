@@ -78,7 +78,7 @@ def _input_variants(p: Program) -> Iterator[Program]:
             simpler.append(dataclasses.replace(spec, requires_grad=False))
         if spec.dtype in ("float16", "bfloat16", "float64"):
             simpler.append(dataclasses.replace(spec, dtype="float32"))
-        if spec.values is None:
+        if spec.values is None and not p.size_sets:   # with size sets: _traced_size_variants
             for d, n in enumerate(spec.shape):
                 for smaller in dict.fromkeys((1, n // 2)):
                     if 0 < smaller < n:
@@ -86,6 +86,26 @@ def _input_variants(p: Program) -> Iterator[Program]:
                             spec, shape=spec.shape[:d] + (smaller,) + spec.shape[d + 1:]))
         for s in simpler:
             yield _with(p, inputs=list(p.inputs[:k]) + [s] + list(p.inputs[k + 1:]))
+
+
+def _traced_size_variants(p: Program) -> Iterator[Program]:
+    """With other size sets: a traced size n made smaller in every input at once (its class, sizes.py; in
+    the sets too where they leave it n), never to another class's size (that would tie them), and to 1
+    only where no set varies it (Dynamo specializes 1: the other sizes would run another graph)."""
+    varying = {n for i in p.inputs if i.values is None for other in i.other_shapes
+               for n, m in zip(i.shape, other) if n != m}
+    sizes = {n for i in p.inputs for n in i.shape}
+
+    def resized(i, n, smaller):
+        if i.values is not None:
+            return i
+        return dataclasses.replace(i, shape=tuple(smaller if d == n else d for d in i.shape),
+                                   other_shapes=tuple(tuple(smaller if d == e == n else e for d, e in zip(i.shape, other))
+                                                      for other in i.other_shapes))
+    for n in sorted({n for i in p.inputs if i.values is None for n in i.shape if n >= 2}):
+        for smaller in dict.fromkeys((1, 2, n // 2)):
+            if smaller < n and ((smaller == 1 and n not in varying) or (smaller >= 2 and smaller not in sizes)):
+                yield _with(p, inputs=[resized(i, n, smaller) for i in p.inputs])
 
 
 def _size_set_variants(p: Program) -> Iterator[Program]:
@@ -133,6 +153,8 @@ def candidates(p: Program) -> Iterator[Program]:
         for q in _bypass(p, i):
             yield _unused_inputs(q)
     yield from _input_variants(p)
+    if p.size_sets:
+        yield from _traced_size_variants(p)
 
 
 def size(p: Program) -> tuple:

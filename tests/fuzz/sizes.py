@@ -22,11 +22,13 @@ specializations), at most 4096 elements, and the operands of value-checked ops (
 still in their domain. A class that breaks that keeps its traced size: all classes are tried, then
 those that pass alone, added one at a time. A set left with no class varied is dropped.
 
-Among valid sizes, those that pass the guards of Dynamo's own trace of the program (dynamic=True,
-torch's eager backend) come first: duck sizing also ties sizes to strides and to the bases of input
-views, and a size that breaks such a tie recompiles, where the point is to run the graph compiled at
-the traced sizes. Only where no class can vary without that are the guards set aside (the call then
-recompiles, which execute.py counts). None of this makes a set valid: eager does (above).
+Among valid sizes, those that pass the guards of torch's own trace of the program (dynamic=True,
+backend aot_eager: Dynamo's and AOT autograd's guards, none of a compiler's) come first: duck sizing
+also ties sizes to strides and to the bases of input views, AOT autograd specializes some dims, and a
+size that breaks such a guard recompiles, where the point is to run the graph compiled at the traced
+sizes. Only where no class can vary without that are the guards set aside (the call then recompiles,
+which execute.py counts). None of this makes a set valid: eager does (above). A recompile left is
+then one that no varied size avoids, or a guard of mini_inductor's own.
 """
 from __future__ import annotations
 
@@ -122,9 +124,9 @@ def _largest_valid(mapping: dict[int, int], valid) -> dict[int, int]:
 
 
 def _dynamo_guards(program: Program):
-    """mapping -> whether the inputs at those sizes pass the guards Dynamo made tracing the program at its
-    traced sizes with dynamic=True (torch's eager backend: no compiler's guards); None where it cannot
-    trace it (a strided input's stride 2 duck-sized with another input's size 2 is such a guard)."""
+    """mapping -> whether the inputs at those sizes pass the guards torch made tracing the program at its
+    traced sizes with dynamic=True (aot_eager: no compiler's guards); None where it cannot trace it.
+    (A strided input's stride 2 duck-sized with another input's size 2 is such a guard.)"""
     from .generate import _quiet
     from .program import load
 
@@ -132,7 +134,7 @@ def _dynamo_guards(program: Program):
         with _quiet():
             make_inputs, f = load(program)
             torch._dynamo.reset()
-            torch.compile(f, backend="eager", fullgraph=True, dynamic=True)(*make_inputs("cpu"))
+            torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=True)(*make_inputs("cpu"))
             entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(f.__code__)
     except Exception:
         return None
