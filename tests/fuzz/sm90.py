@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     from .execute import _backend, _dynamic_args
     from .generate import generate, runs
     from .program import load
+    from .sizes import other_size_sets
 
     began = time.monotonic()
     jobs: dict[str, dict] = {}
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     ran = 0
     for index in range(args.start, args.start + args.n):
         try:
-            program = generate(args.seed, index, args.autograd, args.size)
+            program = generate(args.seed, index, args.autograd, args.size, other_sizes=other_size_sets())
         except RuntimeError:
             continue
         make_inputs, f = load(program)
@@ -55,6 +56,8 @@ def main(argv=None) -> int:
                                  **_dynamic_args("mini_inductor"))
         with launches() as seen:   # what fails to run is the main fuzzer's finding
             ran += runs(compiled, make_inputs, args.autograd)
+            for k in range(1, program.size_sets + 1):    # --dynamic: what the other sizes compile anew too
+                runs(compiled, lambda device, k=k: make_inputs(device, k), args.autograd)
         for launch in seen:
             job = launch_job(*launch)
             key = repr(sorted(job.items()))
