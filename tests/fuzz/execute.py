@@ -219,8 +219,8 @@ def _compiled_anew(before: tuple[int, int], f) -> str:
     dynamo, graphs = (now - then for now, then in zip(_compile_counts(), before))
     notes = []
     if dynamo:
-        failures = guard_failures.get(f.__code__) or [""]
-        notes.append(f"Dynamo recompiled ({str(failures[-1]).strip().splitlines()[0][:160] if failures[-1] else 'guard failed'})")
+        failed = str((guard_failures.get(f.__code__) or [""])[-1]).strip()
+        notes.append(f"Dynamo recompiled ({failed.splitlines()[0][:160] if failed else 'a guard failed'})")
     if graphs and not dynamo:
         notes.append(f"mini_inductor compiled {graphs} graph(s) for these sizes")
     return ", ".join(notes)

@@ -99,9 +99,8 @@ def _traced_size_variants(p: Program) -> Iterator[Program]:
     def resized(i, n, smaller):
         if i.values is not None:
             return i
-        return dataclasses.replace(i, shape=tuple(smaller if d == n else d for d in i.shape),
-                                   other_shapes=tuple(tuple(smaller if d == e == n else e for d, e in zip(i.shape, other))
-                                                      for other in i.other_shapes))
+        others = tuple(tuple(smaller if d == e == n else e for d, e in zip(i.shape, other)) for other in i.other_shapes)
+        return dataclasses.replace(i, shape=tuple(smaller if d == n else d for d in i.shape), other_shapes=others)
     for n in sorted({n for i in p.inputs if i.values is None for n in i.shape if n >= 2}):
         for smaller in dict.fromkeys((1, 2, n // 2)):
             if smaller < n and ((smaller == 1 and n not in varying) or (smaller >= 2 and smaller not in sizes)):
