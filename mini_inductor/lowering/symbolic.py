@@ -353,6 +353,8 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, _DIVISIONS):
         return _division(e, args)
     if isinstance(e, (torch_fns.IntTrueDiv, torch_fns.FloatTrueDiv)):   # a float made of sizes
+        if not _nonzero(args[1]):   # eager raises at 0; a kernel would give inf (review, session 34)
+            raise SymbolicUnsupported(f"a {type(e).__name__} by a value that may be 0", e)
         return args[0] / args[1]
     if isinstance(e, torch_fns.ToFloat):
         return args[0]

@@ -1315,3 +1315,19 @@ def test_arithmetic_of_sizes_in_a_kernel_is_done_in_64_bits():
         x = torch.ones(n, dtype=torch.float64)
         for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
             assert_same_tensor(a, e, f"k={k} n={n} output {i}")
+
+
+def test_true_division_by_an_int_input_that_may_be_zero_raises_as_eager_does():
+    # x * (k / m) at m = 0: eager raises ZeroDivisionError; the kernel divided and gave inf and nan
+    # (review, session 34). Such a graph is compiled per size
+    def f(x, k, m):
+        return x * (k / m), x * (1 / k)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    x = torch.arange(4.)
+    for k, m in ((5, 2), (7, 3), (-7, 4)):
+        for i, (a, e) in enumerate(zip(compiled(x, k, m), f(x, k, m))):
+            assert_same_tensor(a, e, f"k={k} m={m} output {i}")
+    with pytest.raises(ZeroDivisionError):
+        f(x, 5, 0)
+    with pytest.raises(ZeroDivisionError):
+        compiled(x, 5, 0)
