@@ -1025,25 +1025,36 @@ def test_unique_with_counts_generates_the_ops_after_it():
     assert record.ran_eagerly is None and record.num_kernels >= 1, record.summary()
 
 
+def _runs_with_items(f, dynamic, device, sizes=(3, 5, 7), make=lambda n, device: torch.randn(n, 4, device=device)):
+    """(size, compiled result, eager result) of `f` at each size, compiled under capture_scalar_outputs
+    (`.item()` in the graph), each given before the next call (a CUDA graph's replay reuses outputs).
+    With a default device Dynamo drops the `.item()` (aot_eager too)."""
+    import torch._dynamo.config as dynamo_config
+    torch.set_default_device(None)
+    with dynamo_config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
+        for n in sizes:
+            x = make(n, device)
+            yield n, compiled(x), f(x)
+
+
+def _assert_every_graph_generated():
+    records = metrics.compiled_graphs
+    assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
+                           for r in records), [r.summary() for r in records]
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_a_float_item_that_is_only_returned_leaves_the_graph_compiled(dynamic, device):
     # `loss.item()` at the end of a step (capture_scalar_outputs): a float read from data that reaches
     # no size or kernel, only the return; the whole graph ran eagerly (review, session 33)
-    torch.set_default_device(None)   # with a default device Dynamo drops the `.item()` (aot_eager too)
     def f(x):
         y = (x * 2).relu()
         return y.sum().item(), y
-    import torch._dynamo.config as dynamo_config
-    with dynamo_config.patch(capture_scalar_outputs=True):
-        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
-        for n in (3, 5, 7):
-            x = torch.randn(n, 4, device=device)
-            (item, y), (eager_item, eager_y) = compiled(x), f(x)
-            assert type(item) is type(eager_item) and abs(item - eager_item) <= 1e-5 * max(1.0, abs(eager_item))
-            assert_same_tensor(y, eager_y, f"size {n}")
-    records = metrics.compiled_graphs
-    assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
-                           for r in records), [r.summary() for r in records]
+    for n, (item, y), (eager_item, eager_y) in _runs_with_items(f, dynamic, device):
+        assert type(item) is type(eager_item) and abs(item - eager_item) <= 1e-5 * max(1.0, abs(eager_item))
+        assert_same_tensor(y, eager_y, f"size {n}")
+    _assert_every_graph_generated()
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -1051,41 +1062,28 @@ def test_integer_arithmetic_on_returned_items_is_computed_by_the_wrapper(dynamic
     # a count read from data, shifted so that it may be negative and compared, only returned: Python
     # arithmetic on values that reach no size or kernel; the graph ran eagerly (a symbol that may be
     # negative; session 34)
-    torch.set_default_device(None)   # with a default device Dynamo drops the `.item()` (aot_eager too)
     def f(x):
         y = (x * 2).relu()
         n = (x > 0).sum().item()
         return n - 100, (n * 3) // 2 > 4, y
-    import torch._dynamo.config as dynamo_config
-    with dynamo_config.patch(capture_scalar_outputs=True):
-        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
-        for n in (3, 5, 7):
-            x = torch.randn(n, 4, device=device)
-            (shifted, flag, y), (eager_shifted, eager_flag, eager_y) = compiled(x), f(x)
-            assert type(shifted) is int and shifted == eager_shifted < 0
-            assert type(flag) is bool and flag == eager_flag
-            assert_same_tensor(y, eager_y, f"size {n}")
-    records = metrics.compiled_graphs
-    assert records and all(r.ran_eagerly is None and r.dynamic_fallback is None and r.num_kernels >= 1
-                           for r in records), [r.summary() for r in records]
+    for n, (shifted, flag, y), (eager_shifted, eager_flag, eager_y) in _runs_with_items(f, dynamic, device):
+        assert type(shifted) is int and shifted == eager_shifted < 0
+        assert type(flag) is bool and flag == eager_flag
+        assert_same_tensor(y, eager_y, f"size {n}")
+    _assert_every_graph_generated()
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_float_arithmetic_on_a_returned_item_is_exactly_eagers(dynamic, device):
     # the wrapper printed `loss.item() / 3` as (1/3)*zuf0: 0.7499999999999992 where eager gives 0.75
     # (review, session 34); float arithmetic on a value read from data keeps eager's result
-    torch.set_default_device(None)
     def f(x):
         s = x.sum().item()
         return s / 3, s * 0.12345678901234568, x * 2   # ((s + 1e16) - 1e16: Dynamo itself returns s)
-    import torch._dynamo.config as dynamo_config
-    with dynamo_config.patch(capture_scalar_outputs=True):
-        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
-        for n in (5, 7):
-            x = torch.full((n, 4), 0.125, device=device)   # sums to n / 2 in any order
-            got, want = compiled(x), f(x)
-            assert got[:2] == want[:2]
-            assert_same_tensor(got[2], want[2], f"size {n}")
+    full = lambda n, device: torch.full((n, 4), 0.125, device=device)   # noqa: E731  (sums to n / 2 in any order)
+    for n, got, want in _runs_with_items(f, dynamic, device, sizes=(5, 7), make=full):
+        assert got[:2] == want[:2]
+        assert_same_tensor(got[2], want[2], f"size {n}")
 
 
 def test_full_of_a_python_float_stays_float():

@@ -26,7 +26,7 @@ import traceback
 import torch
 
 from .compare import compare_grads, compare_run
-from .generate import _quiet, backward_loss
+from .generate import _quiet, backward, backward_loss
 from .program import Program, load
 
 CLASSES = ("ok", "wrong", "ill_conditioned", "error", "torch_bug", "timeout", "crash", "eager_error")
@@ -124,9 +124,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                 eager_inputs = inputs_at(sizes)
                 expected = f(*eager_inputs)
                 if program.autograd:
-                    loss = backward_loss(expected)
-                    if loss is not None:
-                        loss.backward()
+                    backward(expected)
         except Exception as err:
             return Outcome("eager_error", type(err).__name__, _at(program, None, sizes) + _error_text(err),
                            sizes=sizes)
@@ -162,9 +160,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                 # compared before the next call, which may replay a CUDA graph over these outputs
                 bad = compare_run(actual, expected, inputs, eager_inputs, lambda: reference(sizes))
                 if bad is None and program.autograd:
-                    loss = backward_loss(actual)
-                    if loss is not None:
-                        loss.backward()
+                    backward(actual)
                     bad = compare_grads(inputs, eager_inputs, lambda: reference_grads(sizes), expected)
         except Exception as err:
             tb = traceback.extract_tb(err.__traceback__)

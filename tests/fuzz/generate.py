@@ -237,12 +237,17 @@ def runs(f, make_inputs, autograd: bool) -> bool:
         with _quiet():
             outs = f(*make_inputs("cpu"))
             if autograd:
-                loss = backward_loss(outs)
-                if loss is not None:
-                    loss.backward()
+                backward(outs)
     except Exception:
         return False
     return True
+
+
+def backward(outputs) -> None:
+    """The backward of `outputs`' loss (`backward_loss`), where they have one."""
+    loss = backward_loss(outputs)
+    if loss is not None:
+        loss.backward()
 
 
 def backward_loss(outputs, seed: int = 1):

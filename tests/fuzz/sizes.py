@@ -173,7 +173,7 @@ def _inputs(program: Program, mapping: dict[int, int]) -> list:
 def _structure(program: Program, mapping: dict[int, int]) -> list | None:
     """Per statement: its value's dtype and, per dim, whether it is 0, 1 or more; None where eager (or its
     backward) raises at the sizes `mapping` gives, or a value is too large or leaves an op's domain."""
-    from .generate import _quiet, backward_loss
+    from .generate import _quiet, backward
     from .ops import OPS
 
     domains = {spec.name: spec.domain for spec in OPS if spec.domain is not None}
@@ -195,9 +195,7 @@ def _structure(program: Program, mapping: dict[int, int]) -> list | None:
                 out.append((value.dtype, tuple(min(n, 2) for n in value.shape)))
             outputs = [scope[o] for o in program.outputs]
             if program.autograd:
-                loss = backward_loss(outputs)
-                if loss is not None:
-                    loss.backward()
+                backward(outputs)
     except Exception:
         return None
     return out
