@@ -274,11 +274,18 @@ class TritonKernel:
         # graph's sizes, and the size symbols its index expressions use, are int arguments
         # (a static size of a dynamic graph's kernel stays constexpr: a runtime row length hides its
         # divisibility from Triton, whose masked loads then go one element at a time)
+        # An int argument that may pass int32 is declared int64: Triton would type it by the first
+        # launch's value (int32 below 2**31), and a launch site keeps its first binary, so a later
+        # call past 2**31 would hand that binary a value it cannot hold.
         def size(n) -> str:
-            return ": tl.constexpr" if isinstance(n, int) else ""
-        params = [argnames[b] for b in args] + self.size_symbols() + [f"xnumel{size(self.numel)}"]
+            if isinstance(n, int):
+                return ": tl.constexpr"
+            return "" if _fits_int32_argument(n, self.size_bounds) else ": tl.int64"
+        symbols = {str(s): s for s in (*symbolic.current().sources, *symbolic.current().unbacked)}
+        sym_params = [f"{n}{size(symbols[n])}" for n in self.size_symbols()]
+        params = [argnames[b] for b in args] + sym_params + [f"xnumel{size(self.numel)}"]
         if self.tiling is not None:
-            params = [argnames[b] for b in args] + self.size_symbols() + [f"ynumel{size(self.tiling.ynumel)}",
+            params = [argnames[b] for b in args] + sym_params + [f"ynumel{size(self.tiling.ynumel)}",
                                                     f"xnumel{size(self.tiling.xnumel)}", "YBLOCK: tl.constexpr"]
         if self.is_reduction:
             params.append(f"rnumel{size(self.rnumel)}")
@@ -377,6 +384,13 @@ def _greatest(size, bounds: dict) -> int | None:
         return int(size)
     span = index_range(sympy.sympify(size), bounds)
     return None if span is None else span[1]
+
+
+def _fits_int32_argument(size, bounds: dict) -> bool:
+    """Whether an int argument (a size, or a symbol an index reads) stays within int32 at every value
+    its symbols may take (`bounds` holds only symbols that are never negative)."""
+    span = index_range(sympy.sympify(size), bounds)
+    return span is not None and span[0] >= INT32_MIN and span[1] <= INT32_MAX
 
 
 def _fits_int32(index: sympy.Expr, ranges: dict) -> bool:

@@ -7,6 +7,7 @@ at each, the outputs against eager (values, dtype, shape, strides) and, where as
 gradients; then that one compile served them all: no graph ran eagerly, none fell back to a compile
 per size, and no size after the first compiled anything.
 """
+import re
 import warnings
 
 import pytest
@@ -79,6 +80,27 @@ def test_pointwise_over_a_dynamic_batch_is_one_kernel_with_its_size_as_an_argume
     source = open(records[0].source_path).read()
     assert "xnumel: tl.constexpr" not in source     # the size is an argument, not baked into the kernel
     assert "do_not_specialize=['xnumel']" in source  # and one binary serves every value of it
+
+
+def test_an_int_argument_past_int32_after_a_small_first_call_is_passed_whole():
+    """A kernel reading an int input takes it as an int64 argument: typed by its first value (int32),
+    the binary a launch site keeps would be handed 3e9 on the GPU. The values are exact in float64."""
+    records = run_sizes(lambda x, k: x * k + k // 3, lambda n: (torch.ones(4, dtype=torch.float64), n),
+                        sizes=(5, 3_000_000_000, -7, 2**40))
+    source = open(records[0].source_path).read()
+    assert re.search(r"\bs\d+: tl\.int64", source), "the int input is not declared int64:\n" + source
+
+
+def test_a_size_argument_bounded_within_int32_stays_a_plain_int():
+    """An int argument whose symbols are all bounded within int32 keeps Triton's own typing (int32)."""
+    def f(x):
+        return x * 2
+    x = torch.randn(6, 3)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=1024)
+    compiled = torch.compile(f, backend="mini_inductor", options=SYMBOLIC)
+    assert_same_tensor(compiled(x), f(x), "output")
+    source = open(metrics.compiled_graphs[0].source_path).read()
+    assert "tl.int64" not in source.split("def triton_")[1].split(")")[0], source
 
 
 @pytest.mark.parametrize("dim", [0, 1])

@@ -161,6 +161,24 @@ def accumulating_index_put_with_int32_indices_into_a_huge_table():
     assert ".to(tl.int64)" in source, "no kernel indexes in int64"
 
 
+@case(gib=8)
+def dynamic_numel_past_2_31_after_a_small_first_call():
+    """A dynamic graph's launch site keeps the binary of its first call: its numel argument is
+    declared int64, so the call at 2**31 + 2**20 elements after one at 1000 is not handed to an
+    int32 parameter."""
+    import mini_inductor  # noqa: F401  registers the backend
+    fn = lambda x: x + 1  # noqa: E731
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, fullgraph=True)
+    for n in (1000, 2**31 + 2**20):
+        x = torch.randint(-100, 100, (n,), device="cuda", dtype=torch.int8)
+        actual = compiled(x)
+        torch.cuda.synchronize()
+        assert torch.equal(actual, fn(x)), f"{n} elements: differs from eager"
+        del x, actual
+    source = _compiled_kernels()
+    assert "xnumel: tl.int64" in source, "the numel is not declared int64"
+
+
 def run_case(name: str) -> int:
     gib, fn = CASES[name]
     free, _ = torch.cuda.mem_get_info()
