@@ -32,7 +32,7 @@ import torch
 from ..runtime.rng import GRAPHSAFE_RNG, SEED_HIGH, SEEDED_OPS
 from .ir import IRNode, Layout, Pointwise, current_graph
 from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
-from .sizevars import Expr, contiguous_strides, product, static_int, strided_index, sympify_seq
+from .sizevars import Expr, contiguous_strides, product, strided_index, sympify_seq
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -47,7 +47,7 @@ class RandomStreams:
     """
 
     seeds: dict[str, str] = dataclasses.field(default_factory=dict)   # device → seed buffer name
-    next_offset: int = 0
+    next_offset: Expr = 0      # an int, or an expression of a dynamic graph's size symbols
     scope: list | None = None    # [seed buffer name, next offset] inside `scoped`
 
     @contextlib.contextmanager
@@ -61,7 +61,9 @@ class RandomStreams:
 
     def stream(self, device: torch.device, size: Sequence[Expr]) -> Callable:
         """A function of an index of `size` → (seed, int64 offset) values: this node's stream."""
-        count = static_int(product(size)) if size else 1
+        # a symbolic size takes a symbolic range of offsets: later nodes' bases are expressions too
+        count = product(sympify_seq(size)) if size else 1
+        count = int(count) if getattr(count, "is_Integer", False) else count
         if self.scope is not None:
             seed_name, base = self.scope
             self.scope[1] += count
@@ -79,9 +81,12 @@ class RandomStreams:
 
         def load(idx):
             seed = ops.load(seed_name, sympy.Integer(0))
-            offset = ops.index_expr(strided_index(idx, strides), torch.int64)
-            if base:
-                offset = ops.add(offset, ops.constant(base, torch.int64))
+            if isinstance(base, int):
+                offset = ops.index_expr(strided_index(idx, strides), torch.int64)
+                if base:
+                    offset = ops.add(offset, ops.constant(base, torch.int64))
+            else:
+                offset = ops.index_expr(strided_index(idx, strides) + base, torch.int64)
             return seed, offset
         return load
 

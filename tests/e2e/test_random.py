@@ -244,3 +244,47 @@ def test_random_ops_under_cuda_graphs_draw_fresh_values_each_replay_and_follow_m
     for dropped, z in runs:
         assert abs((dropped == 0).float().mean().item() - 0.5) < 0.03
         assert abs(z.std().item() - 1) < 0.06
+
+
+def test_random_ops_in_a_dynamic_graph_are_generated_once_with_independent_streams(device):
+    """Under dynamic=True the Philox offsets of each random node are expressions of the sizes: two
+    draws over a dynamic batch stay independent at every batch, and the graph compiles once with no
+    ATen fallback (dropout in a training loop with a smaller last batch)."""
+    from mini_inductor import metrics
+    f = torch.compile(lambda x: (torch.rand_like(x), F.dropout(x, 0.3, training=True)), backend="mini_inductor",
+                      dynamic=True, fullgraph=True)
+    for rows in (48, 40, 72):   # never 64, the columns: duck sizing would give both one symbol
+        x = torch.rand(rows, 64, device=device) + 1
+        u, y = f(x)
+        assert u.shape == y.shape == x.shape
+        assert abs(u.mean().item() - 0.5) < 0.03, f"{rows} rows: mean {u.mean().item():.3f}"
+        assert abs((y == 0).float().mean().item() - 0.3) < 0.04, f"{rows} rows"
+        kept = y != 0
+        torch.testing.assert_close(y[kept], x[kept] / 0.7)
+        # the dropout's draws are not the rand_like's: its mask is not u < 0.3
+        assert not torch.equal(y == 0, u < 0.3), f"{rows} rows: both nodes drew the same stream"
+    records = list(metrics.compiled_graphs)
+    assert len(records) == 1 and records[0].dynamic_symbols, [r.summary() for r in records]
+    assert records[0].dynamic_fallback is None and records[0].ran_eagerly is None
+    _assert_generated("rand")
+
+
+def test_dropout_training_with_a_dynamic_batch_matches_eager_with_the_same_mask(device):
+    torch.manual_seed(0)
+    model = _DropoutMLP(p=0.4).to(device)
+    compiled = torch.compile(model, backend="mini_inductor", dynamic=True)
+    for rows in (32, 20):
+        x = torch.randn(rows, 16, device=device)
+        model.zero_grad()
+        loss, dropped = compiled(x)
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        mask = (dropped != 0).float()
+        model.zero_grad()
+        eager_loss, eager_dropped = model(x, mask)
+        eager_loss.backward()
+        torch.testing.assert_close(dropped, eager_dropped)
+        torch.testing.assert_close(loss, eager_loss)
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(grads[name], p.grad, msg=lambda m: f"{rows} rows, grad of {name}: {m}")
+    _assert_generated("dropout")
