@@ -366,8 +366,12 @@ class GraphNode:
         if not self.cached_outputs:
             self._build_cached_outputs()
         cached = self.cached_outputs
+        refs = self.outputs_refs
         outs: list = []
         storages: dict[int, torch.UntypedStorage] = {}
+        # a cached output's liveness (StorageRef.alive with _only_tree_holds as its `extra`) written
+        # out here, without two Python calls an output: a training step checks tens of them
+        pins = 2 if self.pinned else 0
         for i, kind in enumerate(self.kinds):
             k = kind[0]
             if k == _VALUE:
@@ -377,8 +381,15 @@ class GraphNode:
                 outs.append(self.static_outputs[i])
                 continue
             if cached[i] is not None:
-                # checked before any local name refers to it: the refcount test counts references
-                t = self._retire_cached(i) if self.outputs_refs[i].alive() else cached[i]
+                # checked before any local name refers to it: the refcount counts the list's reference,
+                # getrefcount's argument, the pins and the C++ side's when it holds one; anything more
+                # (the caller kept the tensor, or a view of its storage) means this replay overwrites it
+                ref = refs[i]
+                if (sys.getrefcount(cached[i]) != 2 + pins + (cached[i]._use_count() > 1)
+                        or torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline):
+                    t = self._retire_cached(i)
+                else:
+                    t = cached[i]
                 _fresh_autograd_state(t)
                 outs.append(t)
                 continue
