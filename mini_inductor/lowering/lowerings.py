@@ -256,6 +256,10 @@ def div(a, b, rounding_mode=None):
     raise ValueError(f"unknown rounding_mode {rounding_mode!r}")
 
 
+# true_divide is div without a rounding mode (a symbolic scale, 1 / sqrt(head dim), traces to it)
+register_lowering(aten.true_divide.Tensor, aten.true_divide.Scalar)(lambda a, b: div(a, b))
+
+
 @register_lowering(aten.floor_divide)
 def floor_divide(a, b):
     return div(a, b, rounding_mode="floor")

@@ -7,6 +7,7 @@ at each, the outputs against eager (values, dtype, shape, strides) and, where as
 gradients; then that one compile served them all: no graph ran eagerly, none fell back to a compile
 per size, and no size after the first compiled anything.
 """
+import math
 import re
 import warnings
 
@@ -89,6 +90,14 @@ def test_an_int_argument_past_int32_after_a_small_first_call_is_passed_whole():
                         sizes=(5, 3_000_000_000, -7, 2**40))
     source = open(records[0].source_path).read()
     assert re.search(r"\bs\d+: tl\.int64", source), "the int input is not declared int64:\n" + source
+
+
+def test_a_scale_of_one_over_the_square_root_of_a_dynamic_size_is_generated():
+    """Attention's `1 / math.sqrt(k.size(-1))` under dynamic=True: AOT autograd traces the SymFloat
+    through scalar_tensor, sqrt and true_divide, which lower like div (no ATen fallback)."""
+    records = run_sizes(lambda x: x * (1.0 / math.sqrt(x.size(-1))), lambda n: (torch.randn(3, n),))
+    assert_dynamic(records)
+    assert not any(r.fallback_ops for r in records), [dict(r.fallback_ops) for r in records]
 
 
 def test_a_size_argument_bounded_within_int32_stays_a_plain_int():
