@@ -41,6 +41,7 @@ from typing import Any, Iterator
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from ..fx_source import source_line
 from ..metrics import AttentionMatch
@@ -101,6 +102,7 @@ class _Found:
     score_shape: tuple
     kv_heads: Any = None                # Hkv of k and v when fewer than the query heads, or None
     data_tril: tuple = ()               # inputs read as `j <= i` by their compile-time data (guarded)
+    sym_scalars: tuple = ()             # numbers made of sizes, taken at their values (guarded on them)
 
 
 def _matmul_operands(node):
@@ -362,7 +364,8 @@ def _analyse(out, gm) -> _Found | None:
             k_heads = 1          # one key/value head, broadcast by the matmul over the query heads
     region += sorted(dependent, key=lambda n: -n.meta.get("mini_inductor_order", 0))
     return _Found(out, q, q_perm, k, k_perm, right, v_perm, expr, list(translator.extras), float(dropout),
-                  region, rank, shape_of(out), shape_of(z), k_heads, tuple(dict.fromkeys(translator.data_tril)))
+                  region, rank, shape_of(out), shape_of(z), k_heads, tuple(dict.fromkeys(translator.data_tril)),
+                  tuple(translator.sym_scalars))
 
 
 def _scores(z):
@@ -700,6 +703,8 @@ def _fuse_all(gm, example_inputs, graph: str, tril: dict, used: dict) -> list[At
                 continue
             choice = _choose(found)
             mod, shapes = render(found.expr), _shapes(found)
+            for value in found.sym_scalars:   # a guard through Dynamo's ShapeEnv: another value recompiles
+                guard_scalar(value)
             _rewrite(gm, found, fake_mode, choice)
             alive = set(gm.graph.nodes)
         except NearMiss as e:
@@ -711,7 +716,9 @@ def _fuse_all(gm, example_inputs, graph: str, tril: dict, used: dict) -> list[At
             continue
         for node in found.data_tril:
             used[tril[node]] = (example_inputs[tril[node]], node.name)
-        guarded = ", ".join(f"{n.name} holds a causal mask (guarded on it)" for n in found.data_tril)
+        guarded = ", ".join([f"{n.name} holds a causal mask (guarded on it)" for n in found.data_tril]
+                            + [f"a number made of {', '.join(sorted(map(str, v.node.expr.free_symbols)))} taken as "
+                               f"{v.node.hint:.6g} (guarded on it)" for v in found.sym_scalars])
         records.append(AttentionMatch(graph, name, where, "sdpa" if choice[0] == "sdpa" else "flash", mod, shapes,
                                       data=guarded))
     for node in gm.graph.nodes:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 
 # node.meta key: a placeholder whose compile-time data is ones(...).tril() over its last two dims, with
@@ -328,6 +329,7 @@ class Translator:
         self.vars = itertools.count()
         self.var_size: dict[int, Any] = {}
         self.data_tril: list[torch.fx.Node] = []   # inputs read as `j <= i` by their data (TRIL_DATA)
+        self.sym_scalars: list = []   # SymFloat values of sizes taken as numbers: guarded on a match
 
     def translate(self, x) -> _Val:
         if isinstance(x, bool):
@@ -343,6 +345,10 @@ class Translator:
         value = value_of(x)
         if op_of(x) == "item" and isinstance(value_of(x.args[0]), torch.Tensor) and value_of(x.args[0]).numel() == 1:
             return self.translate(x.args[0])     # a float Dynamo made an input (a 0-dim tensor): data
+        if isinstance(value, torch.SymFloat) and x not in self.dependent:
+            val = self._size_scalar(x, value)
+            self.memo[x] = val
+            return val
         if not isinstance(value, torch.Tensor):
             raise Untranslatable(f"{x.name} is not a tensor (a size or scale computed at run time?)")
         if x is self.score:
@@ -363,6 +369,17 @@ class Translator:
                 val = self._extra(x, value)
         self.memo[x] = val
         return val
+
+    def _size_scalar(self, node, value) -> _Val:
+        """A float computed from sizes (1 / sqrt(head dim) under dynamic=True) taken at its value here;
+        the match guards on it (`sym_scalars`), so another value recompiles rather than reusing this one.
+        Not an int: one made of sizes is likelier an offset that changes every call (a causal mask's
+        S - L over a growing cache), which a guard would recompile for each time."""
+        hint = value.node.hint
+        if hint is None or free_unbacked_symbols(value):
+            raise Untranslatable(f"{node.name} is a number read from data at run time")
+        self.sym_scalars.append(value)
+        return _Val(("num", float(hint)), (), (), True, torch.float32)
 
     def _extra(self, node, value) -> _Val:
         if node not in self.extras:

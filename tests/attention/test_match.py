@@ -495,6 +495,27 @@ def test_dynamic_sequence_length_causal():
     assert "s0" in metrics.attention[0].shapes          # one graph for every length
 
 
+def test_a_scale_made_of_the_dynamic_head_dim_is_taken_at_its_value_and_guarded():
+    """nanoGPT's `1 / math.sqrt(k.size(-1))` under dynamic=True is a SymFloat: the match takes its
+    value and guards on it, so new sequence lengths reuse the graph and a new head dim recompiles."""
+    def attention(q, k, v):
+        t = q.shape[-2]
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        return s.softmax(-1) @ v
+    compiled = torch.compile(attention, backend="mini_inductor", dynamic=True)
+    graphs = []
+    for length, dim in ((6, 8), (9, 8), (7, 16), (5, 16)):
+        args = qkv(B, H, length, dim)
+        torch.testing.assert_close(compiled(*args), attention(*args), atol=1e-5, rtol=1e-5)
+        graphs.append(len(metrics.compiled_graphs))
+    assert graphs == [1, 1, 2, 2], graphs    # a new length reuses the graph; a new head dim does not
+    assert [(r.target, r.mod) for r in metrics.attention] == [
+        ("sdpa", f"where(~(j <= i), -inf, s * {1 / math.sqrt(8)})"), ("sdpa", "where(~(j <= i), -inf, s * 0.25)")], \
+        [r.describe() for r in metrics.attention]
+    assert "taken as 0.353553 (guarded on it)" in metrics.attention[0].data
+
+
 def test_a_float_dynamo_makes_an_input_is_an_extra_tensor():
     # with dynamic=True Dynamo passes a Python float as a 0-dim tensor and reads it with .item()
     def attention(q, k, v):
