@@ -371,7 +371,6 @@ class GraphNode:
         storages: dict[int, torch.UntypedStorage] = {}
         # a cached output's liveness (StorageRef.alive with _only_tree_holds as its `extra`) written
         # out here, without two Python calls an output: a training step checks tens of them
-        pins = 2 if self.pinned else 0
         for i, kind in enumerate(self.kinds):
             k = kind[0]
             if k == _VALUE:
@@ -384,8 +383,9 @@ class GraphNode:
                 # checked before any local name refers to it: the refcount counts the list's reference,
                 # getrefcount's argument, the pins and the C++ side's when it holds one; anything more
                 # (the caller kept the tensor, or a view of its storage) means this replay overwrites it
+                # (the pins read each time: a backward's retire below pins every cached output)
                 ref = refs[i]
-                if (sys.getrefcount(cached[i]) != 2 + pins + (cached[i]._use_count() > 1)
+                if (sys.getrefcount(cached[i]) != 2 + (2 if self.pinned else 0) + (cached[i]._use_count() > 1)
                         or torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline):
                     t = self._retire_cached(i)
                 else:
