@@ -15,9 +15,10 @@ from typing import Callable
 import sympy
 import torch
 
-from .ir import IRNode, Pointwise, static_sizes
+from .ir import IRNode, Pointwise
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
-from .view_lowerings import _norm_dim, slice_, unsqueeze, view
+from .symbolic import decide
+from .view_lowerings import _norm_dim, unsqueeze, view
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -50,34 +51,34 @@ def _fill_value(value, dtype: torch.dtype):
 
 @register_lowering(aten.constant_pad_nd)
 def constant_pad_nd(x: IRNode, pad, value=0):
-    ndim = len(x.get_size())
+    """Each padded dim's output element i reads input element i - lo where lo <= i < lo + size, the
+    fill elsewhere. A negative pad cuts the input, and the same form computes it: a bound that holds
+    at every element (its pad provably <= 0: symbolic.decide) is not tested. So a pad of an int input
+    whose sign only the run time knows (F.pad(x, (k, k))) needs no guard; its lowering compared
+    `k >= 0` and ran in ATen."""
+    size = list(x.get_size())   # (a dynamic graph's symbolic sizes too)
+    ndim = len(size)
     if len(pad) % 2 or len(pad) // 2 > ndim:
         raise NotImplementedError("malformed padding")
-    pads = {ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
-    if all(lo >= 0 and hi >= 0 for lo, hi in pads.values()):
-        size = list(x.get_size())   # (a dynamic graph's symbolic sizes too: nothing is cut)
-    else:
-        size = static_sizes(x)
-        # negative pads cut the input: slices first, then only non-negative pads remain
-        for d, (lo, hi) in pads.items():
-            if lo < 0 or hi < 0:
-                x = slice_(x, d, max(-lo, 0), size[d] - max(-hi, 0))
-        size = static_sizes(x)
-        pads = {d: (max(lo, 0), max(hi, 0)) for d, (lo, hi) in pads.items()}
-        if any(s + lo + hi < 0 for d, (lo, hi) in pads.items() for s in [size[d]]):
-            raise NotImplementedError("padding larger than the input")
-    out_size = [s + pads.get(d, (0, 0))[0] + pads.get(d, (0, 0))[1] for d, s in enumerate(size)]
+    pads = {ndim - 1 - i: (sympy.sympify(pad[2 * i]), sympy.sympify(pad[2 * i + 1])) for i in range(len(pad) // 2)}
+    out_size = [s + sum(pads.get(d, ())) for d, s in enumerate(size)]
+    if any(decide(n < 0) is True for n in out_size):   # (eager raises; a symbolic one, Dynamo's guard)
+        raise NotImplementedError("padding larger than the input")
     loader, dtype = x.make_loader(), x.get_dtype()
     fill = _fill_value(value, dtype)
-    padded = [d for d, (lo, hi) in sorted(pads.items()) if lo or hi]
-    if not padded:
-        return Pointwise.create(x.get_device(), dtype, loader, out_size)
+    # per padded dim: the bounds lo <= i and i < lo + size that some element may break
+    bounds = {d: (None if decide(lo <= 0) is True else lo, None if decide(hi <= 0) is True else lo + size[d])
+              for d, (lo, hi) in sorted(pads.items())}
+    tested = [d for d, (low, high) in bounds.items() if low is not None or high is not None]
+
+    def source(idx):
+        return [i - pads[d][0] if d in pads else i for d, i in enumerate(idx)]
+    if not tested:   # only cuts: a shifted read
+        return Pointwise.create(x.get_device(), dtype, lambda idx: loader(source(idx)), out_size)
 
     def inner_fn(idx):
-        src = [i - pads[d][0] if d in pads else i for d, i in enumerate(idx)]
-        mask = functools.reduce(ops.logical_and, [
-            _in_range(idx[d], pads[d][0] or None, (pads[d][0] + size[d]) if pads[d][1] else None) for d in padded])
-        return ops.masked(mask, lambda: loader(src), fill)
+        mask = functools.reduce(ops.logical_and, [_in_range(idx[d], *bounds[d]) for d in tested])
+        return ops.masked(mask, lambda: loader(source(idx)), fill)
     return Pointwise.create(x.get_device(), dtype, inner_fn, out_size)
 
 

@@ -1,0 +1,54 @@
+"""An int argument, or a size, used where eager takes a number (a pad, a value in a kernel, a bool of
+it) compiles once for every value under dynamic=True, and matches eager at each (values, dtype,
+shape, strides): values of both signs and 0, where the op takes them. None of these graphs is
+compiled per value or runs an op in ATen.
+"""
+import math
+
+import pytest
+
+import torch
+import torch.nn.functional as F
+from common import assert_same_tensor
+
+import mini_inductor  # noqa: F401  registers the backend
+from mini_inductor import metrics
+
+SYMBOLIC = {"dynamic_shapes": "symbolic"}
+
+
+@pytest.fixture(autouse=True)
+def on_device(device):
+    torch.set_default_device(device)
+    yield
+    torch.set_default_device(None)
+
+
+def compiled_once(fn, calls, *, graphs=1):
+    """`fn` compiled under dynamic=True and compared with eager at each call's arguments; then that
+    `graphs` symbolic graphs served them all, each with kernels and no op in ATen."""
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for args in calls:
+        out, ref = compiled(*args), fn(*args)
+        outs, refs = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
+        for i, (a, e) in enumerate(zip(outs, refs)):
+            assert_same_tensor(a, e, f"at {args[1:]} output {i}")
+    records = list(metrics.compiled_graphs)
+    assert len(records) == graphs, [r.summary() for r in records]
+    for r in records:
+        assert r.dynamic_symbols and r.dynamic_fallback is None and r.ran_eagerly is None, r.summary()
+        assert not r.fallback_ops and r.num_kernels >= 1, r.summary()
+    return records
+
+
+# ── pads of an int argument: either sign ────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("name,fn", [
+    ("F.pad(x, (k, k))", lambda x, k: F.pad(x, (k, k)) + 1),
+    ("a pad and a cut", lambda x, k: F.pad(x, (k, -1, 2, k), value=3.0) * 2),
+    ("integer, opposite signs", lambda x, k: F.pad(x.long(), (-k, k)) + 1),
+])
+def test_a_pad_by_an_int_argument_of_either_sign_compiles_once(name, fn):
+    # a negative pad cuts the input; the lowering compared `k >= 0` on the symbol and ran in ATen
+    x = torch.randn(4, 6)
+    compiled_once(fn, [(x, k) for k in (1, 2, -1, 0, 3, -2)])
