@@ -16,7 +16,8 @@ import sympy
 import torch
 
 from ..errors import CodegenError
-from ..lowering.sizevars import FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, simplify, upper_bound
+from ..lowering.sizevars import (FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, is_relation, simplify,
+                                upper_bound)
 from .recompute import recompute_load
 
 if TYPE_CHECKING:
@@ -240,6 +241,8 @@ class TritonOps:
 
     # values
     def constant(self, value, dtype: torch.dtype):
+        if is_relation(value):   # a bool made of sizes (a SymBool: k < 3)
+            return self.to_dtype(self._size_bool(value), dtype)
         if isinstance(value, sympy.Basic) and value.free_symbols:   # made of a dynamic graph's sizes
             if value.is_integer:
                 return self.index_expr(value, dtype)
@@ -279,6 +282,32 @@ class TritonOps:
                 out = self.mul(out, base)
             return out
         raise NotImplementedError(f"a float made of sizes: {expr}")
+
+    _RELATIONS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+    def _size_bool(self, cond) -> CSEVar:
+        """A bool made of sizes used as a value (x * (k < 3), k an int input): each relation as the
+        comparison of its sides, in int64, or in float64 where a side is a float made of sizes (as
+        Python compares them). Sympy's relations cannot be operands of its arithmetic: such a graph
+        was compiled per size."""
+        if cond in (sympy.true, sympy.false):
+            return self.constant(bool(cond), torch.bool)
+        if isinstance(cond, sympy.Not):
+            return self.logical_not(self._size_bool(cond.args[0]))
+        if isinstance(cond, (sympy.And, sympy.Or)):
+            combine = self.logical_and if isinstance(cond, sympy.And) else self.logical_or
+            parts = [self._size_bool(a) for a in cond.args]
+            out = parts[0]
+            for p in parts[1:]:
+                out = combine(out, p)
+            return out
+        if isinstance(cond, sympy.core.relational.Relational) and cond.rel_op in self._RELATIONS:
+            if cond.lhs.is_integer and cond.rhs.is_integer:
+                lhs, rhs = self.index_expr(cond.lhs, torch.int64), self.index_expr(cond.rhs, torch.int64)
+            else:
+                lhs, rhs = self._size_float(cond.lhs), self._size_float(cond.rhs)
+            return getattr(self, self._RELATIONS[cond.rel_op])(lhs, rhs)
+        raise NotImplementedError(f"a bool made of sizes: {cond}")
 
     def index_expr(self, expr, dtype: torch.dtype):
         expr = self._index(expr)

@@ -18,7 +18,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .ir import IRNode, Layout, Pointwise
-from .sizevars import Expr, sympify_seq
+from .sizevars import Expr, is_relation, sympify_seq
 from . import symbolic
 from .virtualized import ops
 
@@ -432,13 +432,10 @@ def copy(dst, src, non_blocking=False):
 
 @register_lowering(aten.full)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if isinstance(fill_value, sympy.Basic) and (fill_value.is_Relational or fill_value.is_Boolean) \
-            and fill_value not in (sympy.true, sympy.false):
-        raise NotImplementedError("a fill value that is a relation of sizes")   # (ATen computes it)
     if isinstance(fill_value, sympy.Basic) and any(not s.is_integer for s in fill_value.free_symbols):
         raise NotImplementedError("a fill value read from data as a float")   # (the wrapper has it)
-    if dtype is None:   # a dynamic graph's size is an int too (a sympy integer expression)
-        dtype = (torch.bool if isinstance(fill_value, bool) or fill_value in (sympy.true, sympy.false) else
+    if dtype is None:   # a dynamic graph's size is an int too (a sympy integer expression), its relation a bool
+        dtype = (torch.bool if isinstance(fill_value, bool) or is_relation(fill_value) else
                  torch.int64 if isinstance(fill_value, int) or (isinstance(fill_value, sympy.Basic)
                                                                  and fill_value.is_integer)
                  else torch.get_default_dtype())

@@ -236,6 +236,13 @@ def _is_multiple(term: Expr, n: int) -> bool:
         term.is_Integer and int(term) % n == 0)
 
 
+def is_relation(x) -> bool:
+    """A bool made of sizes (a SymBool's expression: k < 3, And, Not, true) — not a bare symbol,
+    which sympy also counts as a Boolean."""
+    return isinstance(x, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
+                          sympy.logic.boolalg.BooleanAtom))
+
+
 def sympify_seq(xs: Iterable) -> list[Expr]:
     """Sizes as sympy: ints, sympy expressions, and a dynamic graph's SymInts as expressions of its
     symbols (never their traced values: that would bake one size into code that serves every size)."""

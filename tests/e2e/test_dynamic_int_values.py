@@ -52,3 +52,27 @@ def test_a_pad_by_an_int_argument_of_either_sign_compiles_once(name, fn):
     # a negative pad cuts the input; the lowering compared `k >= 0` on the symbol and ran in ATen
     x = torch.randn(4, 6)
     compiled_once(fn, [(x, k) for k in (1, 2, -1, 0, 3, -2)])
+
+
+# ── a bool of an int argument or a size, used as a value ───────────────────────────────────────
+
+_EITHER_SIDE = (2, 3, -2, 0, 5, -1, 4)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("x * (k < 3)", lambda x, k: x * (k < 3)),
+    ("an integer tensor", lambda x, k: x.long() * (k > 1) + (k <= 2)),
+    ("a float relation", lambda x, k: x * (k / 2 < 0.75)),
+    ("and of two", lambda x, k: x * ((k > 0) & (k < 3))),
+    ("full of a relation", lambda x, k: (torch.full((2,), k > 2), torch.full((2, 3), x.shape[0] > k))),
+    ("a where branch", lambda x, k: torch.where(x > 0, x, float(k > 1))),
+])
+def test_a_bool_of_an_int_argument_used_as_a_value_compiles_once(name, fn):
+    # sympy's relations cannot be operands of its arithmetic: "Relational cannot be used in Mul" sent
+    # the graph to a compile per value, and full() of one ran in ATen
+    x = torch.randn(4, 6)
+    compiled_once(fn, [(x, k) for k in _EITHER_SIDE])
+
+
+def test_a_bool_of_a_size_used_as_a_value_compiles_once():
+    compiled_once(lambda x: x * (x.shape[0] < 5) + (x.shape[1] >= 4), [(torch.randn(n, n - 1),) for n in (3, 7, 4, 6)])
