@@ -7,7 +7,8 @@ each symbol is read at run time (a dim of an input tensor, or an int input).
 
     with graph_shapes(gm):               set while one graph is lowered, scheduled and generated
         to_expr(sym_int)                 torch's sympy → ours (FloorDiv, ModularIndexing, their signed
-                                         forms SignedFloorDiv and SignedMod, Min/Max)
+                                         forms SignedFloorDiv and SignedMod, Min/Max; Abs as Max, floor,
+                                         ceil and trunc of exact quotients as floor divisions)
         size_value(expr)                 an int for a static size, else the expression
         hint(expr)                       its value at the traced sizes: for heuristics only, whose
                                          result is correct at any size
@@ -363,10 +364,11 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, (sympy.core.relational.Relational, sympy.And, sympy.Or, sympy.Not)):   # a SymBool (torch._check)
         return e.func(*args)
     if isinstance(e, (torch_fns.TruncToInt, torch_fns.FloorToInt, torch_fns.CeilToInt)):
-        exact = _dyadic_multiple(args[0])
-        if exact is not None:   # a float scale of a size (interpolate's scale_factor=1.5: trunc(1.5 * s0))
-            num, den, x = exact
-            return FloorDiv(num * x + (den - 1 if isinstance(e, torch_fns.CeilToInt) else 0), den)
+        ratio = _exact_ratio(e.args[0], args[0])
+        if ratio is not None:
+            return _rounded_quotient(type(e), *ratio)
+    if isinstance(e, sympy.Abs) and args[0].is_integer:   # abs(k): Max, which kernels and the wrapper print
+        return sympy.Max(args[0], -args[0])
     if isinstance(e, (sympy.Add, sympy.Mul, torch_fns.Max, torch_fns.Min, sympy.Max, sympy.Min)):
         kind = {torch_fns.Max: sympy.Max, torch_fns.Min: sympy.Min}.get(type(e), e.func)
         return kind(*args)
@@ -425,13 +427,47 @@ def _never_negative(a: Expr) -> bool:
     return never_negative_sum([a]) or decide(a >= 0) is True
 
 
+def _exact_ratio(theirs: sympy.Basic, a: Expr):
+    """(n, d), integer expressions whose quotient n / d rounds to an integer as the float `a` does
+    (`theirs` as torch wrote it, `a` converted): a float scale of a size (interpolate's scale_factor=1.5:
+    trunc(1.5 * s0)), exact in doubles, or one true division of integers (math.floor(k / 2)), rounded
+    once: its distance to the nearest integer it is not is at least 1 / |d|, more than its rounding
+    error while |n| < 2**53. Else None."""
+    exact = _dyadic_multiple(a)
+    if exact is not None:
+        num, den, x = exact
+        return num * x, den
+    if isinstance(theirs, torch_fns.IntTrueDiv):
+        n, d = (_convert(x) for x in theirs.args)
+        if n.is_integer and d.is_integer:
+            return n, d
+    return None
+
+
+def _rounded_quotient(kind: type, n: Expr, d: Expr) -> Expr:
+    """floor, ceil or trunc (torch's FloorToInt, CeilToInt, TruncToInt) of n / d, integers, d != 0:
+    FloorDiv where both are never negative, else through SignedFloorDiv, which floors at either sign;
+    trunc of a quotient of unknown sign is its sign times the quotient of the magnitudes."""
+    if _never_negative(-d):
+        n, d = -n, -d
+    elif not _never_negative(d):
+        raise SymbolicUnsupported(f"a rounded quotient by a value of unknown sign", d)
+    if _never_negative(n):
+        return FloorDiv(n + (d - 1 if kind is torch_fns.CeilToInt else 0), d)
+    if kind is torch_fns.FloorToInt or (kind is torch_fns.TruncToInt and _never_negative(-n)):
+        return SignedFloorDiv(n, d) if kind is torch_fns.FloorToInt else -FloorDiv(-n, d)
+    if kind is torch_fns.CeilToInt:
+        return -SignedFloorDiv(-n, d)
+    return sympy.Max(sympy.Min(n, 1), -1) * FloorDiv(sympy.Max(n, -n), d)
+
+
 def _dyadic_multiple(a: Expr):
-    """(p, q, x) where the float expression `a` is c * x, x a nonnegative integer expression and c a
-    float p / q (q a power of two) whose product with x is exact in double precision, as eager
-    computes it, for any x below 2**32; None otherwise (1.7 * 10 rounds to 17.0 in doubles, where the
-    exact product is just below 17)."""
+    """(p, q, x) where the float expression `a` is c * x, x an integer expression and c a float p / q
+    (q a power of two) whose product with x is exact in double precision, as eager computes it, for
+    any |x| below 2**32; None otherwise (1.7 * 10 rounds to 17.0 in doubles, where the exact product
+    is just below 17)."""
     c, x = a.as_coeff_Mul()
-    if x.has(sympy.Float) or not (x.is_integer and x.is_nonnegative):
+    if x.has(sympy.Float) or not x.is_integer:
         return None
     r = sympy.Rational(float(c)) if c.is_Float else sympy.Rational(c)
     if r <= 0 or r.p >= 2 ** 20 or r.q & (r.q - 1):
@@ -473,6 +509,9 @@ def decide(cond) -> bool | None:
         cond = cond.replace(lambda a: isinstance(a, ModularIndexing), lambda a: torch_fns.ModularIndexing(*a.args))
         cond = cond.replace(lambda a: isinstance(a, SignedFloorDiv), lambda a: torch_fns.FloorDiv(*a.args))
         cond = cond.replace(lambda a: isinstance(a, SignedMod), lambda a: torch_fns.PythonMod(*a.args))
+        # abs(k), which to_expr writes Max(k, -k): the ShapeEnv's ranges know that Abs is never negative
+        cond = cond.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and a.args[0] == -a.args[1],
+                            lambda a: sympy.Abs(a.args[0]))
         # Dynamo's guards that fix an expression to a number (Eq(s0*s1*s2, 30) of a reshape to
         # [2, 5, 3], fuzz seed 221 prog 275): hold at every size the graph serves
         fixed = _fixed_by_guards(env)

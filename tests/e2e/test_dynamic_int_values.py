@@ -76,3 +76,34 @@ def test_a_bool_of_an_int_argument_used_as_a_value_compiles_once(name, fn):
 
 def test_a_bool_of_a_size_used_as_a_value_compiles_once():
     compiled_once(lambda x: x * (x.shape[0] < 5) + (x.shape[1] >= 4), [(torch.randn(n, n - 1),) for n in (3, 7, 4, 6)])
+
+
+# ── abs, floor, ceil and trunc of an int argument ──────────────────────────────────────────────
+
+_SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("x * abs(k)", lambda x, k: x * abs(k) + abs(k - 3)),
+    ("floor, ceil, trunc of k / 2", lambda x, k: x * math.floor(k / 2) + math.ceil(k / 2) * 10 + math.trunc(k / 2) * 100),
+    ("of k / -3 and int()", lambda x, k: x * math.floor(k / -3) + math.ceil(k / -3) * 10 + int(k / -3) * 100),
+    ("of a float scale", lambda x, k: x * math.floor(k * 1.5) + math.ceil(k * 0.25) * 10 + int(k * 0.75) * 100),
+    ("sizes", lambda x, k: (torch.arange(abs(k) + 2) * 2, torch.arange(math.floor(k / 4) + 6) * 2,
+                            x.new_zeros(math.ceil(k / 4) + 6) + 1)),
+])
+def test_abs_floor_ceil_and_trunc_of_an_int_argument_compile_once(name, fn):
+    # torch's Abs, FloorToInt, CeilToInt and TruncToInt (of a quotient, of an exact float scale at
+    # either sign) were size expressions the lowering refused: each value compiled on its own
+    x = torch.randn(2, 3)
+    compiled_once(fn, [(x, k) for k in _SIGNED])
+
+
+def test_a_slice_by_abs_of_an_int_argument_is_a_generated_view():
+    def f(x, k):
+        return x[: abs(k)] * 2
+    x = torch.randn(8, 3)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for k in (2, 3, -2, 5, -4, 6):
+        assert_same_tensor(compiled(x, k), f(x, k), f"k={k}")
+    (record,) = metrics.compiled_graphs
+    assert record.dynamic_symbols and record.dynamic_fallback is None and not record.fallback_ops, record.summary()
