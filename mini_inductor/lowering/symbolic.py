@@ -512,6 +512,9 @@ def decide(cond) -> bool | None:
         # abs(k), which to_expr writes Max(k, -k): the ShapeEnv's ranges know that Abs is never negative
         cond = cond.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and a.args[0] == -a.args[1],
                             lambda a: sympy.Abs(a.args[0]))
+        # torch's own Min and Max (the guards' form: `Max(1, s16) <= s77` of x[:max(k, 1)])
+        cond = cond.replace(lambda a: isinstance(a, (sympy.Max, sympy.Min)) and not isinstance(a, (torch_fns.Max, torch_fns.Min)),
+                            lambda a: (torch_fns.Max if isinstance(a, sympy.Max) else torch_fns.Min)(*a.args))
         # Dynamo's guards that fix an expression to a number (Eq(s0*s1*s2, 30) of a reshape to
         # [2, 5, 3], fuzz seed 221 prog 275): hold at every size the graph serves
         fixed = _fixed_by_guards(env)
@@ -520,9 +523,29 @@ def decide(cond) -> bool | None:
             if cond in (sympy.true, sympy.false):
                 return bool(cond)
         found = env._maybe_evaluate_static(cond)
+        if found not in (sympy.true, sympy.false):
+            # the parts of Dynamo's conjunctions, which its axioms hold only whole: x[:k] guards
+            # `(k >= 0) & (k <= s0)`, and `k <= s0` was not provable
+            parts = _guard_conjuncts(env)
+            if parts:
+                found = env._maybe_evaluate_static(cond, axioms=parts)
     except Exception:  # noqa: BLE001  (a private ShapeEnv method: any failure means "not provable")
         return None
     return bool(found) if found in (sympy.true, sympy.false) else None
+
+
+_CONJUNCTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # ShapeEnv → (guard count, the parts)
+
+
+def _guard_conjuncts(env) -> tuple:
+    """The operands of the ShapeEnv's guards that are conjunctions (read again only when guards were added)."""
+    guards = getattr(env, "guards", ())
+    cached = _CONJUNCTS.get(env)
+    if cached is not None and cached[0] == len(guards):
+        return cached[1]
+    parts = tuple(p for g in guards if isinstance(getattr(g, "expr", None), sympy.And) for p in g.expr.args)
+    _CONJUNCTS[env] = (len(guards), parts)
+    return parts
 
 
 _FIXED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # ShapeEnv → (its guard count when read, the map)

@@ -92,7 +92,12 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     else:
         start, end = symbolic_slice_bounds(size[dim], start, end)
         length = FloorDiv(end - start + step - 1, step) if step != 1 else end - start
-    new = list(size)
+    return _strided_part(x, dim, start, length, step)
+
+
+def _strided_part(x, dim: int, start, length, step=1):
+    """The view of elements start, start + step, ... (`length` of them) of `x` along `dim`, in range."""
+    new = list(x.get_size())
     new[dim] = length
 
     def reindex(idx):
@@ -306,9 +311,13 @@ def _view_offset(val) -> int:
 
 @register_lowering(aten.split_with_sizes)
 def split_with_sizes(x, split_sizes, dim=0):
-    out, start = [], 0
-    for size in split_sizes:
-        out.append(slice_(x, dim, start, start + size))
+    """Consecutive parts, each in range: torch checked that the sizes are never negative and sum to the
+    dim's (x.split(k) of an int input k: a slice's clamp could not prove k <= s0 from Dynamo's
+    -2*k + s0 >= 0, and the split ran in ATen)."""
+    dim = _norm_dim(dim, len(x.get_size()))
+    out, start = [], sympy.Integer(0)
+    for size in sympify_seq(split_sizes):
+        out.append(_strided_part(x, dim, start, size))
         start += size
     return out
 

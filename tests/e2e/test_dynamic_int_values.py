@@ -107,3 +107,20 @@ def test_a_slice_by_abs_of_an_int_argument_is_a_generated_view():
         assert_same_tensor(compiled(x, k), f(x, k), f"k={k}")
     (record,) = metrics.compiled_graphs
     assert record.dynamic_symbols and record.dynamic_fallback is None and not record.fallback_ops, record.summary()
+
+
+# ── slices bounded by an int argument ──────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("name,fn,ks,graphs", [
+    ("x[:max(k, 2)]", lambda x, k: x[: max(k, 2)] * 2, (3, 5, -2, 7, 2, -4), 1),
+    ("x[:min(k, len)]", lambda x, k: x[: min(k, x.shape[0])] * 2, (3, 5, 9, 12, 2), 1),
+    ("cat of x and x[:k]", lambda x, k: torch.cat([x, x[:k]]) * 2, (2, 3, 5, 7), 1),
+    ("narrow at k", lambda x, k: torch.narrow(x, 1, k, 2) * 2, (1, 2, 3, -3, -4), 2),   # one per sign
+    ("split by k", lambda x, k: [t * 2 for t in x.split(k, 1)][-1], (2, 3, 4, 5), 3),   # per chunk count
+])
+def test_a_slice_bounded_by_an_int_argument_is_a_generated_view(name, fn, ks, graphs):
+    # Dynamo's guards that bound k are torch's Min/Max (`Max(1, k) <= s0`) or conjunctions
+    # (`(k >= 0) & (k <= s0)`), which decide did not read, and split's `-2*k + s0 >= 0` proves
+    # k <= s0 only with k >= 0: the slice ran in ATen
+    x = torch.randn(8, 6)
+    compiled_once(fn, [(x, k) for k in ks], graphs=graphs)
