@@ -2,10 +2,11 @@
 repeat, a tiled copy."""
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .ir import Pointwise
-from .sizevars import ModularIndexing
+from .sizevars import ModularIndexing, sympify_seq
 from .lowerings import register_lowering
 from . import view_lowerings as views
 
@@ -63,16 +64,18 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     d1, d2 = views._norm_dim(dim1, ndim), views._norm_dim(dim2, ndim)
     if d1 == d2:
         raise NotImplementedError("diagonal of one dim with itself")
-    n1, n2 = int(size[d1]), int(size[d2])
-    length = max(0, min(n1 - max(-offset, 0), n2 - max(offset, 0)))
+    # (a dynamic graph's sizes and an int input's offset are symbolic: Min and Max of them)
+    offset = sympy.sympify(offset)
+    below, above = sympy.Max(-offset, 0), sympy.Max(offset, 0)
+    length = sympy.Max(0, sympy.Min(size[d1] - below, size[d2] - above))
     rest = [d for d in range(ndim) if d not in (d1, d2)]
 
     def reindex(idx):
         out = [None] * ndim
         for d, i in zip(rest, idx[:-1]):
             out[d] = i
-        out[d1] = idx[-1] + max(-offset, 0)
-        out[d2] = idx[-1] + max(offset, 0)
+        out[d1] = idx[-1] + below
+        out[d2] = idx[-1] + above
         return out
     return views.View(x, [size[d] for d in rest] + [length], reindex)
 
@@ -82,8 +85,7 @@ def repeat(x, repeats):
     """`x` tiled `repeats[d]` times along each dim (extra leading repeats add dims): one kernel writing
     a new tensor, contiguous as eager's (torch's decomposition, expand + clone + permute + view, gave
     the output the permuted strides of its clone)."""
-    if not all(isinstance(r, int) for r in repeats):
-        raise NotImplementedError("repeat with symbolic repeats")
+    repeats = sympify_seq(repeats)   # (an int input's symbol: torch checked that it is never negative)
     size = x.get_size()
     lead = len(repeats) - len(size)
     if lead < 0:

@@ -124,3 +124,13 @@ def test_a_slice_bounded_by_an_int_argument_is_a_generated_view(name, fn, ks, gr
     # k <= s0 only with k >= 0: the slice ran in ATen
     x = torch.randn(8, 6)
     compiled_once(fn, [(x, k) for k in ks], graphs=graphs)
+
+
+def test_repeat_by_an_int_argument_and_diagonals_of_dynamic_sizes_are_generated():
+    # repeat refused symbolic repeats, and diagonal took int() of its sizes: both ran in ATen
+    # (a diagonal at an offset of k is compiled per k: Dynamo guards on the offset's value)
+    compiled_once(lambda x, k: x.repeat(k, 1, 2) * 2, [(torch.randn(4, 7), k) for k in (2, 3, 5, 6)])
+    torch._dynamo.reset()
+    metrics.reset()
+    compiled_once(lambda x: (x.diagonal(1) * 2, x.diagonal(-1).sum() + x.diagonal()),
+                  [(torch.randn(n, n + 2),) for n in (3, 5, 6)])
