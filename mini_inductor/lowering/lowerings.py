@@ -256,8 +256,11 @@ def div(a, b, rounding_mode=None):
     raise ValueError(f"unknown rounding_mode {rounding_mode!r}")
 
 
-# true_divide is div without a rounding mode (a symbolic scale, 1 / sqrt(head dim), traces to it)
-register_lowering(aten.true_divide.Tensor, aten.true_divide.Scalar)(lambda a, b: div(a, b))
+@register_lowering(aten.true_divide)
+def true_divide(a, b):
+    """div's alias (nearest interpolation's decomposition divides sizes made float64 0-d tensors with it,
+    and a symbolic scale such as 1 / sqrt(head dim) traces to it)."""
+    return div(a, b)
 
 
 @register_lowering(aten.floor_divide)
