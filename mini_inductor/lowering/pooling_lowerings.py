@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from .ir import IRNode, Pointwise
 from .lowerings import register_lowering
 from .reduction_lowerings import make_reduction
 from .sizevars import FloorDiv, ModularIndexing
+from .symbolic import decide, size_value
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -41,6 +43,12 @@ def _pair(v, default=None):
 
 def _out_len(n, k, s, p, d, ceil_mode):
     span = n + 2 * p - d * (k - 1) - 1
+    if isinstance(n, sympy.Basic):   # a dynamic graph's length: Dynamo's guards make the output nonempty
+        if ceil_mode:
+            raise NotImplementedError("ceil_mode pooling of a symbolic length")
+        if decide(span >= 0) is not True:
+            raise NotImplementedError(f"pooling of a length {n} that may be shorter than the window")
+        return FloorDiv(span, s) + 1
     out = (math.ceil(span / s) if ceil_mode else span // s) + 1
     if ceil_mode and (out - 1) * s >= n + p:
         out -= 1  # the last window must start inside the input or its left padding
@@ -48,7 +56,7 @@ def _out_len(n, k, s, p, d, ceil_mode):
 
 
 def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
-    size = [int(s) for s in x.get_size()]
+    size = [size_value(s) for s in x.get_size()]   # (an int, or a dynamic graph's expression)
     if len(size) not in (3, 4):
         raise NotImplementedError("pooling of a tensor that is not 3-D or 4-D")
     k = _pair(kernel_size)
@@ -59,9 +67,19 @@ def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
         raise NotImplementedError("a large pooling window")
     h, w = size[-2:]
     out = [_out_len(h, k[0], s[0], p[0], d[0], ceil_mode), _out_len(w, k[1], s[1], p[1], d[1], ceil_mode)]
-    if min(out) <= 0:
+    if any(_holds(o <= 0) for o in out):
         raise NotImplementedError("empty pooling output")
     return size, k, s, p, d, out
+
+
+def _holds(cond) -> bool:
+    """A relation of pooling sizes, provably true (a dynamic graph's: at every size it serves)."""
+    return bool(cond) if isinstance(cond, bool) else decide(cond) is True
+
+
+def _int64(n):
+    """A size as an int64 `ops` value: a literal, or a dynamic graph's expression."""
+    return ops.index_expr(n, torch.int64) if isinstance(n, sympy.Basic) else ops.constant(n, torch.int64)
 
 
 def _window(x: IRNode, size, k, s, p, d, out, fill) -> IRNode:
@@ -73,13 +91,13 @@ def _window(x: IRNode, size, k, s, p, d, out, fill) -> IRNode:
         *lead, oh, ow, kh, kw = idx
         ih = oh * s[0] - p[0] + kh * d[0]
         iw = ow * s[1] - p[1] + kw * d[1]
-        if p[0] == 0 and p[1] == 0 and (out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h and \
-                (out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w:
+        if p[0] == 0 and p[1] == 0 and _holds((out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h) and \
+                _holds((out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w):
             return loader(list(lead) + [ih, iw])
         conds = []
         for v, n in ((ih, h), (iw, w)):
             e = ops.index_expr(v, torch.int64)
-            conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(n, torch.int64))]
+            conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, _int64(n))]
         mask = ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
         return ops.masked(mask, lambda: loader(list(lead) + [ih, iw]), fill)
     return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, size[:-2] + out + k)
@@ -101,10 +119,10 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     def count(o, kk, ss, pp, n):
         """Elements of the window along one dim that the divisor counts."""
         start = ops.index_expr(o * ss - pp, torch.int64)
-        end = ops.minimum(ops.add(start, ops.constant(kk, torch.int64)), ops.constant(n + pp, torch.int64))
+        end = ops.minimum(ops.add(start, ops.constant(kk, torch.int64)), _int64(n + pp))
         if not count_include_pad:
             start = ops.maximum(start, ops.constant(0, torch.int64))
-            end = ops.minimum(end, ops.constant(n, torch.int64))
+            end = ops.minimum(end, _int64(n))
         return ops.sub(end, start)
 
     def inner_fn(idx):
@@ -135,14 +153,14 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
         size[:-2] + out + [k[0] * k[1]])
     if k[0] * k[1] <= UNROLLED_WINDOW:
         h, w = size[-2:]
-        inside = p == [0, 0] and (out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h and \
-            (out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w
+        inside = p == [0, 0] and _holds((out[0] - 1) * s[0] + (k[0] - 1) * d[0] < h) and \
+            _holds((out[1] - 1) * s[1] + (k[1] - 1) * d[1] < w)
 
         def in_x(oh, ow, kh, kw):
             conds = []
             for v, n in ((oh * s[0] - p[0] + kh * d[0], h), (ow * s[1] - p[1] + kw * d[1], w)):
                 e = ops.index_expr(v, torch.int64)
-                conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(n, torch.int64))]
+                conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, _int64(n))]
             return ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
 
         def unrolled(idx, position: bool):
@@ -181,6 +199,6 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                      ops.mul(ops.floordiv(r, kk), ops.constant(d[0], torch.int64)))
         iw = ops.add(ops.index_expr(ow * s[1] - p[1], torch.int64),
                      ops.mul(ops.remainder(r, kk), ops.constant(d[1], torch.int64)))
-        return ops.add(ops.mul(ih, ops.constant(w, torch.int64)), iw)
+        return ops.add(ops.mul(ih, _int64(w)), iw)
     indices = Pointwise.create(x.get_device(), torch.int64, index_fn, size[:-2] + out)
     return values, indices

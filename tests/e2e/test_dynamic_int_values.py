@@ -143,3 +143,38 @@ def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     records = compiled_once(lambda x: F.interpolate(x[None], scale_factor=2, mode=mode) + 1,
                             [(torch.randn(3, n),) for n in (4, 5, 7, 11)])
     assert records[0].num_kernels == 1, records[0].summary()
+
+
+# ── pooling over dynamic lengths ───────────────────────────────────────────────────────────────
+
+def _pools_and_grads(pool, sizes, grad):
+    compiled = torch.compile(pool, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for n in sizes:
+        x = torch.randn(2, 3, n, n + 3)
+        ours, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        out, ref = compiled(ours), pool(theirs)
+        assert_same_tensor(out, ref, f"n={n}")
+        if grad:
+            w = torch.randn(ref.shape)
+            (out * w).sum().backward()
+            (ref * w).sum().backward()
+            assert_same_tensor(ours.grad, theirs.grad, f"n={n} grad", atol=1e-5, rtol=1e-5)
+    records = metrics.compiled_graphs
+    assert len(records) == (2 if grad else 1), [r.summary() for r in records]   # (a forward and a backward)
+    for r in records:
+        assert r.dynamic_symbols and r.dynamic_fallback is None and not r.fallback_ops, r.summary()
+
+
+@pytest.mark.parametrize("name,pool", [
+    ("3x3 stride 2 pad 1", lambda x: F.max_pool2d(x, 3, 2, 1)),
+    ("5x5, a looped window", lambda x: F.max_pool2d(x, 5, 1)),
+])
+def test_max_pooling_over_dynamic_lengths_trains_in_one_compile(name, pool):
+    # the pooling lowerings and max-pool's backward took int() of the lengths and ran in ATen
+    _pools_and_grads(pool, (6, 9, 12, 7), grad=True)
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_average_pooling_over_dynamic_lengths_compiles_once(count_include_pad):
+    # (its backward, avg_pool2d_backward, has no lowering at any size)
+    _pools_and_grads(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=count_include_pad), (5, 6, 9, 12), grad=False)
