@@ -563,8 +563,8 @@ class WrapperCodegen:
         """A dynamic graph's size symbols, read from `call`'s arguments where each first appears."""
         lines = []
         for sym, (i, kind, dim) in symbolic.current().sources.items():
-            source = {"int": inputs[i], "size": f"{inputs[i]}.size({dim})", "stride": f"{inputs[i]}.stride({dim})",
-                      "offset": f"{inputs[i]}.storage_offset()"}[kind]
+            source = {"int": inputs[i], "bool": f"int({inputs[i]})", "size": f"{inputs[i]}.size({dim})",
+                      "stride": f"{inputs[i]}.stride({dim})", "offset": f"{inputs[i]}.storage_offset()"}[kind]
             lines.append(f"{sym} = {source}")
         return lines   # (unbacked ones are bound right after the call that defines each: _extern)
 

@@ -247,6 +247,8 @@ class GraphLowering:
             return StorageBox(InputBuffer(node.name, layout, index))
         if isinstance(val, torch.SymInt):
             return to_expr(val)   # an int input of a dynamic graph: its symbol
+        if index in symbolic.current().bool_inputs:   # a bool input of relations this graph cannot read: 0 or 1
+            return symbolic.current().bool_inputs[index]
         if _is_opaque(val):
             return ir.OpaqueInput(index)
         if not isinstance(val, torch.Tensor):

@@ -70,6 +70,9 @@ class GraphShapes:
     # placeholder index → the size expression of an int input (a symbol, or s0 // 2 that a backward takes):
     # a generated module's example inputs give it its traced value
     int_inputs: dict[int, Expr] = field(default_factory=dict)
+    # placeholder index → the symbol (b3: 0 or 1) standing for a bool input of relations of symbols this
+    # graph cannot read (a backward's `k < 3` of the forward's int input k)
+    bool_inputs: dict[int, sympy.Symbol] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
@@ -143,11 +146,14 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
             raise SymbolicUnsupported(f"input %{node.name} is a float known only at run time, and generated "
                                       "code has integer symbols only", val.node.expr)
         elif isinstance(val, torch.SymBool) and val.node.expr.free_symbols:
-            # (a backward's input: the forward's `k > 6` of an int input k, which the backward cannot read;
-            # a kernel took its traced value as a constant and added the guard, past the cache key's
-            # facts: a later compile at k = 7 got the kernel of k = 5; review, session 34)
-            raise SymbolicUnsupported(f"input %{node.name} is a bool known only at run time ({val.node.expr}), "
-                                      "and generated code has integer symbols only", val.node.expr)
+            # a backward's input: the forward's `k > 6` of an int input k, which the backward cannot read.
+            # Its own symbol, 0 or 1, read from the input (`int(arg)`): a kernel took its traced value as a
+            # constant and added the guard, past the cache key's facts, and a later compile at k = 7 got
+            # the kernel of k = 5 (review, session 34); then it was compiled per size
+            sym = sympy.Symbol(f"b{i}", integer=True, nonnegative=True)
+            shapes.sources[sym] = (i, "bool", None)
+            shapes.bool_inputs[i] = shapes.int_inputs[i] = sym
+            shapes.shape_env = shapes.shape_env or val.node.shape_env
         elif isinstance(val, torch.Tensor):
             for dim, s in enumerate(val.shape):
                 _note(shapes, s, (i, "size", dim))
@@ -179,6 +185,13 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
         values = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val   # 2.13 renamed it
         shapes.hints = {symbol(s.name): sympy.Integer(int(v)) for s, v in values.items()
                         if getattr(v, "is_Integer", True)}
+        for i, sym in shapes.bool_inputs.items():   # its traced value
+            traced = placeholders[i].meta["val"].node.expr.xreplace(
+                {s: sympy.Integer(int(v)) for s, v in values.items() if getattr(v, "is_Integer", True)})
+            if traced not in (sympy.true, sympy.false):
+                raise SymbolicUnsupported(f"input %{placeholders[i].name} is a bool with no traced value", traced)
+            shapes.hints[sym] = sympy.Integer(int(bool(traced)))
+            shapes.bounds[sym] = 1
         for sym in (*shapes.unbacked, *shapes.sources):   # (a backward's inputs may be sized by data: u0)
             if sym not in shapes.hints:
                 shapes.hints[sym] = _unbacked_hint(env, sym)

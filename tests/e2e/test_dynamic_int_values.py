@@ -178,3 +178,24 @@ def test_max_pooling_over_dynamic_lengths_trains_in_one_compile(name, pool):
 def test_average_pooling_over_dynamic_lengths_compiles_once(count_include_pad):
     # (its backward, avg_pool2d_backward, has no lowering at any size)
     _pools_and_grads(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=count_include_pad), (5, 6, 9, 12), grad=False)
+
+
+def test_a_bool_of_an_int_argument_that_the_backward_takes_is_read_from_its_input():
+    # the backward takes `k < 3` (a bool) but not k: it has a symbol of its own, 0 or 1, read from
+    # the input; the backward was compiled per value
+    def f(x, k):
+        return x * (k < 3) + x.sin()
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for k in _EITHER_SIDE:
+        x = torch.randn(3, 4)
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, ref = compiled(ours, k), f(theirs, k)
+        assert_same_tensor(out, ref, f"k={k}")
+        w = torch.randn(ref.shape)
+        (out * w).sum().backward()
+        (ref * w).sum().backward()
+        assert_same_tensor(ours.grad, theirs.grad, f"k={k} grad")
+    records = metrics.compiled_graphs
+    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], [r.summary() for r in records]
+    for r in records:
+        assert r.dynamic_symbols and r.dynamic_fallback is None and not r.fallback_ops, r.summary()
