@@ -44,11 +44,13 @@ def _pair(v, default=None):
 def _out_len(n, k, s, p, d, ceil_mode):
     span = n + 2 * p - d * (k - 1) - 1
     if isinstance(n, sympy.Basic):   # a dynamic graph's length: Dynamo's guards make the output nonempty
-        if ceil_mode:
-            raise NotImplementedError("ceil_mode pooling of a symbolic length")
-        if decide(span >= 0) is not True:
+        if decide(span + (s - 1 if ceil_mode else 0) >= 0) is not True:
             raise NotImplementedError(f"pooling of a length {n} that may be shorter than the window")
-        return FloorDiv(span, s) + 1
+        if not ceil_mode:
+            return FloorDiv(span, s) + 1
+        # at most one window too many (padding is at most half the window), which the bound on the
+        # windows starting before n + p takes off
+        return sympy.Min(FloorDiv(span + s - 1, s) + 1, FloorDiv(n + p - 1, s) + 1)
     out = (math.ceil(span / s) if ceil_mode else span // s) + 1
     if ceil_mode and (out - 1) * s >= n + p:
         out -= 1  # the last window must start inside the input or its left padding
