@@ -8,7 +8,7 @@ each symbol is read at run time (a dim of an input tensor, or an int input).
     with graph_shapes(gm):               set while one graph is lowered, scheduled and generated
         to_expr(sym_int)                 torch's sympy → ours (FloorDiv, ModularIndexing, their signed
                                          forms SignedFloorDiv and SignedMod, Min/Max; Abs as Max, floor,
-                                         ceil and trunc of exact quotients as floor divisions)
+                                         ceil, trunc and round of exact quotients as floor divisions)
         size_value(expr)                 an int for a static size, else the expression
         hint(expr)                       its value at the traced sizes: for heuristics only, whose
                                          result is correct at any size
@@ -376,7 +376,7 @@ def _convert(e: sympy.Basic) -> Expr:
         return e
     if isinstance(e, (sympy.core.relational.Relational, sympy.And, sympy.Or, sympy.Not)):   # a SymBool (torch._check)
         return e.func(*args)
-    if isinstance(e, (torch_fns.TruncToInt, torch_fns.FloorToInt, torch_fns.CeilToInt)):
+    if isinstance(e, (torch_fns.TruncToInt, torch_fns.FloorToInt, torch_fns.CeilToInt, torch_fns.RoundToInt)):
         ratio = _exact_ratio(e.args[0], args[0])
         if ratio is not None:
             return _rounded_quotient(type(e), *ratio)
@@ -458,13 +458,18 @@ def _exact_ratio(theirs: sympy.Basic, a: Expr):
 
 
 def _rounded_quotient(kind: type, n: Expr, d: Expr) -> Expr:
-    """floor, ceil or trunc (torch's FloorToInt, CeilToInt, TruncToInt) of n / d, integers, d != 0:
+    """floor, ceil, trunc or round (torch's FloorToInt, CeilToInt, TruncToInt, RoundToInt) of n / d, integers, d != 0:
     FloorDiv where both are never negative, else through SignedFloorDiv, which floors at either sign;
     trunc of a quotient of unknown sign is its sign times the quotient of the magnitudes."""
     if _never_negative(-d):
         n, d = -n, -d
     elif not _never_negative(d):
         raise SymbolicUnsupported(f"a rounded quotient by a value of unknown sign", d)
+    if kind is torch_fns.RoundToInt:   # Python's round: half to even; a tie is exact in doubles
+        nearest = 2 * n + d   # q = floor(n / d + 1 / 2), less 1 at a tie with q odd
+        q = FloorDiv(nearest, 2 * d) if _never_negative(nearest) else SignedFloorDiv(nearest, 2 * d)
+        tie = 1 - sympy.Min(SignedMod(nearest, 2 * d), 1)
+        return q - tie * SignedMod(q, 2)
     if _never_negative(n):
         return FloorDiv(n + (d - 1 if kind is torch_fns.CeilToInt else 0), d)
     if kind is torch_fns.FloorToInt or (kind is torch_fns.TruncToInt and _never_negative(-n)):

@@ -80,7 +80,7 @@ def test_a_bool_of_a_size_used_as_a_value_compiles_once():
 
 # ── abs, floor, ceil and trunc of an int argument ──────────────────────────────────────────────
 
-_SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16)
+_SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16, 2, -2, 6, -6, 10, -10)
 
 
 @pytest.mark.parametrize("name,fn", [
@@ -88,12 +88,13 @@ _SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16)
     ("floor, ceil, trunc of k / 2", lambda x, k: x * math.floor(k / 2) + math.ceil(k / 2) * 10 + math.trunc(k / 2) * 100),
     ("of k / -3 and int()", lambda x, k: x * math.floor(k / -3) + math.ceil(k / -3) * 10 + int(k / -3) * 100),
     ("of a float scale", lambda x, k: x * math.floor(k * 1.5) + math.ceil(k * 0.25) * 10 + int(k * 0.75) * 100),
+    ("round, half to even", lambda x, k: x * round(k / 2) + round(k / 4) * 10 + round(k / -3) * 100 + round(k * 0.5) * 1000),
     ("sizes", lambda x, k: (torch.arange(abs(k) + 2) * 2, torch.arange(math.floor(k / 4) + 6) * 2,
-                            x.new_zeros(math.ceil(k / 4) + 6) + 1)),
+                            x.new_zeros(math.ceil(k / 4) + 6) + 1, torch.arange(round(k / 4) + 6) * 3)),
 ])
-def test_abs_floor_ceil_and_trunc_of_an_int_argument_compile_once(name, fn):
-    # torch's Abs, FloorToInt, CeilToInt and TruncToInt (of a quotient, of an exact float scale at
-    # either sign) were size expressions the lowering refused: each value compiled on its own
+def test_abs_floor_ceil_trunc_and_round_of_an_int_argument_compile_once(name, fn):
+    # torch's Abs, FloorToInt, CeilToInt, TruncToInt and RoundToInt (of a quotient, of an exact float
+    # scale at either sign) were size expressions the lowering refused: each value compiled on its own
     x = torch.randn(2, 3)
     compiled_once(fn, [(x, k) for k in _SIGNED])
 
