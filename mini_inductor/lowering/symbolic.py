@@ -458,13 +458,13 @@ def _exact_ratio(theirs: sympy.Basic, a: Expr):
 
 
 def _rounded_quotient(kind: type, n: Expr, d: Expr) -> Expr:
-    """floor, ceil, trunc or round (torch's FloorToInt, CeilToInt, TruncToInt, RoundToInt) of n / d, integers, d != 0:
-    FloorDiv where both are never negative, else through SignedFloorDiv, which floors at either sign;
-    trunc of a quotient of unknown sign is its sign times the quotient of the magnitudes."""
+    """floor, ceil, trunc or round (torch's FloorToInt, CeilToInt, TruncToInt, RoundToInt) of n / d,
+    integers, d != 0: FloorDiv where both are never negative, else through SignedFloorDiv, which floors
+    at either sign; trunc of a quotient of unknown sign is its sign times the quotient of the magnitudes."""
     if _never_negative(-d):
         n, d = -n, -d
     elif not _never_negative(d):
-        raise SymbolicUnsupported(f"a rounded quotient by a value of unknown sign", d)
+        raise SymbolicUnsupported("a rounded quotient by a value of unknown sign", d)
     if kind is torch_fns.RoundToInt:   # Python's round: half to even; a tie is exact in doubles
         nearest = 2 * n + d   # q = floor(n / d + 1 / 2), less 1 at a tie with q odd
         q = FloorDiv(nearest, 2 * d) if _never_negative(nearest) else SignedFloorDiv(nearest, 2 * d)
@@ -531,7 +531,7 @@ def decide(cond) -> bool | None:
         cond = cond.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and a.args[0] == -a.args[1],
                             lambda a: sympy.Abs(a.args[0]))
         # torch's own Min and Max (the guards' form: `Max(1, s16) <= s77` of x[:max(k, 1)])
-        cond = cond.replace(lambda a: isinstance(a, (sympy.Max, sympy.Min)) and not isinstance(a, (torch_fns.Max, torch_fns.Min)),
+        cond = cond.replace(lambda a: isinstance(a, (sympy.Max, sympy.Min)),
                             lambda a: (torch_fns.Max if isinstance(a, sympy.Max) else torch_fns.Min)(*a.args))
         # Dynamo's guards that fix an expression to a number (Eq(s0*s1*s2, 30) of a reshape to
         # [2, 5, 3], fuzz seed 221 prog 275): hold at every size the graph serves

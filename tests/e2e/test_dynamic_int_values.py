@@ -78,17 +78,19 @@ def test_a_bool_of_a_size_used_as_a_value_compiles_once():
     compiled_once(lambda x: x * (x.shape[0] < 5) + (x.shape[1] >= 4), [(torch.randn(n, n - 1),) for n in (3, 7, 4, 6)])
 
 
-# ── abs, floor, ceil and trunc of an int argument ──────────────────────────────────────────────
+# ── abs, floor, ceil, trunc and round of an int argument ──────────────────────────────────────────────
 
 _SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16, 2, -2, 6, -6, 10, -10)
 
 
 @pytest.mark.parametrize("name,fn", [
     ("x * abs(k)", lambda x, k: x * abs(k) + abs(k - 3)),
-    ("floor, ceil, trunc of k / 2", lambda x, k: x * math.floor(k / 2) + math.ceil(k / 2) * 10 + math.trunc(k / 2) * 100),
+    ("floor, ceil, trunc of k / 2",
+     lambda x, k: x * math.floor(k / 2) + math.ceil(k / 2) * 10 + math.trunc(k / 2) * 100),
     ("of k / -3 and int()", lambda x, k: x * math.floor(k / -3) + math.ceil(k / -3) * 10 + int(k / -3) * 100),
     ("of a float scale", lambda x, k: x * math.floor(k * 1.5) + math.ceil(k * 0.25) * 10 + int(k * 0.75) * 100),
-    ("round, half to even", lambda x, k: x * round(k / 2) + round(k / 4) * 10 + round(k / -3) * 100 + round(k * 0.5) * 1000),
+    ("round, half to even",
+     lambda x, k: x * round(k / 2) + round(k / 4) * 10 + round(k / -3) * 100 + round(k * 0.5) * 1000),
     ("sizes", lambda x, k: (torch.arange(abs(k) + 2) * 2, torch.arange(math.floor(k / 4) + 6) * 2,
                             x.new_zeros(math.ceil(k / 4) + 6) + 1, torch.arange(round(k / 4) + 6) * 3)),
 ])
