@@ -309,6 +309,30 @@ def _view_offset(val) -> int:
     return offset
 
 
+@register_lowering(aten.unfold)
+def unfold(x, dimension, size, step):
+    """The windows x[.., i*step : i*step + size, ..] along `dimension`, each a new last dim: a view
+    (x.unfold(1, k, 1), a dynamic graph's length too; it ran in ATen, which cut the kernels apart)."""
+    sizes = x.get_size()
+    if not sizes:
+        raise NotImplementedError("unfold of a 0-d tensor")
+    d = _norm_dim(dimension, len(sizes))
+    span = sympy.sympify(sizes[d] - size)
+    if span.free_symbols and decide(span >= 0) is not True:
+        raise NotImplementedError(f"unfold of a length {sizes[d]} that may be shorter than its window {size}")
+    if not span.free_symbols and span < 0:
+        raise NotImplementedError("unfold with a window longer than the dim")   # (eager raises)
+    new = list(sizes)
+    new[d] = FloorDiv(span, step) + 1
+    new.append(sympy.sympify(size))
+
+    def reindex(idx):
+        src = list(idx[:-1])
+        src[d] = src[d] * step + idx[-1]
+        return src
+    return View(x, new, reindex)
+
+
 @register_lowering(aten.split_with_sizes)
 def split_with_sizes(x, split_sizes, dim=0):
     """Consecutive parts, each in range: torch checked that the sizes are never negative and sum to the

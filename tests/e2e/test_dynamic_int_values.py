@@ -24,9 +24,9 @@ def on_device(device):
     torch.set_default_device(None)
 
 
-def compiled_once(fn, calls, *, graphs=1):
+def compiled_once(fn, calls, *, graphs=1, kernels=1):
     """`fn` compiled under dynamic=True and compared with eager at each call's arguments; then that
-    `graphs` symbolic graphs served them all, each with kernels and no op in ATen."""
+    `graphs` symbolic graphs served them all, each with `kernels` or more and no op in ATen."""
     compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
     for args in calls:
         out, ref = compiled(*args), fn(*args)
@@ -37,7 +37,7 @@ def compiled_once(fn, calls, *, graphs=1):
     assert len(records) == graphs, [r.summary() for r in records]
     for r in records:
         assert r.dynamic_symbols and r.dynamic_fallback is None and r.ran_eagerly is None, r.summary()
-        assert not r.fallback_ops and r.num_kernels >= 1, r.summary()
+        assert not r.fallback_ops and r.num_kernels >= kernels, r.summary()
     return records
 
 
@@ -208,3 +208,14 @@ def test_a_bool_of_an_int_argument_that_the_backward_takes_is_read_from_its_inpu
     assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], [r.summary() for r in records]
     for r in records:
         assert r.dynamic_symbols and r.dynamic_fallback is None and not r.fallback_ops, r.summary()
+
+
+@pytest.mark.parametrize("name,fn,kernels", [
+    ("windows summed", lambda x: x.unfold(1, 3, 1).sum(-1), 1),
+    ("returned, overlapping", lambda x: x.unfold(1, 3, 2), 0),   # a view of the input
+    ("a middle dim", lambda x: x[None].unfold(2, 2, 3).exp(), 1),
+])
+def test_unfold_over_a_dynamic_length_is_a_view(name, fn, kernels):
+    # aten.unfold had no lowering: an ATen call at every size, which cut the kernels around it apart
+    # (lengths with two windows or more: Dynamo compiles one window apart)
+    compiled_once(fn, [(torch.randn(3, n),) for n in (7, 9, 12, 16)], kernels=kernels)
