@@ -116,6 +116,8 @@ def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], 
             return "alias", (f"output {i} shares storage with inputs {g[0]} and outputs {g[1]}; "
                              f"eager's with inputs {w[0]} and outputs {w[1]}")
     for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+        if not isinstance(e, torch.Tensor):     # a Python number argument: nothing to mutate
+            continue
         bad = compare_tensor(a, e, f"input {i} after the call", strides=False)
         if bad:
             return "mutation", bad[1]

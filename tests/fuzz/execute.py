@@ -3,7 +3,8 @@
     run_program(program, backend="mini_inductor", device="cpu") -> Outcome
 
 Outcome classes: ok; wrong (compiled ran, a result differs: category value/dtype/shape/stride/
-alias/mutation/grad/structure); ill_conditioned (a value or gradient missed, but eager itself, given
+alias/mutation/grad/structure, or raises: eager raised dividing by a number argument that is 0 at
+an other size set, the compiled call did not); ill_conditioned (a value or gradient missed, but eager itself, given
 the inputs changed by one rounding step, misses the float64 result by half as much or more: rounding
 noise the program amplifies, such as a gradient through a normalization of two elements; not counted
 against us, its repro written for a look); error (compiled raised, eager did not: category is the
@@ -28,6 +29,7 @@ import torch
 from .compare import compare_grads, compare_run
 from .generate import _quiet, backward, backward_loss
 from .program import Program, load
+from .sizes import is_zero_division
 
 CLASSES = ("ok", "wrong", "ill_conditioned", "error", "torch_bug", "timeout", "crash", "eager_error")
 
@@ -117,7 +119,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
         return make_inputs(device) if sizes == 0 else make_inputs(device, sizes)
 
     size_sets = range(1 + program.size_sets)
-    eager = []      # per size set: (its inputs after the eager call, eager's outputs)
+    eager = []      # per size set: (its inputs after the eager call, eager's outputs; or None, the error)
     for sizes in size_sets:
         try:
             with _quiet():
@@ -126,6 +128,10 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                 if program.autograd:
                     backward(expected)
         except Exception as err:
+            if sizes and is_zero_division(err):
+                # a divisor argument 0 (sizes.py): the compiled call must raise as well
+                eager.append((None, err))
+                continue
             return Outcome("eager_error", type(err).__name__, _at(program, None, sizes) + _error_text(err),
                            sizes=sizes)
         eager.append((eager_inputs, expected))
@@ -154,6 +160,16 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
         eager_inputs, expected = eager[sizes]
         label = _at(program, call, sizes)
         compiles = _compile_counts()
+        if eager_inputs is None:
+            try:
+                with _quiet():
+                    outputs = compiled(*inputs)
+                    if program.autograd:
+                        backward(outputs)
+            except Exception:
+                continue
+            return Outcome("wrong", "raises", f"{label}eager raised {type(expected).__name__}: "
+                           f"{_error_text(expected).splitlines()[0][:200]}; compiled returned", sizes=sizes)
         try:
             with _quiet():
                 actual = compiled(*inputs)

@@ -12,6 +12,7 @@ in a float computation cannot turn into a different integer or mask.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import warnings
 import zlib
@@ -23,11 +24,13 @@ from .program import VAR, InputSpec, Program, Stmt
 
 DTYPES = {"float32": 40, "float16": 12, "bfloat16": 12, "int64": 8, "int32": 8, "bool": 6, "float64": 3}
 FLOATS = ("float32", "float16", "bfloat16", "float64")
-MAX_INPUTS = 6
+MAX_INPUTS = 6      # tensor arguments
+MAX_SCALARS = 3     # Python-number arguments (the scalar family, ops_scalar.py)
 
 
 class Ctx:
-    """The generator's state: live values by name, which are exact, and the inputs made so far."""
+    """The generator's state: live values by name, which are exact, and the inputs made so far.
+    `env` holds tensors only (what ops pick from); Python-number arguments are in `scalars`."""
 
     def __init__(self, rng: random.Random, autograd: bool, max_size: int, input_seed: int):
         self.rng = rng
@@ -36,6 +39,7 @@ class Ctx:
         self.inputs: list[InputSpec] = []
         self.env: dict[str, torch.Tensor] = {}
         self.exact: dict[str, bool] = {}
+        self.scalars: dict[str, int | float] = {}
         self.gen = torch.Generator().manual_seed(input_seed)
 
     # --- values ---------------------------------------------------------------------------
@@ -97,6 +101,29 @@ class Ctx:
         self.exact[spec.name] = True
         return spec.name
 
+    def tensor_inputs(self) -> int:
+        return sum(1 for spec in self.inputs if not spec.is_scalar)
+
+    def scalar(self, kind: str, nonzero: bool = False, value=None, reuse: float = 0.35) -> str | None:
+        """A Python-number argument of `kind` ("int" or "float"): an existing one now and then (one
+        number used in several places), else a new one with `value` (drawn when None; an int is never
+        0 or 1, which Dynamo specializes). nonzero: 0 is outside its domain (a divisor)."""
+        have = [spec for spec in self.inputs if spec.dtype == kind and (not nonzero or spec.value != 0)]
+        if have and (self.rng.random() < reuse or len(self.scalars) >= MAX_SCALARS):
+            spec = self.rng.choice(have)
+            if nonzero and not spec.nonzero:
+                self.inputs[self.inputs.index(spec)] = dataclasses.replace(spec, nonzero=True)
+            return spec.name
+        if len(self.scalars) >= MAX_SCALARS:
+            return None
+        if value is None:
+            value = self.rng.choice([-3, -2, 2, 3, 4, 5, 7]) if kind == "int" else \
+                self.rng.choice([-1.5, -0.25, 0.5, 0.75, 1.25, 2.5, round(self.rng.uniform(-3, 3), 2) or 0.5])
+        spec = InputSpec(f"x{len(self.inputs)}", (), kind, value=value, nonzero=nonzero)
+        self.inputs.append(spec)
+        self.scalars[spec.name] = value
+        return spec.name
+
     def index_input(self, bound: int, shape, unique_along: int | None = None) -> str | None:
         """An int64 input of `shape` with values in [0, bound); distinct along one dim if asked."""
         if bound <= 0:
@@ -138,9 +165,9 @@ class Ctx:
                 return found
             if rng.random() < 0.2:  # now and then the value with itself
                 return found or name
-        if rng.random() < 0.15 or len(self.inputs) >= MAX_INPUTS:
+        if rng.random() < 0.15 or self.tensor_inputs() >= MAX_INPUTS:
             return self.new_input((), self.dtype(str(a.dtype).split(".")[-1])) \
-                if len(self.inputs) < MAX_INPUTS else name
+                if self.tensor_inputs() < MAX_INPUTS else name
         keep = rng.randint(0, a.dim())
         shape = [1 if rng.random() < 0.3 else n for n in a.shape[a.dim() - keep:]]
         return self.new_input(tuple(shape), self.dtype(str(a.dtype).split(".")[-1]))
@@ -189,7 +216,7 @@ def _try_stmt(ctx: Ctx, spec, out: str) -> Stmt | None:
         return None
     if expr is None:
         return None
-    scope = {"torch": torch, "F": F, **ctx.env}
+    scope = {"torch": torch, "F": F, **ctx.scalars, **ctx.env}
     try:
         with _quiet():
             value = eval(expr, scope)

@@ -23,7 +23,10 @@ import random
 from typing import Callable
 
 FAMILY_WEIGHTS = {"pointwise": 3, "binary": 3, "convert": 1, "reduction": 2, "norm": 1.5, "view": 3,
-                  "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2, "attention": 0.6}
+                  "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2, "attention": 0.6,
+                  # Python int and float arguments (ops_scalar.py): off unless asked for (`--weight scalar=3`);
+                  # last and 0, so that the other families' draws, and every seed's programs, stay as they were
+                  "scalar": 0}
 # `--weight FAMILY=W` (cli.py) passes its changes to the workers in the environment
 for _item in filter(None, os.environ.get("MINI_FUZZ_WEIGHTS", "").split(",")):
     _family, _, _weight = _item.partition("=")
@@ -256,7 +259,7 @@ def _attention(c):
     """softmax(modification(q @ kᵀ)) @ v over fresh q, k, v, in one of the spellings and with one of
     the modifications the matcher knows (and some it must refuse)."""
     rng = c.rng
-    if len(c.inputs) > 2:   # q, k, v and a mask or a bias: at most MAX_INPUTS (6) in all
+    if c.tensor_inputs() > 2:   # q, k, v and a mask or a bias: at most MAX_INPUTS (6) in all
         return None
     dt = rng.choice(["float32", "float32", "float16", "bfloat16"])
     b, h, length, e = rng.randint(1, 2), rng.randint(1, 3), rng.randint(1, c.max_size), rng.randint(1, 5)
@@ -298,8 +301,10 @@ def _attention(c):
     return f"torch.softmax({s}, dim=-1) @ {v}" if rng.random() < 0.6 else f"{s}.softmax(-1).matmul({v})"
 
 
-# the shape, indexing, scan, sort, matmul and in-place rows (registered after these, in this order)
+# the shape, indexing, scan, sort, matmul and in-place rows (registered after these, in this order),
+# then the scalar family's
 from . import ops_shape  # noqa: E402,F401
+from . import ops_scalar  # noqa: E402,F401
 
 _BY_FAMILY: dict[str, list[OpSpec]] = {}
 for _spec in OPS:

@@ -4,6 +4,11 @@
     Program.to_source() -> "def make_inputs(device, sizes=0): ..."   # with other size sets (--dynamic)
     Program.to_dict() / Program.from_dict(d)   # what travels to and from a worker process
 
+An argument is a tensor or a Python number (dtype "int" or "float": `x3 = 4`), as user code passes a
+step count or a scale: Dynamo makes an int a SymInt input under dynamic shapes and a float a 0-d tensor
+input or a constant it guards on. Under --dynamic a number also takes other values at the other size
+sets (`other_values`, sizes.py).
+
 A program is plain Python text once rendered, so the thing that runs in a worker, the thing the
 shrinker edits and the repro script that gets written are the same code.
 """
@@ -16,6 +21,7 @@ import re
 LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
 
 VAR = re.compile(r"\b[xv]\d+\b")
+SCALARS = ("int", "float")    # dtypes of Python-number arguments
 LOW_FLOAT = re.compile(r"torch\.(float32|float16|bfloat16)\b")
 
 
@@ -33,12 +39,27 @@ class InputSpec:
     # --dynamic: its shape at each other size set the compiled function is also called at (sizes.py);
     # () where there are none
     other_shapes: tuple = ()
+    # a Python number (dtype "int" or "float"): its value, its values at the other size sets, and
+    # whether 0 is out of its domain (a divisor: sizes.py gives 0 only where eager raises for it)
+    value: int | float | None = None
+    other_values: tuple = ()
+    nonzero: bool = False
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.dtype in SCALARS
 
     def at(self, sizes: int) -> "InputSpec":
         """This input as size set `sizes` builds it (0: the traced call's sizes)."""
         if sizes == 0:
             return self
+        if self.is_scalar:
+            return dataclasses.replace(self, value=self.other_values[sizes - 1], other_shapes=(), other_values=())
         return dataclasses.replace(self, shape=tuple(self.other_shapes[sizes - 1]), other_shapes=())
+
+    def describe(self) -> str:
+        """"x0 (5, 7)" for a tensor, "x3=4" for a number (messages)."""
+        return f"{self.name}={self.value!r}" if self.is_scalar else f"{self.name} {tuple(self.shape)}"
 
     def base_shape(self) -> tuple:
         """The dense tensor the input is a view of."""
@@ -62,6 +83,8 @@ class InputSpec:
 
     def source(self) -> str:
         """A line building this input from the generator `g` on `device`."""
+        if self.is_scalar:
+            return f"{self.name} = {self.value!r}"
         dt = f"torch.{self.dtype}"
         base = self.base_shape()
         if self.values is not None:
@@ -117,9 +140,13 @@ class Program:
         """How many other size sets the compiled function is called at besides the traced one (sizes.py)."""
         return len(self.inputs[0].other_shapes) if self.inputs else 0
 
+    def scalars(self) -> list:
+        """The Python-number arguments."""
+        return [spec for spec in self.inputs if spec.is_scalar]
+
     def shapes(self, sizes: int) -> str:
-        """The inputs' shapes at size set `sizes`, for messages: "x0 (5, 7), x1 (7,)"."""
-        return ", ".join(f"{spec.name} {tuple(spec.at(sizes).shape)}" for spec in self.inputs)
+        """The inputs' shapes (and numbers) at size set `sizes`, for messages: "x0 (5, 7), x1 (7,), x2=-3"."""
+        return ", ".join(spec.at(sizes).describe() for spec in self.inputs)
 
     def to_source(self) -> str:
         seed = f"g = torch.Generator().manual_seed({self.input_seed})"
@@ -153,7 +180,8 @@ class Program:
     def from_dict(d: dict) -> "Program":
         inputs = tuple(InputSpec(**{**i, "shape": tuple(i["shape"]),
                                     "values": None if i["values"] is None else tuple(i["values"]),
-                                    "other_shapes": tuple(tuple(s) for s in i.get("other_shapes", ()))})
+                                    "other_shapes": tuple(tuple(s) for s in i.get("other_shapes", ())),
+                                    "other_values": tuple(i.get("other_values", ()))})
                        for i in d["inputs"])
         stmts = tuple(Stmt(**s) for s in d["stmts"])
         return Program(d["seed"], d["index"], inputs, stmts, tuple(d["outputs"]), d["autograd"],

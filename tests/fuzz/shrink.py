@@ -8,7 +8,8 @@ when it fails the same way (same Outcome.signature()). Candidates, smallest chan
 fewer outputs, dead statements gone, fewer or smaller other size sets (--dynamic; a failure found
 at other sizes keeps the set it needs: Outcome.signature() says where it failed), one statement
 dropped (with what reads it), a statement bypassed (its readers read its operand instead), simpler
-inputs (contiguous, no grad, float32, smaller dims), unused inputs gone. Repeated until nothing
+inputs (contiguous, no grad, float32, smaller dims), a number argument written in as its value or kept
+at its value in an other size set, unused inputs gone. Repeated until nothing
 smaller fails the same way. The repro script calls the compiled function at every size set left.
 """
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _rename(expr: str, old: str, new: str) -> str:
 def _bypass(p: Program, i: int) -> Iterator[Program]:
     """Statement i gone; whatever read its value reads one of its operands instead."""
     s = p.stmts[i]
-    for operand in dict.fromkeys(s.reads()):
+    numbers = {spec.name for spec in p.scalars()}
+    for operand in dict.fromkeys(r for r in s.reads() if r not in numbers):
         stmts = [dataclasses.replace(t, expr=_rename(t.expr, s.out, operand)) for t in p.stmts[i + 1:]]
         outs = list(dict.fromkeys(operand if o == s.out else o for o in p.outputs))
         yield _with(p, list(p.stmts[:i]) + stmts, outs)
@@ -112,9 +114,10 @@ def _size_set_variants(p: Program) -> Iterator[Program]:
     2 (or half) in every input at once, as its class varies (sizes.py)."""
     if not p.size_sets:
         return
-    yield _with(p, inputs=[dataclasses.replace(i, other_shapes=()) for i in p.inputs])
+    yield _with(p, inputs=[dataclasses.replace(i, other_shapes=(), other_values=()) for i in p.inputs])
     for k in range(p.size_sets if p.size_sets > 1 else 0):
-        yield _with(p, inputs=[dataclasses.replace(i, other_shapes=i.other_shapes[:k] + i.other_shapes[k + 1:])
+        yield _with(p, inputs=[dataclasses.replace(i, other_shapes=i.other_shapes[:k] + i.other_shapes[k + 1:],
+                                                   other_values=i.other_values[:k] + i.other_values[k + 1:])
                                for i in p.inputs])
     for k in range(p.size_sets):
         pairs = dict.fromkeys((n, m) for i in p.inputs if i.values is None
@@ -123,6 +126,22 @@ def _size_set_variants(p: Program) -> Iterator[Program]:
             for smaller in dict.fromkeys((2, m // 2)):
                 if 2 <= smaller < m:
                     yield _with(p, inputs=[_resized(i, k, n, m, smaller) for i in p.inputs])
+
+
+def _scalar_variants(p: Program) -> Iterator[Program]:
+    """A number argument written into the program as its value (is it the argument that matters?), or
+    kept at its traced value in one other size set."""
+    for k, spec in enumerate(p.inputs):
+        if not spec.is_scalar:
+            continue
+        literal = f"({spec.value!r})"
+        stmts = [dataclasses.replace(t, expr=_rename(t.expr, spec.name, literal)) for t in p.stmts]
+        if spec.name not in p.outputs:
+            yield _with(p, stmts, inputs=list(p.inputs[:k]) + list(p.inputs[k + 1:]))
+        for j, v in enumerate(spec.other_values):
+            if v != spec.value:
+                same = dataclasses.replace(spec, other_values=spec.other_values[:j] + (spec.value,) + spec.other_values[j + 1:])
+                yield _with(p, inputs=list(p.inputs[:k]) + [same] + list(p.inputs[k + 1:]))
 
 
 def _resized(spec, k: int, n: int, m: int, smaller: int):
@@ -152,12 +171,14 @@ def candidates(p: Program) -> Iterator[Program]:
         for q in _bypass(p, i):
             yield _unused_inputs(q)
     yield from _input_variants(p)
+    yield from _scalar_variants(p)
     if p.size_sets:
         yield from _traced_size_variants(p)
 
 
 def size(p: Program) -> tuple:
-    elements = sum(len(i.shape) + sum(i.shape) + sum(len(s) + sum(s) for s in i.other_shapes) for i in p.inputs)
+    elements = sum(len(i.shape) + sum(i.shape) + sum(len(s) + sum(s) for s in i.other_shapes) for i in p.inputs) + \
+        sum(v != i.value for i in p.inputs for v in i.other_values)
     return (len(p.stmts), len(p.outputs), len(p.inputs), elements, len(p.to_source()))
 
 
@@ -244,7 +265,14 @@ def loss_of(outputs):
 
 def run(fn, device, sizes=0):
     inputs = make_inputs(device) if sizes == 0 else make_inputs(device, sizes)
-    outputs = fn(*inputs)
+    try:
+        outputs = fn(*inputs)
+    except ZeroDivisionError as err:    # a number argument 0 as a divisor: must raise compiled too
+        return inputs, err
+    except RuntimeError as err:
+        if "ZeroDivisionError" not in str(err):
+            raise
+        return inputs, err
     loss = loss_of(outputs) if AUTOGRAD else None
     if loss is not None:
         loss.backward()
@@ -260,15 +288,20 @@ if __name__ == "__main__":
     from torch._dynamo.utils import counters
     tols = {{torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-7}}
     observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]
-    share = lambda outs, ins: [[j for j, x in enumerate(ins) if o.numel() and x.numel() and
+    tensor = lambda x: isinstance(x, torch.Tensor)
+    share = lambda outs, ins: [[j for j, x in enumerate(ins) if tensor(x) and o.numel() and x.numel() and
                                 o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()] for o in outs]
     for sizes in range(1 + OTHER_SIZES):
         eager_inputs, expected = run(f, device, sizes)
         graphs = counters["stats"]["unique_graphs"]
         inputs, actual = run(compiled, device, sizes)
-        at = f"sizes {{sizes}} ({{', '.join(str(tuple(x.shape)) for x in inputs)}})"
+        at = f"sizes {{sizes}} ({{', '.join(str(tuple(x.shape)) if tensor(x) else repr(x) for x in inputs)}})"
         print(f"{{at}}{{': traced' if sizes == 0 else ''}}"
               f"{{': Dynamo recompiled' if sizes and counters['stats']['unique_graphs'] > graphs else ''}}")
+        if isinstance(expected, Exception):
+            assert isinstance(actual, Exception), f"{{at}}: eager raised {{expected!r}}, compiled returned"
+            print(f"  both raised: eager {{type(expected).__name__}}, compiled {{type(actual).__name__}}")
+            continue
         close = lambda a, e, what: torch.testing.assert_close(
             a, e, equal_nan=True, atol=tols.get(e.dtype, 0), rtol=tols.get(e.dtype, 0), msg=lambda m: f"{{at}}, {{what}}: {{m}}")
         for i, (a, e) in enumerate(zip(actual, expected)):
@@ -279,6 +312,8 @@ if __name__ == "__main__":
         assert share(actual, inputs) == share(expected, eager_inputs), f"{{at}}: outputs alias other inputs than eager's"
         assert share(actual, actual) == share(expected, expected), f"{{at}}: outputs alias each other unlike eager's"
         for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
+            if not tensor(e):
+                continue
             close(a, e, f"input {{i}} after the call")
             if AUTOGRAD and e.requires_grad:
                 assert (a.grad is None) == (e.grad is None), \

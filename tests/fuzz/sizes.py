@@ -29,6 +29,13 @@ size that breaks such a guard recompiles, where the point is to run the graph co
 sizes. Only where no class can vary without that are the guards set aside (the call then recompiles,
 which execute.py counts). None of this makes a set valid: eager does (above). A recompile left is
 then one that no varied size avoids, or a guard of mini_inductor's own.
+
+Python-number arguments (ops_scalar.py) vary too, each a class of its own keyed by its name: an int from
+-5..7 in the first set and -12..13 in the second (0, 1 and -1 likelier: Dynamo specializes 0 and 1 at
+trace time, not after), a float from -3..3 or 0.0; up to four values are tried for each, the first
+that keeps the program's structure (with the sets' sizes, else alone) kept. A divisor (`nonzero`) is
+never 0 there; instead, where eager raises ZeroDivisionError with every int divisor 0 (and all else
+traced), that is one more set, last, at which the compiled call must raise too (execute.py).
 """
 from __future__ import annotations
 
@@ -65,27 +72,39 @@ def with_other_sizes(program: Program, sets: int = OTHER_SIZE_SETS) -> Program:
     a size class). Deterministic per program."""
     program = _with_shapes(program, [])
     classes = size_classes(program)
-    if not classes or sets <= 0:
+    scalars = program.scalars()
+    if not (classes or scalars) or sets <= 0:
         return program
     traced = _structure(program, {})
     if traced is None:
         return program
     rng = random.Random(zlib.crc32(f"{program.seed}:{program.index}:{program.input_seed}:sizes".encode()))
     fixed = {0, 1} | {n for spec in program.inputs for n in spec.shape} - set(classes)
-    structure = functools.lru_cache(maxsize=None)(lambda items: _structure(program, dict(items)))
+    cached = functools.lru_cache(maxsize=None)(lambda items: _structure(program, dict(items)))
+
+    def structure(mapping: dict) -> list | None:
+        return cached(tuple(sorted(mapping.items(), key=lambda kv: (isinstance(kv[0], str), kv[0]))))
     guards = _dynamo_guards(program)
     chosen: list[dict] = []
     try:
         for k in range(sets):
             mapping = _draw(rng, classes, larger=k % 2 == 1, taken=fixed)
+            for spec in scalars:
+                value = _draw_value(rng, spec, larger=k % 2 == 1,
+                                    valid=lambda v: structure({**mapping, spec.name: v}) == traced
+                                    or structure({spec.name: v}) == traced)
+                if value is not None:
+                    mapping[spec.name] = value
             kept = {}
             for strict in ((True, False) if guards else (False,)):
-                kept = _largest_valid(mapping, lambda m: structure(tuple(sorted(m.items()))) == traced and
-                                      (not strict or guards(m)))
+                kept = _largest_valid(mapping, lambda m: structure(m) == traced and (not strict or guards(m)))
                 if kept:
                     break
             if kept and kept not in chosen:
                 chosen.append(kept)
+        zero = {spec.name: 0 for spec in scalars if spec.nonzero and spec.dtype == "int"}
+        if zero and raises_zero_division(program, zero):
+            chosen.append(zero)
     finally:
         torch._dynamo.reset()
     return _with_shapes(program, chosen)
@@ -108,6 +127,50 @@ def _draw(rng: random.Random, classes: list[int], larger: bool, taken: set) -> d
         mapping[n] = v
         used.add(v)
     return mapping
+
+
+def _draw_value(rng: random.Random, spec, larger: bool, valid) -> int | float | None:
+    """Another value for Python-number argument `spec`: the first of up to four drawn that `valid` takes
+    (0 never for a divisor), None if none."""
+    tried = []
+    for _ in range(4):
+        if spec.dtype == "int":
+            pool = [v for v in range(-12, 14) if abs(v) <= 13] if larger else list(range(-5, 8))
+            pool = [v for v in pool if v != spec.value and not (spec.nonzero and v == 0) and v not in tried]
+            if not pool:
+                return None
+            v = rng.choices(pool, weights=[3 if v in (0, 1, -1) else 1 for v in pool])[0]
+        else:
+            v = 0.0 if not spec.nonzero and rng.random() < 0.2 else \
+                round(rng.uniform(-10, 10) if larger else rng.uniform(-3, 3), 2)
+            if v == spec.value or v in tried or (spec.nonzero and v == 0):
+                continue
+        tried.append(v)
+        if valid(v):
+            return v
+    return None
+
+
+def raises_zero_division(program: Program, mapping: dict) -> bool:
+    """Whether eager raises dividing by zero at `mapping` (a Python ZeroDivisionError, or torch's for an
+    integer tensor divided by 0): the set where the compiled call must raise too (execute.py)."""
+    from .generate import _quiet, backward
+
+    try:
+        with _quiet():
+            inputs = _inputs(program, mapping)
+            scope = {"torch": torch, "F": F, **{spec.name: x for spec, x in zip(program.inputs, inputs)}}
+            for stmt in program.stmts:
+                scope[stmt.out] = eval(stmt.expr, scope)
+            if program.autograd:
+                backward([scope[o] for o in program.outputs])
+    except Exception as err:
+        return is_zero_division(err)
+    return False
+
+
+def is_zero_division(err: BaseException) -> bool:
+    return isinstance(err, ZeroDivisionError) or "ZeroDivisionError" in str(err)
 
 
 def _largest_valid(mapping: dict[int, int], valid) -> dict[int, int]:
@@ -156,8 +219,17 @@ def _shape(spec, mapping: dict[int, int]) -> tuple:
     return tuple(spec.shape) if spec.values is not None else tuple(mapping.get(n, n) for n in spec.shape)
 
 
+def _at(spec, mapping: dict):
+    """The input as `mapping` builds it: its size classes mapped, a number given its value there."""
+    if spec.is_scalar:
+        return dataclasses.replace(spec, value=mapping.get(spec.name, spec.value), other_shapes=(), other_values=())
+    return dataclasses.replace(spec, shape=_shape(spec, mapping), other_shapes=())
+
+
 def _with_shapes(program: Program, mappings: list[dict]) -> Program:
-    inputs = tuple(dataclasses.replace(spec, other_shapes=tuple(_shape(spec, m) for m in mappings))
+    inputs = tuple(dataclasses.replace(spec, other_shapes=tuple(_shape(spec, m) for m in mappings),
+                                       other_values=tuple(mapping.get(spec.name, spec.value) for mapping in mappings)
+                                       if spec.is_scalar else ())
                    for spec in program.inputs)
     return dataclasses.replace(program, inputs=inputs)
 
@@ -166,7 +238,7 @@ def _inputs(program: Program, mapping: dict[int, int]) -> list:
     """The program's CPU inputs with its size classes mapped: as make_inputs builds them."""
     scope = {"torch": torch, "g": torch.Generator().manual_seed(program.input_seed), "device": "cpu"}
     for spec in program.inputs:
-        exec(dataclasses.replace(spec, shape=_shape(spec, mapping), other_shapes=()).source(), scope)
+        exec(_at(spec, mapping).source(), scope)
     return [scope[spec.name] for spec in program.inputs]
 
 
@@ -180,7 +252,7 @@ def _structure(program: Program, mapping: dict[int, int]) -> list | None:
     try:
         with _quiet():
             inputs = _inputs(program, mapping)
-            if any(x.numel() > MAX_ELEMENTS for x in inputs):
+            if any(isinstance(x, torch.Tensor) and x.numel() > MAX_ELEMENTS for x in inputs):
                 return None
             scope = {"torch": torch, "F": F, **{spec.name: x for spec, x in zip(program.inputs, inputs)}}
             out = []

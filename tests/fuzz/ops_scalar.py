@@ -1,0 +1,186 @@
+"""The scalar family: Python int and float arguments used as user code uses them (see ops.py).
+
+A program drawn with this family takes numbers beside its tensors (`def f(x0, x1, x2)` with `x2 = 4`):
+a scale or an offset in tensor arithmetic (`x0 * x2`, `x0.clamp(max=x3)`), a slice bound or a narrow
+length (`x0[:, :x2]`), integer arithmetic on an int (`x2 // 3`, `-x2`, `7 // x2`) fed into tensors,
+a comparison (`x0 if x2 > 3 else x1`, `x0 * (x2 > 3)`), a roll amount, a size (`torch.arange(x2)`).
+Dynamo makes an int a SymInt under dynamic shapes and a float a 0-d tensor input (or a constant with a
+guard), which is where compiled code can go wrong where a literal does not. Under --dynamic the numbers
+take other values at the other size sets (sizes.py), negative and 0 where the program allows; a
+divisor (`nonzero`) is 0 only in a set of its own where eager raises, and the compiled call must raise
+too (execute.py).
+
+Weight 0 by default (the programs of a seed stay what they were): `--weight scalar=3`.
+"""
+from __future__ import annotations
+
+from .ops import OPS, OpSpec
+
+
+def _int_for(c, n: int) -> str | None:
+    """An int argument to cut a dim of size n with: an existing one now and then, else a new one inside
+    the dim (2..n-1, or negative: counted from the end), never 0 or 1 (Dynamo specializes them)."""
+    inside = [k for k in range(2, n)] + [-k for k in range(2, n)]
+    return c.scalar("int", value=c.rng.choice(inside) if inside else c.rng.choice([2, 3]))
+
+
+def _row(name: str, keeps_exact: bool = False, inplace: bool = False):
+    def register(make):
+        OPS.append(OpSpec(name, "scalar", make, keeps_exact, inplace))
+        return make
+    return register
+
+
+@_row("scalar_arith")
+def _arith(c):
+    """A number as the other operand of tensor arithmetic (any value: negative and 0 too)."""
+    a = c.pick()
+    k = c.scalar(c.rng.choice(["int", "float"]))
+    if a is None or k is None:
+        return None
+    return c.rng.choice([f"{a} * {k}", f"{a} + {k}", f"{k} - {a}", f"{a} - {k}", f"torch.mul({a}, {k})",
+                         f"torch.add({a}, {a}, alpha={k})" if k in c.scalars and isinstance(c.scalars[k], int)
+                         else f"{a} * {k} + 1"])
+
+
+@_row("scalar_div")
+def _div(c):
+    """A number as a divisor: true division of any value; floor division and remainder of exact ones."""
+    kind = c.rng.choice(["int", "float"])
+    if c.rng.random() < 0.5:
+        a = c.pick()
+        k = c.scalar(kind, nonzero=True)
+        return None if a is None or k is None else f"{a} / {k}"
+    a = c.pick(exact=True)
+    k = c.scalar(kind, nonzero=True)
+    if a is None or k is None:
+        return None
+    return c.rng.choice([f"{a} // {k}", f"{a} % {k}", f"torch.remainder({a}, {k})",
+                         f"torch.div({a}, {k}, rounding_mode='floor')", f"torch.div({a}, {k}, rounding_mode='trunc')"])
+
+
+@_row("scalar_clamp", keeps_exact=True)
+def _clamp(c):
+    a = c.pick()
+    f = c.scalar(c.rng.choice(["float", "float", "int"]))
+    if a is None or f is None:
+        return None
+    choice = c.rng.randrange(5)
+    if choice == 0:
+        return f"{a}.clamp(max={f})"
+    if choice == 1:
+        return f"{a}.clamp(min={f})"
+    if choice == 2:
+        return f"torch.clamp({a}, -abs({f}), abs({f}))"
+    if choice == 3:
+        return f"torch.maximum({a}, torch.full_like({a}, {f}))"
+    return f"{a}.masked_fill({a} > {f}, {f})" if c.exact[a] or not c.t(a).is_floating_point() else f"{a}.clamp(max={f})"
+
+
+@_row("scalar_float")
+def _float_uses(c):
+    """A float in the ways a model reads one: a slope, an exponent, a blend, a fill."""
+    a = c.pick(float_only=True)
+    f = c.scalar("float")
+    if a is None or f is None:
+        return None
+    return c.rng.choice([f"F.leaky_relu({a}, {f})", f"({a}.abs() + 0.5) ** {f}", f"torch.lerp({a}, {c.partner(a)}, {f})",
+                         f"torch.full_like({a}, {f}) * {a}", f"{a} * {f} + {a} * (1 - {f})", f"torch.exp({a}.clamp(-3, 3) * {f})"])
+
+
+@_row("scalar_slice", keeps_exact=True)
+def _slice(c):
+    """An int as a slice bound, a narrow's start or length, kept inside the dim it cuts."""
+    a = c.pick(lambda v: v.dim() >= 1)
+    if a is None:
+        return None
+    t = c.t(a)
+    d = c.rng.randrange(t.dim())
+    n = t.shape[d]
+    k = _int_for(c, n)
+    if k is None:
+        return None
+    lead = ":, " * d
+    choice = c.rng.randrange(7)
+    if choice == 0:
+        return f"{a}[{lead}{k}:]"
+    if choice == 1:
+        return f"{a}[{lead}:{k}]"
+    if choice == 2:
+        return f"{a}[{lead}{k} // 2:]"
+    if choice == 3:
+        return f"{a}[{lead}:{k} - 1]"
+    if choice == 4:
+        return f"{a}.narrow({d}, 0, abs({k}))"
+    if choice == 5:
+        return f"{a}.narrow({d}, abs({k}) // 2, abs({k}) - abs({k}) // 2)"
+    return f"{a}[{lead}-abs({k}):]"
+
+
+@_row("scalar_int_math")
+def _int_math(c):
+    """Integer arithmetic on an int argument (SymInt arithmetic under dynamic shapes) fed into a tensor."""
+    a = c.pick()
+    k = c.scalar("int")
+    if a is None or k is None:
+        return None
+    if c.rng.random() < 0.25:
+        j = c.scalar("int", nonzero=True)
+        if j is None:
+            return None
+        expr = c.rng.choice([f"(7 // {j})", f"(10 % {j})", f"({k} // {j})", f"({k} % {j})", f"(-{k} // {j})"])
+    else:
+        expr = c.rng.choice([f"({k} // 3)", f"({k} % 4)", f"(-{k})", f"({k} * 2 + 1)", f"({k} // -2)",
+                             f"(-{k} % 3)", f"max({k}, 2)", f"min({k}, 3)", f"abs({k})", f"({k} ** 2)"])
+    return c.rng.choice([f"{a} * {expr}", f"{a} + {expr}", f"{expr} - {a}"])
+
+
+@_row("scalar_compare", keeps_exact=True)
+def _compare(c):
+    """A comparison of an int argument: control flow on it (a guard), or a bool in tensor arithmetic."""
+    a = c.pick()
+    k = c.scalar("int")
+    if a is None or k is None:
+        return None
+    cond = c.rng.choice([f"{k} > 3", f"{k} >= 0", f"{k} % 2 == 0", f"{k} < -2"])
+    choice = c.rng.randrange(3)
+    if choice == 0:
+        return f"({a} if {cond} else -{a})"
+    if choice == 1:
+        return f"{a} * ({cond})"
+    return f"torch.where(torch.tensor({cond}), {a}, {c.partner(a)})"
+
+
+@_row("scalar_roll", keeps_exact=True)
+def _roll(c):
+    """An int as a shift: roll by any amount, negative too."""
+    a = c.pick(lambda v: v.dim() >= 1)
+    k = c.scalar("int")
+    if a is None or k is None:
+        return None
+    d = c.dim(a)
+    return c.rng.choice([f"torch.roll({a}, {k}, {d})", f"torch.roll({a}, -{k}, {d})", f"{a}.roll({k} // 2)",
+                         f"torch.roll({a}, ({k}, 1), ({d}, {d}))"])
+
+
+@_row("scalar_size")
+def _size(c):
+    """An int as a size: a new tensor as long as the number (a size symbol that comes from an argument)."""
+    a = c.pick(lambda v: v.dim() >= 1, float_only=True)
+    k = c.scalar("int", value=c.rng.choice([2, 3, 4, 5]))
+    if a is None or k is None:
+        return None
+    return c.rng.choice([f"torch.arange(abs({k}), device={a}.device) * {a}.sum()",
+                         f"{a}.new_ones(abs({k})).cumsum(0) * {a}.mean()",
+                         f"torch.cat([{a}.flatten(), torch.zeros(abs({k}), dtype={a}.dtype, device={a}.device)])"])
+
+
+@_row("scalar_inplace", inplace=True)
+def _inplace(c):
+    from .ops_shape import _target
+
+    a = _target(c)
+    k = c.scalar(c.rng.choice(["int", "float"]))
+    if a is None or k is None:
+        return None
+    return c.rng.choice([f"{a}.mul_({k})", f"{a}.add_({k})", f"{a}.clamp_(max={k})", f"{a}.fill_({k})"])
