@@ -69,7 +69,7 @@ def size_classes(program: Program) -> list[int]:
 
 def with_other_sizes(program: Program, sets: int = OTHER_SIZE_SETS) -> Program:
     """`program` with up to `sets` other size sets (fewer where the program ties its sizes; none without
-    a size class). Deterministic per program."""
+    a size class or a number argument). Deterministic per program."""
     program = _with_shapes(program, [])
     classes = size_classes(program)
     scalars = program.scalars()
