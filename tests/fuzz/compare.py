@@ -64,6 +64,8 @@ def _sharing(outputs, inputs) -> list:
 def compare_tensor(a, e: torch.Tensor, what: str, reference: Callable | None = None,
                    strides: bool = True, inputs=()):
     """`inputs`: the program's inputs, whose precision bounds the tolerance (_tolerance)."""
+    if not isinstance(e, torch.Tensor):     # a number (an argument returned as it is)
+        return None if type(a) is type(e) and a == e else ("structure", f"{what}: {a!r}, eager gave {e!r}")
     if not isinstance(a, torch.Tensor):
         return "structure", f"{what}: {type(a).__name__}, eager gave a tensor"
     if a.dtype != e.dtype:

@@ -242,8 +242,8 @@ def _try_stmt(ctx: Ctx, spec, out: str) -> Stmt | None:
 def _outputs(rng: random.Random, stmts: list[Stmt], ctx: Ctx) -> tuple:
     read = {r for s in stmts for r in s.reads()}
     outs = [s.out for s in stmts if s.out not in read or rng.random() < 0.2]
-    if rng.random() < 0.1:
-        outs.append(rng.choice(ctx.inputs).name)
+    if rng.random() < 0.1:   # an input returned as it is (a tensor: a number returned is no finding)
+        outs.append(rng.choice([spec for spec in ctx.inputs if not spec.is_scalar]).name)
     return tuple(dict.fromkeys(outs[-6:]))
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from .ops import OPS, OpSpec
 
 
-def _int_for(c, n: int) -> str | None:
+def _int_for(c, n: int, negative: bool = True) -> str | None:
     """An int argument to cut a dim of size n with: an existing one now and then, else a new one inside
     the dim (2..n-1, or negative: counted from the end), never 0 or 1 (Dynamo specializes them)."""
-    inside = [k for k in range(2, n)] + [-k for k in range(2, n)]
+    inside = [k for k in range(2, n)] + ([-k for k in range(2, n)] if negative else [])
     return c.scalar("int", value=c.rng.choice(inside) if inside else c.rng.choice([2, 3]))
 
 
@@ -71,7 +71,7 @@ def _clamp(c):
     if choice == 1:
         return f"{a}.clamp(min={f})"
     if choice == 2:
-        return f"torch.clamp({a}, -abs({f}), abs({f}))"
+        return f"torch.clamp({a}, -{f}, {f})"
     if choice == 3:
         return f"torch.maximum({a}, torch.full_like({a}, {f}))"
     return f"{a}.masked_fill({a} > {f}, {f})" if c.exact[a] or not c.t(a).is_floating_point() else f"{a}.clamp(max={f})"
@@ -97,11 +97,11 @@ def _slice(c):
     t = c.t(a)
     d = c.rng.randrange(t.dim())
     n = t.shape[d]
-    k = _int_for(c, n)
+    choice = c.rng.randrange(7)
+    k = _int_for(c, n, negative=choice not in (4, 5))   # (a narrow's start and length: >= 0)
     if k is None:
         return None
     lead = ":, " * d
-    choice = c.rng.randrange(7)
     if choice == 0:
         return f"{a}[{lead}{k}:]"
     if choice == 1:
@@ -111,10 +111,10 @@ def _slice(c):
     if choice == 3:
         return f"{a}[{lead}:{k} - 1]"
     if choice == 4:
-        return f"{a}.narrow({d}, 0, abs({k}))"
+        return f"{a}.narrow({d}, 0, {k})"
     if choice == 5:
-        return f"{a}.narrow({d}, abs({k}) // 2, abs({k}) - abs({k}) // 2)"
-    return f"{a}[{lead}-abs({k}):]"
+        return f"{a}.narrow({d}, {k} // 2, {k} - {k} // 2)"
+    return f"{a}[{lead}-{k}:]"
 
 
 @_row("scalar_int_math")
@@ -170,9 +170,11 @@ def _size(c):
     k = c.scalar("int", value=c.rng.choice([2, 3, 4, 5]))
     if a is None or k is None:
         return None
-    return c.rng.choice([f"torch.arange(abs({k}), device={a}.device) * {a}.sum()",
-                         f"{a}.new_ones(abs({k})).cumsum(0) * {a}.mean()",
-                         f"torch.cat([{a}.flatten(), torch.zeros(abs({k}), dtype={a}.dtype, device={a}.device)])"])
+    # (a negative size raises in eager: sizes.py keeps the number >= 0 there; abs(k), a sympy Abs, would
+    # send every such graph to per-size compiles)
+    return c.rng.choice([f"torch.arange({k}, device={a}.device) * {a}.sum()",
+                         f"{a}.new_ones({k}).cumsum(0) * {a}.mean()",
+                         f"torch.cat([{a}.flatten(), torch.zeros({k}, dtype={a}.dtype, device={a}.device)])"])
 
 
 @_row("scalar_inplace", inplace=True)
