@@ -94,6 +94,18 @@ def test_other_size_sets_vary_the_numbers_and_keep_the_program_s_structure():
     assert "elif sizes == 2:" in program.to_source() and f"x2 = {program.inputs[2].other_values[1]!r}" in program.to_source()
 
 
+def test_without_dynamic_the_numbers_alone_take_other_values(scalars, monkeypatch):
+    # the second call at another int recompiles (automatic dynamic: a SymInt), the case where a cache keyed
+    # on the graph can serve the compile made for another value
+    monkeypatch.delenv("MINI_FUZZ_DYNAMIC", raising=False)
+    programs = _drawn_with_scalars()
+    assert programs and all(p.size_sets >= 1 for p in programs), [p.size_sets for p in programs]
+    for p in programs:
+        for n in range(1, p.size_sets + 1):
+            assert [i.shape for i in p.inputs] == [i.at(n).shape for i in p.inputs], p.shapes(n)
+        assert any(v != spec.value for spec in p.scalars() for v in spec.other_values), p.shapes(1)
+
+
 def test_a_divisor_is_never_0_at_other_sizes_but_gets_a_set_of_its_own_where_eager_raises(dynamic):
     from tests.fuzz.sizes import with_other_sizes
 

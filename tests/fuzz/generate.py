@@ -181,7 +181,8 @@ def generate(seed: int, index: int, autograd: bool = False, max_size: int = 6,
              n_stmts: tuple = (3, 10), other_sizes: int = 0) -> Program:
     """Program `index` of `seed`: the same on every machine. A draw that eager itself cannot run
     (checked here, with the backward pass in autograd mode) is redrawn from the next sub-seed.
-    other_sizes: how many other input size sets to give it (--dynamic; sizes.py), the same statements."""
+    other_sizes: how many other input size sets to give it (--dynamic; sizes.py), the same statements.
+    Without them, a program with number arguments gets other values of its numbers (sizes as traced)."""
     from .ops import pick_op
     from .sizes import with_other_sizes
 
@@ -205,7 +206,10 @@ def generate(seed: int, index: int, autograd: bool = False, max_size: int = 6,
         program = Program(seed, index, tuple(ctx.inputs), tuple(stmts), _outputs(rng, stmts, ctx),
                           autograd, input_seed=s % (2 ** 31))
         if _eager_runs(program):
-            return with_other_sizes(program, other_sizes) if other_sizes else program
+            if other_sizes:
+                return with_other_sizes(program, other_sizes)
+            # without --dynamic, the numbers alone take other values (sizes.py): Dynamo recompiles there
+            return with_other_sizes(program, numbers_only=True) if program.scalars() else program
     raise RuntimeError(f"no valid program for seed {seed} index {index} in 20 attempts")
 
 

@@ -36,6 +36,9 @@ trace time, not after), a float from -3..3 or 0.0; up to four values are tried f
 that keeps the program's structure (with the sets' sizes, else alone) kept. A divisor (`nonzero`) is
 never 0 there; instead, where eager raises ZeroDivisionError with every int divisor 0 (and all else
 traced), that is one more set, last, at which the compiled call must raise too (execute.py).
+Without --dynamic a program with numbers gets such sets too, its sizes as traced (`numbers_only`): the
+calls there recompile (Dynamo's automatic dynamic makes an int a SymInt the second time, a float a
+0-d tensor), which is where a cache keyed on the graph can serve a compile made for another value.
 """
 from __future__ import annotations
 
@@ -67,11 +70,12 @@ def size_classes(program: Program) -> list[int]:
                    if n >= 2 and n not in fixed})
 
 
-def with_other_sizes(program: Program, sets: int = OTHER_SIZE_SETS) -> Program:
+def with_other_sizes(program: Program, sets: int = OTHER_SIZE_SETS, numbers_only: bool = False) -> Program:
     """`program` with up to `sets` other size sets (fewer where the program ties its sizes; none without
-    a size class or a number argument). Deterministic per program."""
+    a size class or a number argument). Deterministic per program. numbers_only: the sizes stay as traced,
+    only the number arguments vary (without --dynamic: generate.py)."""
     program = _with_shapes(program, [])
-    classes = size_classes(program)
+    classes = [] if numbers_only else size_classes(program)
     scalars = program.scalars()
     if not (classes or scalars) or sets <= 0:
         return program
@@ -84,7 +88,7 @@ def with_other_sizes(program: Program, sets: int = OTHER_SIZE_SETS) -> Program:
 
     def structure(mapping: dict) -> list | None:
         return cached(tuple(sorted(mapping.items(), key=lambda kv: (isinstance(kv[0], str), kv[0]))))
-    guards = _dynamo_guards(program)
+    guards = None if numbers_only else _dynamo_guards(program)
     chosen: list[dict] = []
     try:
         for k in range(sets):
