@@ -990,6 +990,18 @@ def test_an_int_input_of_any_sign_scales_values_in_one_compile():
     assert len(symbolic) == 1 and symbolic[0].dynamic_fallback is None and symbolic[0].num_kernels >= 1
 
 
+def test_a_comparison_of_an_int_input_as_an_operand_compiles_once():
+    # x * (k > 3): the operand is a SymBool, which the pointwise lowering made a constant that codegen
+    # could not print (TypeError: Relational cannot be used in Mul): every such graph was compiled per
+    # size (found by the fuzzer's number arguments, tests/fuzz/ops_scalar.py). The kernel computes the
+    # comparison now (codegen/triton_ops.py _size_bool), with no ATen call
+    x = torch.randn(3, 4)
+    records = _same_at_each(lambda x, k: x * (k > 3) + (k % 2 == 0), [(x, 5), (x, 2), (x, -4), (x, 0)])
+    symbolic = [r for r in records if r.dynamic_symbols]
+    assert len(symbolic) == 1 and symbolic[0].dynamic_fallback is None, [r.dynamic_fallback for r in records]
+    assert not symbolic[0].fallback_ops, dict(symbolic[0].fallback_ops)
+
+
 def test_roll_by_an_int_input_that_may_be_negative_is_right_at_every_shift():
     # the shift is (6 - k) % 6: a Python mod of a value that may be negative, which a kernel's % (it
     # truncates) cannot compute; it fell to the wrapper, and the kernel read the FakeTensor's traced value
