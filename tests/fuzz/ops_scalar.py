@@ -85,7 +85,10 @@ def _float_uses(c):
     if a is None or f is None:
         return None
     return c.rng.choice([f"F.leaky_relu({a}, {f})", f"({a}.abs() + 0.5) ** {f}", f"torch.lerp({a}, {c.partner(a)}, {f})",
-                         f"torch.full_like({a}, {f}) * {a}", f"{a} * {f} + {a} * (1 - {f})", f"torch.exp({a}.clamp(-3, 3) * {f})"])
+                         f"torch.full_like({a}, {f}) * {a}", f"{a} * {f} + {a} * (1 - {f})", f"torch.exp({a}.clamp(-3, 3) * {f})",
+                         f"F.elu({a}, alpha={f})", f"torch.where({a} > 0, {a}, {f})", f"{a}.add({c.partner(a)}, alpha={f})",
+                         f"torch.addcmul({a}, {a}, {c.partner(a)}, value={f})", f"F.threshold({a}, {f}, -1.0)",
+                         f"torch.full(({a}.shape[0] if {a}.dim() else 1,), {f}) + {a}.sum()"])
 
 
 @_row("scalar_slice", keeps_exact=True)
@@ -175,6 +178,38 @@ def _size(c):
     return c.rng.choice([f"torch.arange({k}, device={a}.device) * {a}.sum()",
                          f"{a}.new_ones({k}).cumsum(0) * {a}.mean()",
                          f"torch.cat([{a}.flatten(), torch.zeros({k}, dtype={a}.dtype, device={a}.device)])"])
+
+
+@_row("scalar_shape", keeps_exact=True)
+def _shape_uses(c):
+    """An int in a shape op's arguments, mixed with the operand's own sizes: a view's dim, a pad, a
+    topk's k, an expand, a slice that reads the size."""
+    a = c.pick(lambda v: v.dim() >= 1)
+    if a is None:
+        return None
+    t = c.t(a)
+    d = c.rng.randrange(t.dim())
+    n = t.shape[d]
+    choice = c.rng.randrange(7)
+    if choice == 0 and t.numel():
+        divisors = [q for q in range(2, t.numel()) if t.numel() % q == 0]
+        k = c.scalar("int", value=c.rng.choice(divisors) if divisors else 2)
+        return None if k is None else f"{a}.reshape({k}, -1)"
+    k = _int_for(c, n, negative=choice not in (1, 2, 3))
+    if k is None:
+        return None
+    lead = ":, " * d
+    if choice == 1:
+        return f"F.pad({a}, ({k}, {k} // 2))" if c.rng.random() < 0.6 else f"F.pad({a}, (-{k}, 1))"
+    if choice == 2:
+        return f"torch.topk({a}, {k}, dim={d}, largest={c.rng.random() < 0.5}).values"
+    if choice == 3:
+        return f"{a}.unsqueeze(0).expand({k}, *{a}.shape)"
+    if choice == 4:
+        return f"{a}[{lead}:{a}.shape[{d}] - {k}]"
+    if choice == 5:
+        return f"{a}.flatten()[{k}:{k} * 2 + 1]"
+    return f"{a}.repeat({', '.join(['1'] * (t.dim() - 1))}{', ' if t.dim() > 1 else ''}{k} % 3 + 1)"
 
 
 @_row("scalar_inplace", inplace=True)
