@@ -56,9 +56,19 @@ def _meta_like(x):
 _PROMOTIONS: dict[tuple, tuple[torch.dtype, torch.dtype]] = {}
 
 
+def _as_number(a):
+    """A size expression as the Python number it stands for in type promotion: an int input's symbol is
+    an int (a bool tensor times it is int64, as eager's), a relation a bool; anything else as it is."""
+    if not isinstance(a, sympy.Basic):
+        return a
+    if a.is_Relational or a.is_Boolean:
+        return True
+    return 1 if a.is_integer else 1.0
+
+
 def promote(args, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> tuple[torch.dtype, torch.dtype]:
     """(compute dtype, result dtype) for a pointwise op on `args`, as eager computes them."""
-    operands = [a for a in args if isinstance(a, (IRNode, bool, int, float))]
+    operands = [_as_number(a) for a in args if isinstance(a, (IRNode, bool, int, float, sympy.Basic))]
     key = (kind, *[(a.get_dtype(), len(a.get_size())) if isinstance(a, IRNode) else type(a) for a in operands])
     found = _PROMOTIONS.get(key)
     if found is None:

@@ -1002,6 +1002,15 @@ def test_a_comparison_of_an_int_input_as_an_operand_compiles_once():
     assert not symbolic[0].fallback_ops, dict(symbolic[0].fallback_ops)
 
 
+def test_a_bool_tensor_with_an_int_input_is_promoted_as_eager_promotes_it():
+    # a bool tensor times an int input k is int64 in eager; the lowering's promotion left the symbol out
+    # and gave a bool (by default too, from the second k on: automatic dynamic makes k a symbol). Found by
+    # the fuzzer's number arguments (seed 1000, programs 165, 180, 186)
+    m = torch.tensor([[True, False, True], [False, True, True]])
+    _same_at_each(lambda m, k: (m * k) + torch.remainder(m, k) * 10 + (m + (k % 4)) * 100,
+                  [(m, -3), (m, 4), (m, 7), (m, -2)])
+
+
 def test_roll_by_an_int_input_that_may_be_negative_is_right_at_every_shift():
     # the shift is (6 - k) % 6: a Python mod of a value that may be negative, which a kernel's % (it
     # truncates) cannot compute; it fell to the wrapper, and the kernel read the FakeTensor's traced value
