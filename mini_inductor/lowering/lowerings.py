@@ -251,10 +251,36 @@ register_lowering(aten.sub)(lambda a, b, alpha=1: _add_sub(a, b, alpha, "sub"))
 register_lowering(aten.rsub)(lambda a, b, alpha=1: _add_sub(b, a, alpha, "sub"))
 
 
+def _refuse_integer_division_by_0(a, b) -> None:
+    """An integer division (floor, trunc, remainder, fmod) by a scalar that is or may be 0 runs in ATen,
+    which raises as eager does: a kernel divides by 0 without a word (x // k of an int tensor gave 0s at
+    k = 0; found by the fuzzer's number arguments). A tensor divisor's zeros are data: not checked."""
+    if isinstance(b, IRNode) or not isinstance(b, (int, sympy.Basic)) or isinstance(b, bool):
+        return
+    if promote([a, b], KIND.DEFAULT)[0].is_floating_point:
+        return
+    if b == 0 or (isinstance(b, sympy.Basic) and not b.is_Integer and symbolic.decide(sympy.Ne(b, 0)) is not True):
+        raise NotImplementedError("an integer division by a scalar that may be 0")   # (ATen raises there)
+
+
+def _integer_division(name):
+    low = make_pointwise(_op(name))
+
+    def lowering(a, b):
+        _refuse_integer_division_by_0(a, b)
+        return low(a, b)
+    return lowering
+
+
+register_lowering(aten.remainder)(_integer_division("remainder"))
+register_lowering(aten.fmod)(_integer_division("fmod"))
+
+
 @register_lowering(aten.div)
 def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         return make_pointwise(_op("truediv"), KIND.INT_TO_FLOAT)(a, b)
+    _refuse_integer_division_by_0(a, b)
     if rounding_mode == "floor":
         cdt, _ = promote([a, b], KIND.DEFAULT)
         return make_pointwise(_op("floordiv"))(a, b)

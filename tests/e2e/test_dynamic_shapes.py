@@ -1011,6 +1011,24 @@ def test_a_bool_tensor_with_an_int_input_is_promoted_as_eager_promotes_it():
                   [(m, -3), (m, 4), (m, 7), (m, -2)])
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("//", lambda x, k: x // k), ("floor", lambda x, k: torch.div(x, k, rounding_mode="floor")),
+    ("trunc", lambda x, k: torch.div(x, k, rounding_mode="trunc")), ("remainder", lambda x, k: torch.remainder(x, k)),
+    ("fmod", lambda x, k: torch.fmod(x, k))])
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_an_integer_tensor_divided_by_an_int_input_0_raises_as_eager_does(name, fn, dynamic):
+    # a kernel divides by 0 without a word: x // k of an int tensor gave 0s at k = 0 (a divisor that may
+    # be 0, symbolic or static, now runs in ATen). Found by the fuzzer's number arguments (seed 1000 prog 166)
+    x = torch.arange(-4, 5, dtype=torch.int32).view(3, 3)
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=dynamic, options=SYMBOLIC)
+    for k in (3, -2, 5):
+        assert_same_tensor(compiled(x, k), fn(x, k), f"{name} at {k}")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(x, 0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        compiled(x, 0)
+
+
 def test_roll_by_an_int_input_that_may_be_negative_is_right_at_every_shift():
     # the shift is (6 - k) % 6: a Python mod of a value that may be negative, which a kernel's % (it
     # truncates) cannot compute; it fell to the wrapper, and the kernel read the FakeTensor's traced value
