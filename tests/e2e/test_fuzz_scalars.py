@@ -129,6 +129,16 @@ def test_a_divisor_is_never_0_at_other_sizes_but_gets_a_set_of_its_own_where_eag
     assert "eager raised ZeroDivisionError" in outcome.detail and "x1=0" in outcome.detail, outcome.detail
 
 
+def test_no_zero_divisor_set_where_only_a_dead_statement_divides():
+    # a compiler leaves out a statement no output needs (AOT autograd does): eager's raise there is no
+    # finding (fuzz seed 1001, programs 103 and 129)
+    from tests.fuzz.sizes import with_other_sizes
+
+    dead = _divides()
+    dead = Program(0, 0, dead.inputs, dead.stmts + (Stmt("v1", "x0 + 1", "add_int_scalar", "pointwise"),), ("v1",))
+    assert all(0 not in spec.other_values for spec in with_other_sizes(dead, 2).scalars())
+
+
 def test_a_wrong_answer_at_another_value_of_a_number_is_caught(dynamic):
     def wrong_for_negative(gm, example_inputs):
         def run(*args):

@@ -166,6 +166,17 @@ class Program:
         lines.append(f"    return ({''.join(o + ', ' for o in self.outputs)})")
         return "\n".join(lines) + "\n"
 
+    def live(self) -> "Program":
+        """The program without the statements no output needs (an in-place write on an input is always
+        needed): what a compiler may not leave out."""
+        needed = set(self.outputs)
+        kept: list[Stmt] = []
+        for s in reversed(self.stmts):
+            if s.out in needed or (s.mutates and (s.mutates in needed or s.mutates.startswith("x"))):
+                kept.append(s)
+                needed |= set(s.reads())
+        return dataclasses.replace(self, stmts=tuple(kept[::-1]))
+
     def in_float64(self) -> "Program":
         """The same program computing every float in float64 (the reference that settles a low-
         precision disagreement): explicit float dtypes in its statements become float64."""

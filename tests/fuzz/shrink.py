@@ -19,7 +19,7 @@ import os
 import re
 from typing import Callable, Iterator
 
-from .program import Program, Stmt
+from .program import Program
 
 
 def _with(p: Program, stmts=None, outputs=None, inputs=None) -> Program:
@@ -57,13 +57,7 @@ def _bypass(p: Program, i: int) -> Iterator[Program]:
 
 def _prune(p: Program) -> Program:
     """Statements that no output needs (an in-place write on an input is always needed)."""
-    needed = set(p.outputs)
-    kept: list[Stmt] = []
-    for s in reversed(p.stmts):
-        if s.out in needed or (s.mutates and (s.mutates in needed or s.mutates.startswith("x"))):
-            kept.append(s)
-            needed |= set(s.reads())
-    return _with(p, kept[::-1])
+    return p.live()
 
 
 def _unused_inputs(p: Program) -> Program:

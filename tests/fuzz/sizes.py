@@ -157,9 +157,11 @@ def _draw_value(rng: random.Random, spec, larger: bool, valid) -> int | float | 
 
 def raises_zero_division(program: Program, mapping: dict) -> bool:
     """Whether eager raises dividing by zero at `mapping` (a Python ZeroDivisionError, or torch's for an
-    integer tensor divided by 0): the set where the compiled call must raise too (execute.py)."""
+    integer tensor divided by 0) in a statement the outputs need: the set where the compiled call must
+    raise too (execute.py). (A dead statement's division a compiler leaves out, as AOT autograd does.)"""
     from .generate import _quiet, backward
 
+    program = program.live()
     try:
         with _quiet():
             inputs = _inputs(program, mapping)
