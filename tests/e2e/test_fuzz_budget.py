@@ -70,6 +70,15 @@ def test_fuzz_programs_with_matmuls_left_to_cublas_match_eager(monkeypatch):
     _run_budget("cpu", range(40))
 
 
+def test_fuzz_programs_with_number_arguments_match_eager_at_other_sizes_and_values(monkeypatch):
+    # --dynamic with the scalar family (tests/fuzz/ops_scalar.py): Python int and float arguments, a
+    # SymInt or a 0-d tensor to the compiled graph, called again at other sizes and other values (a bool
+    # tensor times an int input was bool; an int tensor // an int input 0 gave 0s where eager raises)
+    monkeypatch.setenv("MINI_FUZZ_DYNAMIC", "1")
+    monkeypatch.setenv("MINI_FUZZ_WEIGHTS", "scalar=12")
+    _run_budget("cpu", range(20))
+
+
 @pytest.mark.gpu
 def test_fuzz_programs_compile_and_match_eager_on_cuda():
     _run_budget("cuda", range(30))  # each kernel is compiled for the GPU: a smaller budget
