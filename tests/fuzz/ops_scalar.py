@@ -215,6 +215,45 @@ def _shape_uses(c):
     return f"{a}.repeat({', '.join(['1'] * (t.dim() - 1))}{', ' if t.dim() > 1 else ''}{k} % 3 + 1)"
 
 
+@_row("scalar_index", keeps_exact=True)
+def _index(c):
+    """An int as an index or an offset: select (negative counts from the end), a triangle's diagonal,
+    a diagonal's offset, an unflatten's factor."""
+    a = c.pick(lambda v: v.dim() >= 1 and min(v.shape) > 0)
+    if a is None:
+        return None
+    t = c.t(a)
+    d = c.rng.randrange(t.dim())
+    n = t.shape[d]
+    choice = c.rng.randrange(4)
+    if choice == 0:
+        k = c.scalar("int", value=c.rng.choice([i for i in range(-n, n) if i not in (0, 1)] or [-1]))
+        return None if k is None else c.rng.choice([f"{a}[{':, ' * d}{k}]", f"{a}.select({d}, {k})"])
+    if choice == 1 and t.dim() >= 2:
+        k = c.scalar("int")
+        return None if k is None else c.rng.choice([f"torch.tril({a}, {k})", f"torch.triu({a}, {k})",
+                                                    f"torch.triu({a}, -{k} // 2)"])
+    if choice == 2 and t.dim() >= 2:
+        k = c.scalar("int", value=c.rng.choice([-2, 2, 3]))
+        return None if k is None else f"torch.diagonal({a}, {k}, -2, -1)"
+    divisors = [q for q in range(2, n) if n % q == 0]
+    if not divisors:
+        return None
+    k = c.scalar("int", value=c.rng.choice(divisors))
+    return None if k is None else f"{a}.unflatten({d}, ({k}, -1))"
+
+
+@_row("scalar_left")
+def _left(c):
+    """A number on the left of a tensor op, and an int power."""
+    a = c.pick()
+    k = c.scalar(c.rng.choice(["int", "float"]))
+    if a is None or k is None:
+        return None
+    return c.rng.choice([f"{k} / ({a}.abs() + 1)", f"{k} * {a} - {k}", f"({a}.abs() + 0.5) ** {k}",
+                         f"{a} ** 2 * {k}", f"torch.full_like({a}, {k})", f"{a}.new_full({a}.shape, {k}) - {a}"])
+
+
 @_row("scalar_inplace", inplace=True)
 def _inplace(c):
     from .ops_shape import _target
