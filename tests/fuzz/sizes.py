@@ -32,7 +32,7 @@ then one that no varied size avoids, or a guard of mini_inductor's own.
 
 Python-number arguments (ops_scalar.py) vary too, each a class of its own keyed by its name: an int from
 -5..7 in the first set and -12..13 in the second (0, 1 and -1 likelier: Dynamo specializes 0 and 1 at
-trace time, not after), a float from -3..3 or 0.0; up to four values are tried for each, the first
+trace time, not after), a float from -3..3 (-10..10 in the second) or 0.0; up to four values are tried for each, the first
 that keeps the program's structure (with the sets' sizes, else alone) kept. A divisor (`nonzero`) is
 never 0 there; instead, where eager raises ZeroDivisionError with every int divisor 0 (and all else
 traced), that is one more set, last, at which the compiled call must raise too (execute.py).
@@ -139,7 +139,7 @@ def _draw_value(rng: random.Random, spec, larger: bool, valid) -> int | float | 
     tried = []
     for _ in range(4):
         if spec.dtype == "int":
-            pool = [v for v in range(-12, 14) if abs(v) <= 13] if larger else list(range(-5, 8))
+            pool = list(range(-12, 14) if larger else range(-5, 8))
             pool = [v for v in pool if v != spec.value and not (spec.nonzero and v == 0) and v not in tried]
             if not pool:
                 return None
