@@ -232,7 +232,7 @@ def _compiled_anew(before: tuple[int, int], f) -> str:
     notes = []
     if dynamo:
         failed = str((guard_failures.get(f.__code__) or [""])[-1]).strip()
-        notes.append(f"Dynamo recompiled ({failed.splitlines()[0][:160] if failed else 'a guard failed'})")
+        notes.append(f"Dynamo recompiled ({' '.join(failed.splitlines()[0].split())[:160] if failed else 'a guard failed'})")
     if graphs and not dynamo:
         notes.append(f"mini_inductor compiled {graphs} graph(s) for these sizes")
     return ", ".join(notes)
