@@ -138,6 +138,8 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
     """A lowering that applies `fn` (a function of `ops` values) element by element."""
 
     def lowering(*args):
+        # a relation the ShapeEnv decided (k % 2 == 0 where guards fix k's parity) is a Python bool
+        args = tuple(bool(a) if isinstance(a, sympy.logic.boolalg.BooleanAtom) else a for a in args)
         tensors = [a for a in args if isinstance(a, IRNode)]
         cdt, rdt = promote(args, kind)
         cdt = compute_dtype or cdt

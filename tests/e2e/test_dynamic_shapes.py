@@ -1002,6 +1002,17 @@ def test_a_comparison_of_an_int_input_as_an_operand_compiles_once():
     assert not symbolic[0].fallback_ops, dict(symbolic[0].fallback_ops)
 
 
+def test_a_comparison_of_an_int_input_that_the_guards_decide_is_a_bool_operand():
+    # k is x's size 3 here (duck sizing: one symbol), so k % 2 == 0 is sympy's false in the graph, which
+    # the pointwise lowering made a constant that codegen could not print (float(BooleanFalse)): compiled
+    # per size. Found by the fuzzer's number arguments (seed 1003 prog 61)
+    def f(x, k):
+        return torch.diagonal(x, k, -2, -1).sum() + x * (k % 2 == 0)
+    x = torch.randn(3, 3)
+    records = _same_at_each(f, [(x, 3), (x, 5), (x, 4)])
+    assert all(r.dynamic_fallback is None for r in records), [r.dynamic_fallback for r in records]
+
+
 def test_a_bool_tensor_with_an_int_input_is_promoted_as_eager_promotes_it():
     # a bool tensor times an int input k is int64 in eager; the lowering's promotion left the symbol out
     # and gave a bool (by default too, from the second k on: automatic dynamic makes k a symbol). Found by
