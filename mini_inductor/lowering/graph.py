@@ -338,6 +338,7 @@ class GraphLowering:
         for sym, (name, _) in symbolic.current().unbacked.items():
             if name == node.name:
                 self.symbol_defs[sym] = kernel.name
+                kernel.defines_symbols += (str(sym),)
         meta = node.meta.get("val")
         return to_expr(meta) if isinstance(meta, (torch.SymInt, torch.SymFloat)) else result
 

@@ -308,6 +308,7 @@ class ExternKernel(Buffer):
         self.fallback = fallback
         self.device = device if device is not None else (layout.device if layout else torch.device("cpu"))
         self.cudagraph_unsafe = cudagraph_unsafe
+        self.defines_symbols: tuple[str, ...] = ()   # unbacked size symbols `call` reads from its result
 
     def get_device(self):
         return self.device

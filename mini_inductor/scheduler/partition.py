@@ -122,6 +122,11 @@ def cudagraph_unsafe_reason_of(buf, user_unsafe: frozenset[str] = frozenset()) -
         return f"syncs with the device ({buf.op_name})"
     if _UNSAFE_TAG is not None and _UNSAFE_TAG in tags:
         return f"{buf.op_name} is tagged cudagraph_unsafe"
+    if getattr(buf, "defines_symbols", ()):
+        # `call` reads the symbol from the result on the host before any partition that takes it: a call
+        # inside a partition would bind it there, after the partition was passed it (a slice defines one
+        # under torch 2.11: NameError on CUDA, session 35)
+        return f"defines the size {', '.join(buf.defines_symbols)} that later code reads ({buf.op_name})"
     # sizes of symbols the graph's inputs give (a dynamic graph's) are known before the call, unbacked
     # ones once the (unsafe) call that defines them has run; others come from data
     known = symbolic.current().known()

@@ -28,6 +28,16 @@ def test_cudagraph_unsafe_reasons():
     assert "sizes" in cudagraph_unsafe_reason_of(extern(aten.mm.default, size=(u0,)))
 
 
+def test_a_call_that_defines_a_size_symbol_stays_outside_cuda_graphs():
+    # torch 2.11 gives a slice by an unbacked length a fresh unbacked length of its own: the slice, a
+    # view no CUDA graph needs to leave, is the call `call` reads that symbol from, so it must run in
+    # `call`, not inside the partition that is passed the symbol (NameError on CUDA, session 35)
+    sliced = extern(aten.slice.Tensor, size=(3, 4))   # (its size in the graph is the symbol, bound by then)
+    assert cudagraph_unsafe_reason_of(sliced) == ""
+    sliced.defines_symbols = ("u1",)
+    assert cudagraph_unsafe_reason_of(sliced) == "defines the size u1 that later code reads (aten.slice.Tensor)"
+
+
 def index_put_extern(index_dtype, op=aten.index_put.default):
     x = Buffer("buf1", Layout.contiguous(CUDA, torch.float32, (4, 3)))
     index = Buffer("buf2", Layout.contiguous(CUDA, index_dtype, (4,)))
