@@ -267,6 +267,8 @@ def why_eager(gm, example_inputs) -> str | None:
             if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
                                                   any(not isinstance(s, int) for s in val.shape)):
                 return DYNAMIC_SHAPES
+            if isinstance(val, (torch.SymBool, torch.SymFloat)) and val.node.expr.free_symbols:
+                return DYNAMIC_SHAPES   # a backward's saved k > 6 alone: known only at run time
     reason = unsupported_graph_reason(gm)
     if reason:
         return reason

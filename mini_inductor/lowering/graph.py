@@ -245,6 +245,9 @@ class GraphLowering:
             # seed drawn from it instead (random_lowerings.py), an int64 [1] tensor on its device
             layout = Layout.contiguous(val.device, torch.int64, [1])
             return StorageBox(InputBuffer(node.name, layout, index))
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and not val.node.expr.free_symbols:
+            # one the guards decided (a backward's saved k % 2 == 0 where k's parity is guarded): a constant
+            return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(val)](val)
         if isinstance(val, torch.SymInt):
             return to_expr(val)   # an int input of a dynamic graph: its symbol
         if index in symbolic.current().bool_inputs:   # a bool input of relations this graph cannot read: 0 or 1

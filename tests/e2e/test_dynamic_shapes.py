@@ -1027,6 +1027,24 @@ def test_a_comparison_of_an_int_input_that_the_guards_decide_is_a_bool_operand()
     assert all(r.dynamic_fallback is None for r in records), [r.dynamic_fallback for r in records]
 
 
+def test_a_backward_whose_saved_comparison_the_guards_decided_compiles():
+    # x * (k % 2 == 0), with k's sign and parity fixed by the slice's guards at its second value: the
+    # backward's only symbolic input was a SymBool whose expression is False, compiled as a static graph
+    # that put the SymBool object into the kernel (CodegenError: float() of a SymBool). Found by the
+    # fuzzer's number arguments (seed 1004 prog 114)
+    def f(x, k):
+        return x.flatten()[k:k * 2 + 1].sum() + x * (k % 2 == 0)
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True)
+    for k in (-2, -1):
+        grads = []
+        for fn in (f, compiled):
+            x = torch.tensor([0.5], requires_grad=True)
+            out = fn(x, k)
+            out.sum().backward()
+            grads.append((out.detach(), x.grad))
+        torch.testing.assert_close(grads[1], grads[0], msg=f"at {k}")
+
+
 def test_a_bool_tensor_with_an_int_input_is_promoted_as_eager_promotes_it():
     # a bool tensor times an int input k is int64 in eager; the lowering's promotion left the symbol out
     # and gave a bool (by default too, from the second k on: automatic dynamic makes k a symbol). Found by
