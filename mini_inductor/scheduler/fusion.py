@@ -74,6 +74,10 @@ def can_fuse(n1: BaseSchedulerNode, n2: BaseSchedulerNode, *, max_fusion_size: i
                 return why("exceeds max fusion")
             return None
     if shared_bytes(n1, n2, buffer_bytes) == 0:
+        common = sorted(set(_accesses(n1)) & set(_accesses(n2)))
+        if common:   # they do share a buffer, so say how they differ rather than that nothing is shared
+            return why("no shared data accessed alike: each accesses %s in a different order "
+                       "(a transposed or broadcast read)", ", ".join(common))
         return why("no shared data")
     if len(n1.get_nodes()) + len(n2.get_nodes()) > max_fusion_size:
         return why("exceeds max fusion")

@@ -30,7 +30,8 @@ def test_extern_nodes_never_fuse_on_either_side():
 def test_nodes_reading_one_buffer_at_different_indices_share_no_data():
     x = torch.randn(16, 16)
     sched = schedule_fn(lambda x: (x * 2, (x.t() * 3).contiguous()), x)
-    assert "no shared data" in reasons(sched)
+    assert refusals(sched)[("buf0", "buf1")] == ("no shared data accessed alike: each accesses x_1 in a "
+                                                 "different order (a transposed or broadcast read)")
     assert kernels(sched) == 2
 
 
@@ -75,8 +76,24 @@ def test_consumer_reading_the_producer_only_transposed_shares_no_data():
         y = x * 2 + 1
         return y, (y.t() + 1).contiguous()
     sched = schedule_fn(f, torch.randn(16, 16))
-    assert "no shared data" in reasons(sched)
+    assert refusals(sched)[("buf0", "buf1")].startswith("no shared data accessed alike: each accesses buf0 ")
     assert kernels(sched) == 2
+
+
+def test_column_sum_of_a_pointwise_result_names_the_buffer_it_reads_in_another_order():
+    # a backward's bias gradient: the refusal must not say the pair shares nothing, as it reads buf0
+    def f(x):
+        y = x.sin() * 2
+        return y, y.sum(0)
+    sched = schedule_fn(f, torch.randn(64, 16))
+    assert refusals(sched)[("buf0", "buf1")] == ("no shared data accessed alike: each accesses buf0 in a "
+                                                 "different order (a transposed or broadcast read)")
+
+
+def test_pair_without_a_common_buffer_shares_no_data():
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    n1, n2 = schedule_fn(lambda x, y: (x.sum(-1), y.sum(-1)), x, y).nodes[:2]
+    assert can_fuse(n1, n2, max_fusion_size=64, node_of={}, buffer_bytes={}) == "no shared data"
 
 
 def test_producer_and_consumer_with_an_extern_call_between_them_do_not_fuse():
