@@ -138,10 +138,11 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     except MiniInductorError as e:
         if not cfg.fallback_on_error:
             raise
-        debug_trace.warn_at_user_code(f"mini_inductor: {e}\nGraph {name} runs eagerly (fallback_on_error=True).",
-                                      debug_trace.ran_eagerly(name, str(e), gm).source)
-        record.ran_eagerly = str(e)
-        return EagerGraph(name, gm, str(e))
+        # (its text without the advice to set fallback_on_error, which is set)
+        debug_trace.warn_at_user_code(f"mini_inductor: {e.where}\nGraph {name} runs eagerly (fallback_on_error=True).",
+                                      debug_trace.ran_eagerly(name, e.where, gm).source)
+        record.ran_eagerly = e.where
+        return EagerGraph(name, gm, e.where)
     record.compile_seconds = time.perf_counter() - start
     compiled.graph_key = disk_key
     added = symbolic.guards_since(guards)

@@ -55,8 +55,10 @@ def test_fallback_on_error_warning_points_at_the_users_op_and_explain_lists_the_
     torch.testing.assert_close(out, scaled(x))
     (w,) = [w for w in caught if "runs eagerly" in str(w.message)]
     assert (w.filename, w.lineno) == (__file__, RELU_LINE) and "boom" in str(w.message)
+    assert 'Set options={"fallback_on_error": True}' not in str(w.message)   # it is set: no such advice
     (note,) = traces.eager
     assert "boom" in note.reason and note.source.startswith(f'File "{__file__}", line {RELU_LINE}')
+    assert "[lowering]" in note.reason and "fallback_on_error" not in note.reason
     assert list(traces) == []
 
 
