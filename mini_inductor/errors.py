@@ -14,8 +14,10 @@ class MiniInductorError(RuntimeError):
                 where += f" (node %{node})"
         if graph:
             where += f" in graph {graph}"
-        self.where = f"{type(self).__name__} [{self.stage}]: {where + ': ' if where else ''}{why}."
-        super().__init__(self.where + ' Set options={"fallback_on_error": True} to run this graph eagerly.')
+        located = f"[{self.stage}] {where + ': ' if where else ''}{why}."
+        self.where = f"{type(self).__name__} {located}"   # for warnings and reports, which name no class
+        # (a traceback and torch's BackendCompilerFailed print the class name before the message)
+        super().__init__(located + ' Set options={"fallback_on_error": True} to run this graph eagerly.')
 
 
 class LoweringError(MiniInductorError):

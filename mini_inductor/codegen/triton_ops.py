@@ -38,7 +38,9 @@ def tl_dtype(dtype: torch.dtype) -> str:
     try:
         return TL_DTYPES[dtype]
     except KeyError:
-        raise NotImplementedError(f"dtype {dtype} in a Triton kernel") from None
+        supported = ", ".join(str(d).removeprefix("torch.") for d in TL_DTYPES)
+        raise NotImplementedError(f"generated Triton kernels do not take {dtype} values (they take {supported})"
+                                  ) from None
 
 
 def texpr(expr: sympy.Expr, *, python: bool = False) -> str:
