@@ -345,13 +345,22 @@ NOTHING_COMPILED = ("no graph was compiled by mini_inductor: does the script cal
                     "or backend=\"mini_inductor\"; --force takes any other backend) and then the compiled function?")
 
 
-def _say_how_it_ended(out: Output, ending) -> int:
-    """Report a script's sys.exit or exception; explain's exit code: the script's failure, or 0."""
+def nothing_compiled(ending) -> str:
+    """Why no graph is in the report: the first compile failed (the script's error says where), or none ran."""
+    if ending is not None and ending.compile_error:
+        return (f"no graph was compiled: mini_inductor raised {ending.compile_error} "
+                "(the script's error, below, names the op and why)")
+    return NOTHING_COMPILED
+
+
+def _say_how_it_ended(out: Output, ending, covered: str | None = "the report") -> int:
+    """Report a script's sys.exit or exception (and that `covered`, what was written, holds the graphs
+    compiled before it); explain's exit code: the script's failure, or 0."""
     if ending is None:
         return 0
     if ending.traceback:
         print(ending.traceback, file=sys.stderr, end="", flush=True)
-    out.line(f"\n{ending.describe()}; the report covers the graphs compiled before that.")
+    out.line(f"\n{ending.describe()}" + (f"; {covered} covers the graphs compiled before that." if covered else ""))
     if not ending.failed:
         return 0
     return ending.exit_code if isinstance(ending.exit_code, int) else 1
@@ -368,8 +377,8 @@ def run_explain(args: argparse.Namespace) -> int:
     eager = list(getattr(traces, "eager", []))
     per_size = list(getattr(traces, "per_size", []))
     if not traces and not eager:
-        out.line(NOTHING_COMPILED)
-        _say_how_it_ended(out, ending)
+        out.line(nothing_compiled(ending))
+        _say_how_it_ended(out, ending, covered=None)
         return 1
     reports = explain.build_reports(traces, timings)
     print_explain(out, reports, eager, per_size, list(getattr(traces, "attention", [])))
@@ -477,8 +486,8 @@ def run_dump(args: argparse.Namespace) -> int:
     for e in getattr(traces, "eager", []):
         out.line(f"graph {e.name} ran eagerly (nothing to dump): {e.reason}")
     if not traces and not getattr(traces, "eager", []):
-        print(f"mini-inductor dump: {NOTHING_COMPILED}", file=sys.stderr, flush=True)
-    code = _say_how_it_ended(out, ending)
+        print(f"mini-inductor dump: {nothing_compiled(ending)}", file=sys.stderr, flush=True)
+    code = _say_how_it_ended(out, ending, covered="the dump" if traces else None)
     return code if traces else (code or 1)
 
 

@@ -56,6 +56,8 @@ class ScriptEnding:
     error: str = ""                      # 'ValueError: bad shape' for an exception
     where: str = ""                      # the user's line it was raised at, 'File "t.py", line 9, in main: code'
     traceback: str = ""                  # the exception's traceback from the script's frame on
+    compile_error: str = ""              # a mini_inductor compile error in its chain: 'CodegenError in the
+                                         # codegen stage of graph inference_0'
 
     @property
     def failed(self) -> bool:
@@ -126,8 +128,23 @@ def _run_path(path: str) -> ScriptEnding | None:
         first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == os.path.abspath(path)), 0)
         text = "".join(["Traceback (most recent call last):\n", *traceback.format_list(frames[first:]),
                         *traceback.format_exception_only(type(e), e)])
-        return ScriptEnding(error=f"{type(e).__name__}: {e}", where=_user_line(e, path), traceback=text)
+        return ScriptEnding(error=f"{type(e).__name__}: {e}", where=_user_line(e, path), traceback=text,
+                            compile_error=_compile_error(e))
     return None
+
+
+def _compile_error(error: BaseException | None) -> str:
+    """The MiniInductorError that torch's BackendCompilerFailed (or any chain) wraps, in words, or ''."""
+    from ..errors import MiniInductorError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, MiniInductorError):
+            return f"{type(error).__name__} in the {error.stage} stage" + (f" of graph {error.graph}"
+                                                                           if error.graph else "")
+        seen.add(id(error))
+        error = getattr(error, "inner_exception", None) or error.__cause__
+    return ""
 
 
 def _user_line(error: BaseException, script: str) -> str:

@@ -190,6 +190,19 @@ def test_dump_of_a_script_that_compiles_nothing_says_why_on_stderr(tmp_path):
     assert 'backend="mini_inductor"' in proc.stderr and "--force" in proc.stderr
 
 
+def test_explain_of_a_script_whose_first_compile_fails_names_the_failure_not_a_missing_torch_compile(tmp_path):
+    script = tmp_path / "cast.py"   # no Triton type for uint16: a codegen error, no fallback
+    script.write_text("import torch\n"
+                      "torch.compile(lambda x: x.to(torch.uint16).to(torch.int32) + 1)(torch.arange(8))\n")
+    proc = _cli("explain", str(script), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1
+    assert ("no graph was compiled: mini_inductor raised CodegenError in the codegen stage of graph inference_0 "
+            "(the script's error, below, names the op and why)") in proc.stdout, proc.stdout
+    assert "does the script call torch.compile" not in proc.stdout
+    assert "CodegenError: [codegen] aten._to_copy.default" in proc.stdout
+    assert "covers the graphs compiled before that" not in proc.stdout   # no report was written
+
+
 # a script beside a module of its own, as `python run.py` runs it: it imports the module and sees its argv
 SIBLING_MODULE = "import torch\n\n\ndef layer(x):\n    return torch.relu(x) * 2\n"
 SIBLING_SCRIPT = textwrap.dedent("""\
