@@ -423,6 +423,7 @@ def _print_attention(out: Output, records) -> None:
 
 
 def _print_report(out: Output, report) -> None:
+    from mini_inductor.debug.boundaries import boundary_rows, never_fuse_line, plural
     from mini_inductor.debug.why import short_source
 
     out.heading(f"Graph {report['graph']}" + (" (cache hit: decisions of the original compile)"
@@ -430,8 +431,8 @@ def _print_report(out: Output, report) -> None:
     # (a MultiOutput picks a result of the call before it: no call of its own)
     calls = sum(1 for e in report["externs"] if e["op"] != "MultiOutput") + \
         sum(1 for k in report["kernels"] if k.get("cublas"))   # cuBLAS + its epilogue
-    out.line(f"{report['nodes_before_fusion']} nodes → {report['groups']} groups: {len(report['kernels'])} "
-             f"Triton kernels, {calls} extern calls")
+    out.line(f"{plural(report['nodes_before_fusion'], 'node')} → {plural(report['groups'], 'group')}: "
+             f"{plural(len(report['kernels']), 'Triton kernel')}, {plural(calls, 'extern call')}")
     if report.get("stage_seconds"):
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
     if report.get("layout"):
@@ -447,13 +448,17 @@ def _print_report(out: Output, report) -> None:
               [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
                 (short_source(k["sources"][0]) if k["sources"] else ""),
                 f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
-    from mini_inductor.debug.boundaries import boundary_rows, never_fuse_line
 
-    out.table("Kernel boundaries (two generated kernels that could have been one)",
-              ["#", "producer", "consumer", "why not one kernel", "bytes written + read back", "time"],
-              boundary_rows(report))
-    out.line(never_fuse_line(report["never_fuse"]))
-    out.line(f"time: the bytes at {report['bandwidth']['note']}")
+    rows = boundary_rows(report)
+    if rows:
+        out.table("Kernel boundaries (two generated kernels that could have been one)",
+                  ["#", "producer", "consumer", "why not one kernel", "bytes written + read back", "time"], rows)
+    else:
+        out.line("\nKernel boundaries: none (no two generated kernels could have been one)")
+    if report["never_fuse"].get("refused"):
+        out.line(never_fuse_line(report["never_fuse"]))
+    if rows:
+        out.line(f"time: the bytes at {report['bandwidth']['note']}")
     if report["externs"]:
         out.table("Extern calls", ["buffer", "op"], [[e["name"], e["op"]] for e in report["externs"]
                                                      if e["op"] != "MultiOutput"])

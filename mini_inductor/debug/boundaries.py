@@ -206,7 +206,7 @@ def never_fuse_summary(flow: Dataflow, kernels: list[dict], externs: list[dict],
             "refused": len(refused)}
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -226,7 +226,7 @@ def never_fuse_line(summary: dict[str, Any]) -> str:
     if summary.get("fused_later"):
         parts.append(f"{summary['fused_later']} ended up in one kernel through other fusions")
     total = summary.get("refused", summary["pairs"] + summary.get("fused_later", 0))
-    return f"Of {_plural(total, 'refused candidate pair')}: " + "; ".join(parts) + "."
+    return f"Of {plural(total, 'refused candidate pair')}: " + "; ".join(parts) + "."
 
 
 def bandwidth(kernels: list[dict], device) -> dict[str, Any]:

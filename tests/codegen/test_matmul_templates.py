@@ -536,14 +536,14 @@ def test_relu_after_a_cublas_addmm_is_one_addmm_activation_call(cublas_chosen):
         assert extern_calls() == ["aten._addmm_activation.default"]
         text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
     assert "cuBLAS with ReLU in cuBLASLt's epilogue (aten._addmm_activation)" in text, text
-    assert "2 nodes → 1 groups: 0 Triton kernels, 1 extern calls" in text, text
+    assert "2 nodes → 1 group: 0 Triton kernels, 1 extern call" in text, text
     metrics.reset()
     torch._dynamo.reset()
     with config.patch(cublaslt_activations=False), torch.no_grad():   # the option off: addmm and a kernel
         check(lambda x: torch.relu(lin(x)), torch.randn(9, 16), kernels=1, atol=1e-5, rtol=1e-5)
         assert extern_calls() == ["aten.addmm.default"]
         text = str(mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(9, 16)))
-    assert "2 nodes → 1 groups: 1 Triton kernels, 1 extern calls" in text, text
+    assert "2 nodes → 1 group: 1 Triton kernel, 1 extern call" in text, text
 
 
 @pytest.mark.parametrize("case", ["scaled", "product_returned", "exact_gelu", "tanh_gelu_on_the_cpu", "mm_without_bias"])

@@ -64,6 +64,14 @@ def test_str_is_the_text_summary_the_cli_prints(report):
     assert repr(r) == text
 
 
+def test_text_of_a_one_kernel_graph_counts_in_the_singular_and_has_no_empty_boundary_table(device):
+    text = str(mini_inductor.explain(lambda x: torch.relu(x) * 2, torch.randn(8, device=device)))
+    assert "1 node → 1 group: 1 Triton kernel, 0 extern calls" in text, text
+    assert "Kernel boundaries: none (no two generated kernels could have been one)" in text, text
+    assert "why not one kernel" not in text and "Of 0 refused candidate pairs" not in text
+    assert "time: the bytes at" not in text     # (the boundaries' time column, when there is one)
+
+
 @pytest.mark.gpu
 def test_explain_on_cuda_times_every_kernel_of_the_call():
     x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
