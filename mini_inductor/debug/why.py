@@ -118,8 +118,8 @@ def _describe(report, name: str) -> str:
         k = next(k for k in report["kernels"] if k["name"] == kernel)
         ops, sources = set(k["ops"]), set(k["sources"])
     text = f"{name} ({where}): {', '.join(sorted(ops)) or 'ops unknown'}"
-    for source in sorted(sources)[:3]:
-        text += f"\n      at {short_source(source)}"
+    for source in sorted(sources)[:3]:   # a file's line, or "in forward of Linear (...)" where Dynamo kept none
+        text += f"\n      {'' if source.startswith('in ') else 'at '}{short_source(source)}"
     return text
 
 

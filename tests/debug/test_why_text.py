@@ -1,0 +1,18 @@
+"""`why`'s text, from a report's plain data: each node's ops and where in the user's code they came from."""
+from mini_inductor.debug.why import why
+
+
+def _report(sources_a, sources_b):
+    return {"kernels": [{"name": "triton_poi_fused_relu_0", "nodes": ["buf1"], "ops": ["aten.relu.default"],
+                         "sources": sources_b}],
+            "externs": [{"name": "buf0", "op": "aten.addmm.default", "sources": sources_a}],
+            "fused": [], "refused": [{"node1": "buf0", "node2": "buf1", "reason": "node1 is extern or nop", "round": 1}],
+            "nodes": {"buf0": {"ops": ["aten.addmm.default"], "sources": sources_a, "reads": []},
+                      "buf1": {"ops": ["aten.relu.default"], "sources": sources_b, "reads": ["buf0"]}}}
+
+
+def test_a_node_placed_by_its_module_reads_in_forward_of_not_at_in_forward_of():
+    text = why(_report(["in forward of Linear (L['fn'].0)"], ['File "/x/m.py", line 7, in forward: return y.relu()']),
+               "buf0", "buf1")
+    assert "\n      in forward of Linear (L['fn'].0)" in text and "at in forward" not in text, text
+    assert "\n      at m.py:7 (forward): return y.relu()" in text, text
