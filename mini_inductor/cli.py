@@ -435,6 +435,8 @@ def _print_report(out: Output, report) -> None:
              f"{plural(len(report['kernels']), 'Triton kernel')}, {plural(calls, 'extern call')}")
     if report.get("stage_seconds"):
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
+    if report.get("dynamic_sizes"):
+        out.line("dynamic: one compile for every size; " + ", ".join(report["dynamic_sizes"]))
     if report.get("layout"):
         out.line(f"layout: {report['layout']}")
     for line in report.get("matmuls", []):

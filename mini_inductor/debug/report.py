@@ -176,7 +176,36 @@ def _graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, A
         # each matmul: a Triton template (what fused into it) or cuBLAS (why), with max-autotune's timings
         "matmuls": [d.describe() for d in getattr(sched, "matmuls", [])]
         + list(getattr(lowered, "matmul_notes", [])),
+        "dynamic_sizes": _dynamic_sizes(trace),
     }
+
+
+def _dynamic_sizes(trace) -> list[str]:
+    """A dynamic graph's size symbols, each with where the call reads it and its traced value:
+    ["s33: size 0 of arg0_1 (traced at 3)", "u0: read from data by nonzero"]; [] for a static graph."""
+    shapes = getattr(trace, "shapes", None)
+    if shapes is None or not shapes.dynamic:
+        return []
+    placeholders = [n for n in trace.gm.graph.nodes if n.op == "placeholder"] if trace.gm is not None else []
+    said = []
+    for symbol, (index, kind, dim) in shapes.sources.items():
+        name = placeholders[index].name if index < len(placeholders) else f"input {index}"
+        where = {"size": f"size {dim} of {name}", "stride": f"stride {dim} of {name}",
+                 "offset": f"storage offset of {name}"}.get(kind, f"int input {name}")
+        if kind == "int":   # Dynamo passes a tensor's symbolic size as an int input too: name the tensor
+            where += next((f", size {d} of {p.name}" for p in placeholders for d in _dims_of(p, symbol)), "")
+        hint = shapes.hints.get(symbol)
+        said.append(f"{symbol}: {where}" + (f" (traced at {int(hint)})" if hint is not None else ""))
+    for symbol, (node, _) in shapes.unbacked.items():
+        said.append(f"{symbol}: read from data by {node}")
+    return said
+
+
+def _dims_of(placeholder, symbol) -> list[int]:
+    """The dims of a tensor input whose size is exactly `symbol`."""
+    val = placeholder.meta.get("val")
+    shape = getattr(val, "shape", ())
+    return [d for d, size in enumerate(shape) if str(size) == str(symbol)]
 
 
 def _plain(x):

@@ -122,3 +122,18 @@ def test_why_for_a_graph_not_in_the_report_names_the_graphs_that_are(report):
     r, _ = report
     with pytest.raises(KeyError, match="compiled graphs: inference_"):
         r.why("forward_9", "buf0", "buf1")
+
+
+def test_a_dynamic_graph_says_which_input_each_size_symbol_is_and_its_traced_value(device):
+    x = torch.randn(6, 8, device=device)
+    torch._dynamo.mark_dynamic(x, 0)
+    r = mini_inductor.explain(lambda t: torch.relu(t).sum(1), x)
+    (graph,) = r.graphs
+    (said,) = graph["dynamic_sizes"]
+    assert said.startswith("s") and said.endswith(", size 0 of arg1_1 (traced at 6)"), said
+    assert f"dynamic: one compile for every size; {said}" in str(r)
+
+
+def test_a_static_graph_has_no_dynamic_sizes(report):
+    r, _ = report
+    assert r.graphs[0]["dynamic_sizes"] == [] and "dynamic:" not in str(r)
