@@ -381,7 +381,8 @@ def run_explain(args: argparse.Namespace) -> int:
         _say_how_it_ended(out, ending, covered=None)
         return 1
     reports = explain.build_reports(traces, timings)
-    print_explain(out, reports, eager, per_size, list(getattr(traces, "attention", [])))
+    print_explain(out, reports, eager, per_size, list(getattr(traces, "attention", [])),
+                  list(getattr(traces, "graph_breaks", [])))
     paths = explain.write_reports(reports, traces, args.out, f"mini_inductor explain: {title}")
     from mini_inductor.debug.graphviz import GRAPHVIZ_HINT, render_svg
 
@@ -391,13 +392,19 @@ def run_explain(args: argparse.Namespace) -> int:
     return _say_how_it_ended(out, ending)
 
 
-def print_explain(out: Output, reports, eager, per_size=(), attention=()) -> None:
-    """What explain prints: the attention found in Dynamo's graphs, each compiled graph's report, then the
-    dynamic graphs compiled per size (the symbolic compile failed: why), then the graphs that ran eagerly."""
+def print_explain(out: Output, reports, eager, per_size=(), attention=(), graph_breaks=()) -> None:
+    """What explain prints: the attention found in Dynamo's graphs, each compiled graph's report, then
+    Dynamo's graph breaks, the dynamic graphs compiled per size (the symbolic compile failed: why), then
+    the graphs that ran eagerly."""
     if attention:
         _print_attention(out, attention)
     for report in reports:
         _print_report(out, report)
+    if graph_breaks:
+        from mini_inductor.debug.why import short_source
+
+        out.table("Graph breaks (Dynamo ended a graph here and started another; TORCH_LOGS=graph_breaks "
+                  "shows the hints)", ["source", "reason"], [[short_source(b.source), b.reason] for b in graph_breaks])
     if per_size:
         from mini_inductor.debug.why import short_source
 

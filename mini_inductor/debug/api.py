@@ -7,6 +7,7 @@
     report.fused, report.refused, report.ran_eagerly, report.compile_seconds, report.output
     report.compiled_per_size   # dynamic graphs the symbolic compile could not take, and why
     report.attention           # attention found in Dynamo's graphs: replaced by SDPA / flash, or why not
+    report.graph_breaks        # where Dynamo split fn into graphs, and why: [{source, reason}, ...]
     report.graphs              # the per-graph data of report.json
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ class ExplainReport:
     _traces: Any = dataclasses.field(default=None, repr=False)
     compiled_per_size: list[dict[str, str]] = dataclasses.field(default_factory=list)   # dynamic graphs: why
     attention: list[dict[str, str]] = dataclasses.field(default_factory=list)   # metrics.AttentionMatch fields
+    graph_breaks: list[dict[str, str]] = dataclasses.field(default_factory=list)   # debug.trace.GraphBreak fields
 
     @property
     def kernels(self) -> list[dict[str, Any]]:
@@ -60,14 +62,14 @@ class ExplainReport:
     def __str__(self) -> str:
         from ..cli import Output, print_explain
         from ..metrics import AttentionMatch
-        from .trace import EagerGraphNote
+        from .trace import EagerGraphNote, GraphBreak
 
         text = io.StringIO()
         if not self.graphs and not self.ran_eagerly:
             text.write("no graph reached mini_inductor (was this function compiled before in this process?)\n")
         print_explain(Output(file=text), self.graphs, [EagerGraphNote(**e) for e in self.ran_eagerly],
                       [EagerGraphNote(**e) for e in self.compiled_per_size],
-                      [AttentionMatch(**a) for a in self.attention])
+                      [AttentionMatch(**a) for a in self.attention], [GraphBreak(**b) for b in self.graph_breaks])
         return f"{self.title}\n{text.getvalue()}"
 
     def __repr__(self) -> str:
@@ -115,4 +117,5 @@ def explain(fn, *args, **kwargs) -> ExplainReport:
     return ExplainReport(reports, [e.as_dict() for e in traces.eager], output,
                          f"mini_inductor explain: {name}", traces,
                          compiled_per_size=[e.as_dict() for e in traces.per_size],
-                         attention=[dataclasses.asdict(a) for a in traces.attention])
+                         attention=[dataclasses.asdict(a) for a in traces.attention],
+                         graph_breaks=[b.as_dict() for b in traces.graph_breaks])

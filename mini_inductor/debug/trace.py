@@ -5,6 +5,7 @@
     traces[0].schedule.decisions      # every fusion candidate, fused or refused with a reason
     traces.eager                      # graphs that ran eagerly: EagerGraphNote(name, reason, source)
     traces.attention                  # attention found in Dynamo's graphs: metrics.AttentionMatch
+    traces.graph_breaks               # where Dynamo split the code into graphs, and why: GraphBreak
 
 Outside a `capture()` block nothing is kept, so normal runs hold no extra references. Graphs that run
 eagerly are noted (and warned about, once per reason, at the user's line) whether or not anyone captures.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import linecache
+import logging
 import os
 import re
 import sys
@@ -54,15 +57,28 @@ class EagerGraphNote:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class GraphBreak:
+    """Where Dynamo stopped a graph and started another (its graph_breaks log), and why."""
+
+    source: str          # 'File "f.py", line 4, in f: print(y.shape)'
+    reason: str          # Dynamo's reason, its first lines: 'Failed to trace builtin operator: Dynamo does not ...'
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
 class Traces(list):
-    """The GraphTraces of the compiled graphs, in order, plus `eager`: the graphs that ran eagerly, and
-    `per_size`: the dynamic graphs compiled per size because the symbolic compile failed."""
+    """The GraphTraces of the compiled graphs, in order, plus `eager`: the graphs that ran eagerly,
+    `per_size`: the dynamic graphs compiled per size because the symbolic compile failed, and
+    `graph_breaks`: where Dynamo split the code into graphs."""
 
     def __init__(self):
         super().__init__()
         self.eager: list[EagerGraphNote] = []
         self.per_size: list[EagerGraphNote] = []
         self.attention: list = []       # metrics.AttentionMatch: attention found in Dynamo's graphs
+        self.graph_breaks: list[GraphBreak] = []
 
 
 @contextlib.contextmanager
@@ -70,9 +86,65 @@ def capture() -> Iterator[Traces]:
     traces = Traces()
     _active.append(traces)
     try:
-        yield traces
+        with _graph_breaks_to(traces.graph_breaks):
+            yield traces
     finally:
         _active.remove(traces)
+
+
+_BREAK_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\nGraph Break Reason: ")
+
+
+def graph_break_from_log(message: str) -> GraphBreak | None:
+    """A GraphBreak from one message of Dynamo's graph_breaks log: its kind (the wrapping 'Encountered graph
+    break when attempting to trace ...' line left out) and its explanation, at the user's line."""
+    m = _BREAK_AT.search(message)
+    if m is None:
+        return None
+    body = message[m.end():].split("\nUser code traceback:")[0]
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    kinds = [ln for ln in lines if not ln.startswith(("Encountered graph break", "Explanation:", "Hint:",
+                                                       "Developer debug context:", "For more details"))]
+    explanation = next((ln.removeprefix("Explanation:").strip() for ln in lines if ln.startswith("Explanation:")), "")
+    reason = (kinds or lines or ["unknown"])[0].rstrip(":") + (f": {explanation}" if explanation else "")
+    frame = re.search(rf'File "{re.escape(m["file"])}", line {m["line"]}, in ([\w<>.]+)', message)
+    code = linecache.getline(m["file"], int(m["line"])).strip()
+    source = f'File "{m["file"]}", line {m["line"]}' + (f", in {frame[1]}" if frame else "")
+    return GraphBreak(source + (f": {code}" if code else ""), reason)
+
+
+class _GraphBreakHandler(logging.Handler):
+    def __init__(self, into: list[GraphBreak]):
+        super().__init__(logging.DEBUG)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = graph_break_from_log(record.getMessage())
+        if found is not None and found not in self.into:
+            self.into.append(found)
+
+
+@contextlib.contextmanager
+def _graph_breaks_to(into: list[GraphBreak]) -> Iterator[None]:
+    """Collect Dynamo's graph_breaks log (on at DEBUG for the block, printed nowhere unless TORCH_LOGS
+    asked for it) into `into`."""
+    try:
+        from torch._dynamo import symbolic_convert
+        logger = symbolic_convert.graph_break_log
+    except (ImportError, AttributeError):   # another torch: no graph breaks listed
+        yield
+        return
+    handler, level, propagate = _GraphBreakHandler(into), logger.level, logger.propagate
+    logger.addHandler(handler)
+    if not logger.isEnabledFor(logging.DEBUG):   # off (no TORCH_LOGS=graph_breaks): on for us alone
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def attention_found(records) -> None:

@@ -9,6 +9,7 @@ A node name is a scheduler node (`buf3`) or a fused group (`buf0_buf1_buf2`, its
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 
@@ -128,8 +129,13 @@ def short_source(source: str) -> str:
     if not source.startswith('File "'):
         return source
     path, _, rest = source[len('File "'):].partition('", line ')
+    if ", in " not in rest:   # no function named: 'File "f.py", line 4: code'
+        line, _, code = rest.partition(": ")
+        return f"{path.rsplit('/', 1)[-1]}:{line}: {code.strip()}"
     line, _, rest = rest.partition(", in ")
     func, _, code = rest.partition(": ")
+    # the function Dynamo resumes after a graph break is the user's function, past the break
+    func = re.sub(r"^torch_dynamo_resume_in_(.+)_at_\d+$", r"\1", func)
     return f"{path.rsplit('/', 1)[-1]}:{line} ({func}): {code.strip()}"
 
 

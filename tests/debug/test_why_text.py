@@ -1,5 +1,5 @@
 """`why`'s text, from a report's plain data: each node's ops and where in the user's code they came from."""
-from mini_inductor.debug.why import why
+from mini_inductor.debug.why import short_source, why
 
 
 def _report(sources_a, sources_b):
@@ -16,3 +16,9 @@ def test_a_node_placed_by_its_module_reads_in_forward_of_not_at_in_forward_of():
                "buf0", "buf1")
     assert "\n      in forward of Linear (L['fn'].0)" in text and "at in forward" not in text, text
     assert "\n      at m.py:7 (forward): return y.relu()" in text, text
+
+
+def test_short_source_names_the_users_function_past_a_graph_break_and_takes_a_line_without_one():
+    assert short_source('File "/x/m.py", line 7, in torch_dynamo_resume_in_forward_at_5: return y.relu()') == \
+        "m.py:7 (forward): return y.relu()"
+    assert short_source('File "/x/m.py", line 4: print(y)') == "m.py:4: print(y)"
