@@ -404,7 +404,25 @@ def normalize_op_names(value: str | list | tuple) -> str:
             raise ValueError(f"{entry!r} is not an op name: write an ATen op as 'aten.mm' (every overload) or "
                              f"'aten.mm.default', a custom op as 'mylib::baz' or 'mylib::baz.default', "
                              f"several separated by commas")
+        _check_aten_op(entry)
     return value
+
+
+def _check_aten_op(entry: str) -> None:
+    """An ATen name must name an ATen op (and overload): a misspelt one would silently match nothing.
+    Custom ops are not checked: their library may register them after the option is set."""
+    namespace, op, *overload = entry.replace("::", ".", 1).split(".")
+    if namespace != "aten":
+        return
+    import torch
+
+    try:
+        packet = getattr(torch.ops.aten, op)
+    except AttributeError:
+        raise ValueError(f"{entry!r}: there is no ATen op {op!r}") from None
+    if overload and overload[0] not in packet.overloads():
+        raise ValueError(f"{entry!r}: aten.{op} has no overload {overload[0]!r}; it has "
+                         f"{', '.join(sorted(packet.overloads()))}")
 
 
 def _is_int(x: Any) -> bool:

@@ -2,6 +2,7 @@
 an error names the option, the value (and the variable) and what is valid."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -131,6 +132,15 @@ def test_unsafe_ops_that_name_no_op_raise_naming_the_option_and_the_valid_forms(
     assert f"cudagraph_unsafe_ops={bad!r} is not valid: {entry!r} is not an op name" in message
     assert "'aten.mm' (every overload) or 'aten.mm.default'" in message and "'mylib::baz'" in message
     with pytest.raises(config.OptionError, match="is not an op name"):
+        config.cudagraph_unsafe_ops = bad
+
+
+@pytest.mark.parametrize("bad, why", [("aten.matmull", "there is no ATen op 'matmull'"),
+                                      ("aten.mm.defualt", "aten.mm has no overload 'defualt'; it has default, "),
+                                      ("mylib::baz, aten.bmmm", "there is no ATen op 'bmmm'")])
+def test_unsafe_ops_with_a_misspelt_aten_name_raise_instead_of_matching_nothing(bad, why):
+    assert f"cudagraph_unsafe_ops={bad!r} is not valid: " in _compile_error(cudagraph_unsafe_ops=bad)
+    with pytest.raises(config.OptionError, match=re.escape(why)):
         config.cudagraph_unsafe_ops = bad
 
 
