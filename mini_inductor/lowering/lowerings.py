@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (defines prims.fma; torch has loaded it by now anyway)
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .ir import IRNode, Layout, Pointwise
@@ -276,6 +277,13 @@ def _integer_division(name):
 
 register_lowering(aten.remainder)(_integer_division("remainder"))
 register_lowering(aten.fmod)(_integer_division("fmod"))
+
+
+@register_lowering(prims.fma)
+def fma(a, b, c):
+    """Dynamo's spelling of `x.addcmul_(t1, t2, value=v)` (Adam's update): `a * b + c` as eager's
+    implementation computes it, the product rounded to its own dtype before the add."""
+    return add_sub(LOWERINGS[aten.mul.Tensor](a, b), c)
 
 
 @register_lowering(aten.div)
