@@ -120,8 +120,13 @@ class _GraphBreakHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         found = graph_break_from_log(record.getMessage())
-        if found is not None and found not in self.into:
+        # Dynamo logs a break it logged before again, without the user's stack: one entry per line and reason
+        if found is not None and all(_place(b) != _place(found) for b in self.into):
             self.into.append(found)
+
+
+def _place(b: GraphBreak) -> tuple[str, str]:
+    return _SOURCE.match(b.source)[0], b.reason
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
 """explain lists where Dynamo split the code into graphs, and why, from Dynamo's graph_breaks log
 (read while explain runs, printed nowhere unless TORCH_LOGS asks for it)."""
 import inspect
+import logging
 
 import torch
 
 import mini_inductor
+from mini_inductor.debug import trace
 from mini_inductor.debug.trace import GraphBreak, graph_break_from_log
 
 
@@ -50,3 +52,17 @@ def test_explain_lists_the_graph_break_between_its_two_graphs_and_prints_no_log(
     assert "Graph breaks (Dynamo ended a graph here and started another" in text
     assert f"test_graph_breaks.py:{PRINT_LINE} (printing): print(" in text
     assert "Graph break in user code" not in capfd.readouterr().err   # Dynamo's log stays off
+
+
+def test_a_break_dynamo_logs_again_without_the_users_stack_is_listed_once():
+    again = (f"Graph break (user stack suppressed due to duplicate graph break) in user code at {__file__}:"
+             f"{PRINT_LINE}\nGraph Break Reason: Encountered graph break when attempting to trace CALL: a function "
+             f"call, e.g. f(x, y):\n\nFailed to trace builtin operator\n  Explanation: Dynamo does not know how to "
+             f"trace builtin operator `print` with argument types ['str']")
+    with trace.capture() as traces:
+        handler = next(h for h in torch._dynamo.symbolic_convert.graph_break_log.handlers
+                       if isinstance(h, trace._GraphBreakHandler))
+        for message in (MESSAGE, again):
+            handler.emit(logging.LogRecord("graph_breaks", logging.DEBUG, __file__, 1, message, None, None))
+    (found,) = traces.graph_breaks
+    assert ", in printing: " in found.source
