@@ -35,7 +35,7 @@ def template_refusal(op_name: str, inputs: list[IRNode], dims: int) -> str | Non
     if op_name in unsafe or f"{op_name}.default" in unsafe:
         return "listed in cudagraph_unsafe_ops: the ATen call, outside CUDA graphs"
     if device.type == "cpu" and (mode == "auto" or not interpreting()):
-        return "on the CPU only with matmul_templates='always' under Triton's interpreter"
+        return "a CPU matmul becomes a Triton template only with matmul_templates='always' and TRITON_INTERPRET=1"
     if device.type not in ("cuda", "cpu"):
         return f"device {device.type}"
     dtypes = {x.get_dtype() for x in inputs}

@@ -483,6 +483,16 @@ def test_explain_says_why_a_matmul_stayed_cublas():
     assert "aten.mm 9x16 x 16x20 torch.float32: ATen (matmul_templates='off')" in text, text
 
 
+def test_explain_says_how_a_cpu_matmul_could_become_a_template():
+    import mini_inductor
+
+    x, w = torch.randn(9, 16), torch.randn(16, 20)
+    with config.patch(matmul_templates="auto"):
+        text = str(mini_inductor.explain(lambda x, w: x @ w, x, w))
+    assert ("aten.mm 9x16 x 16x20 torch.float32: ATen (a CPU matmul becomes a Triton template only with "
+            "matmul_templates='always' and TRITON_INTERPRET=1)") in text, text
+
+
 # ── auto: the cost model's choice, and cuBLAS with the epilogue split off ─────────────────────────
 
 @pytest.fixture
