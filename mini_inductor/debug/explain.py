@@ -216,6 +216,8 @@ def report_html(reports, traces, title: str, out_dir: str | None = None) -> str:
     attention = list(getattr(traces, "attention", []))
     sections = [attention_section(attention)] if attention else []
     sections += [eager_section(eager)] if eager else []
+    breaks = list(getattr(traces, "graph_breaks", []))
+    sections += [graph_breaks_section(breaks)] if breaks else []
     for report, t in zip(reports, traces):
         dot = to_dot(report, t)
         dot_file = None
@@ -245,6 +247,16 @@ def eager_section(notes) -> str:
     return ('<h2 id="ran-eagerly">Graphs run eagerly</h2><p>mini_inductor generated no code for these graphs: '
             'they ran as their ATen ops.</p><table class="eager"><tr><th>graph</th><th>reason</th>'
             f'<th>source</th><th>to compile it</th></tr>{rows}</table>')
+
+
+def graph_breaks_section(breaks) -> str:
+    """The HTML report's section on Dynamo's graph breaks: the user's line and Dynamo's reason."""
+    from html import escape
+
+    rows = "".join(f"<tr><td>{escape(b.source)}</td><td>{escape(b.reason)}</td></tr>" for b in breaks)
+    return ('<h2 id="graph-breaks">Graph breaks</h2><p>Dynamo ended a graph at each of these lines and started '
+            'another (<code>TORCH_LOGS=graph_breaks</code> adds its hints).</p><table class="eager"><tr>'
+            f'<th>source</th><th>reason</th></tr>{rows}</table>')
 
 
 def attention_section(records) -> str:

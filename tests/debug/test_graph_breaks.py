@@ -52,6 +52,8 @@ def test_explain_lists_the_graph_break_between_its_two_graphs_and_prints_no_log(
     assert "Graph breaks (Dynamo ended a graph here and started another" in text
     assert f"test_graph_breaks.py:{PRINT_LINE} (printing): print(" in text
     assert "Graph break in user code" not in capfd.readouterr().err   # Dynamo's log stays off
+    page = r.html_page()
+    assert '<h2 id="graph-breaks">Graph breaks</h2>' in page and "Failed to trace builtin operator" in page
 
 
 def test_a_break_dynamo_logs_again_without_the_users_stack_is_listed_once():
