@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .boundaries import human_bytes as _size, human_seconds as _duration, never_fuse_line
+from .boundaries import human_bytes as _size, human_seconds as _duration, never_fuse_line, plural
 from .graphviz import escape
 from .picture import report_svg
 
@@ -95,8 +95,10 @@ def graph_section(report: dict[str, Any], dot_source: str = "", svg: str | None 
     total = sum(b["bytes_written"] + b["bytes_read"] for b in boundaries)
     seconds = sum(b.get("seconds") or 0 for b in boundaries)
     parts = [f'<h2 id="{escape(g["graph"])}">Graph {escape(g["graph"])}</h2>',
-             f'<p>{g["nodes_before_fusion"]} scheduler nodes → {g["groups"]} groups: {len(g["kernels"])} Triton '
-             f'kernels, {sum(1 for e in g["externs"] if e["op"] != "MultiOutput")} extern calls, {sum(f["count"] for f in g["fallbacks"])} fallback ops'
+             f'<p>{plural(g["nodes_before_fusion"], "scheduler node")} → {plural(g["groups"], "group")}: '
+             f'{plural(len(g["kernels"]), "Triton kernel")}, '
+             f'{plural(sum(1 for e in g["externs"] if e["op"] != "MultiOutput"), "extern call")}, '
+             f'{plural(sum(f["count"] for f in g["fallbacks"]), "fallback op")}'
              f'{" (served from the cache)" if g["cache_hit"] else ""}. '
              f'{len(boundaries)} kernel boundar{"y" if len(boundaries) == 1 else "ies"}: {_size(total)} written '
              f'and read back across them (about {_duration(seconds)}). Output code: '

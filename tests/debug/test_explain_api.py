@@ -72,6 +72,11 @@ def test_text_of_a_one_kernel_graph_counts_in_the_singular_and_has_no_empty_boun
     assert "time: the bytes at" not in text     # (the boundaries' time column, when there is one)
 
 
+def test_html_of_a_one_kernel_graph_counts_in_the_singular(device):
+    page = mini_inductor.explain(lambda x: torch.relu(x) * 2, torch.randn(8, device=device)).html_page()
+    assert "1 scheduler node → 1 group: 1 Triton kernel, 0 extern calls, 0 fallback ops" in page
+
+
 @pytest.mark.gpu
 def test_explain_on_cuda_times_every_kernel_of_the_call():
     x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
