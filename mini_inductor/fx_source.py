@@ -6,6 +6,7 @@ imports only torch.
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 import torch.fx
@@ -34,13 +35,24 @@ def source_line(node: torch.fx.Node) -> str:
 
 
 def module_line(node: torch.fx.Node) -> str:
-    """'in forward of Linear (L['fn'].0)': the innermost module whose forward ran the op, for an op that
+    """'in forward of Linear (model[0])': the innermost module whose forward ran the op, for an op that
     Dynamo kept no user frame of (nn.Linear's F.linear is torch's own code)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
     path, cls = list(stack.values())[-1][:2]
-    return f"in forward of {getattr(cls, '__name__', cls)} ({path})"
+    return f"in forward of {getattr(cls, '__name__', cls)} ({module_path(path)})"
+
+
+def module_path(source: str) -> str:
+    """Dynamo's name of a module as a user writes it: "L['fn'].0" → 'model[0]', "L['self'].layers[0].mlp"
+    → 'model.layers[0].mlp' (the compiled module is 'model'), "G['net'].fc" → 'net.fc'."""
+    def root(m: re.Match) -> str:
+        return "model" if m["scope"] == "L" and m["name"] in ("fn", "self", "mod", "model", "module") else m["name"]
+
+    path = re.sub(r"^(?P<scope>[LG])\['(?P<name>[^']+)'\]", root, source)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    return re.sub(r"\.(\d+)(?=[.\[]|$)", r"[\1]", path)
 
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep

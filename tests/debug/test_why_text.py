@@ -12,9 +12,9 @@ def _report(sources_a, sources_b):
 
 
 def test_a_node_placed_by_its_module_reads_in_forward_of_not_at_in_forward_of():
-    text = why(_report(["in forward of Linear (L['fn'].0)"], ['File "/x/m.py", line 7, in forward: return y.relu()']),
+    text = why(_report(["in forward of Linear (model[0])"], ['File "/x/m.py", line 7, in forward: return y.relu()']),
                "buf0", "buf1")
-    assert "\n      in forward of Linear (L['fn'].0)" in text and "at in forward" not in text, text
+    assert "\n      in forward of Linear (model[0])" in text and "at in forward" not in text, text
     assert "\n      at m.py:7 (forward): return y.relu()" in text, text
 
 

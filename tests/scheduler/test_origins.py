@@ -86,7 +86,15 @@ def test_source_line_is_the_users_frame_not_a_device_contexts_dispatch():
         'File "/home/me/net.py", line 9, in forward: y = self.proj(x).relu()'
     # an op of a torch module under `with torch.device(...)`: Dynamo kept only the dispatch frame
     linear = {"1": ("L['fn']", torch.nn.Sequential), "2": ("L['fn'].0", torch.nn.Linear)}
-    assert _source_line(_node_with(device_frame, linear)) == "in forward of Linear (L['fn'].0)"
-    assert _source_line(_node_with("", linear)) == "in forward of Linear (L['fn'].0)"
+    assert _source_line(_node_with(device_frame, linear)) == "in forward of Linear (model[0])"
+    assert _source_line(_node_with("", linear)) == "in forward of Linear (model[0])"
     assert "_device.py" in _source_line(_node_with(device_frame))   # nothing better known: kept as it is
     assert _source_line(_node_with("")) == ""
+
+
+def test_a_modules_place_reads_as_the_user_indexes_it_not_as_dynamos_source_name():
+    from mini_inductor.fx_source import module_path
+    assert module_path("L['fn'].0") == "model[0]"                      # torch.compile(nn.Sequential(...))
+    assert module_path("L['self'].layers.0.mlp") == "model.layers[0].mlp"
+    assert module_path("L['self']._modules['proj']") == "model.proj"
+    assert module_path("G['net'].fc") == "net.fc"                      # a global module a function calls
