@@ -89,7 +89,7 @@ def run_script(path: str, argv: Sequence[str] = (), force: bool = False):
             if kwargs.get("options"):
                 name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
                 warnings.warn(f"mini_inductor explain: dropping the options of backend {name!r}: "
-                              f"{sorted(kwargs['options'])}")
+                              f"{sorted(kwargs['options'])}", stacklevel=2)   # at the script's torch.compile
                 kwargs.pop("options")
             kwargs["backend"] = "mini_inductor"
         return original(model, **kwargs)

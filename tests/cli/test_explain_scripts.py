@@ -203,6 +203,17 @@ def test_explain_of_a_script_whose_first_compile_fails_names_the_failure_not_a_m
     assert "covers the graphs compiled before that" not in proc.stdout   # no report was written
 
 
+def test_explain_warns_at_the_scripts_torch_compile_that_it_drops_inductors_options(tmp_path):
+    script = tmp_path / "tuned.py"
+    script.write_text("import torch\n"
+                      "f = torch.compile(lambda x: x.sin() + 1, options={'max_autotune': True})\n"
+                      "f(torch.randn(4))\n")
+    proc = _cli("explain", str(script), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (f"{script}:2: UserWarning: mini_inductor explain: dropping the options of backend 'inductor': "
+            "['max_autotune']") in proc.stderr, proc.stderr
+
+
 # a script beside a module of its own, as `python run.py` runs it: it imports the module and sees its argv
 SIBLING_MODULE = "import torch\n\n\ndef layer(x):\n    return torch.relu(x) * 2\n"
 SIBLING_SCRIPT = textwrap.dedent("""\
