@@ -97,6 +97,18 @@ def test_capture_size_tuples_follow_the_order_of_the_dynamic_dims(device):
     assert len(_size_skips()) == 2                              # (2, 2) and (3, 3)
 
 
+def test_int_sizes_for_a_graph_of_several_dynamic_dims_say_what_a_listed_size_must_be(device):
+    # dynamic=True makes both dims dynamic: the key is (rows, 3), which the ints 2 and 4 never match
+    f = torch.compile(lambda x: x.sin() * 2, backend="mini_inductor", dynamic=True,
+                      options={"cudagraph_capture_sizes": [2, 4]})
+    x = torch.randn(4, 3, device=device)
+    torch.testing.assert_close(f(x), x.sin() * 2)
+    (skip,) = _size_skips()
+    assert ("dynamic sizes (4, 3) not in cudagraph_capture_sizes [2, 4] (the graph runs eagerly at these sizes); "
+            "this graph has 2 dynamic dims (dim 0 of a 4x3 input, dim 1 of a 4x3 input), so each listed size "
+            "must be a tuple of 2") in skip, skip
+
+
 def test_a_failed_specialization_runs_the_graph_eagerly_with_one_counted_skip(device, monkeypatch):
     from mini_inductor.runtime.cudagraphs import capture_sizes
 

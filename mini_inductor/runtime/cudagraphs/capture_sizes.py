@@ -49,6 +49,22 @@ def dynamic_dims(gm: torch.fx.GraphModule) -> list[tuple[int, int | None]]:
     return where
 
 
+def _describe_dim(gm: torch.fx.GraphModule, args: list, index: int, dim: int | None) -> str:
+    """'dim 0 of a 4x3 input': where a size symbol is, with this call's tensor; for an int input (Dynamo
+    passes a tensor's symbolic size as one too), the first tensor dim of that size."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if dim is None:
+        symbol = placeholders[index].meta.get("val")
+        found = [(i, d) for i, node in enumerate(placeholders)
+                 for d, size in enumerate(getattr(node.meta.get("val"), "shape", ()))
+                 if isinstance(size, torch.SymInt) and isinstance(symbol, torch.SymInt)
+                 and size.node.expr == symbol.node.expr]
+        if not found:
+            return f"an int input ({args[index]})"
+        index, dim = found[0]
+    return f"dim {dim} of a {'x'.join(map(str, args[index].shape))} input"
+
+
 def sizes_key(where: list[tuple[int, int | None]], args: list) -> int | tuple[int, ...] | None:
     values = tuple(int(args[i]) if dim is None else int(args[i].shape[dim]) for i, dim in where)
     if not values:
@@ -104,10 +120,21 @@ class SizeSpecializedGraph:
         elif key not in self.skipped_sizes:
             self.skipped_sizes.add(key)
             log_skip(f"dynamic sizes {key} not in cudagraph_capture_sizes {list(self.capture_sizes)} "
-                     "(the graph runs eagerly at these sizes)", f"graph {self.name} ({self.kind})", self.cfg)
+                     f"(the graph runs eagerly at these sizes){self._shape_hint(key, args)}",
+                     f"graph {self.name} ({self.kind})", self.cfg)
         out = self.gm(*args)
         args.clear()
         return out
+
+    def _shape_hint(self, key, args: list) -> str:
+        """Where no listed size has the key's shape (ints for a graph of several dynamic dims, as
+        `dynamic=True` makes every dim dynamic): what a listed size of this graph looks like."""
+        arity = len(key) if isinstance(key, tuple) else 1
+        if any((len(c) if isinstance(c, tuple) else 1) == arity for c in self.capture_sizes):
+            return ""
+        dims = ", ".join(_describe_dim(self.gm, args, i, dim) for i, dim in self.where)
+        return (f"; this graph has {arity} dynamic {'dim' if arity == 1 else 'dims'} ({dims}), so each listed "
+                f"size must be {'an int' if arity == 1 else f'a tuple of {arity}'}")
 
     def _warn_if_many(self) -> None:
         """Once, when sizes past `cudagraph_dynamic_shape_warn_limit` have each been compiled
