@@ -477,7 +477,10 @@ def _print_report(out: Output, report) -> None:
     if any(v is not None for v in mem.values()):
         out.line("memory: " + ", ".join(f"{k} = {v}" for k, v in mem.items() if v is not None))
     if report["partitions"]:
-        out.table("Partitions", ["partition", "cudagraph-safe", "reason"],
+        on_cpu = (report.get("device") or "").startswith("cpu")
+        out.table("Partitions" + (" (what CUDA graphs would capture; on the CPU none run, and a CPU call such as "
+                                  "a matmul ends a partition where its CUDA call would not)" if on_cpu else ""),
+                  ["partition", "cudagraph-safe", "reason"],
                   [[p.get("name"), p.get("safe"), p.get("reason") or ""] for p in report["partitions"]])
     overlap = report.get("overlap") or {}
     if overlap.get("collectives"):

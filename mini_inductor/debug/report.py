@@ -161,6 +161,7 @@ def _graph_report(trace, timings: dict[str, float] | None = None) -> dict[str, A
     rate = bnd.bandwidth(kernels, device)
     return {
         "graph": trace.name, "cache_hit": bool(getattr(trace.record, "cache_hit", False)),
+        "device": str(device) if device is not None else None,
         "nodes_before_fusion": sched.nodes_before_fusion, "groups": len(sched.nodes),
         "kernels": kernels, "externs": externs, "fused": fused,
         "refused": [{"node1": a, "node2": b, "reason": r, "outcome": outcome(a, b)} for (a, b), r in refused.items()],

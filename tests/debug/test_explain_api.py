@@ -72,6 +72,15 @@ def test_text_of_a_one_kernel_graph_counts_in_the_singular_and_has_no_empty_boun
     assert "time: the bytes at" not in text     # (the boundaries' time column, when there is one)
 
 
+def test_partitions_of_a_cpu_graph_say_that_no_cuda_graphs_run_there():
+    lin = torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        r = mini_inductor.explain(lambda x: torch.relu(lin(x)), torch.randn(4, 8))
+    assert r.graphs[0]["device"] == "cpu"
+    assert ("Partitions (what CUDA graphs would capture; on the CPU none run, and a CPU call such as a matmul "
+            "ends a partition where its CUDA call would not)") in str(r)
+
+
 def test_html_of_a_one_kernel_graph_counts_in_the_singular(device):
     page = mini_inductor.explain(lambda x: torch.relu(x) * 2, torch.randn(8, device=device)).html_page()
     assert "1 scheduler node → 1 group: 1 Triton kernel, 0 extern calls, 0 fallback ops" in page
