@@ -66,7 +66,9 @@ class ExplainReport:
 
         text = io.StringIO()
         if not self.graphs and not self.ran_eagerly:
-            text.write("no graph reached mini_inductor (was this function compiled before in this process?)\n")
+            # (explain compiles anew even a function compiled before: Dynamo handed over no graph at all)
+            text.write("no graph reached mini_inductor: Dynamo found no tensor operations to compile in this call"
+                       + (", around its graph breaks (below)" if self.graph_breaks else "") + "\n")
         print_explain(Output(file=text), self.graphs, [EagerGraphNote(**e) for e in self.ran_eagerly],
                       [EagerGraphNote(**e) for e in self.compiled_per_size],
                       [AttentionMatch(**a) for a in self.attention], [GraphBreak(**b) for b in self.graph_breaks])

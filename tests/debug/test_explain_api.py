@@ -151,3 +151,11 @@ def test_a_dynamic_graph_says_which_input_each_size_symbol_is_and_its_traced_val
 def test_a_static_graph_has_no_dynamic_sizes(report):
     r, _ = report
     assert r.graphs[0]["dynamic_sizes"] == [] and "dynamic:" not in str(r)
+
+
+def test_a_call_without_tensor_ops_says_dynamo_handed_over_no_graph():
+    def size_plus_one(t):
+        return t.shape[0] + 1
+    text = str(mini_inductor.explain(size_plus_one, torch.randn(3)))
+    assert "no graph reached mini_inductor: Dynamo found no tensor operations to compile in this call\n" in text
+    assert "compiled before" not in text
