@@ -438,8 +438,10 @@ def _print_report(out: Output, report) -> None:
     # (a MultiOutput picks a result of the call before it: no call of its own)
     calls = sum(1 for e in report["externs"] if e["op"] != "MultiOutput") + \
         sum(1 for k in report["kernels"] if k.get("cublas"))   # cuBLAS + its epilogue
+    picks = sum(1 for e in report["externs"] if e["op"] == "MultiOutput")
     out.line(f"{plural(report['nodes_before_fusion'], 'node')} → {plural(report['groups'], 'group')}: "
-             f"{plural(len(report['kernels']), 'Triton kernel')}, {plural(calls, 'extern call')}")
+             f"{plural(len(report['kernels']), 'Triton kernel')}, {plural(calls, 'extern call')}"
+             + (f", {plural(picks, 'pick')} of a call's results (no code)" if picks else ""))
     if report.get("stage_seconds"):
         out.line("compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in report["stage_seconds"].items()))
     if report.get("dynamic_sizes"):

@@ -159,3 +159,10 @@ def test_a_call_without_tensor_ops_says_dynamo_handed_over_no_graph():
     text = str(mini_inductor.explain(size_plus_one, torch.randn(3)))
     assert "no graph reached mini_inductor: Dynamo found no tensor operations to compile in this call\n" in text
     assert "compiled before" not in text
+
+
+def test_the_group_count_adds_up_when_a_call_has_several_results():
+    # sort returns two tensors: its call, and a pick of each result, which generates no code
+    text = str(mini_inductor.explain(lambda x: torch.sort(x, -1)[0] * 2 + torch.sort(x, -1)[1], torch.randn(4, 8)))
+    line = next(ln for ln in text.splitlines() if " groups: " in ln)
+    assert line.endswith("picks of a call's results (no code)"), line
