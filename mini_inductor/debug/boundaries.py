@@ -187,7 +187,8 @@ def kernel_boundaries(flow: Dataflow, kernels: list[dict], decisions, nbytes: di
 def never_fuse_summary(flow: Dataflow, kernels: list[dict], externs: list[dict], decisions) -> dict[str, Any]:
     """The refused pairs with an extern call (matmul, conv, attention, fallback, nop) on one side, counted,
     beside how many refused pairs lie at boundaries and how many ended up in one kernel anyway."""
-    extern_op = {e["name"]: short_op(e["op"]) for e in externs}
+    # (a MultiOutput picks one result of the call before it: named as what it is, not by the IR's class)
+    extern_op = {e["name"]: "result pick" if e["op"] == "MultiOutput" else short_op(e["op"]) for e in externs}
     is_kernel = {k["name"] for k in kernels}
     reasons, ops = Counter(), Counter()
     resolved = at_boundaries = 0

@@ -166,3 +166,4 @@ def test_the_group_count_adds_up_when_a_call_has_several_results():
     text = str(mini_inductor.explain(lambda x: torch.sort(x, -1)[0] * 2 + torch.sort(x, -1)[1], torch.randn(4, 8)))
     line = next(ln for ln in text.splitlines() if " groups: " in ln)
     assert line.endswith("picks of a call's results (no code)"), line
+    assert "MultiOutput" not in text and "result pick ×" in text
