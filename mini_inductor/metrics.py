@@ -56,9 +56,9 @@ class GraphRecord:
 
     def summary(self) -> str:
         fb = sum(self.fallback_ops.values())
-        return (f"{self.name}: {self.num_fx_nodes} ATen nodes, {self.nodes_before_fusion} → "
-                f"{self.nodes_after_fusion} scheduler nodes, {self.num_kernels} Triton kernels, "
-                f"{len(self.extern_calls)} extern calls, {fb} fallback ops, "
+        return (f"{self.name}: {_count(self.num_fx_nodes, 'ATen node')}, {self.nodes_before_fusion} → "
+                f"{_count(self.nodes_after_fusion, 'scheduler node')}, {_count(self.num_kernels, 'Triton kernel')}, "
+                f"{_count(len(self.extern_calls), 'extern call')}, {_count(fb, 'fallback op')}, "
                 f"{_mb(self.estimated_bytes_moved)} moved (est.), planned peak {_mb(self.planned_peak_bytes)}"
                 + (f" (+{_mb(self.graphed_workspace_bytes)} cuBLAS workspace while recording)"
                    if self.graphed_workspace_bytes else "") + ", "
@@ -68,6 +68,10 @@ class GraphRecord:
                 + (f"; dynamic in {', '.join(self.dynamic_symbols)}" if self.dynamic_symbols else "")
                 + (f" [compiled per size: {self.dynamic_fallback}]" if self.dynamic_fallback else "")
                 + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _mb(nbytes: int) -> str:

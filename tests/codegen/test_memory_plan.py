@@ -183,6 +183,14 @@ def test_graph_record_and_summary_report_peak_and_bytes_moved():
     assert "planned peak 2048 B" in record.summary() and "moved (est.)" in record.summary()
 
 
+def test_summary_counts_in_the_singular_where_one():
+    record = metrics.GraphRecord("inference_0", num_fx_nodes=1, nodes_before_fusion=1, nodes_after_fusion=1,
+                                 kernel_names=["triton_poi_fused_relu_0"], extern_calls=["aten.mm.default"])
+    record.fallback_ops["aten.sort.default"] = 1
+    assert record.summary().startswith("inference_0: 1 ATen node, 1 → 1 scheduler node, 1 Triton kernel, "
+                                       "1 extern call, 1 fallback op, ")
+
+
 # ── in-place writes: only where every element is read before the same program overwrites it ──────
 
 def _then(consumer):
