@@ -455,10 +455,12 @@ def _print_report(out: Output, report) -> None:
         if not k.get("time_ms"):
             return "", ""
         return f"{k['time_ms'] * 1e3:.1f}", f"{k['gb_per_s']:.0f}"
-    out.table("Kernels", ["kernel", "fused nodes", "ATen ops", "source", "bytes r/w", "µs", "GB/s"],
+    timed = any(k.get("time_ms") for k in report["kernels"])   # (kernels are timed on a GPU only)
+    out.table("Kernels", ["kernel", "fused nodes", "ATen ops", "source", "bytes r/w",
+                          *(["µs", "GB/s"] if timed else [])],
               [[k["name"], " ".join(k["nodes"]), ", ".join(k["ops"]),
                 (short_source(k["sources"][0]) if k["sources"] else ""),
-                f"{k['bytes_read']}/{k['bytes_written']}", *timing(k)] for k in report["kernels"]])
+                f"{k['bytes_read']}/{k['bytes_written']}", *(timing(k) if timed else ())] for k in report["kernels"]])
 
     rows = boundary_rows(report)
     if rows:

@@ -72,6 +72,12 @@ def test_text_of_a_one_kernel_graph_counts_in_the_singular_and_has_no_empty_boun
     assert "time: the bytes at" not in text     # (the boundaries' time column, when there is one)
 
 
+def test_kernels_of_a_cpu_run_have_no_empty_timing_columns():
+    text = str(mini_inductor.explain(lambda x: torch.relu(x) * 2, torch.randn(8)))
+    header = next(ln for ln in text.splitlines() if ln.strip().startswith("kernel "))
+    assert header.rstrip().endswith("bytes r/w") and "µs" not in text, header
+
+
 def test_partitions_of_a_cpu_graph_say_that_no_cuda_graphs_run_there():
     lin = torch.nn.Linear(8, 8)
     with torch.no_grad():
