@@ -18,6 +18,8 @@ from typing import Any
 
 import networkx as nx
 
+from .why import reason_meaning
+
 # ops that move no data (views, tuple items): left out of a label unless a kernel holds nothing else
 _VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "squeeze", "unsqueeze",
              "slice", "select", "alias", "split", "split_with_sizes", "as_strided", "getitem", "unbind",
@@ -31,29 +33,6 @@ NOMINAL_BANDWIDTH = [("H200", 4.8e12, "H200 HBM3e peak"), ("H100 PCIe", 2.0e12, 
                      ("A100-SXM4-40GB", 1.555e12, "A100 40GB HBM2 peak"),
                      ("A100-PCIE-40GB", 1.555e12, "A100 40GB HBM2 peak"), ("A100", 2.0e12, "A100 80GB HBM2e peak")]
 DEFAULT_NOMINAL = (3.35e12, "H100 SXM HBM3 peak")
-
-
-# The scheduler's refusal reasons (scheduler/fusion.py) in a user's words, matched by prefix.
-REASON_MEANINGS = [
-    ("no shared data", "they access what they share in different patterns (a transposed or broadcast read), "
-                       "so one kernel would not load or store less"),
-    ("intermediate nodes", "other kernels or calls lie on the path from the first to the second"),
-    ("memory deps did not match", "the second reads the first's output at other indices than it was written "
-                                  "(e.g. transposed), so values cannot pass in registers"),
-    ("fusing a write into a read", "the second overwrites, at other indices, a buffer the first reads"),
-    ("numel/rnumel mismatch", "they loop over different sizes (elements or reduction length)"),
-    ("nodes numel incompatibility", "the pointwise part's size is neither the reduction's input nor its output"),
-    ("exceeds max fusion", "the kernel would hold more than config max_fusion_size nodes"),
-    ("will increase peak memory", "they are far apart: one kernel would keep buffers alive longer"),
-    ("will create cycle", "a path through other kernels leads from one to the other and back"),
-    ("a scatter with atomics", "a scatter with atomic adds runs in a kernel of its own"),
-    ("node1 must go before node2", "the second must run before the first"),
-    ("device mismatch", "they run on different devices"),
-]
-
-
-def reason_meaning(reason: str) -> str:
-    return next((meaning for prefix, meaning in REASON_MEANINGS if reason.startswith(prefix)), "")
 
 
 def short_op(op: str) -> str:

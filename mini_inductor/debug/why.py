@@ -13,6 +13,33 @@ import re
 from typing import Any
 
 
+# The scheduler's refusal reasons (scheduler/fusion.py) in a user's words, matched by prefix.
+REASON_MEANINGS = [
+    ("no shared data", "they access what they share in different patterns (a transposed or broadcast read), "
+                       "so one kernel would not load or store less"),
+    ("intermediate nodes", "other kernels or calls lie on the path from the first to the second"),
+    ("memory deps did not match", "the second reads the first's output at other indices than it was written "
+                                  "(e.g. transposed), so values cannot pass in registers"),
+    ("fusing a write into a read", "the second overwrites, at other indices, a buffer the first reads"),
+    ("numel/rnumel mismatch", "they loop over different sizes (elements or reduction length)"),
+    ("nodes numel incompatibility", "the pointwise part's size is neither the reduction's input nor its output"),
+    ("exceeds max fusion", "the kernel would hold more than config max_fusion_size nodes"),
+    ("will increase peak memory", "they are far apart: one kernel would keep buffers alive longer"),
+    ("will create cycle", "a path through other kernels leads from one to the other and back"),
+    ("a scatter with atomics", "a scatter with atomic adds runs in a kernel of its own"),
+    ("node1 must go before node2", "the second must run before the first"),
+    ("device mismatch", "they run on different devices"),
+    ("node1 is extern or nop", "the first is a library call (a matmul, attention, an op without a lowering) or "
+                               "moves no data, and no generated kernel takes one in"),
+    ("node2 is extern or nop", "the second is a library call (a matmul, attention, an op without a lowering) or "
+                               "moves no data, and no generated kernel takes one in"),
+]
+
+
+def reason_meaning(reason: str) -> str:
+    return next((meaning for prefix, meaning in REASON_MEANINGS if reason.startswith(prefix)), "")
+
+
 class UnknownNode(LookupError):
     """A node name the graph does not have; the message lists the close matches or the known nodes."""
 
@@ -55,7 +82,9 @@ def _verdict(report, a: str, b: str) -> str:
     d = _refusal(report, a, b)
     if d is not None:
         outcome = f" ({d['outcome']})" if d.get("outcome") else ""
-        return f"cannot fuse {d['node1']} with {d['node2']}: {d['reason']}{outcome}"
+        meaning = reason_meaning(d["reason"])
+        return f"cannot fuse {d['node1']} with {d['node2']}: {d['reason']}{outcome}" + (
+            f"\n  that is: {meaning}" if meaning else "")
     ka, kb = _kernel_of(report, a), _kernel_of(report, b)
     if ka is not None and ka == kb:
         return f"{a} and {b} are in the same kernel {ka} (fused through other nodes)."

@@ -22,3 +22,9 @@ def test_short_source_names_the_users_function_past_a_graph_break_and_takes_a_li
     assert short_source('File "/x/m.py", line 7, in torch_dynamo_resume_in_forward_at_5: return y.relu()') == \
         "m.py:7 (forward): return y.relu()"
     assert short_source('File "/x/m.py", line 4: print(y)') == "m.py:4: print(y)"
+
+
+def test_a_refusal_is_followed_by_what_its_reason_means_in_a_users_words():
+    text = why(_report(["in forward of Linear (model[0])"], []), "buf0", "buf1")
+    assert text.startswith("cannot fuse buf0 with buf1: node1 is extern or nop\n  that is: the first is a library "
+                           "call (a matmul, attention, an op without a lowering) or moves no data"), text
