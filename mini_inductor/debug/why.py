@@ -15,8 +15,9 @@ from typing import Any
 
 # The scheduler's refusal reasons (scheduler/fusion.py) in a user's words, matched by prefix.
 REASON_MEANINGS = [
-    ("no shared data", "they access what they share in different patterns (a transposed or broadcast read), "
-                       "so one kernel would not load or store less"),
+    ("no shared data accessed alike", "they access what they share in different patterns (a transposed or "
+                                      "broadcast read), so one kernel would not load or store less"),
+    ("no shared data", "they access no buffer in common, so one kernel would not load or store less"),
     ("intermediate nodes", "other kernels or calls lie on the path from the first to the second"),
     ("memory deps did not match", "the second reads the first's output at other indices than it was written "
                                   "(e.g. transposed), so values cannot pass in registers"),

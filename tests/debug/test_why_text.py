@@ -28,3 +28,10 @@ def test_a_refusal_is_followed_by_what_its_reason_means_in_a_users_words():
     text = why(_report(["in forward of Linear (model[0])"], []), "buf0", "buf1")
     assert text.startswith("cannot fuse buf0 with buf1: node1 is extern or nop\n  that is: the first is a library "
                            "call (a matmul, attention, an op without a lowering) or moves no data"), text
+
+
+def test_the_two_no_shared_data_reasons_mean_different_things():
+    from mini_inductor.debug.why import reason_meaning
+    assert reason_meaning("no shared data accessed alike: each accesses buf3 in a different order (...)").startswith(
+        "they access what they share in different patterns")
+    assert reason_meaning("no shared data") == "they access no buffer in common, so one kernel would not load or store less"
