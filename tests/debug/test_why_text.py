@@ -6,7 +6,8 @@ def _report(sources_a, sources_b):
     return {"kernels": [{"name": "triton_poi_fused_relu_0", "nodes": ["buf1"], "ops": ["aten.relu.default"],
                          "sources": sources_b}],
             "externs": [{"name": "buf0", "op": "aten.addmm.default", "sources": sources_a}],
-            "fused": [], "refused": [{"node1": "buf0", "node2": "buf1", "reason": "node1 is extern or nop", "round": 1}],
+            "fused": [],
+            "refused": [{"node1": "buf0", "node2": "buf1", "reason": "node1 is extern or nop", "round": 1}],
             "nodes": {"buf0": {"ops": ["aten.addmm.default"], "sources": sources_a, "reads": []},
                       "buf1": {"ops": ["aten.relu.default"], "sources": sources_b, "reads": ["buf0"]}}}
 
@@ -34,4 +35,5 @@ def test_the_two_no_shared_data_reasons_mean_different_things():
     from mini_inductor.debug.why import reason_meaning
     assert reason_meaning("no shared data accessed alike: each accesses buf3 in a different order (...)").startswith(
         "they access what they share in different patterns")
-    assert reason_meaning("no shared data") == "they access no buffer in common, so one kernel would not load or store less"
+    assert reason_meaning("no shared data") == \
+        "they access no buffer in common, so one kernel would not load or store less"
