@@ -176,23 +176,29 @@ class _DropoutMLP(torch.nn.Module):
         return self.fc2(dropped).square().mean(), dropped
 
 
-def test_dropout_training_step_grads_match_eager_with_the_same_mask(device):
-    torch.manual_seed(0)
-    model = _DropoutMLP(p=0.4).to(device)
-    x = torch.randn(32, 16, device=device)
-    loss, dropped = compile_fn(model)(x)
+def _step_matches_eager_with_its_mask(compiled, model, x, what: str = "") -> torch.Tensor:
+    """A compiled training step's loss, dropout output and gradients equal eager's run with the mask the
+    compiled step drew (read from its output: a zero means dropped); returns that mask."""
+    loss, dropped = compiled(x)
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     mask = (dropped != 0).float()
-    assert 0.3 < 1 - mask.mean().item() < 0.5
-
     model.zero_grad()
     eager_loss, eager_dropped = model(x, mask)
     eager_loss.backward()
     torch.testing.assert_close(dropped, eager_dropped)
     torch.testing.assert_close(loss, eager_loss)
     for name, p in model.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, msg=lambda m: f"grad of {name}: {m}")
+        torch.testing.assert_close(grads[name], p.grad, msg=lambda m: f"{what}grad of {name}: {m}")
+    return mask
+
+
+def test_dropout_training_step_grads_match_eager_with_the_same_mask(device):
+    torch.manual_seed(0)
+    model = _DropoutMLP(p=0.4).to(device)
+    x = torch.randn(32, 16, device=device)
+    mask = _step_matches_eager_with_its_mask(compile_fn(model), model, x)
+    assert 0.3 < 1 - mask.mean().item() < 0.5
     if COUNTS_KERNELS:
         records = {r.name.split("_")[0]: r for r in _records()}
         assert "aten.randint.low" in records["forward"].extern_calls
@@ -274,17 +280,6 @@ def test_dropout_training_with_a_dynamic_batch_matches_eager_with_the_same_mask(
     model = _DropoutMLP(p=0.4).to(device)
     compiled = torch.compile(model, backend="mini_inductor", dynamic=True)
     for rows in (32, 20):
-        x = torch.randn(rows, 16, device=device)
         model.zero_grad()
-        loss, dropped = compiled(x)
-        loss.backward()
-        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
-        mask = (dropped != 0).float()
-        model.zero_grad()
-        eager_loss, eager_dropped = model(x, mask)
-        eager_loss.backward()
-        torch.testing.assert_close(dropped, eager_dropped)
-        torch.testing.assert_close(loss, eager_loss)
-        for name, p in model.named_parameters():
-            torch.testing.assert_close(grads[name], p.grad, msg=lambda m: f"{rows} rows, grad of {name}: {m}")
+        _step_matches_eager_with_its_mask(compiled, model, torch.randn(rows, 16, device=device), f"{rows} rows, ")
     _assert_generated("dropout")
