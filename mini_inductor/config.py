@@ -61,6 +61,8 @@ import types
 import warnings
 from typing import Any, Iterator
 
+from .errors import warn_at_user_frame
+
 
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -460,7 +462,7 @@ def warn_unknown_variables(environ=os.environ) -> list[str]:
                      f"and {' and '.join(OTHER_VARIABLES)}")
         messages.append(f"mini_inductor: environment variable {var} is not one mini_inductor reads, and is "
                         f"ignored: {hint}")
-        warnings.warn(messages[-1], stacklevel=2)
+        warn_at_user_frame(messages[-1])   # at the user's line that compiled, not inside the package
     return messages
 
 

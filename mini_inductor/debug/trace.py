@@ -22,6 +22,8 @@ import sys
 import warnings
 from typing import Any, Iterator
 
+from ..errors import user_frame
+
 _active: list["Traces"] = []
 _warned: set[str] = set()
 
@@ -231,18 +233,8 @@ def warn_at_user_code(message: str, source: str = "") -> None:
     if m:
         filename, lineno = m["file"], int(m["line"])
     else:
-        filename, lineno = _user_frame()
+        filename, lineno = user_frame()
     # a fresh registry: the default filter's once-per-location would hide the next graph's warning
     warnings.warn_explicit(message, UserWarning, filename, lineno, registry={})
 
 
-def _user_frame() -> tuple[str, int]:
-    import torch
-
-    skip = (os.path.dirname(os.path.dirname(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep, "<frozen ")
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(skip):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>", 0
-    return frame.f_code.co_filename, frame.f_lineno

@@ -39,6 +39,8 @@ def test_a_misspelt_variable_warns_once_naming_the_close_valid_variables(tmp_pat
             f"did you mean {PREFIX}CUDAGRAPHS or") in warned[0]
     assert f"environment variable {PREFIX}DEBUGDIR is not one" in warned[1]
     assert f"did you mean {PREFIX}DEBUG_DIR?" in warned[1]
+    # shown at the script's compiling line, not inside the package (config.py's own line)
+    assert all(line.startswith("<string>:6: UserWarning") for line in warned), warned
 
 
 def test_a_variable_like_no_name_says_which_variables_are_read():
