@@ -530,7 +530,7 @@ def run_why(args: argparse.Namespace) -> int:
                        "first (or give its folder with --report)")
     try:
         with open(path) as f:
-            reports = {r["graph"]: r for r in json.load(f)}
+            reports = {r["graph"]: r for r in json.load(f) if "graph_break" not in r}
     except (ValueError, KeyError, TypeError) as e:
         raise CliError(f"{path} is not an explain report ({type(e).__name__}: {e})") from None
     report = reports.get(args.graph)

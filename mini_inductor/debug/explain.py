@@ -198,13 +198,15 @@ def write_reports(reports, traces, out_dir: str, title: str) -> dict[str, str]:
     """report.json, one .dot (and .svg with Graphviz) per graph, and report.html; returns their paths.
 
     report.json is a list: one report per compiled graph, then one {"graph", "ran_eagerly": {reason,
-    source, hint}} per graph that ran eagerly (`traces.eager`). The HTML draws its own pictures
+    source, hint}} per graph that ran eagerly (`traces.eager`), then one {"graph_break": {source, reason}}
+    per place Dynamo split the code (`traces.graph_breaks`). The HTML draws its own pictures
     (picture.py); the .dot/.svg files are extras for Graphviz users."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "report.json"), "html": os.path.join(out_dir, "report.html")}
     eager = list(getattr(traces, "eager", []))
+    breaks = [{"graph_break": b.as_dict()} for b in getattr(traces, "graph_breaks", [])]
     with open(paths["json"], "w") as f:
-        json.dump(list(reports) + [eager_entry(e) for e in eager], f, indent=1, default=str)
+        json.dump(list(reports) + [eager_entry(e) for e in eager] + breaks, f, indent=1, default=str)
     with open(paths["html"], "w") as f:
         f.write(report_html(reports, traces, title, out_dir))
     return paths
@@ -278,11 +280,12 @@ def attention_section(records) -> str:
 
 
 def load_reports(path: str) -> list[dict[str, Any]]:
-    """The compiled graphs' reports of an explain folder or report.json (graphs that ran eagerly left out)."""
+    """The compiled graphs' reports of an explain folder or report.json (graphs that ran eagerly and
+    graph breaks left out)."""
     if os.path.isdir(path):
         path = os.path.join(path, "report.json")
     with open(path) as f:
-        return [r for r in json.load(f) if "ran_eagerly" not in r]
+        return [r for r in json.load(f) if "ran_eagerly" not in r and "graph_break" not in r]
 
 
 # ─── dump ───────────────────────────────────────────────────────────────────────────────────────

@@ -266,3 +266,29 @@ def test_explain_force_compiles_with_the_scripts_own_mini_inductor_options(tmp_p
     assert "dropping" not in proc.stderr, proc.stderr
     (graph,) = (tmp_path / "debug").glob("run_*-pid_*/inference_0")     # its debug_dir option took effect
     assert (graph / "output_code.py").stat().st_size > 0
+
+
+def test_report_json_lists_the_graph_breaks_and_why_still_reads_it(tmp_path):
+    script = tmp_path / "breaks.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+
+        def f(x):
+            y = x.sin() * 2
+            print("between the graphs")
+            return y.cos() + 1
+
+        torch.compile(f, backend="mini_inductor")(torch.randn(8))
+        """))
+    out = tmp_path / "report"
+    proc = _cli("explain", str(script), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads((out / "report.json").read_text())
+    breaks = [e["graph_break"] for e in entries if "graph_break" in e]
+    assert len(breaks) == 1 and 'line 6, in f: print("between the graphs")' in breaks[0]["source"], entries
+    assert "print" in breaks[0]["reason"]
+    graphs = [e["graph"] for e in entries if "graph" in e]
+    assert len(graphs) == 2, entries
+    # `why` reads the same report.json: a break entry is no graph of its own
+    proc = _cli("why", "--report", str(out), graphs[0], "nonexistent_a", "nonexistent_b")
+    assert "is not an explain report" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
