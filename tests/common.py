@@ -89,6 +89,18 @@ def assert_same_tensor(actual: torch.Tensor, expected: torch.Tensor, what: str, 
                                msg=lambda m: f"{what}: {m}")
 
 
+def assert_step_like_eager(compiled, fn, x: torch.Tensor, *args, what: str = "") -> None:
+    """compiled(x, *args) against fn on a copy of x that requires grad: the output, then x's gradient
+    under the same random weighting of the output."""
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out, ref = compiled(ours, *args), fn(theirs, *args)
+    assert_same_tensor(out, ref, what)
+    w = torch.randn(ref.shape)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    assert_same_tensor(ours.grad, theirs.grad, f"{what} grad")
+
+
 def _storage_ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
