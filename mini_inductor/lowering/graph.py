@@ -24,8 +24,7 @@ import sympy
 import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
-from torch.fx.immutable_collections import immutable_dict, immutable_list
-from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from ..config import Config, interpreting
 from ..errors import LoweringError
@@ -39,6 +38,7 @@ from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_suppor
 from .sizevars import sympify_seq
 from . import symbolic
 from .symbolic import decide, stride_exprs, to_expr
+from .trees import leaves as _leaves, map_leaves as _map_leaves
 
 aten = torch.ops.aten
 perf_log = logging.getLogger("mini_inductor.perf_hints")
@@ -151,6 +151,7 @@ class GraphLowering:
 
     def _run(self) -> LoweredGraph:
         env: dict[torch.fx.Node, Any] = {}
+        self._env = env   # (output views replayed from an input read it: _replayed_views)
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
@@ -234,7 +235,33 @@ class GraphLowering:
             # the FakeTensor's strides address past the input (fuzz seed 219 prog 260: a chunk of
             # length (s+2)//3, 1 at run time, expanded to 4 kept its stride 1): our own view instead
             return None
+        if root.op == "placeholder" and 0 in base_meta.stride():
+            replayed = self._replayed_views(arg, root)
+            if replayed is not None:
+                return replayed
         return ReinterpretView(inputs[index], layout, view_of_input=True)
+
+    def _replayed_views(self, out: torch.fx.Node, root: torch.fx.Node):
+        """An output that views an input whose memory overlaps (an expanded input), made by the graph's
+        own view ops run in ATen from the input: AOT autograd replays the returned view's ops on the
+        input, and a view our layout gives as as_strided has the wrong backward there (its gradient
+        went to another element of the expanded input: fuzz seed 1006 prog 44, seed 952 prog 76).
+        None where the chain holds anything but single-output view ops."""
+        chain = [out]
+        while chain[-1] is not root:
+            src = _view_source(chain[-1])
+            if src is None or chain[-1].target is operator.getitem:
+                return None
+            chain.append(src)
+        replayed: dict[torch.fx.Node, Any] = {}
+        for node in reversed(chain[:-1]):
+            args, kwargs = _map_leaves(lambda a: replayed.get(a, self._env.get(a)) if isinstance(a, torch.fx.Node)
+                                       else a, (node.args, node.kwargs))
+            replayed[node] = self._extern(node, node.target, args, kwargs, fallback=False)
+            # in `call`, on the caller's input itself: not a CUDA graph's copy of it
+            replayed[node].data.capture_reason = "a view of an expanded input, returned"
+        result = replayed[out]
+        return result.data if isinstance(result, StorageBox) else result
 
     def _placeholder(self, node, index):
         val = node.meta.get("val")
@@ -648,47 +675,6 @@ def _unrealized_pointwise(x: IRNode) -> Pointwise | None:
 def _writes_its_arguments(target) -> bool:
     schema = getattr(target, "_schema", None)
     return bool(schema) and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-
-
-# FX arguments and lowering results are nests of a few plain containers; walking those directly
-# saves pytree's per-call overhead (a tree_flatten costs ~50 µs, and lowering makes several per
-# node). Any other container (namedtuple, torch.Size, OrderedDict, ...) goes to pytree, which
-# keeps its leaves, their order and the rebuilt types exactly pytree's.
-_SEQUENCES = (list, tuple, immutable_list)
-_MAPPINGS = (dict, immutable_dict)
-
-
-def _leaves(tree) -> list:
-    """tree_flatten(tree)[0]."""
-    out: list = []
-    _collect_leaves(tree, out)
-    return out
-
-
-def _collect_leaves(x, out: list) -> None:
-    kind = type(x)
-    if kind in _SEQUENCES:
-        for item in x:
-            _collect_leaves(item, out)
-    elif kind in _MAPPINGS:
-        for item in x.values():
-            _collect_leaves(item, out)
-    elif kind in SUPPORTED_NODES or isinstance(x, (list, tuple, dict)):
-        out.extend(tree_flatten(x)[0])
-    else:
-        out.append(x)
-
-
-def _map_leaves(fn, tree):
-    """tree_map(fn, tree)."""
-    kind = type(tree)
-    if kind in _SEQUENCES:
-        return kind(_map_leaves(fn, item) for item in tree)
-    if kind in _MAPPINGS:
-        return kind((key, _map_leaves(fn, item)) for key, item in tree.items())
-    if kind in SUPPORTED_NODES or isinstance(tree, (list, tuple, dict)):
-        return tree_map(fn, tree)
-    return fn(tree)
 
 
 def _realize_pending(env) -> None:

@@ -288,6 +288,28 @@ def test_a_saved_view_with_gaps_in_a_symbolic_graph_keeps_the_strides_the_backwa
     assert any(r.dynamic_symbols and not r.dynamic_fallback for r in metrics.compiled_graphs)
 
 
+@pytest.mark.parametrize("name,fn,shape,ks", [
+    ("select by k", lambda x, k: (x.select(2, k), 4 - x), (1, 1, 6, 1), (-4, -2, 3, 0)),
+    ("diagonal of a slice by k", lambda x, k: (torch.diagonal(x[:, :, k:], 0, 1, 0), x * 2), (2, 1, 1), (-3, -6, -2)),
+    ("expand by k", lambda x, k: (x.unsqueeze(0).expand(k, *x.shape) * 1, x.unsqueeze(0).expand(k, *x.shape)),
+     (2, 2), (3, 2, 4))])
+def test_a_view_of_an_expanded_input_by_an_int_gets_eagers_gradient(name, fn, shape, ks):
+    # fuzz seeds 1006 (progs 44, 122) and 952 (prog 76): the view, not a view/permute/narrow of the
+    # input's layout, was returned as as_strided, whose backward put the gradient on other elements of
+    # the expanded input; it is now the graph's own view ops, run from the input
+    compiled = torch.compile(fn, backend="mini_inductor", fullgraph=True)   # (a recompile makes k symbolic)
+    base = torch.rand((1,) * len(shape)) + 0.5
+    for k in ks:
+        xa, xb = (base.expand(shape).detach().requires_grad_() for _ in range(2))
+        got, want = compiled(xa, k), fn(xb, k)
+        weights = [torch.arange(1.0, o.numel() + 1).view(o.shape) for o in want]
+        sum((o * c).sum() for o, c in zip(got, weights)).backward()
+        sum((o * c).sum() for o, c in zip(want, weights)).backward()
+        for i, (g, e) in enumerate(zip(got, want)):
+            assert_same_tensor(g, e, f"{name} at k={k}, output {i}")
+        assert_same_tensor(xa.grad, xb.grad, f"{name} at k={k}, gradient")
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_a_slice_of_an_expanded_input_returned_as_a_view_gets_eagers_gradient(dynamic):
     # fuzz seed 216 prog 243: a chunk of an expanded input that requires grad was returned as
