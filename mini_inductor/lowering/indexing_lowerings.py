@@ -64,6 +64,12 @@ def constant_pad_nd(x: IRNode, pad, value=0):
     out_size = [s + sum(pads.get(d, ())) for d, s in enumerate(size)]
     if any(decide(n < 0) is True for n in out_size):   # (eager raises; a symbolic one, Dynamo's guard)
         raise NotImplementedError("padding larger than the input")
+    for d, (lo, hi) in pads.items():
+        # eager cuts by each negative pad in turn (narrow): a dim with a cut bigger than the input
+        # raises there even where the other pad makes the output's length valid (F.pad(t, (5, -5)) of
+        # 4 rows; review, session 35). Pads of one sign need nothing more than the output's length
+        if lo != hi and decide(lo * hi >= 0) is not True and decide(size[d] + sympy.Min(lo, 0) + sympy.Min(hi, 0) >= 0) is not True:
+            raise NotImplementedError("a pad that may cut more than the input holds")   # (ATen raises as eager)
     loader, dtype = x.make_loader(), x.get_dtype()
     fill = _fill_value(value, dtype)
     # per padded dim: the bounds lo <= i and i < lo + size that some element may break

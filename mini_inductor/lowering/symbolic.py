@@ -449,12 +449,34 @@ def _exact_ratio(theirs: sympy.Basic, a: Expr):
     exact = _dyadic_multiple(a)
     if exact is not None:
         num, den, x = exact
-        return num * x, den
+        if _within_magnitude(x, 2 ** 32):
+            return num * x, den
     if isinstance(theirs, torch_fns.IntTrueDiv):
         n, d = (_convert(x) for x in theirs.args)
-        if n.is_integer and d.is_integer:
+        if n.is_integer and d.is_integer and _within_magnitude(n, 2 ** 53):
             return n, d
     return None
+
+
+def _source_name(src) -> str:
+    """A Dynamo Source's text, L['x'].size()[0] (a method in some torch releases, a property in others)."""
+    name = src.name
+    return name() if callable(name) else str(name)
+
+
+def _within_magnitude(x: Expr, bound: int) -> bool:
+    """|x| < bound at every value, where x reads an int input (whose values are any int: floor(k / 3)
+    at k = 3 * 2**55 - 1 is not the floor of the double k / 3, which eager rounds first; review,
+    session 35); an expression of tensor sizes alone (Dynamo read each symbol from a `.size()`) is taken
+    to be (no dimension holds 2**32 elements of a multiple, nor 2**53 of a quotient)."""
+    env = current().shape_env
+    theirs = {s.name: s for s in getattr(env, "var_to_sources", {})}
+    sizes_only = all(srcs and all(".size()" in _source_name(src) for src in srcs)
+                     for srcs in (env.var_to_sources.get(theirs.get(s.name), []) if env else []
+                                  for s in x.free_symbols))
+    if env is not None and sizes_only:
+        return True
+    return decide(sympy.Lt(x, bound)) is True and decide(sympy.Gt(x, -bound)) is True
 
 
 def _rounded_quotient(kind: type, n: Expr, d: Expr) -> Expr:

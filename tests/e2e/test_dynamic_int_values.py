@@ -45,13 +45,31 @@ def compiled_once(fn, calls, *, graphs=1, kernels=1):
 
 @pytest.mark.parametrize("name,fn", [
     ("F.pad(x, (k, k))", lambda x, k: F.pad(x, (k, k)) + 1),
-    ("a pad and a cut", lambda x, k: F.pad(x, (k, -1, 2, k), value=3.0) * 2),
-    ("integer, opposite signs", lambda x, k: F.pad(x.long(), (-k, k)) + 1),
 ])
 def test_a_pad_by_an_int_argument_of_either_sign_compiles_once(name, fn):
     # a negative pad cuts the input; the lowering compared `k >= 0` on the symbol and ran in ATen
     x = torch.randn(4, 6)
     compiled_once(fn, [(x, k) for k in (1, 2, -1, 0, 3, -2)])
+
+
+@pytest.mark.parametrize("name,fn,raises_at", [
+    ("a pad and a cut", lambda x, k: F.pad(x, (k, -1, 2, k), value=3.0) * 2, None),
+    ("integer, opposite signs", lambda x, k: F.pad(x.long(), (-k, k)) + 1, 7),
+    ("opposite signs in two dims", lambda x, k: F.pad(x, (-k, k, k, -k)) * 2, 5),
+])
+def test_a_pad_that_may_cut_more_than_the_input_holds_raises_as_eager(name, fn, raises_at):
+    # eager cuts by each negative pad in turn, and raises where one cut is longer than the input even
+    # though the output's length is valid (F.pad(t, (-5, 5, 5, -5)) of 4 rows); such a pad runs in
+    # ATen (a generated kernel returned zeros there; review, session 35)
+    x = torch.randn(4, 6)
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for k in (1, 2, -1, 0, 3, -2):
+        assert_same_tensor(compiled(x, k), fn(x, k), f"{name} at {k}")
+    if raises_at is not None:
+        with pytest.raises(RuntimeError, match="narrow"):
+            fn(x, raises_at)
+        with pytest.raises(RuntimeError, match="narrow"):
+            compiled(x, raises_at)
 
 
 # ── a bool of an int argument or a size, used as a value ───────────────────────────────────────
@@ -96,12 +114,31 @@ _SIGNED = (5, 7, -4, -7, 0, -1, 3, -3, 13, -13, 16, 2, -2, 6, -6, 10, -10)
 ])
 def test_abs_floor_ceil_trunc_and_round_of_an_int_argument_compile_once(name, fn):
     # torch's Abs, FloorToInt, CeilToInt, TruncToInt and RoundToInt (of a quotient, of an exact float
-    # scale at either sign) were size expressions the lowering refused: each value compiled on its own
+    # scale at either sign) were size expressions the lowering refused: each value compiled on its own.
+    # Exact as eager only while |k| is small (eager rounds k / 3 to a double first): the user's
+    # torch._check bounds k, else each value compiles on its own (test below)
+    unbounded = fn
+
+    def fn(x, k):
+        torch._check(k < 2**30)
+        torch._check(k > -2**30)
+        return unbounded(x, k)
     if name == "sizes" and torch.cuda.is_available():
         pytest.xfail("Dynamo (torch 2.11) traces arange/new_zeros of a symbolic size under "
                      "torch.set_default_device('cuda') on the CPU (session 35's first CUDA run)")
     x = torch.randn(2, 3)
     compiled_once(fn, [(x, k) for k in _SIGNED])
+
+
+def test_floor_of_a_quotient_of_an_unbounded_int_argument_is_eagers_past_2_53():
+    # eager floors the double k / 3; the exact integer quotient differs past 2**53 (review, session
+    # 35): without a bound on k the graph is not compiled once with it, and every value is right
+    def f(t, k):
+        return t + math.floor(k / 3) + math.floor(k * 1.5)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    t = torch.zeros(2, dtype=torch.long)
+    for k in (5, 7, 3 * 2**55 - 1, -(3 * 2**55 - 1), 2**62 + 1, 2**53 + 1):
+        assert_same_tensor(compiled(t, k), f(t, k), f"k={k}")
 
 
 def test_a_slice_by_abs_of_an_int_argument_is_a_generated_view():
