@@ -470,12 +470,14 @@ def _within_magnitude(x: Expr, bound: int) -> bool:
     session 35); an expression of tensor sizes alone (Dynamo read each symbol from a `.size()`) is taken
     to be (no dimension holds 2**32 elements of a multiple, nor 2**53 of a quotient)."""
     env = current().shape_env
-    theirs = {s.name: s for s in getattr(env, "var_to_sources", {})}
-    sizes_only = all(srcs and all(".size()" in _source_name(src) for src in srcs)
-                     for srcs in (env.var_to_sources.get(theirs.get(s.name), []) if env else []
-                                  for s in x.free_symbols))
-    if env is not None and sizes_only:
-        return True
+    if env is not None:
+        theirs = {s.name: s for s in env.var_to_sources}
+
+        def read_from_a_size(s) -> bool:
+            sources = env.var_to_sources.get(theirs.get(s.name), [])
+            return bool(sources) and all(".size()" in _source_name(src) for src in sources)
+        if all(read_from_a_size(s) for s in x.free_symbols):
+            return True
     return decide(sympy.Lt(x, bound)) is True and decide(sympy.Gt(x, -bound)) is True
 
 
