@@ -21,7 +21,7 @@ from .caching import PROCESS, dynamo_cache, front_cache
 from .config import for_compile
 from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
-from .lowering.decompositions import decomposition_table
+from .lowering.decompositions import decomposition_table, undo_split_fma
 from .pipeline import compile_graph
 from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
 
@@ -32,6 +32,8 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     _reset_by_dynamo()
     follow_torch_logs()
     before = None
+    if isinstance(gm, torch.fx.GraphModule):
+        undo_split_fma(gm)   # AdamW's addcmul_ rounded as eager rounds it
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
         before = _fuse_attention(gm, example_inputs, cfg.attention_data_masks)
     first = len(metrics.compiled_graphs)

@@ -106,3 +106,38 @@ def _core_aten_table() -> dict:
                                      aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.default,
                                      aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default]))
     return table
+
+
+# ─── Dynamo's graph, before AOT autograd ─────────────────────────────────────────────────────────
+
+_FMA_PRODUCTS = {torch.mul: torch.addcmul, torch.div: torch.addcdiv}
+
+
+def undo_split_fma(gm: torch.fx.GraphModule) -> int:
+    """Dynamo traces `x.addcmul_(t1, t2, value=v)` (AdamW's update) as `p = t1 * t2` then
+    `prims.fma(p, v, x)`, and `addcdiv_` with `t1 / t2`: the product is rounded to the tensors' dtype
+    before the scaled add. Eager's addcmul_ computes `x + v * t1 * t2` in float32 for a 2-byte float
+    and rounds once; the split differed from it by an ulp in a tenth of a float16 AdamW step's elements.
+    Where the product is used by the fma alone and `v` is a number, the pair becomes the one op again
+    (whose decomposition computes as eager does). The number of pairs rejoined."""
+    fma = torch.ops.prims.fma.default
+    joined = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not fma or len(node.args) != 3 or node.kwargs:
+            continue
+        product, value, x = node.args
+        whole = _FMA_PRODUCTS.get(getattr(product, "target", None))
+        if whole is None or product.op != "call_function" or len(product.users) != 1 or product.kwargs \
+                or len(product.args) != 2 or not all(isinstance(a, torch.fx.Node) for a in product.args) \
+                or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(whole, (x, *product.args), {"value": value})
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(product)
+        joined += 1
+    if joined:
+        gm.recompile()
+    return joined

@@ -281,9 +281,11 @@ register_lowering(aten.fmod)(_integer_division("fmod"))
 
 @register_lowering(prims.fma)
 def fma(a, b, c):
-    """Dynamo's spelling of `x.addcmul_(t1, t2, value=v)` (Adam's update): `a * b + c` as eager's
-    implementation computes it, the product rounded to its own dtype before the add."""
-    return add_sub(LOWERINGS[aten.mul.Tensor](a, b), c)
+    """Dynamo's spelling of `x.addcmul_(t1, t2, value=v)` (Adam's update; `t1 * t2` is its own node before
+    it), `x.addcdiv_` and `x.add_(y, alpha=tensor)`: `a * b + c` in the compute dtype, rounded once, as
+    eager's addcmul_ and add_ compute it (float32 for a 2-byte float). Rounding `a * b` to float16 first,
+    as torch's reference of the prim does, differed from eager by an ulp in 8% of AdamW's elements."""
+    return make_pointwise(lambda x, y, z: ops.add(ops.mul(x, y), z))(a, b, c)
 
 
 @register_lowering(aten.div)
