@@ -23,6 +23,16 @@ B, H, L, E = 2, 2, 8, 4
 SCALE = 1 / math.sqrt(E)
 
 
+@pytest.fixture(autouse=True)
+def _float32_matched_on_a_gpu_too(request, monkeypatch):
+    """On a GPU machine these tests run with CUDA tensors (tests/conftest.py), where float32 attention
+    is left as written below 256 MiB of scores (a measured policy, tested by itself below): the tests
+    are of what the matcher finds, so the policy is off for them."""
+    if torch.cuda.is_available() and "float32_on_a_gpu" not in request.node.name:
+        from mini_inductor.attention import match
+        monkeypatch.setattr(match, "float32_left_as_written", lambda *args: None)
+
+
 def qkv(*shape, requires_grad=False):
     shape = shape or (B, H, L, E)
     return [torch.randn(*shape, requires_grad=requires_grad) for _ in range(3)]
@@ -116,7 +126,7 @@ def test_causal_tril_of_ones_in_forward_is_sdpa_is_causal():
 
 def test_causal_from_an_arange_comparison_is_sdpa_is_causal():
     def attention(q, k, v):
-        i = torch.arange(q.shape[-2])
+        i = torch.arange(q.shape[-2], device=q.device)
         s = torch.where(i[None, :] <= i[:, None], q @ k.transpose(-2, -1), float("-inf")) * SCALE
         return torch.softmax(s, dim=-1) @ v
     only_match(compiled_like_eager(attention, *qkv()), "sdpa", "where(j <= i, s, -inf) * 0.5")
@@ -280,7 +290,7 @@ def test_alibi_bias_is_an_index_expression_times_the_slopes():
     slopes = torch.tensor([0.5, 0.25]).view(H, 1, 1)
 
     def attention(q, k, v):
-        pos = torch.arange(L)
+        pos = torch.arange(L, device=q.device)
         distance = pos[None, :] - pos[:, None]
         s = q @ k.transpose(-2, -1) * SCALE + slopes * distance
         return s.softmax(-1) @ v
@@ -297,7 +307,7 @@ def test_tanh_softcap():
 
 def test_sliding_window_causal_mask():
     def attention(q, k, v):
-        i = torch.arange(L)
+        i = torch.arange(L, device=q.device)
         rel = i[:, None] - i[None, :]
         window = (rel >= 0) & (rel < 3)
         s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~window, float("-inf"))
@@ -600,7 +610,7 @@ def test_zoo_bert_trains_through_the_flash_op_with_its_padding_bias():
 
     torch.manual_seed(0)
     zoo = ZOO["bert"]
-    model, inputs = zoo.build(False), zoo.inputs(False, "cpu")
+    model, inputs = zoo.build(False), zoo.inputs(False, torch.get_default_device().type)
     with use_flash_op(OP):
         got = torch.compile(model, backend="mini_inductor")(*inputs)
         zoo.loss(got, inputs).backward()
@@ -696,7 +706,7 @@ def test_float32_on_a_gpu_stays_written_out_until_its_scores_are_large():
     assert reason and reason.startswith("float32 on the GPU with 12.0 MiB of scores: left as written")
     assert float32_left_as_written(q32, (8, 16, 4096, 4096)) is None      # 8 GiB of scores: fused
     assert float32_left_as_written(q16, (1, 12, 512, 512)) is None        # half precision: fused
-    assert float32_left_as_written(torch.empty(1, 12, 512, 64), (1, 12, 512, 512)) is None   # the CPU
+    assert float32_left_as_written(torch.empty(1, 12, 512, 64, device="cpu"), (1, 12, 512, 512)) is None   # the CPU
 
 
 
@@ -774,5 +784,5 @@ def test_an_output_changed_through_an_op_that_may_alias_it_stays_as_written(thro
         out = (q @ k.transpose(-2, -1) * SCALE).masked_fill(m, -1.0).softmax(-1) @ v
         alias(out).zero_()
         return out
-    m = torch.rand(L, L, generator=torch.Generator().manual_seed(0)) > 0.7
+    m = torch.rand(L, L, generator=torch.Generator().manual_seed(0), device="cpu").to(torch.get_default_device()) > 0.7
     left_as_written_like_eager(attention, [m], [m], "changed in place")

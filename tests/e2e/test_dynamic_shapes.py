@@ -1376,12 +1376,11 @@ def test_roll_by_a_shift_past_the_smallest_size_compiles_once(roll):
     assert_dynamic(records)
 
 
-@cuda_xfail("a bug: on CUDA (torch 2.11) the first CUDA-graph partition was passed the unbacked u1 that a "
-            "slice inside it defines (NameError), found in session 35; the fix (a call that defines a symbol "
-            "runs outside CUDA graphs, scheduler/partition.py) has not run on CUDA yet: remove this mark if it passes")
 def test_variance_over_a_row_read_from_data_is_nan_where_it_is_empty_or_one_long():
     # eager's variance of an empty row is NaN; n - 1 = -1 gave -0 (review, session 33): a correction
-    # that may reach the row's length runs in ATen
+    # that may reach the row's length runs in ATen. On CUDA (torch 2.11) the first CUDA-graph partition
+    # was passed the unbacked u1 that a slice inside it defines (NameError; session 35): a call that
+    # defines a symbol runs outside CUDA graphs (scheduler/partition.py), passing on the H200 (session 36)
     def f(x, n):
         u = n.item()
         torch._check_is_size(u)   # (unbounded above: a looped reduction, whose empty row gave mean 0)
