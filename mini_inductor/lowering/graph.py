@@ -162,6 +162,7 @@ class GraphLowering:
             first_saved = eager_strides.first_saved_output() if first_saved is None else first_saved
         # realized with eager's strides should they be realized: what outputs and as_strided read
         self._eager_layout_bases = _output_bases(self.gm.graph) | _as_strided_bases(self.gm.graph)
+        self._scalars_moved = scalar_chains_for_the_gpu(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = self._placeholder(node, len(inputs))
@@ -305,6 +306,12 @@ class GraphLowering:
         result = None
         lowering = LOWERINGS.get(target)
         meta = node.meta.get("val")
+        if node in self._scalars_moved:   # a CPU 0-d value that only GPU ops read: computed where they run
+            device = self._scalars_moved[node]
+            with meta.fake_mode:
+                meta = torch.empty((), dtype=meta.dtype, device=device)
+            if any(a.name == "device" and a.kwarg_only for a in target._schema.arguments):
+                kwargs = {**kwargs, "device": device}
         if lowering is not None and isinstance(meta, torch.Tensor) and meta.device.type == "cuda":
             args, kwargs = self._cpu_scalars_to(meta.device, args, kwargs, origin)
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
@@ -576,6 +583,52 @@ def _prefer_channels_last(result, meta) -> None:
             _prefer_channels_last(r, m)
     elif isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and layout_opt.is_channels_last(meta):
         result.preferred_stride = tuple(stride_exprs(meta))
+
+
+def scalar_chains_for_the_gpu(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.device]:
+    """The CPU 0-d tensors a graph computes from sizes and numbers for GPU ops alone, with that GPU.
+
+    AOT autograd traces a float made of sizes (`1 / math.sqrt(x.size(-1))`, nearest interpolation's
+    scale) as 0-d tensors on the CPU: scalar_tensor, sqrt, true_divide, a cast. Lowered where they are,
+    each is an ATen call on the CPU and its result a copy to the GPU before the kernel that reads it
+    (session 35's CUDA run). Computed on the GPU, the chain is part of that kernel. A node qualifies
+    when its value is a CPU 0-d tensor from a deterministic, non-mutating op whose tensor arguments all
+    qualify (no graph input: its data is the user's), and each of its readers qualifies or is a GPU op
+    on one device; not when it is returned, or read on the CPU (`.item()`, a CPU op)."""
+    def local(n: torch.fx.Node) -> bool:
+        val, target = n.meta.get("val"), n.target
+        return (n.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+                and isinstance(val, torch.Tensor) and getattr(val, "fake_mode", None) is not None
+                and val.device.type == "cpu" and val.dim() == 0 and not val.dtype.is_complex
+                and not target._schema.is_mutable and not _is_view(target)
+                and torch.Tag.nondeterministic_seeded not in target.tags)
+    chain = {n for n in graph.nodes if local(n)}
+    if not chain:
+        return {}
+    devices: dict[torch.fx.Node, torch.device] = {}
+    changed = True
+    while changed:
+        changed, devices = False, {}
+        for n in reversed(graph.nodes):   # readers first
+            if n not in chain:
+                continue
+            found = set()
+            for u in n.users:
+                val = u.meta.get("val")
+                if u in chain:
+                    found.add(devices.get(u))
+                elif u.op == "call_function" and isinstance(val, torch.Tensor) and val.device.type == "cuda":
+                    found.add(val.device)
+                else:
+                    found.add(None)
+            tensor_args = [a for a in _leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)
+                           and isinstance(a.meta.get("val"), torch.Tensor)]
+            if len(found) != 1 or None in found or any(a not in chain for a in tensor_args):
+                chain.discard(n)
+                changed = True
+                break
+            devices[n] = found.pop()
+    return devices
 
 
 def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:

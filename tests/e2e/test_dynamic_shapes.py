@@ -26,8 +26,6 @@ SYMBOLIC = {"dynamic_shapes": "symbolic"}
 
 # Failures these tests showed when first run on CUDA (session 35, one H200; they ran only on the CPU
 # before): kept as strict expected failures there until fixed, each with its cause
-CPU_SCALARS = ("on CUDA a float made of sizes is a chain of 0-d CPU tensors (scalar_tensor, sqrt, "
-               "true_divide) that runs in ATen, with the op that reads it (not yet generated)")
 DEFAULT_DEVICE = ("Dynamo (torch 2.11) traces torch.full/arange of a symbolic size under "
                   "torch.set_default_device('cuda') on the CPU")
 
@@ -103,10 +101,10 @@ def test_an_int_argument_past_int32_after_a_small_first_call_is_passed_whole():
     assert re.search(r"\bs\d+: tl\.int64", source), "the int input is not declared int64:\n" + source
 
 
-@cuda_xfail(CPU_SCALARS)
 def test_a_scale_of_one_over_the_square_root_of_a_dynamic_size_is_generated():
     """Attention's `1 / math.sqrt(k.size(-1))` under dynamic=True: AOT autograd traces the SymFloat
-    through scalar_tensor, sqrt and true_divide, which lower like div (no ATen fallback)."""
+    through scalar_tensor, sqrt and true_divide, which lower like div (no ATen fallback). On CUDA those
+    are 0-d CPU tensors: computed in the GPU kernel that reads them (graph.py scalar_chains_for_the_gpu)."""
     records = run_sizes(lambda x: x * (1.0 / math.sqrt(x.size(-1))), lambda n: (torch.randn(3, n),))
     assert_dynamic(records)
     assert not any(r.fallback_ops for r in records), [dict(r.fallback_ops) for r in records]
