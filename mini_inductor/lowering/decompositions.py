@@ -25,6 +25,7 @@ _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten
                   aten._adaptive_avg_pool2d]
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten.take.default,  # lowered as an indirect load (its decomposition reads a size from data)
+               aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,  # a gather (torch's: index_put)
                aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)
                # attention stays one library call (its decompositions also change output strides)
                aten._scaled_dot_product_flash_attention_for_cpu.default,

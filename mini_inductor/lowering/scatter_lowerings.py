@@ -18,6 +18,10 @@ of an intermediate shows).
 max_pool2d_with_indices_backward, the same way: an input position is in at most ceil(k / s) windows
 per dim; it gathers the output gradient of each window whose saved index points at it.
 
+index_fill, the same way: element p takes the value where some index[m] == p[dim] (duplicates fill
+once). A longer index (or a symbolic length) first marks the filled positions of dim in a small int32
+buffer with atomic adds of 1 (exact, so in any order), which each element then reads.
+
 index_put with accumulate=True (what embedding_dense_backward decomposes to) cannot be a gather: an
 element's writers are wherever the index tensor points. It is two kernels instead,
 
@@ -39,13 +43,13 @@ import sympy
 import torch
 from torch._prims_common import get_computation_dtype
 
-from .indexing_lowerings import _in_range, index_positions
+from .indexing_lowerings import _fill_value, _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
 from .pooling_lowerings import _geometry
 from .sizevars import FloorDiv, ModularIndexing
 from .symbolic import decide
-from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds
+from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds, view
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -180,6 +184,65 @@ def _cast(x: IRNode, dtype: torch.dtype) -> IRNode:
     return Pointwise.create(x.get_device(), dtype, lambda idx: ops.to_dtype(loader(idx), dtype), x.get_size())
 
 
+@register_lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(x: IRNode, dim, index: IRNode, value):
+    """x with every element whose position along `dim` is in `index` (negative ones wrap) set to value."""
+    size = list(x.get_size())
+    if not size:   # a 0-d tensor fills as one element
+        return view(index_fill(view(x, [1]), 0, index, value), [])
+    if len(index.get_size()) > 1 or index.get_dtype() != torch.int64:
+        raise NotImplementedError("index_fill with an index that is not a 1-d int64 tensor")   # (eager raises)
+    if isinstance(value, IRNode) and (value.get_size() or value.get_device() != x.get_device()):
+        raise NotImplementedError("index_fill with a value tensor that is not 0-d on x's device")
+    dim = _norm_dim(dim, len(size))
+    n = size[dim]
+    dtype = x.get_dtype()
+    x_loader = x.make_loader()
+    if isinstance(value, IRNode):
+        value_loader = value.make_loader()
+
+        def fill():
+            v = value_loader([])
+            return v if value.get_dtype() == dtype else ops.to_dtype(v, dtype, value.get_dtype())
+    else:
+        def fill():
+            return ops.constant(_fill_value(value, dtype), dtype)
+    span = index.get_size()[0] if index.get_size() else sympy.Integer(1)
+    if isinstance(span, (int, sympy.Integer)) and int(span) <= MAX_SCATTER_SPAN:
+        index_loader = index.make_loader()
+
+        def filled(idx):
+            position = ops.index_expr(idx[dim], torch.int64)
+            hits = []
+            for m in range(int(span)):
+                target = index_loader([sympy.Integer(m)] if index.get_size() else [])
+                target = ops.where(ops.lt(target, ops.constant(0, torch.int64)), ops.add(target, _int64(n)), target)
+                hits.append(ops.eq(target, position))
+            return _any(hits)
+    else:
+        marks = _marked_positions(x.get_device(), n, index).make_loader()
+
+        def filled(idx):
+            return ops.gt(marks([idx[dim]]), ops.constant(0, torch.int32))
+
+    def inner_fn(idx):
+        hit = filled(idx)
+        return ops.where(hit, fill(), x_loader(idx))
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+def _marked_positions(device, n, index: IRNode) -> IRNode:
+    """An int32 buffer of n counts: how often each position appears in the 1-d `index` (wrapped)."""
+    zeros = Pointwise.create(device, torch.int32, lambda idx: ops.constant(0, torch.int32), [n])
+    target = zeros.realize()
+    index_loader = index.make_loader()
+    graph = current_graph()
+    ones = Pointwise(device, torch.int32, lambda idx: ops.constant(1, torch.int32), list(index.get_size()))
+    graph.register_buffer(ScatterBuffer(graph.new_buffer_name(), target, ones,
+                                        lambda idx: [ops.indirect_indexing(index_loader(idx), n)]))
+    return zeros
+
+
 @register_lowering(aten.max_pool2d_with_indices_backward.default)
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """grad_input[.., ih, iw] = sum of grad[.., oh, ow] over the windows whose max was at (ih, iw)."""
@@ -259,3 +322,15 @@ def _all(*conds):
     for c in conds[1:]:
         out = ops.logical_and(out, c)
     return out
+
+
+def _any(conds):
+    out = conds[0]
+    for c in conds[1:]:
+        out = ops.logical_or(out, c)
+    return out
+
+
+def _int64(n):
+    return ops.index_expr(n, torch.int64) if isinstance(n, sympy.Basic) and n.free_symbols else \
+        ops.constant(int(n), torch.int64)

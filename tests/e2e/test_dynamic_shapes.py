@@ -764,6 +764,17 @@ def test_gather_index_index_add_cat_and_a_long_scatter_add_over_a_dynamic_length
     assert not [dict(r.fallback_ops) for r in records if r.fallback_ops]
 
 
+def test_index_fill_along_a_dynamic_dimension_with_a_dynamic_number_of_indices_is_generated():
+    # the index's length is a symbol: positions are marked in a count buffer first (atomic adds); an int
+    # value tensor (a float one's gradient sums over torch._unique of the index, which runs in ATen)
+    def f(x, idx, v):
+        return x.index_fill(1, idx, 2.5), x.index_fill(-1, idx % 3, v), (x * 2).index_fill(0, idx[:1] % 3, -1.0)
+    records = run_sizes(f, lambda n: (torch.randn(3, n + 1, 4 * n), torch.randint(-n - 1, n + 1, (n,)),
+                                      torch.tensor(3)), sizes=(5, 9, 6), grad=True)
+    assert_dynamic(records)
+    assert not [dict(r.fallback_ops) for r in records if r.fallback_ops]
+
+
 def test_a_scan_over_a_bounded_dynamic_length_is_generated():
     def f(x):
         return torch.cumsum(x * 2, 1), torch.cumprod(x, 1)

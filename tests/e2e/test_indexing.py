@@ -108,3 +108,46 @@ def test_an_index_into_a_length_1_dim_whose_position_feeds_arithmetic(device):
     index = torch.tensor([0, 0, 0], device=device)
     check(lambda x, i: torch.tril(x)[:, i], torch.randn(1, 1, 1, device=device), index)
     assert_no_fallbacks()
+
+
+# ── index_fill: a gather over the filled positions of dim ──────────────────────────────────────
+
+def test_index_fill_with_duplicate_and_negative_indices_is_one_kernel():
+    # a short index: each element compares its position along dim with every index value
+    x = torch.randn(3, 5, 4)
+    check(lambda x, i: x.index_fill(1, i, 2.5), x, torch.tensor([0, 4, 4, -1]), kernels=1)
+    check(lambda x, i, v: x.index_fill(-1, i, v), x, torch.tensor([0, 3, -4]), torch.tensor(1.5), kernels=1)
+    check(lambda x, i: torch.relu(x).index_fill(0, i, -1.0) * 2, x, torch.tensor(2), kernels=1)   # a 0-d index
+    assert_no_fallbacks()
+
+
+def test_index_fill_with_a_long_index_marks_positions_first():
+    # more than MAX_SCATTER_SPAN indices: an int32 count per position (atomic adds), then the fill
+    x = torch.randn(3, 12)
+    index = torch.tensor([0, 11, 11, -1, 2, 2, 7, 1, 0, 3, -5])
+    check(lambda x, i: x.index_fill(1, i, -1.0), x, index, kernels=3)
+    check(lambda x, i, v: x.index_fill(1, i, v), x, index, torch.tensor(0.25, dtype=torch.float64))
+    assert_no_fallbacks()
+
+
+def test_index_fill_dtypes_layouts_and_0d_inputs():
+    for dtype in (torch.float16, torch.bfloat16):
+        check(lambda x, i: x.index_fill(1, i, 1e4), torch.randn(3, 5, dtype=dtype), torch.tensor([1, -1]))
+        # a float64 value is cast to x's dtype, as in eager
+        check(lambda x, i, v: x.index_fill(0, i, v), torch.randn(3, 5, dtype=dtype), torch.tensor([2]),
+              torch.tensor(2.7, dtype=torch.float64))
+    check(lambda x, i: x.index_fill(0, i, 7.9), torch.arange(12).view(4, 3), torch.tensor([3, 0]))   # truncated
+    check(lambda x, i: x.index_fill(1, i, True), torch.zeros(3, 5, dtype=torch.bool), torch.tensor([1]))
+    check(lambda x, i: x.index_fill(0, i, 7.0), torch.tensor(3.0), torch.tensor([0]))   # 0-d x
+    check(lambda x, i: x.t().index_fill(0, i, 7.0), torch.randn(3, 4), torch.tensor([0, 2]))   # x's strides
+    assert_no_fallbacks()
+
+
+def test_index_fill_in_place_on_an_input_and_its_gradient():
+    def fill_(x, i):
+        x.index_fill_(1, i, 0.5)
+        return x * 2
+    check(fill_, torch.randn(3, 4), torch.tensor([0, 2, 2]))
+    check(lambda x, v, i: (x * 2).index_fill(1, i, v.sum()), torch.randn(3, 4), torch.randn(2), torch.tensor([0, 2]))
+    check(lambda x, i: (x * 2).index_fill(1, i, 0.5), torch.randn(3, 4), torch.tensor([-1, 0, 0]), grad=True)
+    assert_no_fallbacks()
