@@ -3,6 +3,9 @@
     window[n, c, oh, ow, kh, kw] = x[n, c, oh*s - p + kh*d, ow*s - p + kw*d]   (masked outside x)
     avg_pool2d               = sum(window) / divisor(oh, ow)
     max_pool2d_with_indices  = max(window), argmax(window) turned into the flat h*W + w of x
+    avg_pool2d_backward      = a gather: each x position sums grad / divisor over the <= ceil(k/s) windows
+                               per dim that hold it (max_pool2d's backward, the same way, is in
+                               scatter_lowerings.py)
 
 The window is an unrealized Pointwise inlined into the reduction: no copy of the input is made.
 The values of a max pool with a small window (at most UNROLLED_WINDOW elements, ResNet's 3x3) are
@@ -13,11 +16,13 @@ rule) are a second pointwise node over the same outputs, which the scheduler fus
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import sympy
 import torch
 
+from .indexing_lowerings import _in_range
 from .ir import IRNode, Pointwise
 from .lowerings import register_lowering
 from .reduction_lowerings import make_reduction
@@ -118,25 +123,77 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     loader, dtype = total.make_loader(), x.get_dtype()
     cdt = torch.float64 if dtype == torch.float64 else torch.float32   # float64 is not divided in float32
 
+    def inner_fn(idx):
+        value = loader(idx)
+        divisor = _avg_divisor(idx[-2], idx[-1], size, k, s, p, count_include_pad, divisor_override, cdt)
+        result = ops.truediv(ops.to_dtype(value, cdt), divisor)
+        return result if dtype == cdt else ops.to_dtype(result, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size[:-2] + out)
+
+
+def _avg_divisor(oh, ow, size, k, s, p, count_include_pad, divisor_override, cdt):
+    """What avg_pool2d divides window (oh, ow)'s sum by, as eager counts it: the window clipped to the
+    padded input, then to the input itself unless count_include_pad."""
+    if divisor_override:
+        return ops.constant(float(divisor_override), cdt)
+
     def count(o, kk, ss, pp, n):
-        """Elements of the window along one dim that the divisor counts."""
         start = ops.index_expr(o * ss - pp, torch.int64)
         end = ops.minimum(ops.add(start, ops.constant(kk, torch.int64)), _int64(n + pp))
         if not count_include_pad:
             start = ops.maximum(start, ops.constant(0, torch.int64))
             end = ops.minimum(end, _int64(n))
         return ops.sub(end, start)
+    h, w = size[-2:]
+    return ops.to_dtype(ops.mul(count(oh, k[0], s[0], p[0], h), count(ow, k[1], s[1], p[1], w)), cdt)
+
+
+def backward_out_size(grad: IRNode, out: list, what: str) -> list:
+    """The pooled size a backward's grad has: ours where static (which must agree), else the grad's
+    own (a dynamic graph's, which torch's shape function wrote its own way)."""
+    if any(isinstance(o, sympy.Basic) and o.free_symbols for o in out):
+        return list(grad.get_size()[-2:])
+    if [int(v) for v in grad.get_size()[-2:]] != [int(o) for o in out]:
+        raise NotImplementedError(f"{what} with an unexpected output size")
+    return out
+
+
+@register_lowering(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
+    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] / divisor(oh, ow) over the windows holding (ih, iw):
+    at most ceil(k / s) per dim, the last starting at or before the position, and the ones before it."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("avg_pool2d_backward of integers")
+    size, k, s, p, _, out = _geometry(x, kernel_size, stride, padding, 1, ceil_mode)
+    out = backward_out_size(grad, out, "avg_pool2d_backward")
+    dtype = x.get_dtype()
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+    grad_loader = grad.make_loader()
+    tries = [math.ceil(k[0] / s[0]), math.ceil(k[1] / s[1])]
 
     def inner_fn(idx):
-        value = loader(idx)
-        if divisor_override:
-            divisor = ops.constant(float(divisor_override), cdt)
-        else:
-            oh, ow = idx[-2:]
-            divisor = ops.to_dtype(ops.mul(count(oh, k[0], s[0], p[0], h), count(ow, k[1], s[1], p[1], w)), cdt)
-        result = ops.truediv(ops.to_dtype(value, cdt), divisor)
-        return result if dtype == cdt else ops.to_dtype(result, dtype)
-    return Pointwise.create(x.get_device(), dtype, inner_fn, size[:-2] + out)
+        *lead, ih, iw = idx
+        total = ops.constant(0.0, cdt)
+        top = [FloorDiv(ih + p[0], s[0]), FloorDiv(iw + p[1], s[1])]
+        for jh in range(tries[0]):
+            for jw in range(tries[1]):
+                oh, ow = top[0] - jh, top[1] - jw
+                # a window in the output that reaches this position (it starts at or before it)
+                valid = functools.reduce(ops.logical_and, [
+                    _in_range(oh, 0, out[0]), _in_range(ow, 0, out[1]),
+                    _in_range(oh * s[0] - p[0] + k[0] - 1 - ih, 0, None),
+                    _in_range(ow * s[1] - p[1] + k[1] - 1 - iw, 0, None)])
+
+                def share(oh=oh, ow=ow):
+                    g = grad_loader(list(lead) + [oh, ow])
+                    g = g if grad.get_dtype() == cdt else ops.to_dtype(g, cdt)
+                    divisor = _avg_divisor(oh, ow, size, k, s, p, count_include_pad, divisor_override, cdt)
+                    if not divisor_override:   # (a window outside the output counts 0 elements: masked, not 0/0)
+                        divisor = ops.maximum(divisor, ops.constant(1.0, cdt))
+                    return ops.truediv(g, divisor)
+                total = ops.add(total, ops.masked(valid, share, 0.0))
+        return total if dtype == cdt else ops.to_dtype(total, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
 
 
 @register_lowering(aten.max_pool2d_with_indices)

@@ -46,7 +46,7 @@ from torch._prims_common import get_computation_dtype
 from .indexing_lowerings import _fill_value, _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
-from .pooling_lowerings import _geometry
+from .pooling_lowerings import _geometry, backward_out_size
 from .sizevars import FloorDiv, ModularIndexing
 from .symbolic import decide
 from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds, view
@@ -249,10 +249,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     size, k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
     if d != [1, 1]:
         raise NotImplementedError("dilated max-pool backward")
-    if any(isinstance(o, sympy.Basic) and o.free_symbols for o in out):
-        out = list(grad.get_size()[-2:])   # a dynamic graph's, which torch's shape function wrote its own way
-    elif [int(v) for v in grad.get_size()[-2:]] != out:
-        raise NotImplementedError("max-pool backward with an unexpected output size")
+    out = backward_out_size(grad, out, "max-pool backward")
     h, w = size[-2:]
     dtype = x.get_dtype()
     cdt = get_computation_dtype(dtype)

@@ -1,8 +1,10 @@
 """cumsum/cumprod (masked-square reductions), pooling windows, upsampling and decomposed extras."""
+import pytest
 import torch
 import torch.nn.functional as F
 
-from common import assert_no_fallbacks, check
+from common import COUNTS_KERNELS, assert_no_fallbacks, check
+from mini_inductor import metrics
 
 
 def test_cumsum_and_cumprod_generate_kernels():
@@ -25,6 +27,35 @@ def test_avg_pool2d_padding_and_ceil_mode():
     check(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), x)
     check(lambda x: F.avg_pool2d(x, (2, 3), (1, 2), (1, 1), divisor_override=5), x)
     assert_no_fallbacks()
+
+
+@pytest.mark.parametrize("args", [
+    (3, 2, 1), (2, 2, 0), (3, 1, 1, False, False), (3, 2, 1, True, False), (3, 2, 1, True, True),
+    ((2, 3), (1, 2), (1, 1), False, True, 5), ((4, 3), 3, (2, 1), True, False), (3, 3, 0, True),
+], ids=["3s2p1", "2s2", "3s1p1-excl", "3s2p1-ceil-excl", "3s2p1-ceil", "2x3-override", "4x3s3-ceil-excl",
+        "3s3-ceil"])
+def test_avg_pool2d_backward_is_one_generated_kernel(args):
+    # a gather: each input position sums grad / divisor over the windows (at most ceil(k / s) per dim)
+    # that hold it; a ceil-mode window past the input and a divisor that excludes padding included
+    check(lambda x: F.avg_pool2d(x, *args), torch.randn(2, 3, 9, 8), grad=True)
+    assert not COUNTS_KERNELS or [r.num_kernels for r in metrics.compiled_graphs] == [1, 1]   # forward, backward
+    assert_no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_avg_pool2d_backward_dtypes_unbatched_and_channels_last(dtype):
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), torch.randn(2, 3, 9, 8, dtype=dtype), grad=True)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1), torch.randn(3, 7, 6, dtype=dtype), grad=True)
+    x = torch.randn(2, 3, 9, 8, dtype=dtype).to(memory_format=torch.channels_last)
+    check(lambda x: F.avg_pool2d(x, 2, count_include_pad=False), x, grad=True)
+    assert_no_fallbacks()
+
+
+def test_cnn_with_avg_pool_trains_without_aten_fallbacks():
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    check(lambda x, w, b: F.avg_pool2d(torch.relu(F.conv2d(x, w, b, padding=1)), 2).sum(), torch.randn(2, 3, 8, 8),
+          conv.weight.detach(), conv.bias.detach(), grad=True)
+    assert not [dict(r.fallback_ops) for r in metrics.compiled_graphs if r.fallback_ops]
 
 
 def test_max_pool2d_values_and_indices():
