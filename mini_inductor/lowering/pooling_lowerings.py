@@ -6,6 +6,8 @@
     avg_pool2d_backward      = a gather: each x position sums grad / divisor over the <= ceil(k/s) windows
                                per dim that hold it (max_pool2d's backward, the same way, is in
                                scatter_lowerings.py)
+    adaptive_max_pool2d      = the same over windows [floor(o*n/m), ceil((o+1)*n/m)) read at the longest
+                               window's length; its backward a gather like avg_pool2d's (below)
 
 The window is an unrealized Pointwise inlined into the reduction: no copy of the input is made.
 The values of a max pool with a small window (at most UNROLLED_WINDOW elements, ResNet's 3x3) are
@@ -261,3 +263,154 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
         return ops.add(ops.mul(ih, _int64(w)), iw)
     indices = Pointwise.create(x.get_device(), torch.int64, index_fn, size[:-2] + out)
     return values, indices
+
+
+# ─── adaptive max pooling ────────────────────────────────────────────────────────────────────────
+#
+# Output o of m along a dim of length n pools x[start(o) : end(o)], start = floor(o * n / m) and
+# end = ceil((o + 1) * n / m), as eager takes them. Windows differ in length by at most one; each is
+# read as a window of the longest length, -inf past its end.
+
+def _adaptive_bounds(o, n, m):
+    return FloorDiv(o * n, m), FloorDiv((o + 1) * n + m - 1, m)
+
+
+def _longest_window(n, m):
+    """The longest adaptive window along a dim: exact for static sizes, else a bound."""
+    if isinstance(n, int) and isinstance(m, int):
+        return max(((o + 1) * n + m - 1) // m - o * n // m for o in range(m))
+    if m == 1:
+        return n
+    return FloorDiv(n + m - 1, m) + 1   # ceil(n / m) + 1
+
+
+def _windows_per_position(n, m):
+    """How many adaptive windows along a dim may hold one input position (a bound for a dynamic graph)."""
+    if isinstance(n, int) and isinstance(m, int):
+        if n > 4096:   # (the exact count loops over the positions)
+            return min(m, -(-m // n) + 1)
+        return max(((i + 1) * m + n - 1) // n - i * m // n for i in range(n))
+    if m == 1:
+        return 1
+    if _holds(sympy.sympify(n) >= m):
+        return 2
+    if isinstance(m, int) and _holds(sympy.sympify(n) >= 2):   # (Dynamo's symbolic sizes are >= 2)
+        return min(m, -(-m // 2) + 1)
+    raise NotImplementedError("adaptive max-pool backward of a length that may be far shorter than its output")
+
+
+@register_lowering(aten.adaptive_max_pool2d.default)
+def adaptive_max_pool2d(x, output_size):
+    """Values and int64 indices (flat h*W + w) with eager's choice: the first max, or the last NaN."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("adaptive_max_pool2d of integers")
+    size = [size_value(v) for v in x.get_size()]
+    if len(size) not in (3, 4):
+        raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
+    out = [size_value(o) for o in _pair(output_size)]
+    (h, w), nd = size[-2:], len(size)
+    k = [_longest_window(h, out[0]), _longest_window(w, out[1])]
+    # windows of one length need no bound check (n a multiple of m)
+    ragged = [not (isinstance(n, int) and isinstance(m, int) and n % m == 0) for n, m in ((h, out[0]), (w, out[1]))]
+    x_loader, device, dtype = x.make_loader(), x.get_device(), x.get_dtype()
+    # compared in float32 (Triton's interpreter compares bfloat16 by its bits: -1 > -2 is false there)
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def loader(at):
+        v = x_loader(at)
+        return v if dtype == cdt else ops.to_dtype(v, cdt)
+
+    def element(idx, kh, kw):
+        """Element (kh, kw) of output idx's window; -inf past the window's end."""
+        *lead, oh, ow = idx
+        (h0, h1), (w0, w1) = _adaptive_bounds(oh, h, out[0]), _adaptive_bounds(ow, w, out[1])
+        at = list(lead) + [h0 + kh, w0 + kw]
+        conds = ([_in_range(h0 + kh, None, h1)] if ragged[0] else []) + ([_in_range(w0 + kw, None, w1)] if ragged[1] else [])
+        if not conds:
+            return loader(at)
+        return ops.masked(functools.reduce(ops.logical_and, conds), lambda: loader(at), float("-inf"))
+
+    def flat_index(idx, r):
+        """The flat h*W + w of x of window position r (row-major in the k[0] x k[1] window)."""
+        oh, ow = idx[-2:]
+        kw = _int64(k[1])
+        ih = ops.add(ops.index_expr(_adaptive_bounds(oh, h, out[0])[0], torch.int64), ops.floordiv(r, kw))
+        iw = ops.add(ops.index_expr(_adaptive_bounds(ow, w, out[1])[0], torch.int64), ops.remainder(r, kw))
+        return ops.add(ops.mul(ih, _int64(w)), iw)
+
+    out_size = size[:-2] + out
+    if all(isinstance(v, int) for v in k) and k[0] * k[1] <= UNROLLED_WINDOW:
+        def unrolled(idx, position: bool):
+            """Eager's scan: a later element wins if greater or NaN; past a window's end is -inf, never taken."""
+            best = pos = None
+            for kh in range(k[0]):
+                for kw in range(k[1]):
+                    v = element(idx, kh, kw)
+                    r = ops.constant(kh * k[1] + kw, torch.int64)
+                    if best is None:
+                        best, pos = v, r
+                        continue
+                    take = ops.logical_or(ops.gt(v, best), ops.isnan(v))
+                    best = ops.where(take, v, best)
+                    pos = ops.where(take, r, pos) if position else None
+            return flat_index(idx, pos) if position else best if dtype == cdt else ops.to_dtype(best, dtype)
+        values = Pointwise.create(device, dtype, lambda idx: unrolled(idx, False), out_size)
+        indices = Pointwise.create(device, torch.int64, lambda idx: unrolled(idx, True), out_size)
+        return values, indices
+    # a reduction over the flattened window: argmax gives the first max (and the first NaN); a NaN
+    # max is at the last NaN instead, a max reduction of the NaNs' positions
+    window = Pointwise.create(device, cdt, lambda idx: element(
+        idx[:-1], FloorDiv(idx[-1], k[1]), ModularIndexing(idx[-1], 1, k[1])), out_size + [k[0] * k[1]])
+    window_loader = window.make_loader()
+    nan_at = Pointwise.create(device, torch.int64, lambda idx: ops.where(
+        ops.isnan(window_loader(idx)), ops.index_expr(idx[-1], torch.int64), ops.constant(-1, torch.int64)),
+        out_size + [k[0] * k[1]])
+    values = make_reduction(window, [nd], "max", out_dtype=dtype)
+    first = make_reduction(window, [nd], "argmax", out_dtype=torch.int64).make_loader()
+    last_nan = make_reduction(nan_at, [nd], "max", out_dtype=torch.int64).make_loader()
+
+    def index_fn(idx):
+        nan = last_nan(idx)
+        r = ops.where(ops.ge(nan, ops.constant(0, torch.int64)), nan, first(idx))
+        return flat_index(idx, r)
+    return values, Pointwise.create(device, torch.int64, index_fn, out_size)
+
+
+@register_lowering(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(grad, x, indices):
+    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] over the windows whose saved index is (ih, iw): a
+    gather over the few windows that hold the position, the first at floor(ih * OH / H)."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("adaptive_max_pool2d_backward of integers")
+    size = [size_value(v) for v in x.get_size()]
+    if len(size) not in (3, 4) or len(grad.get_size()) != len(size):
+        raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
+    (h, w), out = size[-2:], [size_value(o) for o in grad.get_size()[-2:]]
+    tries = [_windows_per_position(h, out[0]), _windows_per_position(w, out[1])]
+    if tries[0] * tries[1] > MAX_WINDOW:
+        raise NotImplementedError("adaptive max-pool backward with many windows over each position")
+    dtype = x.get_dtype()
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+    grad_loader, index_loader = grad.make_loader(), indices.make_loader()
+
+    def inner_fn(idx):
+        *lead, ih, iw = idx
+        me = ops.index_expr(ih * w + iw, torch.int64)
+        first = [FloorDiv(ih * out[0], h), FloorDiv(iw * out[1], w)]   # (inside the output)
+        total = ops.constant(0.0, cdt)
+        for jh in range(tries[0]):
+            for jw in range(tries[1]):
+                oh, ow = first[0] + jh, first[1] + jw
+
+                def contribution(oh=oh, ow=ow):
+                    at = list(lead) + [oh, ow]
+                    g = grad_loader(at)
+                    g = g if grad.get_dtype() == cdt else ops.to_dtype(g, cdt)
+                    return ops.where(ops.eq(index_loader(at), me), g, ops.constant(0.0, cdt))
+                conds = ([_in_range(oh, None, out[0])] if jh else []) + ([_in_range(ow, None, out[1])] if jw else [])
+                if conds:
+                    total = ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), contribution, 0.0))
+                else:
+                    total = ops.add(total, contribution())
+        return total if dtype == cdt else ops.to_dtype(total, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)

@@ -232,6 +232,15 @@ def test_average_pooling_over_dynamic_lengths_trains_in_one_compile(count_includ
                      (6, 8, 12, 10), grad=True)
 
 
+@pytest.mark.parametrize("name,output_size", [("windows of a symbolic length, reduced", (3, 4)),
+                                              ("global", 1), ("an output longer than some inputs", (7, 9))])
+def test_adaptive_max_pooling_over_dynamic_lengths_trains_in_one_compile(name, output_size):
+    # values and indices from a reduction over the longest window (ceil(n / m) + 1, masked); the
+    # backward gathers over the windows that may hold a position (2 per dim where n >= m)
+    _pools_and_grads(lambda x: F.adaptive_max_pool2d(x, output_size, return_indices=True), (6, 8, 13, 4),
+                     grad=True)
+
+
 def test_a_bool_of_an_int_argument_that_the_backward_takes_is_read_from_its_input():
     # the backward takes `k < 3` (a bool) but not k: it has a symbol of its own, 0 or 1, read from
     # the input; the backward was compiled per value

@@ -81,6 +81,43 @@ def test_max_pool2d_backward():
     check(lambda x: F.max_pool2d(x, 3, 2, 1), torch.randn(1, 2, 7, 7), grad=True)
 
 
+@pytest.mark.parametrize("output_size", [(4, 3), (3, 4), (9, 8), (2, 2), (1, 1), (5, 7), (12, 11), 3])
+def test_adaptive_max_pool2d_and_its_backward_are_one_kernel_each(output_size):
+    # windows of up to UNROLLED_WINDOW elements are unrolled, longer ones (2x2 and 1x1 of 9x8) reduced;
+    # an output longer than the input has windows that overlap, and positions in several of them
+    x = torch.randn(2, 3, 9, 8)
+    values, indices = check(lambda x: F.adaptive_max_pool2d(x, output_size, return_indices=True), x, grad=True)
+    assert torch.equal(indices, F.adaptive_max_pool2d(x, output_size, return_indices=True)[1])
+    assert not COUNTS_KERNELS or [r.num_kernels for r in metrics.compiled_graphs] == [1, 1]   # forward, backward
+    assert_no_fallbacks()
+
+
+@pytest.mark.parametrize("output_size", [(4, 3), (2, 2), (1, 1)], ids=["unrolled", "reduced", "global"])
+def test_adaptive_max_pool2d_indices_follow_atens_tie_and_nan_rule(output_size):
+    # eager scans each window: a later element wins if greater or NaN, so a tie keeps the first and
+    # two NaNs give the last
+    x = torch.randn(2, 3, 9, 8)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = float("nan")
+    x[1, 1, 4, 4] = x[1, 1, 4, 5] = 9.0
+    x[1, 2, :5, :5] = float("-inf")
+    values, indices = check(lambda x: F.adaptive_max_pool2d(x, output_size, return_indices=True), x)
+    want_values, want_indices = F.adaptive_max_pool2d(x, output_size, return_indices=True)
+    assert torch.equal(indices, want_indices)
+    assert torch.equal(values.isnan(), want_values.isnan()) and values.isnan().any()
+    assert_no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_adaptive_max_pool2d_dtypes_unbatched_and_channels_last(dtype):
+    for output_size in ((4, 3), (1, 2)):
+        check(lambda x: F.adaptive_max_pool2d(x, output_size, return_indices=True),
+              torch.randn(2, 3, 9, 8, dtype=dtype), grad=True)
+    check(lambda x: F.adaptive_max_pool2d(x, (3, 2)), torch.randn(3, 7, 6, dtype=dtype), grad=True)
+    x = torch.randn(2, 3, 9, 8, dtype=dtype).to(memory_format=torch.channels_last)
+    check(lambda x: F.adaptive_max_pool2d(x, (4, 3), return_indices=True), x, grad=True)
+    assert_no_fallbacks()
+
+
 def test_upsampling_and_adaptive_pool_through_decompositions():
     x = torch.randn(1, 2, 3, 4)
     check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), x)
