@@ -157,6 +157,29 @@ def test_kernels_that_floor_divide_int_inputs_and_sizes_of_either_sign_compile()
     assert compile_all(seen)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pooling_backward_adaptive_max_pool_and_index_fill_kernels_compile(dynamic):
+    # avg-pool and adaptive max-pool backward gathers, unrolled and reduced adaptive windows (bfloat16
+    # compared in float32), index_fill's compares and its int32 count buffer of atomic adds
+    def pools(x):
+        a = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        b, i = F.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+        c, j = F.adaptive_max_pool2d(x, 1, return_indices=True)
+        return a.sum() + b.float().sum() + c.float().sum(), i, j
+
+    def fills(x, short, long):
+        return x.index_fill(1, short, 2.5), x.index_fill(-1, long, -1.0)
+    with launches() as seen:
+        p = torch.compile(pools, backend="mini_inductor", dynamic=dynamic)
+        f = torch.compile(fills, backend="mini_inductor", dynamic=dynamic)
+        for n in (9, 12):
+            x = torch.randn(2, 3, n, n - 1, dtype=torch.bfloat16, requires_grad=True)
+            p(x)[0].backward()
+            f(torch.randn(3, n, 20), torch.tensor([0, -1, 2]), torch.randint(-20, 20, (11,)))
+    assert any("tl.atomic_add(" in inspect.getsource(fn) for fn, _, _ in seen)
+    assert compile_all(seen)
+
+
 def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
     with launches() as seen:
         flash._data_block_ranges(score_mod.parse("where(t0, -inf, s)"), 52, 60, 32, 16, torch.device("cpu"), False,
