@@ -121,7 +121,6 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     window = _window(x, size, k, s, p, d, out, 0.0)
     nd = len(size)
     total = make_reduction(window, [nd, nd + 1], "sum")  # in the accumulation dtype
-    h, w = size[-2:]
     loader, dtype = total.make_loader(), x.get_dtype()
     cdt = torch.float64 if dtype == torch.float64 else torch.float32   # float64 is not divided in float32
 
@@ -325,7 +324,8 @@ def adaptive_max_pool2d(x, output_size):
         *lead, oh, ow = idx
         (h0, h1), (w0, w1) = _adaptive_bounds(oh, h, out[0]), _adaptive_bounds(ow, w, out[1])
         at = list(lead) + [h0 + kh, w0 + kw]
-        conds = ([_in_range(h0 + kh, None, h1)] if ragged[0] else []) + ([_in_range(w0 + kw, None, w1)] if ragged[1] else [])
+        conds = [_in_range(i, None, end) for i, end, check in ((h0 + kh, h1, ragged[0]), (w0 + kw, w1, ragged[1]))
+                 if check]
         if not conds:
             return loader(at)
         return ops.masked(functools.reduce(ops.logical_and, conds), lambda: loader(at), float("-inf"))
