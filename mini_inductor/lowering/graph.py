@@ -23,6 +23,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 from torch.utils._pytree import tree_flatten
 
@@ -167,6 +168,12 @@ class GraphLowering:
             if node.op == "placeholder":
                 env[node] = self._placeholder(node, len(inputs))
                 inputs.append(env[node].data if isinstance(env[node], StorageBox) else None)
+            elif node.op == "get_attr" and node in self._scalars_moved:   # a CPU 0-d constant GPU ops read
+                value = getattr(self.gm, node.target)
+                with unset_fake_temporarily():   # (the compile's fake mode would refuse to read it)
+                    number = value.item()
+                env[node] = LOWERINGS[torch.ops.aten.full.default]([], number, dtype=value.dtype,
+                                                                   device=self._scalars_moved[node])
             elif node.op == "get_attr":
                 value = getattr(self.gm, node.target)
                 buf = ConstantBuffer(node.name, ir.fixed_layout_from_tensor(value), value)
@@ -594,9 +601,23 @@ def scalar_chains_for_the_gpu(graph: torch.fx.Graph) -> dict[torch.fx.Node, torc
     (session 35's CUDA run). Computed on the GPU, the chain is part of that kernel. A node qualifies
     when its value is a CPU 0-d tensor from a deterministic, non-mutating op whose tensor arguments all
     qualify (no graph input: its data is the user's), and each of its readers qualifies or is a GPU op
-    on one device; not when it is returned, or read on the CPU (`.item()`, a CPU op)."""
+    on one device; not when it is returned, or read on the CPU (`.item()`, a CPU op). A 0-d CPU
+    constant of the graph qualifies too (`y[:, 0] = 1.0` lifts one): its value becomes the kernel's."""
+    gm = graph.owning_module
+
+    def constant(n: torch.fx.Node):
+        value = getattr(gm, n.target, None) if n.op == "get_attr" and gm is not None else None
+        return value if isinstance(value, torch.Tensor) else None
+
+    def is_tensor(n: torch.fx.Node) -> bool:
+        return n.op == "get_attr" or isinstance(n.meta.get("val"), torch.Tensor)
+
     def local(n: torch.fx.Node) -> bool:
         val, target = n.meta.get("val"), n.target
+        if n.op == "get_attr":
+            value = constant(n)
+            return (value is not None and value.device.type == "cpu" and value.dim() == 0
+                    and not value.dtype.is_complex and not value.requires_grad)
         return (n.op == "call_function" and isinstance(target, torch._ops.OpOverload)
                 and isinstance(val, torch.Tensor) and getattr(val, "fake_mode", None) is not None
                 and val.device.type == "cpu" and val.dim() == 0 and not val.dtype.is_complex
@@ -621,8 +642,7 @@ def scalar_chains_for_the_gpu(graph: torch.fx.Graph) -> dict[torch.fx.Node, torc
                     found.add(val.device)
                 else:
                     found.add(None)
-            tensor_args = [a for a in _leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)
-                           and isinstance(a.meta.get("val"), torch.Tensor)]
+            tensor_args = [a for a in _leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node) and is_tensor(a)]
             if len(found) != 1 or None in found or any(a not in chain for a in tensor_args):
                 chain.discard(n)
                 changed = True

@@ -18,7 +18,7 @@ from mini_inductor.lowering.graph import scalar_chains_for_the_gpu
 
 
 def lowered_on_fake_cuda(fn, *shapes_or_tensors):
-    mode = FakeTensorMode()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)   # (a constant the function closes over is real)
     with mode:
         args = [torch.empty(s, device="cuda") if isinstance(s, tuple) else mode.from_tensor(s)
                 for s in shapes_or_tensors]
@@ -80,3 +80,24 @@ def test_the_scale_matches_the_cpu_chain_in_a_cpu_graph():
     x = torch.randn(3, 7)
     check(lambda x: x * scale_of(x), x)
     assert math.isclose(float(scale_of(x)), 1 / math.sqrt(7), rel_tol=1e-6)
+
+
+def test_a_cpu_constant_read_by_a_gpu_kernel_becomes_the_kernels_constant():
+    # `y[:, 0] = 1.0` on CUDA: Dynamo lifts a CPU 0-d constant (lift_fresh_copy) that ran in ATen; a
+    # constant the function closes over is the same get_attr node
+    one_and_a_half = torch.tensor(1.5, dtype=torch.float64)
+    gm, lowered = lowered_on_fake_cuda(lambda x: x * one_and_a_half.clone().to(torch.float32), (3, 5))
+    moved = scalar_chains_for_the_gpu(gm.graph)
+    assert any(n.op == "get_attr" for n in moved), gm.code
+    assert not lowered.fallback_ops and not lowered.extern_ops, (lowered.fallback_ops, lowered.extern_ops, gm.code)
+
+
+def test_the_moved_constant_keeps_its_value():
+    # the same graph on the CPU machine: nothing moves (no GPU reader), the values are eager's
+    from common import check
+
+    def fn(x):
+        y = x.clone()
+        y[:, 0] = torch.tensor(1.5)
+        return y
+    check(fn, torch.randn(3, 5))
