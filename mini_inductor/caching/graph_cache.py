@@ -96,6 +96,16 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
     return {n.name: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
 
 
+def _scalar_value(t) -> str:
+    """A CPU 0-d constant's value: on CUDA the generated code holds it (lowering/graph.py
+    scalar_chains_for_the_gpu moves it into a kernel), so two graphs that differ in it differ in code."""
+    if not (isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 0):
+        return ""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return f"value {t.item()!r}"
+
+
 # ── the key ──────────────────────────────────────────────────────────────────────────────────
 def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     """A hash of everything the generated module depends on; stable across processes."""
@@ -104,6 +114,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
         parts.append(f"{node.op}|{node.name}|{_target_name(node.target)}|{node.args}|{node.kwargs}")
         if node.op == "get_attr":
             parts.append(tensor_meta(getattr(gm, node.target)))
+            parts.append(_scalar_value(getattr(gm, node.target)))
         if node.op == "call_function" and collective_key_part(node):   # its group's backend decides the partitions
             parts.append(collective_key_part(node))
     for x in example_inputs:

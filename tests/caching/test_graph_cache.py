@@ -148,6 +148,18 @@ def test_lifted_constants_are_read_from_the_graph_again():
     torch.testing.assert_close(out, f(x))
 
 
+def test_a_graph_that_differs_only_in_a_cpu_scalar_constant_has_another_key():
+    # on CUDA such a constant's value is in the generated code (lowering/graph.py moves it into the
+    # kernel that reads it): an entry of 1.5 must not serve a graph of 2.5
+    from mini_inductor.caching.graph_cache import graph_key
+
+    def keyed(value):
+        c = torch.tensor(value)
+        gm = torch.fx.symbolic_trace(lambda x: x * c)
+        return graph_key(gm, [torch.randn(3)], config.current())
+    assert keyed(1.5) != keyed(2.5) and keyed(1.5) == keyed(1.5)
+
+
 def test_a_corrupt_entry_is_ignored_with_a_warning_and_rewritten(caplog):
     x = torch.randn(4, 8)
     _compile_fresh(_f, x)
