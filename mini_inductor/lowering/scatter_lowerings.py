@@ -45,7 +45,7 @@ from torch._prims_common import get_computation_dtype
 
 from .indexing_lowerings import _fill_value, _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
-from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
+from .lowerings import broadcast_loader, broadcast_sizes, check_converts, constant, register_lowering, to_dtype
 from .pooling_lowerings import _geometry, backward_out_size
 from .sizevars import FloorDiv, ModularIndexing
 from .symbolic import decide
@@ -205,8 +205,10 @@ def index_fill(x: IRNode, dim, index: IRNode, value):
             v = value_loader([])
             return v if value.get_dtype() == dtype else ops.to_dtype(v, dtype, value.get_dtype())
     else:
+        check_converts(value, dtype)   # (out of an integer dtype's range: ATen raises as eager does)
+
         def fill():
-            return ops.constant(_fill_value(value, dtype), dtype)
+            return constant(_fill_value(value, dtype), dtype)   # (-1 into uint8 wraps to 255, as eager's)
     span = index.get_size()[0] if index.get_size() else sympy.Integer(1)
     if isinstance(span, (int, sympy.Integer)) and int(span) <= MAX_SCATTER_SPAN:
         index_loader = index.make_loader()
@@ -215,9 +217,10 @@ def index_fill(x: IRNode, dim, index: IRNode, value):
             position = ops.index_expr(idx[dim], torch.int64)
             hits = []
             for m in range(int(span)):
-                target = index_loader([sympy.Integer(m)] if index.get_size() else [])
-                target = ops.where(ops.lt(target, ops.constant(0, torch.int64)), ops.add(target, _int64(n)), target)
-                hits.append(ops.eq(target, position))
+                # an indirect index: wrapped if negative, and out of range a device-side assert as for a
+                # gather (compared as a plain value, an index eager rejects filled nothing)
+                target = ops.indirect_indexing(index_loader([sympy.Integer(m)] if index.get_size() else []), n)
+                hits.append(ops.eq(ops.index_expr(target, torch.int64), position))
             return _any(hits)
     else:
         marks = _marked_positions(x.get_device(), n, index).make_loader()

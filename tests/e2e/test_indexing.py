@@ -1,8 +1,9 @@
 """Pad, cat, flip, gather, index, embedding: masked and indirect loads, compiled against eager."""
+import pytest
 import torch
 import torch.nn.functional as F
 
-from common import assert_no_fallbacks, check
+from common import COUNTS_KERNELS, assert_no_fallbacks, check, compile_fn, generated_sources, reset_metrics
 
 
 def test_constant_pad_is_one_kernel_with_masked_loads():
@@ -151,3 +152,25 @@ def test_index_fill_in_place_on_an_input_and_its_gradient():
     check(lambda x, v, i: (x * 2).index_fill(1, i, v.sum()), torch.randn(3, 4), torch.randn(2), torch.tensor([0, 2]))
     check(lambda x, i: (x * 2).index_fill(1, i, 0.5), torch.randn(3, 4), torch.tensor([-1, 0, 0]), grad=True)
     assert_no_fallbacks()
+
+
+def test_index_fill_asserts_its_index_in_range_as_a_gather_does():
+    # eager raises on an index out of range; compared as a plain value (review, session 36), such an
+    # index filled nothing without a word: each index is an indirect index, with its device-side assert
+    reset_metrics()
+    check(lambda x, i: x.index_fill(1, i, 2.0), torch.randn(4, 5), torch.tensor([0, -5, 3]), kernels=1)
+    if COUNTS_KERNELS:
+        assert "tl.device_assert" in generated_sources()
+
+
+def test_index_fill_of_integers_wraps_and_checks_the_value_as_eager():
+    # -1 into uint8 is 255 in eager; it reached the kernel as a uint8 constant -1 (the interpreter raised
+    # OverflowError). 300 into int8 raises in eager: that case runs in ATen, which raises the same
+    index = torch.tensor([1, 3])
+    check(lambda x, i: x.index_fill(0, i, -1), torch.zeros(5, dtype=torch.uint8), index, kernels=1)
+    check(lambda x, i: x.index_fill(0, i, 2**40), torch.zeros(5, dtype=torch.int64), index, kernels=1)
+    check(lambda x, i: x.index_fill(0, i, 2.7), torch.zeros(5, dtype=torch.int32), index, kernels=1)
+    assert_no_fallbacks()
+    fill_300 = compile_fn(lambda x, i: x.index_fill(0, i, 300))
+    with pytest.raises(Exception, match="without overflow"):
+        fill_300(torch.zeros(5, dtype=torch.int8), index)
