@@ -5,6 +5,7 @@ layout (eager_strides.decompositions)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -132,6 +133,9 @@ def undo_split_fma(gm: torch.fx.GraphModule) -> int:
                 or len(product.args) != 2 or not all(isinstance(a, torch.fx.Node) for a in product.args) \
                 or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
+        value = _value_as_eager_casts(value, [x, *product.args])
+        if value is None:
+            continue
         with gm.graph.inserting_before(node):
             new = gm.graph.call_function(whole, (x, *product.args), {"value": value})
         new.meta = dict(node.meta)
@@ -142,3 +146,15 @@ def undo_split_fma(gm: torch.fx.GraphModule) -> int:
     if joined:
         gm.recompile()
     return joined
+
+
+def _value_as_eager_casts(value, tensors):
+    """`value` as eager's addcmul_ takes it: cast to the tensors' dtype, so a float truncates where they are
+    all integers (x.addcmul_(a, b, value=0.5) of int64 tensors adds 0; torch.addcmul's decomposition
+    refuses the float). None where the dtypes are unknown or the float has no integer value."""
+    metas = [t.meta.get("example_value") if isinstance(t, torch.fx.Node) else t for t in tensors]
+    if not all(isinstance(m, torch.Tensor) for m in metas):
+        return None
+    if not isinstance(value, float) or any(m.dtype.is_floating_point or m.dtype.is_complex for m in metas):
+        return value
+    return int(value) if math.isfinite(value) else None

@@ -68,3 +68,13 @@ def test_a_compiled_adamw_step_has_no_fallback_ops(device):
     torch.compile(opt.step, backend="mini_inductor")()
     graphs = [r for r in metrics.compiled_graphs if r.kernel_names]
     assert graphs and all(not r.fallback_ops for r in graphs), [r.summary() for r in metrics.compiled_graphs]
+
+
+def test_addcmul_of_integers_with_a_float_value_truncates_it_as_eager(device):
+    # eager casts value to the tensors' int64 (0.5 adds nothing, 2.7 adds twice the product); rejoined
+    # into torch.addcmul with the float, AOT autograd's decomposition refused it (review, session 36)
+    g = torch.Generator().manual_seed(0)
+    x, t1, t2 = [torch.randint(-9, 9, (16,), generator=g).to(device) for _ in range(3)]
+    check(lambda x, a, b: x.addcmul_(a, b, value=0.5), x, t1, t2)
+    check(lambda x, a, b: x.addcmul_(a, b, value=2.7), x, t1, t2)
+    check(lambda x, a, b: x.addcmul_(a, b, value=-3.0), x, t1, t2)
