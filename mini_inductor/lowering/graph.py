@@ -312,13 +312,10 @@ class GraphLowering:
             _realize_pending(env)
         result = None
         lowering = LOWERINGS.get(target)
-        meta = node.meta.get("val")
+        meta = self._meta(node)
         if node in self._scalars_moved:   # a CPU 0-d value that only GPU ops read: computed where they run
-            device = self._scalars_moved[node]
-            with meta.fake_mode:
-                meta = torch.empty((), dtype=meta.dtype, device=device)
             if any(a.name == "device" and a.kwarg_only for a in target._schema.arguments):
-                kwargs = {**kwargs, "device": device}
+                kwargs = {**kwargs, "device": meta.device}
         if lowering is not None and isinstance(meta, torch.Tensor) and meta.device.type == "cuda":
             args, kwargs = self._cpu_scalars_to(meta.device, args, kwargs, origin)
         if isinstance(meta, torch.Tensor) and (not self._generates_for(meta.device) or any(
@@ -448,10 +445,19 @@ class GraphLowering:
                 box.mark_reuse(uses, reads_threshold=self.cfg.realize_reads_threshold,
                                opcount_threshold=self.cfg.realize_opcount_threshold)
 
+    def _meta(self, node: torch.fx.Node):
+        """The node's FakeTensor; for a CPU 0-d value moved to the GPU (scalar_chains_for_the_gpu), one there."""
+        meta = node.meta.get("val")
+        device = self._scalars_moved.get(node)
+        if device is not None:
+            with meta.fake_mode:
+                meta = torch.empty((), dtype=meta.dtype, device=device)
+        return meta
+
     def _extern(self, node, target, args, kwargs, *, fallback: bool):
         if target is GRAPHSAFE_RNG:   # its generator argument is a seed tensor here: ATen cannot run it
             raise RuntimeError(f"{node.args[0]} under activation checkpointing must be lowered, not run in ATen")
-        meta = node.meta.get("val")
+        meta = self._meta(node)   # (a moved scalar's ATen call, digamma of a scale, runs on the GPU)
         origin = (_origin(node),)
         # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
         metas = _map_leaves(lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else None,

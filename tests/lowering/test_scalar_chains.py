@@ -101,3 +101,13 @@ def test_the_moved_constant_keeps_its_value():
         y[:, 0] = torch.tensor(1.5)
         return y
     check(fn, torch.randn(3, 5))
+
+
+def test_a_moved_op_without_a_lowering_runs_in_aten_on_the_gpu():
+    # digamma has no lowering: its ATen call takes the moved (GPU) value, so its output is on the GPU
+    # too; laid out on the CPU, the kernel after it read it through a copy (review, session 36)
+    gm, lowered = lowered_on_fake_cuda(lambda x: x * torch.digamma(scale_of(x) + 1), (3, 5))
+    assert torch.ops.aten.digamma.default in {n.target for n in scalar_chains_for_the_gpu(gm.graph)}
+    assert dict(lowered.fallback_ops) == {"aten.digamma.default": 1} and not lowered.extern_ops, \
+        (lowered.fallback_ops, lowered.extern_ops)
+    assert {b.get_device().type for b in lowered.buffers} == {"cuda"}, lowered.buffers
