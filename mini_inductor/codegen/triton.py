@@ -307,6 +307,9 @@ class TritonKernel:
             ints = [p.split(":")[0] for p in params if "constexpr" not in p and not p.startswith(("in_ptr", "out_ptr"))
                     and not always_multiple_of_16(sizes.get(p.split(":")[0]))]
             jit = f"@triton.jit(do_not_specialize={ints!r})"
+        if any(isinstance(line, str) and "tl.device_assert(" in line
+               for sec in self.sections.values() for line in sec.lines):
+            jit = jit.replace("@triton.jit", "@triton_helpers.checked_jit")   # its asserts compiled in
         out = [jit, f"def {self.name}({', '.join(params)}):"]
         body = [f"xoffset = tl.program_id(0){idx} * XBLOCK"]
         if self.tiling is not None:

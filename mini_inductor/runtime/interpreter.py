@@ -80,7 +80,34 @@ def install() -> None:
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_min_max_nan()
+    _check_device_asserts()
     _INSTALLED = True
+
+
+def _check_device_asserts() -> None:
+    """The interpreter's builder has Triton's `debug` off (its options are fixed), so `tl.device_assert`
+    was dropped, and its assert, when on, tested the truth of a handle object, never its values. Here
+    asserts are on (as runtime/triton_helpers.checked_jit compiles them on the GPU), each element is
+    checked, and int32 overflow is not (eager wraps; see checked_jit). An index out of range then
+    raises where it read and wrote past a buffer on the CPU (a long index_fill crashed the process)."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    init = interpreter.InterpreterBuilder.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.options = dataclasses.replace(self.options, debug=True, sanitize_overflow=False)
+
+    def create_assert(self, condition, message):
+        if not np.all(condition.data):
+            raise AssertionError(message)
+
+    interpreter.InterpreterBuilder.__init__ = __init__
+    interpreter.InterpreterBuilder.create_assert = create_assert
+    builder = interpreter.interpreter_builder   # (the one every kernel runs with, made at import)
+    builder.options = dataclasses.replace(builder.options, debug=True, sanitize_overflow=False)
 
 
 def _patch_min_max_nan() -> None:

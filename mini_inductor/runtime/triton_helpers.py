@@ -1,7 +1,33 @@
-"""Triton device functions that generated kernels call (eager's semantics where Triton's differ)."""
+"""Triton device functions that generated kernels call (eager's semantics where Triton's differ), and
+`checked_jit`, the decorator of a kernel that checks its indices."""
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+from triton.runtime.jit import JITFunction
+
+
+class _CheckedJIT(JITFunction):
+    """A kernel compiled with Triton's `debug` on, so that its `tl.device_assert`s run (without it
+    they compile to nothing: an index out of range read or wrote past a buffer where eager raises), and
+    with `sanitize_overflow` off, which `debug` would otherwise turn on for every signed int32 `+ - *`
+    of the kernel (eager wraps int32 arithmetic, Philox's key schedule wraps by design). Inductor
+    compiles every kernel this way."""
+
+    def run(self, *args, grid, warmup, **kwargs):
+        kwargs.setdefault("sanitize_overflow", False)
+        return super().run(*args, grid=grid, warmup=warmup, **kwargs)
+
+
+def checked_jit(fn=None, **kwargs):
+    """`triton.jit` for a kernel with device-side asserts (codegen/triton.py emits it for those alone).
+    Under Triton's interpreter, the asserts are checked by runtime/interpreter.py's shim."""
+    if fn is None:
+        return lambda f: checked_jit(f, **kwargs)
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return triton.jit(fn, **kwargs)
+    return _CheckedJIT(fn, debug=True, **kwargs)
 
 
 @triton.jit

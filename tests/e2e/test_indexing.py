@@ -163,6 +163,44 @@ def test_index_fill_asserts_its_index_in_range_as_a_gather_does():
         assert "tl.device_assert" in generated_sources()
 
 
+OUT_OF_RANGE = {
+    "index": lambda x, i: x[:, i] * 2,
+    "gather": lambda x, i: torch.gather(x, 1, i.expand(3, -1)) * 2,
+    "index_fill short": lambda x, i: x.index_fill(1, i, -1.0),
+    "index_fill long": lambda x, i: x.index_fill(1, torch.cat([i, i, i, i, i]), -1.0),
+    "index_put": lambda x, i: x.index_put((torch.zeros_like(i), i), torch.ones(i.shape)),
+    "embedding": lambda x, i: F.embedding(i, x.t()) * 2,
+}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU a device-side assert ends the process's CUDA context")
+@pytest.mark.parametrize("op", list(OUT_OF_RANGE))
+def test_an_index_out_of_range_raises_as_eager_does(op):
+    # eager raises; the generated device-side assert compiled to nothing (Triton's debug off) and the
+    # kernel read or wrote past the buffer: a long index_fill's count buffer took the process down
+    # (review, session 36). Asserts are compiled in (triton_helpers.checked_jit) and checked here
+    fn = OUT_OF_RANGE[op]
+    x, bad = torch.randn(3, 5), torch.tensor([0, 7])
+    with pytest.raises(Exception):
+        fn(x, bad)
+    compiled = compile_fn(fn)
+    good = torch.tensor([0, 3])
+    torch.testing.assert_close(compiled(x, good), fn(x, good))
+    with pytest.raises(Exception, match="out of (bounds|range)"):
+        compiled(x, bad)
+
+
+def test_a_kernel_with_asserts_is_compiled_with_them_and_without_int32_overflow_checks():
+    # Triton drops tl.device_assert unless `debug` is on, which also checks every int32 + - * for
+    # overflow: eager wraps int32 arithmetic, so that check is off (as Inductor has it)
+    reset_metrics()
+    x, i = torch.tensor([2**30, 2**30 + 5], dtype=torch.int32), torch.tensor([1, 0])
+    check(lambda x, i: x[i] * 4 + x, x, i)
+    if COUNTS_KERNELS:
+        source = generated_sources()
+        assert "@triton_helpers.checked_jit" in source and "tl.device_assert" in source, source
+
+
 def test_index_fill_of_integers_wraps_and_checks_the_value_as_eager():
     # -1 into uint8 is 255 in eager; it reached the kernel as a uint8 constant -1 (the interpreter raised
     # OverflowError). 300 into int8 raises in eager: that case runs in ATen, which raises the same
