@@ -217,37 +217,48 @@ def test_a_degenerate_input_stays_degenerate_so_a_wrong_gradient_there_stays_wro
     assert _amplified_noise(f, make_inputs, "cpu", True, "grad", ours, reference, 0) == ""
 
 
-def test_a_gradient_is_compared_at_the_precision_of_the_most_exact_output():
-    # found by the fuzzer: a float64 input's gradient through log_softmax(..., dtype=float32)
+def _with_grad(x, grad):
+    """`x` (a leaf) again, its .grad set to `grad`: a compiled run's gradient, made up."""
+    y = x.detach().requires_grad_()
+    y.grad = grad
+    return y
+
+
+def test_a_gradient_is_compared_at_the_precision_of_the_dtypes_it_was_computed_in():
+    # fuzz seed 166 prog 454 and seed 953 prog 57: a float64 input's gradient through
+    # log_softmax(..., dtype=float32), beside a float64 output computed from it directly
     import torch
     from tests.fuzz.compare import compare_grads
+    from tests.fuzz.generate import backward_loss
 
-    def leaf(grad):
-        x = torch.zeros(2, dtype=torch.float64, requires_grad=True)
-        x.grad = grad
-        return x
-    want = torch.tensor([0.4, -0.3], dtype=torch.float64)
-    ours, eagers = [leaf(want + 2.7e-7)], [leaf(want)]
-    assert compare_grads(ours, eagers, outputs=[torch.zeros(2)]) is None               # a float32 output
-    assert compare_grads(ours, eagers)[0] == "grad"                                     # float64's tolerance
-    assert compare_grads(ours, eagers, outputs=[torch.zeros(2), torch.zeros(2, dtype=torch.float64)])[0] == "grad"
+    x = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    outputs = [torch.log_softmax(x, 0, dtype=torch.float32), x * 2]
+    backward_loss(outputs).backward()
+    ours = [_with_grad(x, x.grad + 2.7e-7)]
+    assert compare_grads(ours, [x], outputs=outputs) is None                           # float32's tolerance
+    y = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    exact = [torch.log_softmax(y, 0) * 2]                                              # float64 throughout
+    backward_loss(exact).backward()
+    assert compare_grads([_with_grad(y, y.grad + 2.7e-7)], [y], outputs=exact)[0] == "grad"
 
 
-def test_an_input_returned_as_it_is_does_not_set_the_precision_of_other_inputs_gradients():
+def test_another_inputs_output_does_not_set_the_precision_of_a_gradient():
     # fuzz seed 261 prog 61: (x1, layer_norm(x1.half().add_(x3))): x3's gradient comes through float16
+    # beside a leaf returned as it is; seed 214 prog 150: beside another input's float32 result
     import torch
     from tests.fuzz.compare import compare_grads
+    from tests.fuzz.generate import backward_loss
 
-    def leaf(grad):
-        x = torch.zeros((), requires_grad=True)
-        x.grad = grad
-        return x
-    returned = torch.zeros(3, requires_grad=True)                       # a leaf, returned as it is
-    result = (torch.zeros(3, dtype=torch.float16, requires_grad=True) * 2)   # computed: has a grad_fn
-    ours, eagers = [leaf(torch.tensor(2e-4))], [leaf(torch.tensor(1.5e-5))]
-    assert compare_grads(ours, eagers, outputs=[returned, result]) is None
-    computed32 = torch.zeros(3, requires_grad=True) * 2                  # a float32 result does bound it
-    assert compare_grads(ours, eagers, outputs=[computed32, result])[0] == "grad"
+    def judged(*others, through_half=True):
+        """compare_grads of x's gradient, 1e-3 off, with (x.half() * 2 or x * 2) among the outputs"""
+        x = torch.zeros(3, requires_grad=True)
+        outputs = [*others, x.half() * 2 if through_half else x * 2]
+        backward_loss(outputs).backward()
+        return compare_grads([_with_grad(x, x.grad + 1e-3)], [x], outputs=outputs)
+
+    assert judged(torch.zeros(3, requires_grad=True)) is None                 # a leaf returned as it is
+    assert judged(torch.zeros(3, requires_grad=True) * 2) is None             # another input's float32 result
+    assert judged(through_half=False)[0] == "grad"                            # x's own float32 result
 
 
 def test_fuzz_programs_kernels_compile_for_sm90():

@@ -25,11 +25,13 @@ TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7),
               torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
 
 
-def _tolerance(dtype: torch.dtype, inputs=()) -> tuple[float, float]:
-    """The output dtype's (atol, rtol), or the loosest floating input's when that is looser: a float64
-    output of float32 inputs (a layer norm .to(float64)) is only as exact as float32 arithmetic."""
+def _tolerance(dtype: torch.dtype, inputs=(), dtypes=()) -> tuple[float, float]:
+    """The output dtype's (atol, rtol), or the loosest floating input's (or of `dtypes`, those it was
+    computed in) when that is looser: a float64 output of float32 inputs (a layer norm .to(float64))
+    is only as exact as float32 arithmetic."""
     tols = [TOLERANCES.get(dtype, (0, 0))] + [TOLERANCES[x.dtype] for x in inputs
-                                               if isinstance(x, torch.Tensor) and x.dtype in TOLERANCES]
+                                               if isinstance(x, torch.Tensor) and x.dtype in TOLERANCES] \
+        + [TOLERANCES[d] for d in dtypes if d in TOLERANCES]
     return max(t[0] for t in tols), max(t[1] for t in tols)
 
 
@@ -62,8 +64,9 @@ def _sharing(outputs, inputs) -> list:
 
 
 def compare_tensor(a, e: torch.Tensor, what: str, reference: Callable | None = None,
-                   strides: bool = True, inputs=()):
-    """`inputs`: the program's inputs, whose precision bounds the tolerance (_tolerance)."""
+                   strides: bool = True, inputs=(), dtypes=()):
+    """`inputs`: the program's inputs, whose precision bounds the tolerance (_tolerance); `dtypes`:
+    those the value was computed in (a gradient's: `gradient_dtypes`)."""
     if not isinstance(e, torch.Tensor):     # a number (an argument returned as it is)
         return None if type(a) is type(e) and a == e else ("structure", f"{what}: {a!r}, eager gave {e!r}")
     if not isinstance(a, torch.Tensor):
@@ -72,7 +75,7 @@ def compare_tensor(a, e: torch.Tensor, what: str, reference: Callable | None = N
         return "dtype", f"{what}: dtype {a.dtype} != eager's {e.dtype}"
     if a.shape != e.shape:
         return "shape", f"{what}: shape {tuple(a.shape)} != eager's {tuple(e.shape)}"
-    tolerance = _tolerance(e.dtype, inputs)
+    tolerance = _tolerance(e.dtype, inputs, dtypes)
     bad = _values(a, e, tolerance)
     if bad is not None and e.is_floating_point() and reference is not None:
         r = reference()
@@ -126,23 +129,51 @@ def compare_run(actual, expected, inputs, eager_inputs, reference: Callable[[], 
     return None
 
 
+def gradient_dtypes(outputs, leaves) -> list[set]:
+    """For each leaf: the float dtypes its gradient was computed in, its own among them. Those are the
+    dtypes of every autograd node on a path from an output the loss flows through to the leaf (a
+    node's forward outputs, which its incoming gradients have: torch's `_input_metadata`); a node off
+    every such path (an output of another input, however exact) does not bound it (fuzz seed 953 prog
+    57: a float64 input's gradient through log_softmax(..., dtype=float32), beside a float64 output
+    computed from it directly, is float32's)."""
+    roots = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    parents: dict = {}          # node -> the nodes whose backward feeds it
+    seen, stack = set(), list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for child, _ in node.next_functions:
+            if child is not None:
+                parents.setdefault(child, []).append(node)
+                stack.append(child)
+    out = []
+    for leaf in leaves:
+        dtypes = {leaf.dtype} if isinstance(leaf, torch.Tensor) else set()
+        starts = [n for n in seen if getattr(n, "variable", None) is leaf]
+        on_path, stack = set(), starts
+        while stack:
+            node = stack.pop()
+            if node in on_path:
+                continue
+            on_path.add(node)
+            dtypes.update(m.dtype for m in getattr(node, "_input_metadata", ()))
+            stack.extend(parents.get(node, ()))
+        out.append({d for d in dtypes if d in TOLERANCES})
+    return out
+
+
 def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = None, outputs=()):
     """Input gradients on values; a miss is settled against float64 gradients, as outputs are
     (a gradient through a normalization sums terms that cancel, so eager's own error can be large).
-    `outputs`: the program's. A gradient is no more exact than the most exact of them (a float64
-    input's gradient through log_softmax(..., dtype=float32) is float32's): its tolerance is the
-    looser of its own dtype's and that output's. Only outputs the loss flows through count (those
-    that require grad, leaves returned as they are aside): a float32 input passed through beside a
-    float16 result left a float32 input's gradient through float16 at float32's tolerance (fuzz seed
-    214 prog 150, where the compiled gradient was nearer float64's than eager's)."""
+    `outputs`: eager's, whose autograd graph says which dtypes each gradient was computed in
+    (`gradient_dtypes`): its tolerance is the loosest of theirs (a float64 input's gradient through
+    a float32 log_softmax is float32's; a float32 input's through a float16 layer norm float16's).
+    Not seen there: a saved value of another input's lower-precision chain that a float64 node's
+    backward multiplies by (the float64 reference settles those, as it does any miss)."""
     ref = _lazy_reference(reference)
-    floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.dtype in TOLERANCES]
-    # a leaf returned as it is (an input) carries its own gradient only: it bounds no other input's
-    # (fuzz seed 261 prog 61: an input returned beside a float16 layer norm held a float32 input's
-    # gradient through that float16 layer norm to float32's tolerance)
-    floats = [o for o in floats if o.requires_grad and o.grad_fn is not None] or \
-        [o for o in floats if o.requires_grad] or floats
-    exact = [min(floats, key=lambda o: TOLERANCES[o.dtype])] if floats else []
+    chains = gradient_dtypes(outputs, eager_inputs)
 
     for i, (a, e) in enumerate(zip(inputs, eager_inputs)):
         if not (isinstance(e, torch.Tensor) and e.requires_grad):
@@ -152,7 +183,7 @@ def compare_grads(inputs, eager_inputs, reference: Callable[[], list] | None = N
                            f"{'none' if e.grad is None else 'a tensor'}"
         if e.grad is not None:
             bad = compare_tensor(a.grad, e.grad, f"grad of input {i}", lambda i=i: ref(i), strides=False,
-                                 inputs=exact)
+                                 dtypes=chains[i])
             if bad:
                 return "grad", bad[1]
     return None
