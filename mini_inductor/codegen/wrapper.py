@@ -504,6 +504,9 @@ class WrapperCodegen:
         parts = [HEADER.format(graph=g.name)]
         if any(getattr(getattr(n, "op", None), "__module__", None) == "_operator" for n in self.graph.buffers):
             parts.append("import operator  # noqa: E402  (a dynamic graph's size arithmetic)\n")
+        for module in sorted({n.op.__module__ for n in self.graph.buffers if isinstance(n, ExternKernel)
+                              and getattr(n.op, "__module__", "").startswith("mini_inductor.runtime.")}):
+            parts.append(f"import {module}  # noqa: E402  (functions the wrapper calls: checkpointed RNG)\n")
         parts += _kernel_definitions({**self.kernels, **self.twins})
         for part, scope in functions:
             body = []

@@ -35,7 +35,7 @@ from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
-from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, graphsafe_rng_supported
+from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, checkpointed_random_lowered, concrete_rng_states
 from .sizevars import sympify_seq
 from . import symbolic
 from .symbolic import decide, stride_exprs, to_expr
@@ -156,6 +156,7 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
+        concrete_rng_states(self.gm.graph)
         old_metas = eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
         first_saved = None
         if self.name.startswith("forward"):
@@ -457,6 +458,10 @@ class GraphLowering:
     def _extern(self, node, target, args, kwargs, *, fallback: bool):
         if target is GRAPHSAFE_RNG:   # its generator argument is a seed tensor here: ATen cannot run it
             raise RuntimeError(f"{node.args[0]} under activation checkpointing must be lowered, not run in ATen")
+        if isinstance(target, torch._ops.HigherOrderOperator):   # (an ExternKernel calls ops of tensors only)
+            why = self.fallback_reasons.get(_op_name(target))
+            raise NotImplementedError(f"higher-order op {target.name()} (node %{node.name}) has no lowering"
+                                      + (f": {why}" if why else ""))
         meta = self._meta(node)   # (a moved scalar's ATen call, digamma of a scale, runs on the GPU)
         origin = (_origin(node),)
         # An ATen op may pick its output strides from its inputs': give it the strides eager gave it.
@@ -815,8 +820,8 @@ def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        if node.target is GRAPHSAFE_RNG and graphsafe_rng_supported(node.args[0]):
-            continue   # a checkpointed random op with its own generator: lowered with its own seed
+        if checkpointed_random_lowered(node):
+            continue   # a checkpointed random op: lowered with its own seed
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"higher-order op {node.target.name()} (node %{node.name})"
         if free_unbacked_symbols(node.meta.get("val")):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import types
 from typing import Any, Callable, Sequence
 
 import sympy
@@ -331,6 +332,8 @@ class ExternKernel(Buffer):
 
     @property
     def op_name(self) -> str:
+        if isinstance(self.op, types.FunctionType):   # a runtime function (its str holds an address)
+            return f"{self.op.__module__}.{self.op.__qualname__}"
         return str(self.op)
 
     def __repr__(self):

@@ -19,17 +19,25 @@ own stream: its seed is that graph input, offsets counted from 0, so the forward
 compute the same numbers from equal seeds. The runtime (runtime/__init__.py) replaces the generator
 argument by a seed drawn from it at each call, so under CUDA graphs the seed is an input copied in
 at every replay, never a value baked in at recording.
+
+On the CPU aot_autograd wraps the forward's op in `run_and_save_rng_state(op, *args)` instead, which
+also returns the generator's state (saved for the backward), and the backward's in
+`run_with_rng_state(state, op, *args)`. Both give the op its own stream too, from a seed that the
+wrapper draws from a generator set to that state (runtime/rng.py `seed_from_rng_state`): equal in
+the forward and the recompute.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 from typing import Callable, Iterator, Sequence
 
 import sympy
 import torch
 
-from ..runtime.rng import GRAPHSAFE_RNG, SEED_HIGH, SEEDED_OPS
+from ..runtime.rng import (GRAPHSAFE_RNG, RUN_AND_SAVE_RNG, RUN_WITH_RNG, SEED_HIGH, SEEDED_OPS, checkpointed_op,
+                           cpu_rng_state, seed_from_rng_state)
 from .ir import IRNode, Layout, Pointwise, current_graph
 from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
 from .sizevars import Expr, contiguous_strides, product, strided_index, sympify_seq
@@ -216,6 +224,19 @@ def graphsafe_rng_supported(op) -> bool:
     return op in LOWERINGS and op in SEEDED_OPS
 
 
+def checkpointed_random_lowered(node) -> bool:
+    """Whether `node` is a random op of an activation-checkpointed region that is lowered here: under
+    `graphsafe_run_with_rng_state`, or on the CPU under `run_and_save_rng_state`/`run_with_rng_state`."""
+    op = checkpointed_op(node)
+    if not graphsafe_rng_supported(op):
+        return False
+    if node.target is GRAPHSAFE_RNG:
+        return True
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    return all(v.device.type == "cpu" for v in vals if isinstance(v, torch.Tensor)) and \
+        torch.device(node.kwargs.get("device") or "cpu").type == "cpu"
+
+
 def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
     """`op` with its random numbers from the seed input that stands for its generator (see the top)."""
     if not graphsafe_rng_supported(op) or not isinstance(rng_state, IRNode):
@@ -225,5 +246,56 @@ def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
         return LOWERINGS[op](*args, **kwargs)
 
 
+def _checked_cpu(op, args, kwargs) -> None:
+    if not graphsafe_rng_supported(op):
+        raise NotImplementedError(f"random op {op} under activation checkpointing has no lowering with its own seed")
+    devices = {a.get_device().type for a in (*args, *kwargs.values()) if isinstance(a, IRNode)}
+    if "device" in kwargs and kwargs["device"] is not None:
+        devices.add(torch.device(kwargs["device"]).type)
+    if devices - {"cpu"}:   # (a GPU's random ops come as graphsafe_run_with_rng_state)
+        raise NotImplementedError(f"random op {op} under activation checkpointing on {sorted(devices)}")
+
+
+def _seed_from_state(state: IRNode, *, advance: bool) -> str:
+    """An int64 [1] seed drawn from a generator set to `state` (the wrapper's call, kept out of CUDA graphs)."""
+    box = current_graph().make_extern(seed_from_rng_state, (state,), {"advance": advance},
+                                      Layout.contiguous(torch.device("cpu"), torch.int64, [1]))
+    box.data.cudagraph_unsafe = True
+    return box.realize().name
+
+
+def _run_and_save_rng_state(op, *args, **kwargs):
+    """The forward of a checkpointed CPU random op: (the generator's state, `op` with its own seed)."""
+    _checked_cpu(op, args, kwargs)
+    layout = Layout.contiguous(torch.device("cpu"), torch.uint8, [cpu_rng_state().numel()])
+    state = current_graph().make_extern(cpu_rng_state, (), {}, layout)
+    state.data.cudagraph_unsafe = True
+    with current_graph().random_streams.scoped(_seed_from_state(state, advance=True)):
+        return state, LOWERINGS[op](*args, **kwargs)
+
+
+def concrete_rng_states(graph: torch.fx.Graph) -> None:
+    """The CPU generator states that `run_and_save_rng_state` returns, with their constant size in their
+    FakeTensors: aot_autograd's may hold a symbol (s29) even in a static graph, which no input gives a
+    value. (The backward reads it from its saved-state input, where it is a size like any other.)"""
+    for node in graph.find_nodes(op="call_function", target=RUN_AND_SAVE_RNG) if RUN_AND_SAVE_RNG else ():
+        for user in node.users:
+            val = user.meta.get("val")
+            if user.target is operator.getitem and user.args[1] == 0 and isinstance(val, torch.Tensor) \
+                    and not all(isinstance(n, int) for n in val.shape) and val.device.type == "cpu":
+                with val.fake_mode:
+                    user.meta["val"] = torch.empty(cpu_rng_state().numel(), dtype=val.dtype)
+
+
+def _run_with_rng_state(state, op, *args, **kwargs):
+    """The backward's recompute of a checkpointed CPU random op, from the state the forward saved."""
+    _checked_cpu(op, args, kwargs)
+    with current_graph().random_streams.scoped(_seed_from_state(state, advance=False)):
+        return LOWERINGS[op](*args, **kwargs)
+
+
 if GRAPHSAFE_RNG is not None:
     register_lowering(GRAPHSAFE_RNG)(_graphsafe_run_with_rng_state)
+if RUN_AND_SAVE_RNG is not None:
+    register_lowering(RUN_AND_SAVE_RNG)(_run_and_save_rng_state)
+    register_lowering(RUN_WITH_RNG)(_run_with_rng_state)

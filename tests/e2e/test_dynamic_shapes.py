@@ -1474,3 +1474,40 @@ def test_true_division_by_an_int_input_that_may_be_zero_raises_as_eager_does():
         f(x, 5, 0)
     with pytest.raises(ZeroDivisionError):
         compiled(x, 5, 0)
+
+
+def test_a_checkpointed_dropout_trains_in_one_compile_with_its_mask_recomputed_in_the_backward():
+    # session 36: on the CPU aot_autograd wraps a checkpointed random op in run_and_save_rng_state (the
+    # forward, which also returns the generator's state) and run_with_rng_state (the backward's recompute
+    # from it). Neither had a lowering: the symbolic compile failed on the None the wrapper's getitem
+    # read (TypeError), each size was compiled on its own, and every one ran eagerly. Values are not
+    # eager's (random ops are generated Philox code): eager is run with the mask the compiled step drew
+    p = 0.5
+
+    def f(x):
+        return torch.utils.checkpoint.checkpoint(lambda x: F.dropout(x, p, training=True) * 2, x,
+                                                 use_reentrant=False)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    graphs_after_first = None
+    for n in SIZES:
+        x = torch.rand(n, 8) + 1   # never 0: a zero out means dropped
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        torch.manual_seed(n)
+        out = compiled(ours)
+        kept = out != 0
+        expected = theirs * kept / (1 - p) * 2
+        assert_same_tensor(out, expected, f"size {n}")
+        assert 0 < kept.sum() < kept.numel(), f"size {n}: kept {kept.sum()} of {kept.numel()}"
+        w = torch.randn(n, 8)
+        (out * w).sum().backward()
+        (expected * w).sum().backward()
+        assert_same_tensor(ours.grad, theirs.grad, f"size {n}: the gradient (the recompute's mask)")
+        torch.manual_seed(n)
+        assert torch.equal(compiled(x.clone().requires_grad_()), out), f"size {n}: the same seed, another mask"
+        assert not torch.equal(compiled(x.clone().requires_grad_()) != 0, kept), f"size {n}: the next call's mask"
+        if graphs_after_first is None:
+            graphs_after_first = len(metrics.compiled_graphs)
+    records = list(metrics.compiled_graphs)
+    assert len(records) == graphs_after_first == 2, [r.summary() for r in records]
+    assert all(r.ran_eagerly is None and r.dynamic_fallback is None for r in records), [r.summary() for r in records]
+    assert_dynamic(records, kernels_at_least=2)
