@@ -322,13 +322,18 @@ def correct_metas(graph: torch.fx.Graph) -> dict[torch.fx.Node, Any]:
 def _correct(node: torch.fx.Node, val, old, changed: dict) -> None:
     """Give `node` eager's strides where `_eager_strides` knows them and they differ (`changed` gets it)."""
     want, index = _eager_strides(node)
+    copied = _dense_operand_strides(node)
+    if copied is not None:
+        want, index = copied, None
     if want is None:
         return
     # size-1 dims' strides too, where the FakeTensor's are known to differ from eager's: nothing reads
     # them, but a later op orders its output's dims by them (an advanced index of a permutation:
-    # fuzz seed 259 prog 339; a pointwise op with a number between). Not for other ops: empty_like
-    # kernels (clone, hardtanh) keep a dense input's, as the FakeTensor does (review, session 31)
-    exact = node.target in _SORTS or node.target is aten.index.Tensor or _exact_pointwise(node)
+    # fuzz seed 259 prog 339; a pointwise op with a number between), and a dense operand's are copied.
+    # Not for other ops: empty_like kernels (clone, hardtanh) keep a dense input's, as the FakeTensor
+    # does (review, session 31)
+    exact = node.target in _SORTS or node.target is aten.index.Tensor or _exact_pointwise(node) or \
+        copied is not None
     for k in (index if isinstance(index, tuple) else (index,)):
         current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
         if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
@@ -417,6 +422,54 @@ def _exact_pointwise(node: torch.fx.Node) -> bool:
         return False
     args, kwargs = _metas_of((node.args, node.kwargs))
     return _wrapped_number(node.target, args, kwargs)
+
+
+# pointwise ops whose eager kernel is a composite through an op with a number, which orders the dims
+# again (isinf: abs(x) == inf): the only ones of torch 2.13's pointwise ops on the CPU that do not keep
+# a dense operand's strides on its size-1 dims (a sweep in session 36; the FakeTensor's are eager's)
+_OPERAND_LAYOUT_NOT_KEPT = {aten.isinf, aten.isfinite, aten.ldexp, aten.native_dropout_backward}
+
+
+def _dense_operand_strides(node: torch.fx.Node) -> list | None:
+    """The strides of a pointwise op's operands where eager gives its output exactly those: operands
+    all of the output's shape and of one non-overlapping, dense layout that is neither contiguous nor
+    channels last, and no number among them (TensorIterator's fast path copies the layout, and so
+    does an empty_like kernel). Size-1 dims' strides included, where the FakeTensor of an op run as a
+    Python ref orders the dims again: the exp of x.unfold(0, 3, 2), x of 3 rows, had stride 3n on
+    the one window's dim where eager's is the unfold's 2n (session 36). A dynamic graph's only where
+    that holds at every size, which needs no guard: no dim that may be 1 at some sizes only (a count of
+    windows), and a layout dense by its expressions (not just at the traced sizes). None elsewhere,
+    and for a decomposition's ops (eager runs the op it stands for)."""
+    val = node.meta.get("val")
+    if not _is_pointwise(node.target) or not isinstance(val, torch.Tensor) or val.dim() == 0 or \
+            getattr(node.target, "overloadpacket", None) in _OPERAND_LAYOUT_NOT_KEPT:
+        return None
+    original = node.meta.get("original_aten")   # (compared by name: the objects can differ)
+    if original is not None and str(original) != str(node.target):
+        return None
+    args, kwargs = _metas_of((node.args, node.kwargs))
+    if kwargs.get("memory_format") not in (None, torch.preserve_format) or _wrapped_number(node.target, args, kwargs):
+        return None
+    operands = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not operands or any(t.device != val.device or list(map(str, t.shape)) != list(map(str, val.shape))
+                           or list(map(str, t.stride())) != list(map(str, operands[0].stride())) for t in operands):
+        return None   # (as text: SymInts compared would guard)
+    first = operands[0]
+    if not (_static(val) and _static(first)):
+        if any(not isinstance(n, int) and not statically_known_true(n >= 2) for n in val.shape):
+            return None
+        mode = _fake_mode(val)
+        try:
+            if mode is None or not is_non_overlapping_and_dense(first):
+                return None
+            (first,) = _traced(mode, [first])
+        except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
+            log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
+            return None
+    if not is_non_overlapping_and_dense(first) or any(first.is_contiguous(memory_format=fmt)
+                                                      for fmt in _formats(first.dim())):
+        return None
+    return list(operands[0].stride())
 
 
 def _scalar_overload(target) -> bool:

@@ -264,3 +264,20 @@ def test_unfold_over_a_dynamic_length_is_a_view(name, fn, kernels):
     # aten.unfold had no lowering: an ATen call at every size, which cut the kernels around it apart
     # (lengths with two windows or more: Dynamo compiles one window apart)
     compiled_once(fn, [(torch.randn(3, n),) for n in (7, 9, 12, 16)], kernels=kernels)
+
+
+def test_a_pointwise_op_of_a_dense_unfold_keeps_its_strides_on_the_size_1_dims():
+    # x.unfold(0, 3, 2) of 3 rows is one window: a dense view with stride 2n on that dim of size 1.
+    # Eager's exp copies a dense operand's strides whole, size-1 dims' too; the FakeTensor (torch's
+    # ref) orders the dims again and gave 3n there (session 36). The length is dynamic, the rows not
+    def f(x):
+        return x.unfold(0, 3, 2).exp(), x.t().unfold(1, 3, 2) * x.t().unfold(1, 3, 2).sin()
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for n in (7, 9, 12):
+        x = torch.randn(3, n)
+        torch._dynamo.mark_static(x, 0)
+        for i, (out, ref) in enumerate(zip(compiled(x), f(x))):
+            assert_same_tensor(out, ref, f"length {n} output {i}")
+            assert out.stride() == ref.stride(), f"length {n} output {i}: {out.stride()} != eager's {ref.stride()}"
+    (record,) = metrics.compiled_graphs
+    assert record.dynamic_symbols and record.dynamic_fallback is None and not record.fallback_ops, record.summary()
