@@ -10,6 +10,12 @@ ops, not all:
                                          size-1 dims
     pointwise ops run as Python refs     orders dims by the first    TensorIterator: operands' dims
     (logical_and, floor_divide, ...)     operand, broadcast or not   of size 1 / stride 0 do not count
+    pointwise ops of operands of one     orders the dims again,      copies the layout whole, size-1
+    dense, non-contiguous layout (exp    size-1 dims' strides        dims' strides too
+    of x.unfold(0, 3, 2) of 3 rows)      recomputed
+    a dynamic graph's constant_pad_nd    the input's suggested       a clone of the input cut by the
+    where no pad is positive (F.pad(     memory format               negative pads: the input's layout
+    x.t(), (k, k)) at k = 0)
     batch norm (native / legit ops)      the input's layout          CPU: contiguous or channels last;
                                                                      CUDA: cuDNN likewise, else input's
     pointwise ops on the CPU with an      orders dims by the input    converts it with .to() first: an
@@ -333,7 +339,7 @@ def _correct(node: torch.fx.Node, val, old, changed: dict) -> None:
     # Not for other ops: empty_like kernels (clone, hardtanh) keep a dense input's, as the FakeTensor
     # does (review, session 31)
     exact = node.target in _SORTS or node.target is aten.index.Tensor or _exact_pointwise(node) or \
-        copied is not None
+        copied is not None or node.target is aten.constant_pad_nd.default
     for k in (index if isinstance(index, tuple) else (index,)):
         current = val[k] if isinstance(val, (list, tuple)) and k is not None else val
         if not isinstance(current, torch.Tensor) or (   # (as text: SymInts compared would guard)
@@ -373,6 +379,8 @@ def _eager_strides(node: torch.fx.Node) -> tuple[list[int] | None, int | None]:
     if not _static(node.meta.get("val")) or not all(_static(a.meta.get("val")) for a in node.all_input_nodes):
         if target in _BATCH_NORMS:
             return _symbolic_batch_norm_strides(node), 0
+        if target is aten.constant_pad_nd.default:
+            return _symbolic_pad_strides(node), None
         return _symbolic_pointwise_strides(node), None
     if target in _BATCH_NORMS:
         args, kwargs = _metas_of((node.args, node.kwargs))
@@ -583,17 +591,68 @@ def _symbolic_batch_norm_strides(node: torch.fx.Node) -> list | None:
         return None
     args, kwargs = _metas_of((node.args, node.kwargs))
     fmt = _traced_batch_norm_format(node.target, args, kwargs, _aten_op_called(node))
-    if fmt is None:
-        return None
-    order = list(range(out.dim()))[::-1]                  # innermost first
+    return None if fmt is None else _symbolic_format_strides(list(out.shape), fmt)
+
+
+def _symbolic_format_strides(shape: list, fmt: torch.memory_format) -> list:
+    """`_format_strides` over sizes that may be SymInts (a symbolic one is never 0: no max to guard on)."""
+    order = list(range(len(shape)))[::-1]                  # innermost first
     if fmt is torch.channels_last or fmt is torch.channels_last_3d:
-        order = [1] + list(range(out.dim() - 1, 1, -1)) + [0]
-    strides: list = [0] * out.dim()
+        order = [1] + list(range(len(shape) - 1, 1, -1)) + [0]
+    strides: list = [0] * len(shape)
     step = 1
     for d in order:
         strides[d] = step
-        step = step * (max(out.shape[d], 1) if isinstance(out.shape[d], int) else out.shape[d])
+        step = step * (max(shape[d], 1) if isinstance(shape[d], int) else shape[d])
     return strides
+
+
+def _symbolic_pad_strides(node: torch.fx.Node) -> list | None:
+    """Eager's layout of a constant pad in a dynamic graph. Where no pad is positive ATen clones the
+    input cut by its negative pads (`narrow`), in that view's layout (clone's preserve_format);
+    otherwise it fills a new tensor in the input's suggested memory format. The FakeTensor (torch's
+    ref, which clones only where every pad is negative) has the latter at every pad. Where the two
+    differ and only the run time knows whether a pad is positive (F.pad(x.t(), (k, k // 2)) at k = 0;
+    session 36), the graph is specialized on it: a guard, and Dynamo compiles the other case again."""
+    val = node.meta.get("val")
+    args, _ = _metas_of((node.args, node.kwargs))
+    x = args[0] if args else None
+    mode = _fake_mode(val)
+    if not isinstance(val, torch.Tensor) or not isinstance(x, torch.Tensor) or x.dim() != val.dim() \
+            or val.dim() == 0 or mode is None or len(args) < 2:
+        return None
+    pads = list(args[1])
+    try:
+        (traced,) = _traced(mode, [x])
+        shape, x_strides = [_hint(n) for n in val.shape], [_hint(st) for st in x.stride()]
+    except Exception as e:   # noqa: BLE001  (a size without a hint: the FakeTensor's strides stay)
+        log.debug("eager strides: no traced sizes for %s: %s", node.name, e)
+        return None
+    fmt = _suggest_memory_format(traced)
+    cloned = x_strides if is_non_overlapping_and_dense(traced) else elementwise_strides(list(traced.shape), [traced])
+    if cloned == _format_strides(list(traced.shape), fmt):
+        return None   # one layout either way: the input's is its suggested format's
+    for p in pads:
+        if isinstance(p, int) and p <= 0 or not isinstance(p, int) and statically_known_true(p <= 0):
+            continue
+        if isinstance(p, int) or statically_known_true(p > 0):
+            return _symbolic_format_strides(list(val.shape), fmt)
+        env = p.node.shape_env
+        if env.frozen or getattr(env, "_error_on_new_guards", False):
+            # (Dynamo has made its guards: a backward's would be ignored) compiled per size instead
+            from .symbolic import SymbolicUnsupported
+            raise SymbolicUnsupported("a pad whose sign only the run time knows decides the layout", p.node.expr)
+        if bool(p > 0):   # the guard
+            return _symbolic_format_strides(list(val.shape), fmt)
+    # (here the traced pads are <= 0 too) the input cut as eager cuts it, cloned
+    cut = _meta_like(traced)
+    for i, p in enumerate(_hint(p) for p in pads):
+        d = x.dim() - 1 - i // 2
+        if p < 0:
+            cut = cut.narrow(d, -p if i % 2 == 0 else 0, cut.shape[d] + p)
+    if is_non_overlapping_and_dense(cut):
+        return list(x.stride())   # the clone's strides are the cut's, which are the input's
+    return _in_order_over(val, elementwise_strides(shape, [cut]), shape)
 
 
 def _hint(n) -> int:

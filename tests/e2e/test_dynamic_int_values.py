@@ -52,6 +52,27 @@ def test_a_pad_by_an_int_argument_of_either_sign_compiles_once(name, fn):
     compiled_once(fn, [(x, k) for k in (1, 2, -1, 0, 3, -2)])
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("F.pad(x, (k, k // 2))", lambda x, k: F.pad(x, (k, k // 2))),
+    ("F.pad(x, (k, k)) + 1", lambda x, k: F.pad(x, (k, k)) + 1),
+])
+def test_a_pad_by_an_int_argument_of_a_transposed_input_has_eagers_strides_at_every_sign(name, fn):
+    # eager pads into a new contiguous tensor, but where no pad is positive it clones the input (cut
+    # by the negative pads) in the input's own layout; the FakeTensor (torch's ref) says contiguous at
+    # every pad, so at k <= 0 the strides were not eager's (session 36). The graph is specialized on
+    # whether a pad is positive (a guard): one compile per case
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    base = torch.randn(5, 6)
+    for k in (2, 0, 3, -2, 0, 1, -1):
+        out, ref = compiled(base.t(), k), fn(base.t(), k)
+        assert_same_tensor(out, ref, f"k={k}")
+        assert out.stride() == ref.stride(), f"k={k}: strides {out.stride()} != eager's {ref.stride()}"
+    records = list(metrics.compiled_graphs)
+    assert 2 <= len(records) <= 3, [r.summary() for r in records]   # (F.pad(x, (k, k)) of length 1: its own)
+    for r in records:
+        assert r.dynamic_symbols and r.dynamic_fallback is None and r.ran_eagerly is None, r.summary()
+
+
 @pytest.mark.parametrize("name,fn,raises_at", [
     ("a pad and a cut", lambda x, k: F.pad(x, (k, -1, 2, k), value=3.0) * 2, None),
     ("integer, opposite signs", lambda x, k: F.pad(x.long(), (-k, k)) + 1, 7),
