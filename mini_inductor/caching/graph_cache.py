@@ -97,7 +97,7 @@ def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
 
 
 def _scalar_value(t) -> str:
-    """A CPU 0-d constant's value: on CUDA the generated code holds it (lowering/graph.py
+    """A CPU 0-d constant's value: on CUDA the generated code holds it (lowering/graph_scan.py
     scalar_chains_for_the_gpu moves it into a kernel), so two graphs that differ in it differ in code."""
     if not (isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 0):
         return ""

@@ -1,7 +1,7 @@
 """The decomposition table aot_autograd traces with: torch's core-ATen decompositions, some composite
 ops taken apart into ops that have lowerings, the ops we lower whole kept out, our own
 decompositions where torch's lose precision (_OWN_DECOMPS), and every entry ending in eager's output
-layout (eager_strides.decompositions)."""
+layout (eager_layout_decomps.decompositions)."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +11,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._prims_common import get_computation_dtype
 
-from . import eager_strides
+from . import eager_layout_decomps
 
 aten = torch.ops.aten
 
@@ -86,7 +86,7 @@ def decomposition_table() -> dict:
     for op in _KEEP_WHOLE:
         table.pop(op, None)
     table.update(_OWN_DECOMPS)
-    table.update(eager_strides.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
+    table.update(eager_layout_decomps.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     return table
 
 

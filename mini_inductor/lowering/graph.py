@@ -31,6 +31,7 @@ from ..config import Config, interpreting
 from ..errors import LoweringError
 from ..fx_source import op_name as _op_name, source_line as _source_line
 from . import eager_strides, ir, layout_opt
+from .graph_scan import as_strided_bases, is_view, output_bases, scalar_chains_for_the_gpu, view_source
 from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
@@ -130,7 +131,7 @@ class GraphLowering:
         self._buffer_count = 0
         self._new_buffers: list[Buffer] = []
         self._gpu_scalars: dict[int, tuple[IRNode, IRNode]] = {}   # id(CPU 0-d value) → (it, its GPU copy)
-        self._eager_layout_bases: set[torch.fx.Node] = set()   # see _output_bases, _as_strided_bases
+        self._eager_layout_bases: set[torch.fx.Node] = set()   # see graph_scan.output_bases, as_strided_bases
         self.current_node: torch.fx.Node | None = None   # the node being lowered (a lowering may look at its users)
 
     # called by ir.StorageBox.realize and friends
@@ -163,7 +164,7 @@ class GraphLowering:
             first_saved = self.gm.meta.get(FIRST_SAVED)
             first_saved = eager_strides.first_saved_output() if first_saved is None else first_saved
         # realized with eager's strides should they be realized: what outputs and as_strided read
-        self._eager_layout_bases = _output_bases(self.gm.graph) | _as_strided_bases(self.gm.graph)
+        self._eager_layout_bases = output_bases(self.gm.graph) | as_strided_bases(self.gm.graph)
         self._scalars_moved = scalar_chains_for_the_gpu(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -230,8 +231,8 @@ class GraphLowering:
             return None
         base_meta = list(self.gm.graph.find_nodes(op="placeholder"))[index].meta.get("val")
         root = arg   # the start of the output's chain of views: the input, or its new value (x.copy_(y))
-        while _view_source(root) is not None:
-            root = _view_source(root)
+        while view_source(root) is not None:
+            root = view_source(root)
         root_meta = root.meta.get("val")
         if not isinstance(base_meta, torch.Tensor) or not isinstance(root_meta, torch.Tensor) \
                 or (base_meta.dtype, base_meta.device) != (meta.dtype, meta.device) \
@@ -259,7 +260,7 @@ class GraphLowering:
         None where the chain holds anything but single-output view ops."""
         chain = [out]
         while chain[-1] is not root:
-            src = _view_source(chain[-1])
+            src = view_source(chain[-1])
             if src is None or chain[-1].target is operator.getitem:
                 return None
             chain.append(src)
@@ -326,7 +327,7 @@ class GraphLowering:
         if lowering is not None and _needs_aten(meta, args, kwargs):
             lowering = None
             # (statically: a size read from data guards on its value otherwise, torch.unique's u0)
-            if isinstance(meta, torch.Tensor) and statically_known_true(meta.numel() == 0) and not _is_view(target):
+            if isinstance(meta, torch.Tensor) and statically_known_true(meta.numel() == 0) and not is_view(target):
                 # nothing to compute: an empty output is an allocation (not a fallback)
                 layout = _extern_layout(meta)
                 return self.make_extern(aten.empty_strided.default, (list(meta.shape), list(meta.stride())),
@@ -603,81 +604,6 @@ def _prefer_channels_last(result, meta) -> None:
         result.preferred_stride = tuple(stride_exprs(meta))
 
 
-def scalar_chains_for_the_gpu(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.device]:
-    """The CPU 0-d tensors a graph computes from sizes and numbers for GPU ops alone, with that GPU.
-
-    AOT autograd traces a float made of sizes (`1 / math.sqrt(x.size(-1))`, nearest interpolation's
-    scale) as 0-d tensors on the CPU: scalar_tensor, sqrt, true_divide, a cast. Lowered where they are,
-    each is an ATen call on the CPU and its result a copy to the GPU before the kernel that reads it
-    (session 35's CUDA run). Computed on the GPU, the chain is part of that kernel. A node qualifies
-    when its value is a CPU 0-d tensor from a deterministic, non-mutating op whose tensor arguments all
-    qualify (no graph input: its data is the user's), and each of its readers qualifies or is a GPU op
-    on one device; not when it is returned, or read on the CPU (`.item()`, a CPU op). A 0-d CPU
-    constant of the graph qualifies too (`y[:, 0] = 1.0` lifts one): its value becomes the kernel's."""
-    gm = graph.owning_module
-
-    def constant(n: torch.fx.Node):
-        value = getattr(gm, n.target, None) if n.op == "get_attr" and gm is not None else None
-        return value if isinstance(value, torch.Tensor) else None
-
-    def is_tensor(n: torch.fx.Node) -> bool:
-        return n.op == "get_attr" or isinstance(n.meta.get("val"), torch.Tensor)
-
-    def local(n: torch.fx.Node) -> bool:
-        val, target = n.meta.get("val"), n.target
-        if n.op == "get_attr":
-            value = constant(n)
-            return (value is not None and value.device.type == "cpu" and value.dim() == 0
-                    and not value.dtype.is_complex and not value.requires_grad)
-        return (n.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-                and isinstance(val, torch.Tensor) and getattr(val, "fake_mode", None) is not None
-                and val.device.type == "cpu" and val.dim() == 0 and not val.dtype.is_complex
-                and not target._schema.is_mutable and not _is_view(target)
-                and torch.Tag.nondeterministic_seeded not in target.tags)
-    chain = {n for n in graph.nodes if local(n)}
-    if not chain:
-        return {}
-    devices: dict[torch.fx.Node, torch.device] = {}
-    changed = True
-    while changed:
-        changed, devices = False, {}
-        for n in reversed(graph.nodes):   # readers first
-            if n not in chain:
-                continue
-            found = set()
-            for u in n.users:
-                val = u.meta.get("val")
-                if u in chain:
-                    found.add(devices.get(u))
-                elif u.op == "call_function" and isinstance(val, torch.Tensor) and val.device.type == "cuda":
-                    found.add(val.device)
-                else:
-                    found.add(None)
-            tensor_args = [a for a in _leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node) and is_tensor(a)]
-            if len(found) != 1 or None in found or any(a not in chain for a in tensor_args):
-                chain.discard(n)
-                changed = True
-                break
-            devices[n] = found.pop()
-    return devices
-
-
-def _output_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    """The outputs and every node an output is a view (or an in-place result) of, through chains of views.
-
-    Realized with eager's strides, such a base makes each view of it that the graph returns come out
-    with eager's strides too, so the output is that view and not a copy: outputs that share storage
-    in eager share it compiled (an inference graph's aliasing is ours to keep; AOT autograd only
-    regenerates aliases of intermediates when autograd is on)."""
-    found: set[torch.fx.Node] = set()
-    for node in graph.find_nodes(op="output"):
-        for arg in _leaves(node.args):
-            while isinstance(arg, torch.fx.Node) and arg not in found:
-                found.add(arg)
-                arg = _view_source(arg)
-    return found
-
-
 def _own_object(value, arg, returned: dict[str, Any]):
     """`value` (an output), as a view object of its own where it would be returned as its buffer's own
     tensor and another node's output already is: without autograd, AOT autograd leaves `y.view(y.shape)`,
@@ -696,31 +622,8 @@ def _own_object(value, arg, returned: dict[str, Any]):
     return view
 
 
-def _as_strided_bases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    """The nodes an as_strided reads the storage of, through chains of views: realized with eager's
-    strides, the storage holds each element where eager's does (`(x.t() * 2).as_strided(...)` read a
-    row-major buffer where eager's is column-major)."""
-    found: set[torch.fx.Node] = set()
-    for node in graph.nodes:
-        if node.op == "call_function" and getattr(node.target, "overloadpacket", None) is aten.as_strided:
-            arg = node.args[0] if node.args else None
-            while isinstance(arg, torch.fx.Node) and arg not in found:
-                found.add(arg)
-                arg = _view_source(arg)
-    return found
-
-
-def _view_source(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The node `node` is a view of, or None when it is not a view."""
-    # a getitem of a view op's list (split, chunk, unbind) is a view of that op's input too
-    is_view = node.op == "call_function" and node.args and (
-        _is_view(node.target) or (node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
-                                  and _is_view(node.args[0].target)))
-    return node.args[0] if is_view and isinstance(node.args[0], torch.fx.Node) else None
-
-
 def _prefer_eager_strides(result, meta) -> None:
-    """Realize `result`, should it be realized, with eager's strides when they are dense (see _output_bases)."""
+    """Realize `result`, should it be realized, with eager's strides when they are dense (see graph_scan.output_bases)."""
     if isinstance(result, StorageBox) and isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) \
             and result.preferred_stride is None:
         result.preferred_stride = tuple(stride_exprs(meta))
@@ -808,11 +711,6 @@ def _needs_aten(meta, args, kwargs) -> bool:
         if any(statically_known_true(s == 0) for s in size) and not 0 < i < len(outputs):
             return True
     return False
-
-
-def _is_view(target) -> bool:
-    schema = getattr(target, "_schema", None)
-    return bool(schema and schema.returns and schema.returns[0].alias_info is not None)
 
 
 def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:

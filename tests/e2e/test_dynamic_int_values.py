@@ -204,7 +204,7 @@ def test_repeat_by_an_int_argument_and_diagonals_of_dynamic_sizes_are_generated(
 def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     # its decomposition divides the sizes, made float64 0-d tensors, with aten.true_divide, which had
     # no lowering: an ATen call and a kernel more in every such graph. On CUDA those tensors are on the
-    # CPU: computed in the kernel that reads them (graph.py scalar_chains_for_the_gpu)
+    # CPU: computed in the kernel that reads them (graph_scan.py scalar_chains_for_the_gpu)
     records = compiled_once(lambda x: F.interpolate(x[None], scale_factor=2, mode=mode) + 1,
                             [(torch.randn(3, n),) for n in (4, 5, 7, 11)])
     assert records[0].num_kernels == 1, records[0].summary()

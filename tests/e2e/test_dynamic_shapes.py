@@ -104,7 +104,7 @@ def test_an_int_argument_past_int32_after_a_small_first_call_is_passed_whole():
 def test_a_scale_of_one_over_the_square_root_of_a_dynamic_size_is_generated():
     """Attention's `1 / math.sqrt(k.size(-1))` under dynamic=True: AOT autograd traces the SymFloat
     through scalar_tensor, sqrt and true_divide, which lower like div (no ATen fallback). On CUDA those
-    are 0-d CPU tensors: computed in the GPU kernel that reads them (graph.py scalar_chains_for_the_gpu)."""
+    are 0-d CPU tensors: computed in the GPU kernel that reads them (graph_scan.py scalar_chains_for_the_gpu)."""
     records = run_sizes(lambda x: x * (1.0 / math.sqrt(x.size(-1))), lambda n: (torch.randn(3, n),))
     assert_dynamic(records)
     assert not any(r.fallback_ops for r in records), [dict(r.fallback_ops) for r in records]
@@ -749,7 +749,7 @@ def test_scatter_add_index_put_and_cumsum_along_a_dynamic_dimension():
     assert_dynamic(records)
     # pads, slice assignments and the scatter (atomic adds) are generated; a scan over a symbolic
     # length with no upper bound runs in ATen (counted). On CUDA `y[:, 0] = 1.0` lifts a CPU 0-d
-    # constant: its value is the kernel's (graph.py scalar_chains_for_the_gpu), not an ATen copy
+    # constant: its value is the kernel's (graph_scan.py scalar_chains_for_the_gpu), not an ATen copy
     fallbacks = {op for r in records for op in r.fallback_ops}
     assert fallbacks == {"aten.cumsum.default"}, fallbacks
 

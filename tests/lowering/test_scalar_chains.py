@@ -1,4 +1,4 @@
-"""graph.py `scalar_chains_for_the_gpu`: CPU 0-d tensors computed from numbers and sizes for GPU ops
+"""graph_scan.py `scalar_chains_for_the_gpu`: CPU 0-d tensors computed from numbers and sizes for GPU ops
 alone are lowered on that GPU, into the kernel that reads them, not run in ATen on the CPU and copied.
 
 These lower graphs of fake CUDA tensors (no GPU needed: lowering builds IR, it runs nothing) and read
@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from mini_inductor import config
 from mini_inductor.lowering import lower_graph
 from mini_inductor.lowering.decompositions import decomposition_table
-from mini_inductor.lowering.graph import scalar_chains_for_the_gpu
+from mini_inductor.lowering.graph_scan import scalar_chains_for_the_gpu
 
 
 def lowered_on_fake_cuda(fn, *shapes_or_tensors):
