@@ -1,11 +1,11 @@
 """Triton device functions that generated kernels call (eager's semantics where Triton's differ), and
 `checked_jit`, the decorator of a kernel that checks its indices."""
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from triton.runtime.jit import JITFunction
+
+from ..config import interpreting
 
 
 class _CheckedJIT(JITFunction):
@@ -25,7 +25,7 @@ def checked_jit(fn=None, **kwargs):
     Under Triton's interpreter, the asserts are checked by runtime/interpreter.py's shim."""
     if fn is None:
         return lambda f: checked_jit(f, **kwargs)
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if interpreting():
         return triton.jit(fn, **kwargs)
     return _CheckedJIT(fn, debug=True, **kwargs)
 
