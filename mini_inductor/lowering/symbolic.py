@@ -521,15 +521,23 @@ def stride_exprs(t: torch.Tensor) -> list[Expr]:
     """A tensor's strides as expressions. A FakeTensor with a size that may be 0 (unbacked u0, or a
     backed difference such as s0 - 4 of a split) has strides such as Max(1, u0) (never 0); at u0 = 0
     the tensor is empty and no stride is observable, so it is u0 wherever it matters, and compares
-    equal to the products of sizes that eager's strides are."""
+    equal to the products of sizes that eager's strides are. Where the expression in it may be
+    negative (Max(1, Min(s0, s1 - 3)), torch's max(size, 1) of an empty diagonal's length Max(0, ...)),
+    it is that length, Max(0, ...): the expression alone was a negative stride at run time, which
+    as_strided refuses (fuzz seed 2307 prog 29)."""
     out = []
     for x in t.stride():
         e = sympy.Integer(x) if isinstance(x, int) else to_expr(x)
         if e.free_symbols:
             e = e.replace(lambda a: isinstance(a, sympy.Max) and len(a.args) == 2 and sympy.Integer(1) in a.args,
-                          lambda a: next(x for x in a.args if x != 1))
+                          lambda a: _size_of_unit_max(next(x for x in a.args if x != 1)))
         out.append(e)
     return out
+
+
+def _size_of_unit_max(e: Expr) -> Expr:
+    """The size whose max(size, 1) torch's stride Max(1, e) is: e where it is never negative, else Max(0, e)."""
+    return e if e.is_nonnegative or decide(e >= 0) is True else sympy.Max(0, e)
 
 
 def decide(cond) -> bool | None:

@@ -200,6 +200,22 @@ def test_repeat_by_an_int_argument_and_diagonals_of_dynamic_sizes_are_generated(
                   [(torch.randn(n, n + 2),) for n in (3, 5, 6)])
 
 
+def test_a_diagonal_empty_at_some_sizes_trains_at_every_size():
+    # diagonal(x, 3) of n rows and m columns is empty where m <= 3; the pointwise results saved for the
+    # backward have strides Max(1, Min(n, m - 3)), read as Min(n, m - 3): -1 at m = 2, which
+    # as_strided refused, traced empty (fuzz seed 2307 prog 29) or traced non-empty and called empty
+    def f(x):
+        v = torch.diagonal(x, 3, -2, -1)
+        return v / (v.abs() + 1)
+    for shapes in ([(1, 3, 2), (2, 4, 3), (1, 3, 2)], [(1, 5, 8), (1, 3, 2), (3, 2, 9), (2, 4, 3)]):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+        for shape in shapes:
+            assert_step_like_eager(compiled, f, torch.randn(shape), what=f"traced at {shapes[0]}, at {shape}")
+    assert all(r.dynamic_symbols and r.ran_eagerly is None for r in metrics.compiled_graphs), \
+        [r.summary() for r in metrics.compiled_graphs]
+
+
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     # its decomposition divides the sizes, made float64 0-d tensors, with aten.true_divide, which had
