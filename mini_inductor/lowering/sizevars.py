@@ -458,7 +458,10 @@ def merge_divmod(expr: Expr) -> Expr:
 
     Flattening and unflattening an index (reshape to fewer dims, then back) leaves these pairs;
     merging them gives back the plain linear index, which is what makes a producer's store and its
-    consumer's load compare equal.
+    consumer's load compare equal. A pair's coefficients are the sums of its terms' (sympy's `coeff`):
+    where m is a sum (1 + k % 3, a dynamic repeat's length), expanding splits c*m*(x // (d*m)) into
+    one term per summand (fuzz seed 2307 prog 18: the flatten of such a repeat was no strided view of
+    it, so it was copied where eager returns a view).
     """
     return _merge_divmod(expr)
 
@@ -480,40 +483,33 @@ def _same(a: Expr, b: Expr) -> bool:
 
 @functools.lru_cache(maxsize=INDEX_CACHE_SIZE)
 def _merge_divmod(expr: Expr) -> Expr:
-    changed = True
-    while changed:
-        changed = False
-        terms = {}
-        for t in sympy.Add.make_args(sympy.expand(expr)):
-            coeff, rest = _split_coeff(t)
-            terms[rest] = terms.get(rest, 0) + coeff
-        for rest, coeff in list(terms.items()):
-            if not isinstance(rest, ModularIndexing) or rest not in terms:
-                continue
-            x, d, m = rest.args
-            # partner 1: floor division at the next level
-            fd = FloorDiv(x, d * m)
-            if fd in terms and _same(terms[fd], coeff * m):
-                del terms[fd]
-                del terms[rest]
-                merged = FloorDiv(x, d)
-                terms[merged] = terms.get(merged, 0) + coeff
-                changed = True
-                break
-            # partner 2: a modular index at the next level
-            for other, oc in list(terms.items()):
-                if (isinstance(other, ModularIndexing) and other.args[0] == x and other.args[1] == d * m
-                        and _same(oc, coeff * m) and other is not rest):
-                    del terms[other]
-                    del terms[rest]
-                    merged = ModularIndexing(x, d, m * other.args[2])
-                    terms[merged] = terms.get(merged, 0) + coeff
-                    changed = True
-                    break
-            if changed:
-                break
-        expr = sympy.Add(*[c * r for r, c in terms.items()])
+    expr = sympy.expand(expr)
+    merged = True
+    while merged:
+        merged = _merge_one_pair(expr)
+        if merged is not None:
+            expr = merged
     return expr
+
+
+def _merge_one_pair(expr: Expr) -> Expr | None:
+    """`expr` (expanded) with one pair merged, or None where none merges. The identity holds whatever
+    the coefficient c; a partner's terms are all those linear in it, none of them also the other's."""
+    mods = sorted(expr.atoms(ModularIndexing), key=sympy.default_sort_key)
+    for rest in mods:
+        coeff = expr.coeff(rest)
+        if coeff == 0:
+            continue
+        x, d, m = rest.args
+        # partner 1: floor division at the next level; partner 2: a modular index at the next level
+        partners = [(FloorDiv(x, d * m), FloorDiv(x, d))]
+        partners += [(other, ModularIndexing(x, d, m * other.args[2])) for other in mods
+                     if other is not rest and other.args[0] == x and _same(other.args[1], d * m)]
+        for other, merged in partners:
+            oc = expr.coeff(other)
+            if oc != 0 and not coeff.has(other) and not oc.has(rest) and _same(oc, coeff * m):
+                return sympy.expand(expr - coeff * rest - oc * other + coeff * merged)
+    return None
 
 
 def simplify(expr: Expr, ranges: dict) -> Expr:

@@ -216,6 +216,27 @@ def test_a_diagonal_empty_at_some_sizes_trains_at_every_size():
         [r.summary() for r in metrics.compiled_graphs]
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_a_flatten_of_a_repeat_by_an_int_argument_is_a_view_of_it(grad):
+    # the repeat's rows are 1 + k % 3 long, a sum: the flatten's index (i // r) * (k % 3) + i // r + i % r
+    # was not merged back to i, so the flatten was a copy, sharing no storage with the repeat as
+    # eager's view does (fuzz seed 2307 prog 18)
+    def f(x, k):
+        v = x.repeat(1, k % 3 + 1)
+        return v, torch.flatten(v, -2)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for n, k in ((2, -2), (3, 0), (5, 4), (2, -3), (4, 2)):
+        x = torch.randn(n, 1)
+        ours, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        out, ref = compiled(ours, k), f(theirs, k)
+        for i, (a, e) in enumerate(zip(out, ref)):
+            assert_same_tensor(a, e, f"n={n} k={k} output {i}")
+        assert out[1].untyped_storage().data_ptr() == out[0].untyped_storage().data_ptr(), f"n={n} k={k}"
+    forward = metrics.compiled_graphs[0]
+    assert forward.dynamic_fallback is None and not forward.fallback_ops, forward.summary()
+    assert forward.num_kernels == 1, forward.summary()   # the repeat; its flatten is a view
+
+
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     # its decomposition divides the sizes, made float64 0-d tensors, with aten.true_divide, which had

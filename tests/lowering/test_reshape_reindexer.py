@@ -4,6 +4,7 @@ import itertools
 
 import sympy
 
+from mini_inductor.lowering.sizevars import ModularIndexing, SignedMod, index_vars, merge_divmod
 from mini_inductor.lowering.view_lowerings import reshape_reindexer
 
 
@@ -33,3 +34,17 @@ def test_static_groups_still_pass_dims_through():
     old, new = [sympy.Integer(6), sympy.Integer(4)], [sympy.Integer(2), sympy.Integer(3), sympy.Integer(4)]
     out = reshape_reindexer(old, new)([sympy.Symbol("a"), sympy.Symbol("b"), sympy.Symbol("c")])
     assert out[1] == sympy.Symbol("c")   # the last dim is its own group: passed through
+
+
+def test_dims_flattened_whose_length_is_a_sum_merge_back_to_the_flat_index():
+    # rows 1 + k % 3 long (a dynamic repeat by an int argument k): expanded, (i // r) * r is one term
+    # per summand, which merge_divmod matched term by term and kept, so the flatten of such a buffer
+    # was no strided view of it but a copy (fuzz seed 2307 prog 18)
+    s = sympy.Symbol("s", integer=True, positive=True)
+    k = sympy.Symbol("k", integer=True)
+    r = 1 + SignedMod(k, 3)
+    (i,) = index_vars("v", 1)
+    rows, cols = reshape_reindexer([s, r], [s * r])([i])
+    assert merge_divmod(rows * r + cols) == i
+    # a modular index at the next level: [4, r] within a flat dim
+    assert merge_divmod(r * ModularIndexing(i, r, 4) + ModularIndexing(i, 1, r)) == ModularIndexing(i, 1, 4 * r)
