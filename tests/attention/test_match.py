@@ -605,10 +605,6 @@ def test_the_stand_in_reads_the_contracts_examples():
 
 
 # ── whole models and other dtypes ───────────────────────────────────────────────────────────────
-@pytest.mark.xfail(torch.cuda.is_available(), strict=True, reason=(
-    "a bug found in session 36's first CUDA run of this file: the backward's CUDA-graph warmup fails "
-    "check_pool ('These storage data ptrs are not allocated in pool ... but should be', three tensors) with "
-    "the plain-torch flash stand-in; the same without the session's scalar-chain change; not diagnosed"))
 def test_zoo_bert_trains_through_the_flash_op_with_its_padding_bias():
     from mini_inductor.examples import ZOO
 

@@ -130,3 +130,31 @@ def test_input_moved_out_of_the_pool_records_a_new_child_after_a_checkpoint():
     assert z.tolist() == [1.0] * 64
     assert manager().num_checkpoints == 1
     assert manager().tree_shape() == {"a": [2]}
+
+
+# --- the pool check (cudagraph_slow_asserts) --------------------------------------------------------
+
+def test_the_pool_check_takes_the_live_outputs_again_after_collecting_reference_cycles():
+    # session 37: a cycle (a torch.func.vjp closure in BERT's backward) held a tracked output and
+    # untracked pool memory; the slow path collected it, then compared the blocks left with the live
+    # set taken before the collection and reported the output as "not allocated in pool"
+    from mini_inductor.runtime.cudagraphs.utils import allocating_in_pool, check_pool, is_live
+
+    f = compiled(lambda x: x * 2 + 1)
+    y = f(torch.zeros(1 << 12, device="cuda"))          # a warmup output, tracked as live
+    mgr = manager()
+    refs = [r for level in mgr.current.path_refs for r in level if r is not None]
+    assert refs and all(is_live(r) for r in refs)
+    gc.disable()
+    try:
+        with allocating_in_pool(mgr.device, mgr.pool, mgr.stream):
+            untracked = torch.empty(1 << 12, device="cuda")
+        cycle = [y, untracked]
+        cycle.append(cycle)
+        del y, untracked, cycle
+        assert all(is_live(r) for r in refs)             # held by the uncollected cycle
+        check_pool(mgr.device, mgr.pool, refs)
+    finally:
+        gc.enable()
+    assert not any(is_live(r) for r in refs)
+    assert manager().live_pool_blocks() == 0

@@ -338,8 +338,12 @@ def check_pool(device: int, pool, live: list[StorageRef]) -> None:
     ptrs = {r.ptr for r in live if r.alive()}
     if torch._C._cuda_checkPoolLiveAllocations(device, pool, ptrs):
         return
-    gc.collect()  # dead tensors in reference cycles look live until collected
+    # dead tensors in reference cycles look live until collected: the live set is taken again after
+    # the pass (a cycle can hold a tracked output as well as untracked pool memory: BERT's backward
+    # through a torch.func.vjp stand-in for flash attention left q, k, v and the mask in one, session 37)
+    gc.collect()
     torch.cuda.synchronize(device)
+    ptrs = {r.ptr for r in live if r.alive()}
     allocated = set(pool_blocks(pool))
     missing = ptrs - allocated
     if missing:
