@@ -533,7 +533,12 @@ def _nonnegative(e: Expr) -> bool:
     if e.is_nonnegative:
         return True
     from .symbolic import decide
-    return decide(e >= 0) is True
+    if decide(e >= 0) is True:
+        return True
+    # a product, expanded, of factors the ShapeEnv bounds one by one: s0*(2*k + 1), the row stride of a
+    # pad by an int argument k, whose guards hold 2*k + 1 >= 0 but no range of k (fuzz seed 2432 prog 22)
+    factored = sympy.factor_terms(e)
+    return isinstance(factored, sympy.Mul) and all(_nonnegative(f) for f in factored.args)
 
 
 class ReinterpretView(IRNode):

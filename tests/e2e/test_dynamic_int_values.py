@@ -237,6 +237,28 @@ def test_a_flatten_of_a_repeat_by_an_int_argument_is_a_view_of_it(grad):
     assert forward.num_kernels == 1, forward.summary()   # the repeat; its flatten is a view
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_views_of_a_pad_by_an_int_argument_share_its_storage(grad):
+    # the padded rows are 2*k + 1 long, so the row stride of the views is s*(2*k + 1), expanded to
+    # 2*k*s + s: the ShapeEnv proves 2*k + 1 >= 0 from its guards but holds no range of k, so that sum
+    # was not shown non-negative, and an unsqueeze or unflatten of the pad was a copy where eager's is
+    # a view of it (fuzz seed 2432 prog 22)
+    def f(x, k):
+        v = F.pad(x, (k, k))
+        return v, v.unsqueeze(0), v.view(1, *v.shape)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for n, k in ((2, 2), (3, 4), (5, 3), (4, 2)):
+        x = torch.randn(1, 1, n, 1)
+        ours, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        out, ref = compiled(ours, k), f(theirs, k)
+        for i, (a, e) in enumerate(zip(out, ref)):
+            assert_same_tensor(a, e, f"n={n} k={k} output {i}")
+            assert a.untyped_storage().data_ptr() == out[0].untyped_storage().data_ptr(), f"n={n} k={k} output {i}"
+    forward = metrics.compiled_graphs[0]
+    assert forward.dynamic_fallback is None and not forward.fallback_ops, forward.summary()
+    assert forward.num_kernels == 1, forward.summary()   # the pad; the others are views of it
+
+
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
 def test_nearest_interpolation_of_a_dynamic_length_is_one_kernel(mode):
     # its decomposition divides the sizes, made float64 0-d tensors, with aten.true_divide, which had
