@@ -30,6 +30,8 @@ import torch.fx
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from ..conversions import converts
+
 
 # node.meta key: a placeholder whose compile-time data is ones(...).tril() over its last two dims, with
 # every leading dim 1 (match.py `tril_inputs`)
@@ -439,6 +441,7 @@ class Translator:
             if node.kwargs.get("rounding_mode") is not None:
                 raise Untranslatable("div with a rounding mode")
             sym = _BINARY[op]
+            _check_converts(node, op, "alpha", [alpha])
 
             def build(e, vals):
                 b = e[1] if alpha == 1 else _binary("*", ("num", alpha), e[1])
@@ -459,6 +462,7 @@ class Translator:
             lo = arg(node, 1, "min") if op != "clamp_max" else None
             hi = (arg(node, 2, "max") if op == "clamp" else arg(node, 1, "max")) if op != "clamp_min" else None
             bounds = [b for b in (lo, hi) if b is not None]
+            _check_converts(node, op, "bound", bounds)
 
             def build(e, vals):
                 out, rest = e[0], list(e[1:])
@@ -471,9 +475,11 @@ class Translator:
         if op == "where":
             if len(args) + len(node.kwargs) != 3:
                 raise Untranslatable("torch.where with one argument")
+            _check_converts(node, op, "branch", [arg(node, 1, "input"), arg(node, 2, "other")])
             return self._pointwise(node, op, [args[0], arg(node, 1, "input"), arg(node, 2, "other")],
                                    lambda e, v: _where(_condition(e[0], v[0]), e[1], e[2]))
         if op == "masked_fill":
+            _check_converts(node, op, "value", [arg(node, 2, "value")])
             return self._pointwise(node, op, [args[0], arg(node, 1, "mask"), arg(node, 2, "value")],
                                    lambda e, v: _where(_condition(e[1], v[1]), e[2], e[0]))
         if op in SAME:
@@ -527,6 +533,8 @@ class Translator:
                 fill = 1 if op == "ones" else 0
             if not isinstance(fill, (int, float, bool)):
                 raise Untranslatable(f"{op} of a computed value")
+            if op == "full":
+                _check_converts(node, op, "fill value", [fill])
             if dtype == torch.bool:
                 expr = _TRUE if fill else _FALSE
             else:
@@ -678,6 +686,17 @@ def _scale_of(e):
     if e[0] == "bin" and e[1] == "/" and e[2] == ("s",) and e[3][0] == "num" and e[3][1] != 0:
         return 1.0 / float(e[3][1])
     return None
+
+
+def _check_converts(node, op: str, what: str, numbers) -> None:
+    """Numbers eager converts to the node's dtype with a check, raising where one is out of range
+    (conversions.py; a where's branch on the CPU excepted, whose ATen call is left to decide): the
+    graph is left as written, whose ATen calls raise as eager's."""
+    dtype = value_of(node).dtype
+    for n in numbers:
+        if isinstance(n, (bool, int, float)) and not converts(n, dtype):
+            raise Untranslatable(f"the {op} {what} {n!r} cannot be converted to {dtype} without overflow, "
+                                 "which eager checks")
 
 
 _I, _J = ("idx", "i"), ("idx", "j")

@@ -1,7 +1,8 @@
 """The decomposition table aot_autograd traces with: torch's core-ATen decompositions, some composite
 ops taken apart into ops that have lowerings, the ops we lower whole kept out, our own
-decompositions where torch's lose precision (_OWN_DECOMPS), and every entry ending in eager's output
-layout (eager_layout_decomps.decompositions)."""
+decompositions where torch's lose precision (_OWN_DECOMPS), every entry ending in eager's output
+layout (eager_layout_decomps.decompositions), and ops given a number eager's checked conversion
+rejects kept whole (_CHECKED_NUMBERS)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +12,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._prims_common import get_computation_dtype
 
+from ..conversions import converts, opmath_dtype, tensor_value_converts
 from . import eager_layout_decomps
 
 aten = torch.ops.aten
@@ -87,6 +89,7 @@ def decomposition_table() -> dict:
         table.pop(op, None)
     table.update(_OWN_DECOMPS)
     table.update(eager_layout_decomps.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
+    table.update(_checking_numbers(table))   # (outermost: a kept op is no decomposition's to wrap)
     return table
 
 
@@ -108,6 +111,64 @@ def _core_aten_table() -> dict:
                                      aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.default,
                                      aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default]))
     return table
+
+
+# ─── numbers eager converts with a check ─────────────────────────────────────────────────────────
+
+# Decomposed ops whose eager kernel converts a number argument with c10's check, raising "value cannot
+# be converted to type c10::Half without overflow" where it is out of range (conversions.py), and
+# the dtype it converts to: the first tensor's own, or the one it computes in (float32 for the half
+# types). Each checked against eager (tests/e2e/test_scalar_conversion_overflow.py). Their decompositions would
+# bake the number into a kernel (masked_fill's into a where, which does not check), so such a number
+# keeps the op whole: it runs in ATen, which raises as eager does.
+_OWN, _OPMATH = "own", "opmath"
+_CHECKED_NUMBERS = {
+    **dict.fromkeys([aten.masked_fill, aten.masked_fill_], {"value": _OWN}),
+    **dict.fromkeys([aten.threshold, aten.threshold_], {"threshold": _OPMATH, "value": _OWN}),
+    **dict.fromkeys([aten.logit, aten.logit_], {"eps": _OWN}),
+    **dict.fromkeys([aten.elu, aten.elu_], {"alpha": _OPMATH, "scale": _OPMATH, "input_scale": _OPMATH}),
+    **dict.fromkeys([aten.celu, aten.celu_], {"alpha": _OPMATH}),
+    aten.softplus: {"beta": _OPMATH, "threshold": _OPMATH},
+    **dict.fromkeys([aten.lerp, aten.lerp_], {"weight": _OPMATH}),
+    **dict.fromkeys([aten.addcmul, aten.addcmul_, aten.addcdiv, aten.addcdiv_], {"value": _OPMATH}),
+}
+
+
+def _checking_numbers(table: dict) -> dict:
+    """The entries of `table` for _CHECKED_NUMBERS's ops, wrapped to return NotImplemented (make_fx then
+    keeps the op whole) where a checked argument may not convert."""
+    return {target: _kept_whole_unless_converts(target, decomp, _CHECKED_NUMBERS[target.overloadpacket])
+            for target, decomp in table.items()
+            if getattr(target, "overloadpacket", None) in _CHECKED_NUMBERS}
+
+
+def _kept_whole_unless_converts(target, decomp, checked: dict):
+    names = [a.name for a in target._schema.arguments]
+
+    def run(*args, **kwargs):
+        bound = {**dict(zip(names, args)), **kwargs}
+        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        for name, kind in checked.items():
+            if tensor is not None and name in bound and not _surely_converts(
+                    bound[name], tensor.dtype if kind == _OWN else opmath_dtype(tensor.dtype)):
+                return NotImplemented
+        return decomp(*args, **kwargs)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_of_checked_numbers"
+    return run
+
+
+def _surely_converts(value, dtype: torch.dtype) -> bool:
+    """Whether `value` surely converts to `dtype`: a number as conversions.converts says, a 0-d tensor as
+    tensor_value_converts, a symbolic int or float by its type alone (only an int64 fits every SymInt)."""
+    if isinstance(value, torch.Tensor):
+        return tensor_value_converts(value, dtype)
+    if isinstance(value, torch.SymBool):
+        return True
+    if isinstance(value, torch.SymInt):
+        return dtype in (torch.bool, torch.int64, torch.float32, torch.bfloat16, torch.float64)
+    if isinstance(value, torch.SymFloat):
+        return dtype in (torch.bool, torch.float64)
+    return not isinstance(value, (bool, int, float, complex)) or converts(value, dtype)
 
 
 # ─── Dynamo's graph, before AOT autograd ─────────────────────────────────────────────────────────

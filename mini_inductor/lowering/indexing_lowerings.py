@@ -16,7 +16,7 @@ import sympy
 import torch
 
 from .ir import IRNode, Pointwise
-from .lowerings import broadcast_loader, broadcast_sizes, register_lowering, to_dtype
+from .lowerings import broadcast_loader, broadcast_sizes, check_converts, register_lowering, to_dtype, wrap_integer
 from .symbolic import decide
 from .view_lowerings import _norm_dim, unsqueeze, view
 from .virtualized import ops
@@ -71,7 +71,8 @@ def constant_pad_nd(x: IRNode, pad, value=0):
         if lo != hi and decide(lo * hi >= 0) is not True and decide(size[d] + sympy.Min(lo, 0) + sympy.Min(hi, 0) >= 0) is not True:
             raise NotImplementedError("a pad that may cut more than the input holds")   # (ATen raises as eager)
     loader, dtype = x.make_loader(), x.get_dtype()
-    fill = _fill_value(value, dtype)
+    check_converts(value, dtype, "pad value", ("constant_pad_nd", "pad"))   # (ATen raises as eager does)
+    fill = wrap_integer(_fill_value(value, dtype), dtype)   # (-1 into uint8 is 255, as eager's)
     # per padded dim: the bounds lo <= i and i < lo + size that some element may break
     bounds = {d: (None if decide(lo <= 0) is True else lo, None if decide(hi <= 0) is True else lo + size[d])
               for d, (lo, hi) in sorted(pads.items())}

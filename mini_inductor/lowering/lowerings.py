@@ -18,7 +18,8 @@ import torch
 import torch._inductor.inductor_prims  # noqa: F401  (defines prims.fma; torch has loaded it by now anyway)
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .ir import IRNode, Layout, Pointwise
+from ..conversions import converts
+from .ir import IRNode, Layout, Pointwise, current_graph
 from .sizevars import Expr, is_relation, sympify_seq
 from . import symbolic
 from .virtualized import ops
@@ -116,22 +117,68 @@ def device_of(args) -> torch.device:
 def constant(value, dtype: torch.dtype):
     """ops.constant, with an integer wrapped into an integer dtype's range as eager's cast wraps it
     (uint8 + 300 adds 44, uint8 * -1 multiplies by 255)."""
+    return ops.constant(wrap_integer(value, dtype), dtype)
+
+
+def wrap_integer(value, dtype: torch.dtype):
+    """An int wrapped into an integer dtype's range as eager's cast wraps it (-1 into uint8 is 255);
+    anything else as it is."""
     if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool and not dtype.is_floating_point:
         info = torch.iinfo(dtype)
         value = (value - info.min) % (1 << info.bits) + info.min
-    return ops.constant(value, dtype)
+    return value
 
 
-def check_converts(value, dtype: torch.dtype) -> None:
-    """Refuse (the node runs in ATen, which raises as eager does) a scalar that eager's checked conversion
-    to an integer dtype rejects: a fill value, a clamp bound, a where branch or an alpha out of range.
-    An unsigned dtype takes negatives down to -max (they wrap: full(-1, uint8) is 255)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or dtype == torch.bool or dtype.is_floating_point:
+def check_converts(value, dtype: torch.dtype, what: str, checked_by: tuple[str, ...]) -> None:
+    """Refuse a number that eager's checked conversion to `dtype` rejects (conversions.py): a fill value,
+    a clamp bound, a where branch, an alpha, an exponent out of the dtype's range. The node runs in
+    ATen, which raises as eager does ("value cannot be converted to type c10::Half without
+    overflow"), where a kernel would hold inf or a wrapped integer. A dynamic graph's value (a size
+    expression, an int input's symbol) is refused unless its range provably fits.
+
+    Only where eager checks it: the node is one of the ATen ops `checked_by` ("full"), or a
+    decomposition of one made it. Another op's decomposition may make the same node of a number that
+    op converts unchecked (nan_to_num's posinf becomes a scalar_tensor, which would raise in ATen):
+    that number is baked in as it is."""
+    if not _made_by(checked_by):
         return
-    info = torch.iinfo(dtype)
-    low = -info.max if info.min == 0 else info.min
-    if not low <= value <= info.max:
-        raise NotImplementedError(f"{value} cannot be converted to {dtype} without overflow")
+    if isinstance(value, sympy.Basic):
+        if not _symbolic_value_converts(value, dtype):
+            raise NotImplementedError(f"the {what} {value} may not convert to {dtype} without overflow at "
+                                      "some size, which eager checks")
+    elif isinstance(value, (bool, int, float, complex)) and not converts(value, dtype):
+        raise NotImplementedError(f"the {what} {value!r} cannot be converted to {dtype} without overflow, "
+                                  "which eager checks")
+
+
+def _made_by(ops: tuple[str, ...]) -> bool:
+    """Whether the node being lowered is one of the ATen ops `ops`, or a decomposition of one made it
+    (its `original_aten`); a node without one (a graph built by hand) counts."""
+    node = current_graph().current_node
+    original = node.meta.get("original_aten") if node is not None else None
+    if original is None:
+        return True
+    name = str(original).rsplit(".", 1)[0]   # (compared by name: the objects can differ)
+    return any(name in (f"aten.{op}", f"aten.{op}_") for op in ops)   # (the op or its in-place twin)
+
+
+def _symbolic_value_converts(value: sympy.Basic, dtype: torch.dtype) -> bool:
+    if dtype in (torch.bool, torch.float64) or is_relation(value):
+        return True
+    if value.is_integer and dtype in (torch.int64, torch.float32, torch.bfloat16):
+        return True   # a size or an int input is an int64, which these hold
+    if dtype in (torch.float32, torch.bfloat16) and not any(p.exp.free_symbols for p in value.atoms(sympy.Pow)):
+        # taken to fit (`x.shape[0] / 2`): past 3.4e38 it would need sizes whose product passes 2**126,
+        # or a size as an exponent (2.0 ** k), which is decided below
+        return True
+    if dtype.is_floating_point:
+        low, high = -torch.finfo(dtype).max, torch.finfo(dtype).max
+    elif dtype.is_complex:
+        return False
+    else:
+        info = torch.iinfo(dtype)
+        low, high = (-info.max if info.min == 0 and value.is_integer else info.min), info.max
+    return symbolic.decide(value >= low) is True and symbolic.decide(value <= high) is True
 
 
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
@@ -243,8 +290,8 @@ def add_sub(a, b, alpha=1):
 def _add_sub(a, b, alpha, name):
     if alpha == 1:
         return make_pointwise(_op(name))(a, b)
-    cdt = promote([a, b], KIND.DEFAULT)[0]
-    check_converts(alpha, cdt)
+    cdt, rdt = promote([a, b], KIND.DEFAULT)
+    check_converts(alpha, rdt, "alpha", ("add", "sub", "rsub"))   # (against float16 itself, not float32)
     # a ± alpha * b in one body, alpha in the compute dtype as eager scales; `b` may be a scalar. alpha
     # takes no part in promotion (bool + bool with alpha=2 stays bool), so it is a constant of the body
     return make_pointwise(lambda x, y: getattr(ops, name)(x, ops.mul(y, constant(alpha, cdt))))(a, b)
@@ -354,6 +401,7 @@ def empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 def pow_(a, b):
     scalar_exponent = isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode)
     if scalar_exponent:
+        check_converts(b, promote([a, b], KIND.BOOL_TO_LONG)[1], "exponent", ("pow",))   # (x16 ** 1e6 raises)
         if b == 2:
             return make_pointwise(lambda x, _: ops.mul(x, x), KIND.BOOL_TO_LONG)(a, b)
         if b == 0.5:
@@ -391,7 +439,7 @@ def _int_power(x, n: int, dtype: torch.dtype):
 def where(cond, a, b):
     cdt, rdt = promote([a, b], KIND.NO_OPMATH)
     for branch in (a, b):
-        check_converts(branch, rdt)
+        check_converts(branch, rdt, "where branch", ("where",))
     tensors = [t for t in (cond, a, b) if isinstance(t, IRNode)]
     out_size = broadcast_sizes(*[t.get_size() for t in tensors])
     ld = [broadcast_loader(t, out_size) if isinstance(t, IRNode) else t for t in (cond, a, b)]
@@ -411,10 +459,14 @@ def where(cond, a, b):
     return Pointwise.create(device_of(tensors), rdt, inner_fn, out_size)
 
 
+_CLAMPS = ("clamp", "clamp_min", "clamp_max", "clip", "hardtanh")   # (not hardswish's 0 and 6)
+
+
 @register_lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
 def clamp(x, min=None, max=None):
     for bound in (min, max):
-        check_converts(bound, promote([x, bound], KIND.DEFAULT)[1] if bound is not None else x.get_dtype())
+        if bound is not None:
+            check_converts(bound, promote([x, bound], KIND.DEFAULT)[1], "clamp bound", _CLAMPS)
     out = x
     if min is not None:
         out = make_pointwise(_op("maximum"))(out, min)
@@ -442,6 +494,7 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 
 @register_lowering(aten.leaky_relu)
 def leaky_relu(x, negative_slope=0.01):
+    check_converts(negative_slope, promote([x], KIND.DEFAULT)[0], "negative slope", ("leaky_relu",))   # (in float32)
     return where(lowering_of(aten.gt.Scalar)(x, 0), x, lowering_of(aten.mul.Tensor)(x, negative_slope))
 
 
@@ -481,6 +534,13 @@ def copy(dst, src, non_blocking=False):
 
 # ─── creation ops ───────────────────────────────────────────────────────────────────────────────
 
+# ops whose eager kernel fills with a checked number, and which decompose to full, full_like or
+# scalar_tensor (torch.where's number becomes a scalar_tensor in eager too); not threshold, nan_to_num,
+# xlogy, lerp, whose decompositions also make these of numbers
+_FILLS = ("full", "full_like", "scalar_tensor", "fill", "new_full", "new_ones", "new_zeros", "zeros", "ones",
+          "zeros_like", "ones_like", "masked_fill", "where")
+
+
 @register_lowering(aten.full)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     if isinstance(fill_value, sympy.Basic) and any(not s.is_integer for s in fill_value.free_symbols):
@@ -490,12 +550,12 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
                  torch.int64 if isinstance(fill_value, int) or (isinstance(fill_value, sympy.Basic)
                                                                  and fill_value.is_integer)
                  else torch.get_default_dtype())
-    check_converts(fill_value, dtype)
+    check_converts(fill_value, dtype, "fill value", _FILLS)
     device = torch.device(device) if device is not None else torch.device("cpu")
     return Pointwise.create(device, dtype, lambda idx: constant(fill_value, dtype), list(size))
 
 
-@register_lowering(aten.scalar_tensor)
+@register_lowering(aten.scalar_tensor, prims.scalar_tensor)   # (xlogy's decomposition makes the prim)
 def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
     return full([], value, dtype=dtype or torch.get_default_dtype(), device=device)
 

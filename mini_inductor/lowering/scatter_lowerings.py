@@ -42,7 +42,9 @@ import math
 import sympy
 import torch
 from torch._prims_common import get_computation_dtype
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ..conversions import always_converts, converts
 from .indexing_lowerings import _fill_value, _in_range, index_positions
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, check_converts, constant, register_lowering, to_dtype
@@ -83,8 +85,8 @@ def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
     src_loader = src.make_loader() if isinstance(src, IRNode) else None
 
     def value_at(at):
-        if src_loader is None:
-            return ops.constant(src, cdt)
+        if src_loader is None:   # (-1 into uint8 wraps to 255, as eager's)
+            return constant(_fill_value(src, dtype), cdt)
         v = src_loader(at)
         return v if src.get_dtype() == cdt else ops.to_dtype(v, cdt)
 
@@ -106,6 +108,7 @@ def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
 
 @register_lowering(aten.scatter.value, aten.scatter.src)
 def scatter(x, dim, index, src):
+    check_converts(src, x.get_dtype(), "scatter value", ("scatter",))   # (ATen raises as eager does)
     return _scatter(x, dim, index, src, accumulate=False)
 
 
@@ -199,13 +202,17 @@ def index_fill(x: IRNode, dim, index: IRNode, value):
     dtype = x.get_dtype()
     x_loader = x.make_loader()
     if isinstance(value, IRNode):
+        if not _value_tensor_converts(value, dtype):
+            # eager converts the value's `.item()` with the check (a float32 1e6 into float16 raises)
+            raise NotImplementedError(f"index_fill of {dtype} with a {value.get_dtype()} value, which may not "
+                                      "convert without overflow (eager checks)")
         value_loader = value.make_loader()
 
         def fill():
             v = value_loader([])
             return v if value.get_dtype() == dtype else ops.to_dtype(v, dtype, value.get_dtype())
     else:
-        check_converts(value, dtype)   # (out of an integer dtype's range: ATen raises as eager does)
+        check_converts(value, dtype, "fill value", ("index_fill",))   # (ATen raises as eager does)
 
         def fill():
             return constant(_fill_value(value, dtype), dtype)   # (-1 into uint8 wraps to 255, as eager's)
@@ -232,6 +239,22 @@ def index_fill(x: IRNode, dim, index: IRNode, value):
         hit = filled(idx)
         return ops.where(hit, fill(), x_loader(idx))
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+def _value_tensor_converts(value: IRNode, dtype: torch.dtype) -> bool:
+    """Whether index_fill's 0-d value tensor surely converts to `dtype`, as eager converts its `.item()`:
+    by its number where it is a graph constant (`torch.tensor(-1e4)` in the compiled code, lifted), else
+    by its dtype (conversions.always_converts)."""
+    graph = current_graph()
+    node = graph.current_node
+    arg = (node.args[3] if len(node.args) > 3 else node.kwargs.get("value")) if node is not None else None
+    while isinstance(arg, torch.fx.Node) and arg.target in (aten.lift_fresh_copy.default, aten.clone.default):
+        arg = arg.args[0]
+    held = getattr(graph.gm, arg.target, None) if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" else None
+    if isinstance(held, torch.Tensor) and held.numel() == 1 and held.dtype == value.get_dtype():
+        with unset_fake_temporarily():   # (the compile's fake mode would refuse to read it)
+            return converts(held.item(), dtype)
+    return always_converts(value.get_dtype(), dtype)
 
 
 def _marked_positions(device, n, index: IRNode) -> IRNode:

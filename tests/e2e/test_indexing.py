@@ -127,16 +127,17 @@ def test_index_fill_with_a_long_index_marks_positions_first():
     x = torch.randn(3, 12)
     index = torch.tensor([0, 11, 11, -1, 2, 2, 7, 1, 0, 3, -5])
     check(lambda x, i: x.index_fill(1, i, -1.0), x, index, kernels=3)
-    check(lambda x, i, v: x.index_fill(1, i, v), x, index, torch.tensor(0.25, dtype=torch.float64))
+    check(lambda x, i, v: x.index_fill(1, i, v), x, index, torch.tensor(0.25))
     assert_no_fallbacks()
 
 
 def test_index_fill_dtypes_layouts_and_0d_inputs():
     for dtype in (torch.float16, torch.bfloat16):
         check(lambda x, i: x.index_fill(1, i, 1e4), torch.randn(3, 5, dtype=dtype), torch.tensor([1, -1]))
-        # a float64 value is cast to x's dtype, as in eager
-        check(lambda x, i, v: x.index_fill(0, i, v), torch.randn(3, 5, dtype=dtype), torch.tensor([2]),
-              torch.tensor(2.7, dtype=torch.float64))
+    # a value of another dtype is cast to x's, as in eager (one whose every value converts: a float64 one,
+    # whose `.item()` eager checks, runs in ATen: test_scalar_conversion_overflow.py)
+    check(lambda x, i, v: x.index_fill(0, i, v), torch.randn(3, 5, dtype=torch.bfloat16), torch.tensor([2]),
+          torch.tensor(2.7, dtype=torch.float16))
     check(lambda x, i: x.index_fill(0, i, 7.9), torch.arange(12).view(4, 3), torch.tensor([3, 0]))   # truncated
     check(lambda x, i: x.index_fill(1, i, True), torch.zeros(3, 5, dtype=torch.bool), torch.tensor([1]))
     check(lambda x, i: x.index_fill(0, i, 7.0), torch.tensor(3.0), torch.tensor([0]))   # 0-d x

@@ -16,7 +16,8 @@
     attention matcher (attention/match.py, attention/modification.py) a pass over Dynamo's graph: torch
                       and the base modules only (the backend calls it; its flash-attention op is looked
                       up when a rewrite needs it, never imported by name)
-    base              config, errors, metrics, fx_source, timing, examples, _version: none of the above
+    base              config, errors, metrics, fx_source, timing, examples, _version, conversions: none of
+                      the above
 (ARCHITECTURE.md draws these layers.)
 """
 import ast
@@ -42,7 +43,7 @@ FORBIDDEN = {
 }
 CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune")
 ATTENTION_MATCHER = ("match", "modification")
-BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version")
+BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version", "conversions")
 ABOVE_BASE = ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP)
 
 
