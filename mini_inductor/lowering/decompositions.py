@@ -149,8 +149,11 @@ def _kept_whole_unless_converts(target, decomp, checked: dict):
         bound = {**dict(zip(names, args)), **kwargs}
         tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
         for name, kind in checked.items():
-            if tensor is not None and name in bound and not _surely_converts(
-                    bound[name], tensor.dtype if kind == _OWN else opmath_dtype(tensor.dtype)):
+            value = bound.get(name)
+            if isinstance(value, torch.Tensor) and value.dim() != 0:
+                continue   # (lerp.Tensor's weight: no number)
+            if tensor is not None and value is not None and not _surely_converts(
+                    value, tensor.dtype if kind == _OWN else opmath_dtype(tensor.dtype)):
                 return NotImplemented
         return decomp(*args, **kwargs)
     run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_of_checked_numbers"

@@ -181,6 +181,19 @@ def _symbolic_value_converts(value: sympy.Basic, dtype: torch.dtype) -> bool:
     return symbolic.decide(value >= low) is True and symbolic.decide(value <= high) is True
 
 
+@register_lowering(aten.masked_fill, aten.threshold, aten.elu, aten.celu, aten.softplus, aten.lerp.Scalar, aten.logit,
+                   aten.addcmul, aten.addcdiv)
+def kept_whole_for_a_number(*args, **kwargs):
+    """These ops reach lowering only where decompositions.py kept them whole (_CHECKED_NUMBERS): given a
+    number (masked_fill: or a 0-d value tensor) that eager's checked conversion may refuse. Refused here
+    too, so that the node's fallback reason names the number and the dtype."""
+    dtype = next(a for a in args if isinstance(a, IRNode)).get_dtype()
+    numbers = [a for a in (*args, *kwargs.values())
+               if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool)]
+    raise NotImplementedError(f"kept whole: {', '.join(map(str, numbers)) or 'its value tensor'} may not convert to "
+                              f"{dtype} without overflow, which eager checks")
+
+
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
                    compute_dtype: torch.dtype | None = None) -> Callable:
     """A lowering that applies `fn` (a function of `ops` values) element by element."""

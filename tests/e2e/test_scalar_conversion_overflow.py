@@ -86,12 +86,13 @@ def test_a_fill_in_range_is_generated(device):
     assert_no_fallbacks()
 
 
-def test_an_out_of_range_fill_runs_in_aten_and_names_op_value_and_dtype(device, caplog):
+@pytest.mark.parametrize("op", ["full_like", "masked_fill"])   # (lowered; kept whole by the decompositions)
+def test_an_out_of_range_fill_runs_in_aten_and_names_op_value_and_dtype(device, caplog, op):
     with caplog.at_level("INFO", logger="mini_inductor.perf_hints"):
         with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
-            compile_fn(lambda x: torch.full_like(x, 1e6))(_x(f16, device))
-    assert_fallback("full_like")
-    assert any("full_like" in r.message and "1000000.0" in r.message and "torch.float16" in r.message
+            compile_fn(_fn(FILLS[op], 1e6))(_x(f16, device), None)
+    assert_fallback(op)
+    assert any(f"aten.{op}" in r.message and "1000000.0" in r.message and "torch.float16" in r.message
                for r in caplog.records), [r.message for r in caplog.records]
 
 
