@@ -277,6 +277,13 @@ class TritonOps:
             for t in terms[1:]:
                 out = combine(out, t)
             return out
+        if isinstance(expr, (sympy.Max, sympy.Min)):   # a variance's max(0, n - correction)
+            combine = self.maximum if isinstance(expr, sympy.Max) else self.minimum
+            terms = [self._size_float(a) for a in sorted(expr.args, key=sympy.default_sort_key)]
+            out = terms[0]
+            for t in terms[1:]:
+                out = combine(out, t)
+            return out
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
             base = self._size_float(expr.base)
             out = base

@@ -218,14 +218,29 @@ def _welford(x: IRNode, dims, keepdim, correction):
     n = product([x.get_size()[d] for d in dims])
     mean_ = make_reduction(x, dims, "welford_reduce", output_index=0, keepdim=keepdim)
     m2 = make_reduction(x, dims, "welford_reduce", output_index=1, keepdim=keepdim)
-    if n.free_symbols and decide(n - correction >= 1) is not True:
-        # n - correction may be 0 or below at some size (a length read from data may be 0: eager's
-        # variance of an empty row is NaN, and 0 / (0 - 1) gave -0; review, session 33): ATen computes it
-        raise NotImplementedError(f"a variance with correction {correction} over a dynamic size {n}")
-    # an input's dynamic size is at least 2 (Dynamo specializes 0 and 1): n - 1 stays positive
-    denom = _count(n - correction) if n.free_symbols else float(max(int(n) - correction, 0))
+    if n.free_symbols:
+        # eager divides by max(0, n - correction): NaN or inf where that is 0 (an empty row, or one
+        # element with correction 1). Where n - correction may be 0 or below at some size (a slice by
+        # an int argument; a length read from data), the Max stays in the divisor (0 / (0 - 1) gave -0,
+        # review, session 33); an input's dynamic size is at least 2 (Dynamo specializes 0 and 1)
+        denom = n - correction if decide(n - correction >= 1) is True else sympy.Max(0, n - correction)
+    else:
+        denom = float(max(int(n) - correction, 0))
     var = _divide(m2, denom, x.get_dtype())
+    if n.free_symbols and decide(n >= 1) is not True:
+        mean_ = _nan_where_empty(mean_, n)
     return var, to_dtype(mean_, x.get_dtype())
+
+
+def _nan_where_empty(mean_: IRNode, n) -> IRNode:
+    """A Welford mean over n elements, NaN where n is 0 as eager's (the reduction's mean of nothing is
+    0): times n / n, 1 exactly or NaN (a row read from data, or a slice by an int argument)."""
+    ld = mean_.make_loader()
+
+    def inner_fn(idx):
+        count = ops.index_expr(n, torch.float64)
+        return ops.mul(ld(idx), ops.to_dtype(ops.truediv(count, count), mean_.get_dtype()))
+    return Pointwise.create(mean_.get_device(), mean_.get_dtype(), inner_fn, mean_.get_size())
 
 
 def _correction(correction, unbiased=None):

@@ -361,3 +361,20 @@ def test_a_pointwise_op_of_a_dense_unfold_keeps_its_strides_on_the_size_1_dims()
             assert out.stride() == ref.stride(), f"length {n} output {i}: {out.stride()} != eager's {ref.stride()}"
     (record,) = metrics.compiled_graphs
     assert record.dynamic_symbols and record.dynamic_fallback is None and not record.fallback_ops, record.summary()
+
+
+def test_variance_over_a_slice_by_an_int_argument_is_generated_at_every_length():
+    # eager divides by max(0, n - correction), NaN or inf where that is 0; a slice by an int argument
+    # may be that short, so the divisor could not be shown positive and the variance ran in ATen (fuzz
+    # seed 2405 prog 20's forward): it is generated now with the Max in the divisor
+    def f(x, k):
+        return torch.std(x[:, :, -k:], (2, 1), keepdim=True), torch.var(x[:, :, -k:], 2, correction=3)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True, options=SYMBOLIC)
+    for n, k in ((6, -3), (7, -2), (5, -4), (6, -5), (9, -1)):   # rows 3, 5, 1, 1, 8
+        x = torch.randn(1, 2, n, 4)
+        for i, (a, e) in enumerate(zip(compiled(x, k), f(x, k))):
+            assert_same_tensor(a, e, f"n={n} k={k} output {i}")
+    graphs = list(metrics.compiled_graphs)
+    # (Dynamo compiles a second graph for the slice's other guards; each is dynamic and all generated)
+    assert all(g.dynamic_symbols and g.dynamic_fallback is None and not g.fallback_ops for g in graphs), \
+        [g.summary() for g in graphs]

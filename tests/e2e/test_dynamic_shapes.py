@@ -1386,8 +1386,9 @@ def test_roll_by_a_shift_past_the_smallest_size_compiles_once(roll):
 
 
 def test_variance_over_a_row_read_from_data_is_nan_where_it_is_empty_or_one_long():
-    # eager's variance of an empty row is NaN; n - 1 = -1 gave -0 (review, session 33): a correction
-    # that may reach the row's length runs in ATen. On CUDA (torch 2.11) the first CUDA-graph partition
+    # eager's variance of an empty row is NaN; n - 1 = -1 gave -0 (review, session 33): the divisor
+    # is max(0, n - correction) and the Welford mean is NaN where n is 0 (session 37; until then such a
+    # variance ran in ATen). On CUDA (torch 2.11) the first CUDA-graph partition
     # was passed the unbacked u1 that a slice inside it defines (NameError; session 35): a call that
     # defines a symbol runs outside CUDA graphs (scheduler/partition.py), passing on the H200 (session 36)
     def f(x, n):
