@@ -120,7 +120,7 @@ def find_online_softmax(kernel, nodes: list[SchedulerNode], ranges: dict) -> dic
     found: dict[str, OnlineSoftmax] = {}
     pointwise = {n.name: n for n in nodes if not n.is_reduction()}
     trees = {n.name: _reduction_tree(kernel, n, ranges, pointwise) for n in nodes
-             if n.is_reduction() and n.node.data.reduction_type in ("max", "sum")}
+             if n.is_reduction() and getattr(n.node.data, "reduction_type", None) in ("max", "sum")}
     maxes = {n: t for n, t in trees.items() if t is not None and t.reduced[0] == "max"}
     for name, t in trees.items():
         if t is None or t.reduced[0] != "sum" or t.reduced[1] != torch.float32:

@@ -6,6 +6,9 @@
     persistent     xindex [XBLOCK, 1] × rindex [1, RBLOCK], whole row in registers
     looped         for roffset in range(0, rnumel, RBLOCK): accumulate, reduce after the loop
 
+A scan (cumsum, cumprod) is a reduction whose result is stored element by element: persistent, one
+tl.cumsum over the row; looped, the block's tl.cumsum plus a carry of the previous blocks, in the loop.
+
 In a looped kernel, a node that needs a reduction's result starts a new loop after it:
 
     prelude (row values needing no reduction)
@@ -203,7 +206,8 @@ class TritonKernel:
                 if inside and pos < 1:
                     pos = 1
             positions[node.name] = pos
-            ready[node.name] = pos + 1 if (node.is_reduction() and self.looped) else pos
+            # a looped reduction's result exists after its loop; a scan's, element by element in it
+            ready[node.name] = pos + 1 if (node.is_reduction() and self.looped and not node.node.is_scan) else pos
             if node.name in self.recomputed:
                 continue
             self.section = self._section(pos)

@@ -608,6 +608,36 @@ class TritonOps:
         sec.finalize.append(f"{out} = " + _REDUCE[rtype].format(v=acc, t=tl_dtype(dtype)))
         return out
 
+    def scan(self, dtype: torch.dtype, scan_type: str, value):
+        """The inclusive scan (`scan_type` "sum" or "prod") of `value` along the row, in `dtype`.
+
+        Persistent: tl.cumsum / tl.cumprod of the masked row. Looped: each block's scan combined with a
+        carry, the row's value at the block's last column (masked columns hold the identity, so the last
+        column is the last element's value), taken out by a sum of that column alone: exact, and a
+        [XBLOCK, 1] block of the carry's dtype in every iteration, as a loop-carried value must be.
+        """
+        k = self.k
+        key = ("scan", scan_type, value.name, dtype)
+        if key in k.reduction_cache:
+            return k.reduction_cache[key]
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
+        ident = "1" if scan_type == "prod" else "0"
+        masked = k.emit(f"tl.where(xmask & rmask, {value}, {ident})", dtype)
+        scanned = k.emit(f"tl.{'cumprod' if scan_type == 'prod' else 'cumsum'}({masked}, 1)", dtype)
+        if not k.looped:
+            k.reduction_cache[key] = scanned
+            return scanned
+        carry = k.newvar(dtype)
+        t = tl_dtype(dtype)
+        k.section.init.append(f"{carry} = tl.full([XBLOCK, 1], {ident}, {t})")
+        out = k.emit(f"{carry} {'*' if scan_type == 'prod' else '+'} {scanned}", dtype)
+        # -0.0 + v is v for every float v (0.0 + -0.0 is 0.0): the other columns add nothing
+        zero = "-0.0" if dtype.is_floating_point else "0"
+        k.section.lines.append(f"{carry} = tl.sum(tl.where(rbase == RBLOCK - 1, {out}, {zero}), 1)[:, None].to({t})")
+        k.reduction_cache[key] = out
+        return out
+
     @staticmethod
     def _identity(rtype: str, dtype: torch.dtype) -> str:
         if rtype in ("sum", "welford_reduce"):

@@ -3,7 +3,7 @@
     value a lowering returns            what it is
     ─────────────────────────────────   ──────────────────────────────────────────────
     StorageBox(Pointwise)               an unrealized elementwise body, inlined into readers
-    StorageBox(ComputedBuffer)          a realized buffer: Pointwise or Reduction body + layout
+    StorageBox(ComputedBuffer)          a realized buffer: Pointwise, Reduction or Scan body + layout
     ScatterBuffer                       atomic adds into a realized buffer (index_put, accumulate)
     StorageBox(InputBuffer)             a graph input
     StorageBox(ExternKernel)            an ATen call (mm, conv, attention, fallbacks)
@@ -164,6 +164,39 @@ class Reduction(Loops):
         return result
 
 
+@dataclasses.dataclass
+class Scan(Loops):
+    """A cumulative sum or product along one dim: element j of a row combines (`scan_type`) the row's
+    values 0..j. `ranges` are the other dims (the rows), `scan_ranges` the scanned one; the result has
+    the full size, the scanned dim at `dim`. inner_fn(index, rindex) -> value in `compute_dtype`
+    (float32 for 16-bit floats, int64 for integers), stored in `dtype`.
+
+        kernel (codegen/triton_ops.py TritonOps.scan), rows on xindex, the scanned dim on rindex:
+        persistent   out = tl.cumsum(v, 1)                          the whole row in one block
+        looped       out = carry + tl.cumsum(v, 1); carry = out's last column, per RBLOCK step
+
+    To the scheduler it is a reduction (rows × scanned length) whose store uses every loop.
+    """
+
+    scan_ranges: list[Expr] = dataclasses.field(default_factory=list)
+    scan_type: str = "sum"
+    compute_dtype: torch.dtype = torch.float32
+    dim: int = 0
+
+    def get_size(self):
+        size = list(self.ranges)
+        size.insert(self.dim, self.scan_ranges[0])
+        return size
+
+    def full_index(self, index, rindex) -> list[Expr]:
+        full = list(index)
+        full.insert(self.dim, rindex[0])
+        return full
+
+    def scanned_value(self, index, rindex):
+        return ops.scan(self.compute_dtype, self.scan_type, self.inner_fn(index, rindex))
+
+
 # ─── Buffers ────────────────────────────────────────────────────────────────────────────────────
 
 class Buffer(IRNode):
@@ -215,7 +248,7 @@ class ConstantBuffer(Buffer):
 
 
 class ComputedBuffer(Buffer):
-    """A realized Pointwise or Reduction: the unit the scheduler works with."""
+    """A realized Pointwise, Reduction or Scan: the unit the scheduler works with."""
 
     def __init__(self, name, layout, data: Loops, order: Sequence[int] | None = None):
         super().__init__(name, layout, data.origins)
@@ -226,10 +259,16 @@ class ComputedBuffer(Buffer):
 
     @property
     def is_reduction(self) -> bool:
-        return isinstance(self.data, Reduction)
+        """A kernel with a loop over rows (`get_ranges`' second list): a Reduction or a Scan."""
+        return isinstance(self.data, (Reduction, Scan))
+
+    @property
+    def is_scan(self) -> bool:
+        return isinstance(self.data, Scan)
 
     def get_ranges(self) -> tuple[list[Expr], list[Expr]]:
-        rr = self.data.reduction_ranges if isinstance(self.data, Reduction) else []
+        rr = (self.data.reduction_ranges if isinstance(self.data, Reduction)
+              else self.data.scan_ranges if isinstance(self.data, Scan) else [])
         ranges = list(self.data.ranges)
         return ([ranges[d] for d in self.order] if self.order is not None else ranges), list(rr)
 
@@ -249,14 +288,20 @@ class ComputedBuffer(Buffer):
         """Run the body for one element: compute the value and store it (the scheduler's and codegen's view)."""
         if isinstance(self.data, Reduction):
             ops.store_reduction(self.name, self.layout.index(index), self.data.reduced_value(index, rindex))
+        elif isinstance(self.data, Scan):   # one value per element, stored where it is computed
+            ops.store(self.name, self.layout.index(self.data.full_index(index, rindex)),
+                      self.data.scanned_value(index, rindex))
         else:
             index = self._logical(index)
             ops.store(self.name, self.layout.index(index), self.data.inner_fn(index))
 
     def __repr__(self):
-        kind = "Reduction" if self.is_reduction else "Pointwise"
+        kind = "Scan" if self.is_scan else "Reduction" if self.is_reduction else "Pointwise"
         ranges, rranges = self.get_ranges()
-        extra = f", reduction={self.data.reduction_type} over {[str(r) for r in rranges]}" if self.is_reduction else ""
+        extra = ""
+        if self.is_reduction:
+            rtype = self.data.scan_type if self.is_scan else self.data.reduction_type
+            extra = f", {kind.lower()}={rtype} over {[str(r) for r in rranges]}"
         return (f"ComputedBuffer({self.name}, {kind}, {self.layout.dtype}, ranges={[str(r) for r in ranges]}"
                 f"{extra}, stride={[str(s) for s in self.layout.stride]})")
 

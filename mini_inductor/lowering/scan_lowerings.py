@@ -1,28 +1,39 @@
-"""Cumulative sums and products as reductions over a masked square.
+"""Cumulative sums and products: a scan kernel, or for short static rows a masked square.
+
+    length n of the scanned dim            lowered as
+    ─────────────────────────────────────  ───────────────────────────────────────────────────────
+    at most 1                              a copy (cast to the result's dtype)
+    2 .. MAX_SQUARE_LENGTH, or a symbol    a reduction over a masked square (n² work, an ordinary
+      the ShapeEnv bounds within it        reduction: fuses as one)
+    longer, or an unbounded symbol         ir.Scan: rows on xindex, the dim on rindex; the block's
+                                           tl.cumsum plus a carry across blocks (codegen/triton_ops.py
+                                           TritonOps.scan), any length, sizes as kernel arguments
+
+The masked square:
 
     out[..., i] = sum over j of (x[..., j] if j <= i else 0)
 
-Each output element reduces the whole scanned dim with the later positions masked out: n² work
-instead of n, but it is an ordinary reduction (fusable, persistent when the row fits in a block)
-and needs no scan support in the scheduler. Long dims run in ATen; so does a dynamic graph's
-symbolic length unless the ShapeEnv bounds it within MAX_SCAN_LENGTH.
+Accumulation is eager's: float16 and bfloat16 in float32, integers and bools into int64 (`dtype=`
+chooses the result's type; integers are scanned in int64 and wrapped to it on the store, which
+gives the wrapped sums a narrower accumulator would).
 """
 from __future__ import annotations
 
-import sympy
 import torch
 
-from .ir import IRNode, Pointwise
+from .ir import ComputedBuffer, IRNode, Layout, Pointwise, Scan, StorageBox, current_graph
 from .lowerings import register_lowering, to_dtype
 from .reduction_lowerings import make_reduction
+from .sizevars import sympify_seq
 from .symbolic import upper_bound
 from .view_lowerings import _norm_dim
 from .virtualized import ops
 
 aten = torch.ops.aten
 
-# Scanned dims longer than this run in ATen (the masked square grows as n²).
-MAX_SCAN_LENGTH = 256
+# Scanned dims up to this length (static, or bounded by the ShapeEnv) are masked squares, which fuse
+# like reductions; longer ones are scan kernels. The crossover is not measured on a GPU yet.
+MAX_SQUARE_LENGTH = 256
 
 
 def _scan_dtype(x: IRNode, dtype) -> torch.dtype:
@@ -32,37 +43,67 @@ def _scan_dtype(x: IRNode, dtype) -> torch.dtype:
     return torch.int64 if src == torch.bool or not (src.is_floating_point or src.is_complex) else src
 
 
-def _cumulative(reduction_type: str, identity):
+def _compute_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return out_dtype if out_dtype.is_floating_point else torch.int64
+
+
+def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype) -> StorageBox:
+    """The scan of `x` (already of `out_dtype`) along `dim`, realized into a contiguous buffer; its
+    producer's body is inlined where the kernel loads it."""
+    size = x.get_size()
+    loader = x.make_loader()
+    compute = _compute_dtype(out_dtype)
+
+    def inner_fn(index, rindex):
+        full = list(index)
+        full.insert(dim, rindex[0])
+        value = loader(full)
+        return value if x.get_dtype() == compute else ops.to_dtype(value, compute)
+
+    rows = [s for i, s in enumerate(size) if i != dim]
+    scan = Scan(x.get_device(), out_dtype, inner_fn, sympify_seq(rows), (), sympify_seq([size[dim]]),
+                scan_type, compute, dim)
+    graph = current_graph()
+    buf = ComputedBuffer(graph.new_buffer_name(), Layout.contiguous(x.get_device(), out_dtype, size), scan)
+    graph.register_buffer(buf)
+    return StorageBox(buf)
+
+
+def _masked_square(x: IRNode, dim: int, scan_type: str, identity, out_dtype: torch.dtype) -> IRNode:
+    size = x.get_size()
+    n = size[dim]
+    loader = x.make_loader()
+    fill = identity if out_dtype.is_floating_point else int(identity)
+
+    def square(idx):
+        *outer, j = idx
+        src = list(outer)
+        src[dim] = j
+        keep = ops.le(ops.index_expr(j, torch.int64), ops.index_expr(outer[dim], torch.int64))
+        return ops.masked(keep, lambda: loader(src), fill)
+
+    squared = Pointwise.create(x.get_device(), out_dtype, square, list(size) + [n])
+    return make_reduction(squared, [len(size)], scan_type, out_dtype=out_dtype)
+
+
+def _cumulative(scan_type: str, identity):
     def lowering(x: IRNode, dim, *, dtype=None):
         out_dtype = _scan_dtype(x, dtype)
         if out_dtype == torch.bool:   # ATen has no bool scan on the CPU: its error (or CUDA's result) is eager's
-            raise NotImplementedError(f"cum{reduction_type} into bool")
+            raise NotImplementedError(f"cum{scan_type} into bool")
         x = to_dtype(x, out_dtype)
         size = x.get_size()
         if not size:
             return to_dtype(Pointwise.create(x.get_device(), out_dtype, x.make_loader(), []), out_dtype)
         dim = _norm_dim(dim, len(size))
-        n = size[dim]
-        longest = upper_bound(n)
-        if longest is None:
-            raise NotImplementedError(f"a scan over the symbolic length {n}, which has no upper bound "
-                                      f"(mark_dynamic(..., max={MAX_SCAN_LENGTH}) or torch._check gives one)")
-        if longest > MAX_SCAN_LENGTH:
-            raise NotImplementedError(f"a scan over {n} > {MAX_SCAN_LENGTH} elements")
-        if longest <= 1:
+        longest = upper_bound(size[dim])
+        if longest is not None and longest <= 1:
             return Pointwise.create(x.get_device(), out_dtype, x.make_loader(), size)
-        loader = x.make_loader()
-        fill = identity if out_dtype.is_floating_point else int(identity)
-
-        def square(idx):
-            *outer, j = idx
-            src = list(outer)
-            src[dim] = j
-            keep = ops.le(ops.index_expr(j, torch.int64), ops.index_expr(outer[dim], torch.int64))
-            return ops.masked(keep, lambda: loader(src), fill)
-
-        squared = Pointwise.create(x.get_device(), out_dtype, square, list(size) + [n])
-        return make_reduction(squared, [len(size)], reduction_type, out_dtype=out_dtype)
+        if longest is not None and longest <= MAX_SQUARE_LENGTH:
+            return _masked_square(x, dim, scan_type, identity, out_dtype)
+        return make_scan(x, dim, scan_type, out_dtype)
     return lowering
 
 

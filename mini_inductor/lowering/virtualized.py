@@ -1,7 +1,7 @@
 """The `ops` handler that loop bodies call.
 
 A loop body is a plain Python function of index expressions that calls ``ops.load``,
-``ops.add``, ``ops.reduction``... The same body runs under different handlers: the scheduler's
+``ops.add``, ``ops.reduction``, ``ops.scan``... The same body runs under different handlers: the scheduler's
 recording handler collects reads and writes, the Triton handler emits code, the counting handler
 sizes a body for the realization heuristic. The handler in force is held in a context variable and
 swapped with ``set_ops_handler``; it is never reached from outside a ``with`` block.
@@ -58,7 +58,7 @@ def set_ops_handler(handler: Any) -> Iterator[Any]:
         _handler.reset(token)
 
 
-# Every op a loop body may call besides load/store/reduction/constant/index_expr/to_dtype/where/masked.
+# Every op a loop body may call besides load/store/reduction/scan/constant/index_expr/to_dtype/where/masked.
 # Handlers implement these; `CountingHandler` and the scheduler's recorder accept all of them.
 POINTWISE_OPS = frozenset("""
 add sub mul truediv truncdiv floordiv remainder fmod neg abs reciprocal square
@@ -102,6 +102,10 @@ class CountingHandler:
         return body()
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
+        self.ops += 1
+        return None
+
+    def scan(self, dtype, scan_type, value):
         self.ops += 1
         return None
 

@@ -117,6 +117,10 @@ class RecordingHandler:
         self._count(reduction_type)
         return ("red",) * 3 if reduction_type in ("welford_reduce", "welford_combine") else "red"
 
+    def scan(self, dtype, scan_type, value):
+        self._count(f"cum{scan_type}")
+        return "scan"
+
     def constant(self, value, dtype):
         self.symbols |= getattr(value, "free_symbols", set())
         return "const"

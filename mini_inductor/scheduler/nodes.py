@@ -1,6 +1,6 @@
 """Scheduler nodes: what the scheduler orders and fuses.
 
-    SchedulerNode             one ComputedBuffer (a Pointwise or Reduction loop nest)
+    SchedulerNode             one ComputedBuffer (a Pointwise, Reduction or Scan loop nest)
     ExternKernelSchedulerNode an ATen call; never fused
     TemplateSchedulerNode     a matmul template (ir.MatmulTemplate): takes pointwise epilogues
     FusedSchedulerNode        an ordered list of SchedulerNodes that becomes one kernel (a template's
@@ -71,8 +71,8 @@ class SchedulerNode(BaseSchedulerNode):
         self.writes = set(self.body.writes)
         # a scatter adds into another buffer: it reads that buffer's old contents, all of them
         self.reads |= {StarDep(name) for name in node.get_mutation_names()}
-        if self.is_reduction():
-            # a reduction's store uses only the outer loops
+        if self.is_reduction() and not node.is_scan:
+            # a reduction's store uses only the outer loops (a scan's, every loop)
             self.writes = {MemoryDep(d.name, d.index, tuple(self.body.sizes)) for d in self.writes}
         self.unmet_dependencies = set()
 

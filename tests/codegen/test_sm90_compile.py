@@ -218,3 +218,28 @@ def test_norms_and_softmax_over_wide_rows_compile_at_one_row_a_program():
     assert [kw.get("XBLOCK") for _, _, kw in seen] == [1, 1], [kw for _, _, kw in seen]
     assert [kw.get("num_warps") for _, _, kw in seen] == [8, 8], [kw for _, _, kw in seen]
     assert len(compile_all(seen)) == 2
+
+
+def test_scan_kernels_compile_persistent_looped_and_dynamic():
+    # tl.cumsum / tl.cumprod over a whole row, block by block with a loop-carried [XBLOCK, 1] carry
+    # (rows past the persistent limit, a scan over a leading dim, a symbolic length), in float32
+    # (from float16), float64 and int64 (from bool); rows of up to 32768 in registers
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 700, generator=gen) + 0.5
+    with launches() as seen:
+        torch.compile(lambda x: (x.half().cumsum(1), x.cumprod(1)), backend="mini_inductor", dynamic=False)(x)
+        torch.compile(lambda x: x.double().cumsum(0), backend="mini_inductor", dynamic=False)(x.t().contiguous())
+        torch.compile(lambda x: (x > 1).cumsum(1), backend="mini_inductor", dynamic=False)(
+            torch.rand(2, 40_000, generator=gen) + 0.5)
+        # a persistent row of 32768 (32 warps), and a length the ShapeEnv bounds (persistent, int32)
+        torch.compile(lambda x: x.cumsum(1), backend="mini_inductor", dynamic=False)(torch.rand(2, 30_000, generator=gen))
+        y = torch.rand(3, 900, generator=gen)
+        torch._dynamo.mark_dynamic(y, 1, min=2, max=4096)
+        torch.compile(lambda y: y.cumprod(1), backend="mini_inductor")(y)
+        dyn = torch.compile(lambda x: (torch.cumsum(x * 2, 1) + 1, torch.cumprod(x, 1)), backend="mini_inductor",
+                            dynamic=True)
+        for n in (300, 1000):
+            dyn(torch.rand(3, n, generator=gen) + 0.5)
+    names = compile_all(seen)
+    assert len(names) >= 4 and all("cum" in n for n in names), names
+    assert any("_red_" in n for n in names) and any("_per_" in n for n in names), names

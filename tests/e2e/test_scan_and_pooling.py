@@ -1,4 +1,4 @@
-"""cumsum/cumprod (masked-square reductions), pooling windows, upsampling and decomposed extras."""
+"""cumsum/cumprod (masked-square reductions, scan kernels past them), pooling windows, upsampling and decomposed extras."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +17,10 @@ def test_cumsum_of_integers_is_int64():
     check(lambda x: torch.cumsum(x, -1), torch.arange(12, dtype=torch.int32).view(3, 4))
 
 
-def test_long_cumsum_falls_back():
-    check(lambda x: torch.cumsum(x, 0), torch.randn(300))
+def test_long_cumsum_is_a_scan_kernel_not_a_fallback():
+    # past the masked square's length: a scan kernel (tests/e2e/test_scan_kernels.py has the rest)
+    check(lambda x: torch.cumsum(x, 0), torch.randn(300), kernels=1, atol=1e-4)
+    assert_no_fallbacks()
 
 
 def test_avg_pool2d_padding_and_ceil_mode():

@@ -1,0 +1,192 @@
+"""cumsum and cumprod past the masked square's length, or over a symbolic length, are scan kernels
+(lowering/scan_lowerings.py, ir.Scan): tl.cumsum / tl.cumprod along a row held whole, or block by
+block with a carry, never an ATen fallback. Compared with eager in Triton's interpreter."""
+import pytest
+import torch
+
+from common import COUNTS_KERNELS, assert_no_fallbacks, assert_same_tensor, check, generated_sources
+
+import mini_inductor  # noqa: F401  registers the backend
+from mini_inductor import metrics
+from mini_inductor.lowering.scan_lowerings import MAX_SQUARE_LENGTH
+
+
+def assert_scan_kernels(*fns: str) -> None:
+    """The graphs of the last `check` (or compiled since the last reset) generated their scans (`fns`:
+    tl.cumsum, tl.cumprod) and ran no ATen fallback."""
+    assert_no_fallbacks()
+    if COUNTS_KERNELS:
+        source = generated_sources()
+        for fn in fns:
+            assert f"{fn}(" in source, f"no {fn} in the generated code"
+
+
+def check_scan(fn, *args, scan: str = "tl.cumsum", **kwargs):
+    """`check`, then assert that the graph's scan was generated (`scan`), not run in ATen."""
+    out = check(fn, *args, **kwargs)
+    assert_scan_kernels(scan)
+    return out
+
+
+def long_float32_tolerance(n: int) -> dict:
+    # eager's CPU cumsum of float32 accumulates in double; a kernel (and CUDA's eager) in float32: the
+    # rounding of n additions, about sqrt(n) ulps of the running sum
+    return {"atol": 2e-6 * n ** 0.5, "rtol": 1e-5}
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_a_cumsum_longer_than_the_masked_square_is_one_scan_kernel(n):
+    assert n > MAX_SQUARE_LENGTH
+    check(lambda x: torch.cumsum(x, -1), torch.randn(3, n), kernels=1, **long_float32_tolerance(n))
+    assert_scan_kernels("tl.cumsum")
+
+
+def test_a_row_longer_than_a_persistent_block_is_scanned_block_by_block_with_a_carry():
+    n = 40_000   # past persistent_reduction_limit (32768): a looped kernel, blocks of 2048
+    check(lambda x: torch.cumsum(x, 1), torch.randn(2, n), kernels=1, **long_float32_tolerance(n))
+    assert_scan_kernels("tl.cumsum")
+    assert not COUNTS_KERNELS or "for roffset in range(" in generated_sources()
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_float16_and_bfloat16_accumulate_in_float32_as_eager(n):
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(4, n).to(dtype)
+        out = check(lambda x: torch.cumsum(x, 1), x, kernels=1)
+        assert out.dtype == dtype
+        # rounded once from a float32 sum: the float64 sum rounded to float16 within an ulp or two
+        want = x.double().cumsum(1).to(dtype)
+        assert_same_tensor(out, want, f"{dtype} against the float64 sum")
+    assert_scan_kernels("tl.cumsum")
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_integer_and_bool_inputs_scan_to_int64(n):
+    for x in (torch.randint(-100, 100, (3, n)), torch.randint(-100, 100, (3, n), dtype=torch.int32),
+              torch.randint(0, 5, (3, n), dtype=torch.uint8), torch.rand(3, n) > 0.5):
+        out = check(lambda x: torch.cumsum(x, 1), x, kernels=1)
+        assert out.dtype == torch.int64
+    assert_scan_kernels("tl.cumsum")
+
+
+def test_the_dtype_argument_is_honoured():
+    x = torch.randn(3, 500)
+    check_scan(lambda x: torch.cumsum(x, 1, dtype=torch.float64), x, kernels=1)
+    check_scan(lambda x: torch.cumsum(x, 1, dtype=torch.float16), x, kernels=1)
+    check_scan(lambda x: torch.cumsum(x, 1, dtype=torch.float32), torch.randint(-9, 9, (3, 500)), kernels=1)
+    # an int32 result of values that overflow it wraps as eager's (scanned in int64, wrapped on the store)
+    big = torch.randint(2**29, 2**30, (2, 400), dtype=torch.int32)
+    check_scan(lambda x: torch.cumsum(x, 1, dtype=torch.int32), big, kernels=1)
+    check_scan(lambda x: torch.cumprod(x, 1, dtype=torch.float64), torch.rand(3, 500) + 0.5, kernels=1,
+               scan="tl.cumprod")
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_cumprod_is_a_scan_kernel(n):
+    x = torch.rand(3, n) * 0.02 + 0.995   # products that stay in range
+    x[1, 7] = 0.0                         # a zero: every later product is 0
+    check(lambda x: torch.cumprod(x, 1), x, kernels=1, rtol=1e-4)
+    check(lambda x: torch.cumprod(x, -1), torch.randint(-1, 2, (2, n)), kernels=1)   # int64, signs and zeros
+    assert_scan_kernels("tl.cumprod")
+
+
+def test_a_scan_over_a_leading_dim_and_over_non_contiguous_inputs():
+    x = torch.randn(1000, 6)
+    tol = long_float32_tolerance(1000)
+    check_scan(lambda x: torch.cumsum(x, 0), x, kernels=1, **tol)                 # the rows are the columns
+    check_scan(lambda x: torch.cumsum(x, 1), torch.randn(2, 700, 3), kernels=1, **tol)   # a middle dim
+    check_scan(lambda x: torch.cumsum(x.t(), 1), x, kernels=1, **tol)             # a transposed input
+    check_scan(lambda x: torch.cumsum(x[:, ::2], 1), torch.randn(4, 1200), kernels=1, **tol)   # a strided slice
+    out = check_scan(lambda x: torch.cumsum(x, 0), torch.randn(6, 1000).t(), kernels=1, **tol)       # transposed, along its rows
+    assert out.is_contiguous()
+
+
+def test_a_pointwise_producer_and_consumer_fuse_with_the_scan_into_one_kernel():
+    # the producer's body is computed where the scan loads it; the consumer reads the scan's value in
+    # the same kernel, and the scan's own buffer is never written
+    x, y = torch.randn(3, 600), torch.randn(600)
+    check(lambda x, y: torch.relu(torch.cumsum(x * 2 + y, -1)) - 1, x, y, kernels=1, **long_float32_tolerance(600))
+    assert_scan_kernels("tl.cumsum")
+    if COUNTS_KERNELS:
+        (record,) = metrics.compiled_graphs
+        kernel = generated_sources().split("def partition_0")[0]
+        assert kernel.count("tl.store(") == 1, kernel
+
+
+def test_a_consumer_of_the_scan_at_another_index_reads_its_buffer():
+    # the last column of the scan (the row's sum) and a flip of it: reads at other indices than the
+    # scan stores, so not in its loop
+    x = torch.randn(3, 700)
+    check(lambda x: (torch.cumsum(x, 1)[:, -1:] * 2, torch.cumsum(x, 1).flip(1)), x, **long_float32_tolerance(700))
+    assert_scan_kernels("tl.cumsum")
+
+
+def test_empty_and_length_one_scans():
+    check(lambda x: torch.cumsum(x, 1), torch.randn(3, 0))
+    check(lambda x: torch.cumsum(x, 1), torch.randn(0, 500))
+    check(lambda x: torch.cumsum(x, 1), torch.randn(3, 1))
+    check(lambda x: torch.cumprod(x, 0), torch.randn(1, 700))
+    check(lambda x: torch.cumsum(x, 0), torch.randn(()))
+    check(lambda x: torch.cumsum(x, 0), torch.randn(1000), **long_float32_tolerance(1000))
+    assert_no_fallbacks()
+
+
+def test_short_static_scans_stay_masked_squares():
+    check(lambda x: torch.cumsum(x, 1) + 1, torch.randn(3, MAX_SQUARE_LENGTH), kernels=1)
+    assert_no_fallbacks()
+    assert not COUNTS_KERNELS or "tl.cumsum(" not in generated_sources()
+
+
+def test_cumsum_trains_its_backward_is_a_flipped_scan():
+    # autograd's cumsum backward: grad.flip(d).cumsum(d).flip(d), a scan kernel of its own reading the
+    # flipped gradient where it loads it
+    w = torch.randn(1000)
+    check(lambda x, w: (torch.cumsum(x * w, -1).tanh() * 2).sum(-1), torch.randn(3, 1000), w, grad=True,
+          **long_float32_tolerance(1000))
+    assert_scan_kernels("tl.cumsum")
+    if COUNTS_KERNELS:
+        assert len(metrics.compiled_graphs) == 2   # forward and backward, each with its scan
+        for record in metrics.compiled_graphs:
+            assert "tl.cumsum(" in open(record.source_path).read(), record.name
+
+
+def test_cumprod_trains():
+    x = torch.rand(2, 400) * 0.02 + 0.995
+    check(lambda x: torch.cumprod(x, 1), x, grad=True, rtol=1e-4, atol=1e-4)
+    assert_scan_kernels("tl.cumprod")
+
+
+def test_one_compile_serves_every_length_of_a_dynamic_graph():
+    # dynamic=True: the scanned length is a symbol with no bound, so scan kernels, looped, with the
+    # sizes as arguments; lengths past a block (2048) carry across blocks
+    def f(x, y):
+        return torch.cumsum(x * 2, 1) + y, torch.cumprod(x, 1), torch.cumsum(x > 1.0, 1)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True)
+    for n in (5, 300, 1000, 5000, 33):
+        x, y = torch.rand(3, n) * 0.02 + 0.995, torch.randn(n)
+        for i, (a, e) in enumerate(zip(compiled(x, y), f(x, y))):
+            assert_same_tensor(a, e, f"length {n} output {i}", **(long_float32_tolerance(n) if i == 0 else
+                                                                  {"rtol": 1e-4} if i == 1 else {}))
+    if COUNTS_KERNELS:
+        (record,) = metrics.compiled_graphs   # one compile for every length
+        assert record.dynamic_symbols and record.ran_eagerly is None and record.dynamic_fallback is None
+        assert not record.fallback_ops, dict(record.fallback_ops)
+        assert "tl.cumsum(" in generated_sources() and "tl.cumprod(" in generated_sources()
+
+
+def test_a_dynamic_training_step_generates_the_scans_of_both_graphs():
+    def f(x):
+        return torch.cumsum(torch.sin(x), -1)
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, fullgraph=True)
+    for n in (300, 3000, 7):
+        ours, theirs = torch.randn(2, n, requires_grad=True), None
+        theirs = ours.detach().clone().requires_grad_()
+        out, want = compiled(ours), f(theirs)
+        assert_same_tensor(out, want, f"length {n}", **long_float32_tolerance(n))
+        w = torch.randn(2, n)
+        (out * w).sum().backward()
+        (want * w).sum().backward()
+        assert_same_tensor(ours.grad, theirs.grad, f"length {n} grad", **long_float32_tolerance(n))
+    if COUNTS_KERNELS:
+        assert len(metrics.compiled_graphs) == 2, [r.name for r in metrics.compiled_graphs]
+        assert all(r.dynamic_symbols and not r.fallback_ops for r in metrics.compiled_graphs)
