@@ -45,6 +45,9 @@
 #   pointwise  benchmarks.pointwise: mul, GELU (erf, tanh, HF gelu_new), erf, tanh, SiLU over 50M fp16 elements, eager / Inductor /
 #              mini_inductor, and mini_inductor with libdevice's erff and tanhf (120 s)
 #   gelu_variants  benchmarks.gelu_variants: formulations of float32 erf in an fp16 GELU kernel (60 s)
+#   scans      tests/e2e/test_scan_kernels.py on CUDA (the scan kernels compiled and run), then
+#              benchmarks.scans: cumsum over 4096 rows of 16 to 65536, eager, masked square, scan kernel
+#              static and dynamic, float32 (150 + 150 s)
 #   flash_fwd, flash_bwd  benchmarks.flash_configs: the generated flash kernels' configs timed one by one
 #              (hf_causal and ALiBi, fp16, E 64, L 1024 and 4096), forward (150 s) and backward (300 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
@@ -138,6 +141,9 @@ for step in "${steps[@]}"; do
                           --variants auto,max-autotune,max-autotune-tma ;;
         pointwise) run pointwise 120 python3 -m benchmarks pointwise --ops mul,gelu,gelu_tanh,gelu_new,erf,tanh,silu ;;
         gelu_variants) run gelu_variants 60 python3 -m benchmarks gelu_variants ;;
+        scans) run scan_tests 150 python3 -m pytest -n 8 -q -p no:cacheprovider tests/e2e/test_scan_kernels.py \
+                   -rfE --tb=short
+               run scans 150 python3 -m benchmarks scans ;;
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         train_interleaved) run train_interleaved 60 python3 -m benchmarks dynamic_shapes --cases train_interleaved \

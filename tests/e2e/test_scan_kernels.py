@@ -1,6 +1,7 @@
 """cumsum and cumprod past the masked square's length, or over a symbolic length, are scan kernels
 (lowering/scan_lowerings.py, ir.Scan): tl.cumsum / tl.cumprod along a row held whole, or block by
-block with a carry, never an ATen fallback. Compared with eager in Triton's interpreter."""
+block with a carry, never an ATen fallback. Compared with eager: in Triton's interpreter on the CPU, compiled on
+a GPU (benchmarks/device_checks.sh scans)."""
 import pytest
 import torch
 
@@ -9,6 +10,14 @@ from common import COUNTS_KERNELS, assert_no_fallbacks, assert_same_tensor, chec
 import mini_inductor  # noqa: F401  registers the backend
 from mini_inductor import metrics
 from mini_inductor.lowering.scan_lowerings import MAX_SQUARE_LENGTH
+
+
+@pytest.fixture(autouse=True)
+def on_device(device):
+    """Every tensor of a test on the test's device (CUDA on the GPU machine, where the kernels compile)."""
+    torch.set_default_device(device)
+    yield
+    torch.set_default_device(None)
 
 
 def assert_scan_kernels(*fns: str) -> None:
