@@ -199,3 +199,14 @@ def test_a_dynamic_training_step_generates_the_scans_of_both_graphs():
     if COUNTS_KERNELS:
         assert len(metrics.compiled_graphs) == 2, [r.name for r in metrics.compiled_graphs]
         assert all(r.dynamic_symbols and not r.fallback_ops for r in metrics.compiled_graphs)
+
+
+def test_a_dynamic_scan_of_many_rows_carries_a_block_of_rows():
+    # 1024 rows or more: looped programs of 4 rows (XBLOCK 4), each with its own carry
+    compiled = torch.compile(lambda x: torch.cumsum(x, 1), backend="mini_inductor", dynamic=True, fullgraph=True)
+    for rows, n in ((1030, 700), (1027, 1500), (5, 300)):
+        x = torch.randn(rows, n)
+        assert_same_tensor(compiled(x), torch.cumsum(x, 1), f"{rows}x{n}", **long_float32_tolerance(n))
+    if COUNTS_KERNELS:
+        (record,) = metrics.compiled_graphs
+        assert not record.fallback_ops and "XBLOCK=4" in generated_sources()
