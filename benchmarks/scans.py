@@ -4,7 +4,7 @@ time per call. Not a test; needs a CUDA GPU (--cpu-check: tiny sizes in Triton's
     PYTHONPATH=. python -m benchmarks scans [--rows 4096] [--lengths 16,64,128,256,512,1024,8192,65536]
         [--dtype float32] [--ops cumsum,fused]
 
-lowering/scan_lowerings.py lowers a scan of at most MAX_SQUARE_LENGTH (256) elements as a reduction over a
+lowering/scan_lowerings.py lowers a scan of at most MAX_SQUARE_LENGTH (16 since session 37; 256 before) elements as a reduction over a
 masked square (n² work, but an ordinary reduction), and longer or symbolic ones as a scan kernel
 (tl.cumsum along a row held whole, or block by block with a carry). The crossover was set without a GPU;
 this gives the numbers to set it by. Columns, GPU ms per call (queued behind a sleep):
