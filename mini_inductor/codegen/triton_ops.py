@@ -270,15 +270,10 @@ class TritonOps:
         num, den = sympy.fraction(sympy.together(expr))
         if den != 1:
             return self.truediv(self._size_float(num), self._size_float(den))
-        if isinstance(expr, (sympy.Add, sympy.Mul)):
-            combine = self.add if isinstance(expr, sympy.Add) else self.mul
-            terms = [self._size_float(a) for a in sorted(expr.args, key=sympy.default_sort_key)]
-            out = terms[0]
-            for t in terms[1:]:
-                out = combine(out, t)
-            return out
-        if isinstance(expr, (sympy.Max, sympy.Min)):   # a variance's max(0, n - correction)
-            combine = self.maximum if isinstance(expr, sympy.Max) else self.minimum
+        # (Max: a variance's max(0, n - correction))
+        folds = {sympy.Add: self.add, sympy.Mul: self.mul, sympy.Max: self.maximum, sympy.Min: self.minimum}
+        combine = folds.get(type(expr))
+        if combine is not None:
             terms = [self._size_float(a) for a in sorted(expr.args, key=sympy.default_sort_key)]
             out = terms[0]
             for t in terms[1:]:
