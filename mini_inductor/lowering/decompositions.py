@@ -77,8 +77,24 @@ def native_group_norm_backward(grad_out, input, mean, rstd, gamma, N, C, HxW, gr
     return d_input, d_gamma, d_beta
 
 
+def _number_operand_rounded(op, number_first: bool):
+    """xlogy (or xlog1py) of a tensor and a number, the number first rounded to the result dtype: eager
+    casts the wrapped number to it (float16's 1e6 is inf, 3.3 is 3.30078), unchecked; torch's
+    decomposition computed with the number in float32 (xlogy(x16, 1e6) was 13.8 * x, eager's inf)."""
+    def decomp(a, b):
+        tensor, number = (b, a) if number_first else (a, b)
+        dtype = torch.result_type(tensor, number)
+        wrapped = torch.scalar_tensor(number, dtype=torch.float64, device=tensor.device).to(dtype)   # (unchecked, as eager)
+        return op(wrapped, tensor) if number_first else op(tensor, wrapped)
+    return decomp
+
+
 # entries that replace torch's decomposition of the op
-_OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backward}
+_OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backward,
+                aten.xlogy.Scalar_Other: _number_operand_rounded(aten.xlogy.Tensor, False),
+                aten.xlogy.Scalar_Self: _number_operand_rounded(aten.xlogy.Tensor, True),
+                aten.special_xlog1py.other_scalar: _number_operand_rounded(aten.special_xlog1py.default, False),
+                aten.special_xlog1py.self_scalar: _number_operand_rounded(aten.special_xlog1py.default, True)}
 
 
 @functools.lru_cache(None)

@@ -195,8 +195,11 @@ def kept_whole_for_a_number(*args, **kwargs):
 
 
 def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype | None = None,
-                   compute_dtype: torch.dtype | None = None) -> Callable:
-    """A lowering that applies `fn` (a function of `ops` values) element by element."""
+                   compute_dtype: torch.dtype | None = None, numbers_round: bool = False) -> Callable:
+    """A lowering that applies `fn` (a function of `ops` values) element by element. numbers_round: a
+    number operand is rounded to a half type's common dtype first, as eager's kernels that take their
+    number through TensorIterator's cast do (fmod, remainder, pow), unlike add, mul and div, which read
+    it in float32."""
 
     def lowering(*args):
         # a relation the ShapeEnv decided (k % 2 == 0 where guards fix k's parity) is a Python bool
@@ -213,6 +216,8 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
         # (a bool result) the common dtype is the operands' (bf16 == 1.001 compares 1.0)
         common = promote(args, KIND.DEFAULT)[1] if rdt == torch.bool and kind != KIND.DEFAULT else rdt
         rounds = common in (torch.float16, torch.bfloat16) and cdt != common
+        if rounds and numbers_round:
+            args = tuple(rounded_number(a, common) for a in args)
 
         def inner_fn(idx):
             values = []
@@ -228,6 +233,14 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
             return out if rdt == _result_dtype_of(fn, cdt) else ops.to_dtype(out, rdt)
         return Pointwise.create(device_of(args), rdt, inner_fn, out_size)
     return lowering
+
+
+def rounded_number(value, dtype: torch.dtype):
+    """A Python number as eager's unchecked cast to the floating `dtype` leaves it (float16: 1e6 is inf,
+    3.3 is 3.30078, 1e-8 is 0); anything else as it is."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(value, dtype=torch.float64).to(dtype).item()
+    return value
 
 
 def _result_dtype_of(fn, cdt):
@@ -327,7 +340,7 @@ def _refuse_integer_division_by_0(a, b) -> None:
 
 
 def _integer_division(name):
-    low = make_pointwise(_op(name))
+    low = make_pointwise(_op(name), numbers_round=True)
 
     def lowering(a, b):
         _refuse_integer_division_by_0(a, b)
@@ -429,7 +442,7 @@ def pow_(a, b):
             power = {3: lambda x: ops.mul(ops.mul(x, x), x), -1: lambda x: ops.truediv(ops.constant(1, cdt), x),
                      -2: lambda x: ops.truediv(ops.constant(1, cdt), ops.mul(x, x))}[b]
             return make_pointwise(lambda x, _: power(x), KIND.BOOL_TO_LONG)(a, b)
-        return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG)(a, b)
+        return make_pointwise(_op("pow"), KIND.BOOL_TO_LONG, numbers_round=True)(a, b)   # (x16 ** 3.3 is ** 3.30078)
     if not scalar_exponent or b < 0:
         # eager's integer pow of a tensor exponent loops over its bits; of a negative scalar, it raises
         raise NotImplementedError("integer pow with a tensor or negative exponent")

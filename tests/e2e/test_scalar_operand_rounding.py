@@ -1,0 +1,38 @@
+"""A number beside a float16 or bfloat16 tensor is rounded to that dtype first where eager's kernel
+takes it through TensorIterator's cast (fmod, remainder, pow, xlogy), and kept in float32 where the
+kernel reads it as its compute type (add, mul, div): float16's 1e6 is inf, 3.3 is 3.30078, 1e-8 is 0.
+Compiled, fmod(x16, 3.3) and 1e6 ** x16 computed with the float32 number and gave other values."""
+import pytest
+import torch
+
+from common import check
+from mini_inductor.conversions import converts
+
+NUMBERS = [1e6, 70000, 3.3, 0.1, 1e-8]
+OPS = {
+    "fmod": lambda x, s: torch.fmod(x, s),
+    "remainder": lambda x, s: torch.remainder(x, s),
+    "remainder of a number": lambda x, s: torch.remainder(s, x.abs() + 0.25),
+    "pow": lambda x, s: (x.abs() + 0.25) ** s,
+    "pow of a number": lambda x, s: s ** x,
+    "xlogy": lambda x, s: torch.xlogy(x, s),
+    "xlogy of a number": lambda x, s: torch.xlogy(s, x.abs() + 0.25),
+    "xlog1py": lambda x, s: torch.special.xlog1py(x, s),
+    "xlog1py of a number": lambda x, s: torch.special.xlog1py(s, x.abs() + 0.25),
+    "mul": lambda x, s: x * s,
+    "div": lambda x, s: x / s,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("number", NUMBERS)
+@pytest.mark.parametrize("op", OPS)
+def test_number_operand_is_rounded_as_eager_rounds_it(op, number, dtype):
+    if op == "pow" and not converts(number, dtype):
+        pytest.skip("eager's checked conversion of the exponent raises: test_scalar_conversion_overflow.py")
+    x = torch.tensor([-3.0, -1.0, 0.0, 0.5, 2.0, 7.0, 100.0, 1000.0], dtype=dtype)
+    check(lambda x: OPS[op](x, number), x)
+
+
+def test_xlogy_with_a_number_in_float32_and_an_integer_tensor_is_unchanged():
+    check(lambda x: torch.xlogy(x, 3.3) + torch.xlogy(x.float(), 1e-8), torch.arange(-2, 6))
