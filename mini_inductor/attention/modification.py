@@ -30,7 +30,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ..conversions import converts
+from ..conversions import always_converts, converts
 
 
 # node.meta key: a placeholder whose compile-time data is ones(...).tril() over its last two dims, with
@@ -480,6 +480,7 @@ class Translator:
                                    lambda e, v: _where(_condition(e[0], v[0]), e[1], e[2]))
         if op == "masked_fill":
             _check_converts(node, op, "value", [arg(node, 2, "value")])
+            _check_value_tensor_converts(node, arg(node, 2, "value"))
             return self._pointwise(node, op, [args[0], arg(node, 1, "mask"), arg(node, 2, "value")],
                                    lambda e, v: _where(_condition(e[1], v[1]), e[2], e[0]))
         if op in SAME:
@@ -697,6 +698,27 @@ def _check_converts(node, op: str, what: str, numbers) -> None:
         if isinstance(n, (bool, int, float)) and not converts(n, dtype):
             raise Untranslatable(f"the {op} {what} {n!r} cannot be converted to {dtype} without overflow, "
                                  "which eager checks")
+
+
+def _check_value_tensor_converts(node, value) -> None:
+    """masked_fill's 0-d value tensor, whose `.item()` eager converts to the node's dtype with the same
+    check: a literal (`torch.tensor(-1e9)`, `torch.full((), x)`) by its number, another by its dtype
+    (conversions.always_converts; a float32 value tensor may hold -1e9 at run time)."""
+    held = value_of(value)
+    if not isinstance(held, torch.Tensor):
+        return
+    op = op_of(value)
+    number = (value.args[0] if op == "tensor" and value.args else
+              arg(value, 1, "fill_value") if op == "full" else None)
+    dtype = value_of(node).dtype
+    if isinstance(number, (bool, int, float)):
+        number = torch.tensor(number).to(held.dtype).item()   # (what the tensor holds)
+        if not converts(number, dtype):
+            raise Untranslatable(f"the masked_fill value tensor of {number!r} cannot be converted to {dtype} "
+                                 "without overflow, which eager checks")
+    elif not always_converts(held.dtype, dtype):
+        raise Untranslatable(f"a masked_fill value tensor of {held.dtype} may not convert to {dtype} without "
+                             "overflow, which eager checks")
 
 
 _I, _J = ("idx", "i"), ("idx", "j")

@@ -239,6 +239,20 @@ def test_attention_whose_mask_fill_overflows_raises_as_eager(device, spelling):
             record.describe()
 
 
+@pytest.mark.parametrize("value, matched", [(-1e9, False), (float("-inf"), True), (-65504.0, True)])
+def test_attention_masked_with_a_value_tensor_is_matched_only_where_its_number_converts(device, value, matched):
+    # masked_fill converts a 0-d value tensor's item() with the same check: torch.tensor(-1e9) into float16
+    # scores raises in eager, and was matched to SDPA, which ran
+    def attention(q, k, v):
+        s = q @ k.transpose(-1, -2) * 0.5
+        causal = torch.ones(8, 8, dtype=torch.bool, device=q.device).triu(1)
+        return s.masked_fill(causal, torch.tensor(value, device=q.device)).softmax(-1) @ v
+    q, k, v = (torch.randn(2, 2, 8, 16, dtype=f16, device=device) for _ in range(3))
+    behaves_as_eager(attention, q, k, v)
+    (record,) = metrics.attention
+    assert bool(record.target) == matched, record.describe()
+
+
 # ── the rule itself, against eager ───────────────────────────────────────────────────────────────
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, f16, bf16, f32,
           torch.float64, torch.complex64]
