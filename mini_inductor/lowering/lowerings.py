@@ -227,6 +227,8 @@ def make_pointwise(fn: Callable, kind=KIND.DEFAULT, *, result_dtype: torch.dtype
                     if rounds and a.get_dtype() != common:
                         v = ops.to_dtype(v, common)
                     values.append(v if a.get_dtype() == cdt and not rounds else ops.to_dtype(v, cdt))
+                elif rounds and numbers_round and isinstance(a, sympy.Basic):   # (a size's value: rounded in the kernel)
+                    values.append(ops.to_dtype(ops.to_dtype(constant(a, cdt), common), cdt))
                 else:
                     values.append(constant(a, cdt))
             out = fn(*values)
@@ -425,9 +427,11 @@ def empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 @register_lowering(aten.pow)
 def pow_(a, b):
+    if isinstance(a, IRNode) and isinstance(b, (int, float, sympy.Basic)) and not isinstance(b, bool):
+        # (x16 ** 1e6 raises; so does x16 ** k of an int input k = 70000)
+        check_converts(b, promote([a, b], KIND.BOOL_TO_LONG)[1], "exponent", ("pow",))
     scalar_exponent = isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, IRNode)
     if scalar_exponent:
-        check_converts(b, promote([a, b], KIND.BOOL_TO_LONG)[1], "exponent", ("pow",))   # (x16 ** 1e6 raises)
         if b == 2:
             return make_pointwise(lambda x, _: ops.mul(x, x), KIND.BOOL_TO_LONG)(a, b)
         if b == 0.5:

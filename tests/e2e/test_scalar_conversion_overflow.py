@@ -220,6 +220,23 @@ def test_a_size_fill_that_always_fits_is_generated(device):
     assert_no_fallbacks()
 
 
+def test_a_float16_power_by_an_int_argument_is_checked_at_every_value(device):
+    # eager converts pow's exponent to float16 with the check: x16 ** k raises at k = 70000; a symbolic
+    # exponent was not checked (only a Python number was), and the kernel gave inf and 0
+    def power(x, k):
+        return x.abs() ** k
+    compiled = torch.compile(power, backend="mini_inductor", dynamic=True, fullgraph=True)
+    x = torch.tensor([0.5, 1.0, 1.5], dtype=f16, device=device)
+    for k in (2, 3, 70000):
+        if k == 70000:
+            with pytest.raises(RuntimeError, match="without overflow"):
+                power(x, k)
+            with pytest.raises(RuntimeError, match="without overflow"):
+                compiled(x, k)
+        else:
+            torch.testing.assert_close(compiled(x, k), power(x, k))
+
+
 # ── attention written out with a fill that overflows the scores' dtype ──────────────────────────
 @pytest.mark.parametrize("spelling", ["masked_fill", "where of full"])
 def test_attention_whose_mask_fill_overflows_raises_as_eager(device, spelling):

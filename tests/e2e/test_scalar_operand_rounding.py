@@ -36,3 +36,13 @@ def test_number_operand_is_rounded_as_eager_rounds_it(op, number, dtype):
 
 def test_xlogy_with_a_number_in_float32_and_an_integer_tensor_is_unchanged():
     check(lambda x: torch.xlogy(x, 3.3) + torch.xlogy(x.float(), 1e-8), torch.arange(-2, 6))
+
+
+def test_a_number_made_of_an_int_argument_is_rounded_in_the_kernel():
+    # fmod(x16, k / 3) under dynamic=True: the number is a symbolic float, rounded to float16 by the kernel
+    def fmod(x, k):
+        return torch.fmod(x, k / 3)
+    compiled = torch.compile(fmod, backend="mini_inductor", dynamic=True)
+    x = torch.tensor([-3.0, -1.0, 0.5, 2.0, 7.0, 100.0, 1000.0], dtype=torch.float16)
+    for k in (10, 7, 11):
+        torch.testing.assert_close(compiled(x, k), fmod(x, k), atol=0, rtol=0)
