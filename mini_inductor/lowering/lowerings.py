@@ -283,7 +283,11 @@ for _name in ["atan2", "copysign", "hypot", "nextafter"]:
 for _name in ["relu", "maximum", "minimum", "fmax", "fmin", "remainder", "fmod", "mul", "bitwise_and", "bitwise_or", "bitwise_xor",
               "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"]:
     register_pointwise(getattr(aten, _name), _op(_name))
-for _name in ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]:
+# a comparison's number is rounded to a half-type tensor's dtype first, on the CPU and on CUDA alike
+# (CUDA's compare_scalar_kernel takes it as the tensor's scalar_t): bf16 == 1.001 is 1.0 == 1.0
+for _name in ["eq", "ne", "lt", "le", "gt", "ge"]:
+    register_pointwise(getattr(aten, _name), _bool_result(_op(_name)), KIND.ALWAYS_BOOL, numbers_round=True)
+for _name in ["logical_and", "logical_or", "logical_xor"]:
     register_pointwise(getattr(aten, _name), _bool_result(_op(_name)), KIND.ALWAYS_BOOL)
 register_pointwise(aten.logical_not, _bool_result(_op("logical_not")), KIND.ALWAYS_BOOL)
 register_pointwise(aten.isnan, _bool_result(_op("isnan")), KIND.ALWAYS_BOOL)

@@ -46,3 +46,20 @@ def test_a_number_made_of_an_int_argument_is_rounded_in_the_kernel():
     x = torch.tensor([-3.0, -1.0, 0.5, 2.0, 7.0, 100.0, 1000.0], dtype=torch.float16)
     for k in (10, 7, 11):
         torch.testing.assert_close(compiled(x, k), fmod(x, k), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_comparison_with_a_number_compares_with_the_rounded_number(dtype):
+    # eager's CPU kernels and CUDA's compare_scalar_kernel take the number as the tensor's type:
+    # bf16 == 1.001 compares 1.0 with 1.0 (review, session 37: compiled compared with float32 1.001)
+    def f(x):
+        return x == 1.001, x < 1e-8, x > 1000.3, x != 0.1, x <= -1e-8, x >= 65519.0
+    x = torch.tensor([1.0, 0.0, 1e-8, 1000.0, 1001.0, 0.1, 65504, -1e-8]).to(dtype)
+    check(f, x)
+
+
+def test_a_comparison_with_a_number_made_of_an_int_argument_is_rounded_in_the_kernel():
+    compiled = torch.compile(lambda x, k: x == k / 3, backend="mini_inductor", dynamic=True)
+    x = torch.tensor([1.0, 1.3333, 1.6667, 4 / 3, 5 / 3]).to(torch.bfloat16)
+    for k in (3, 4, 5):
+        assert torch.equal(compiled(x, k), x == k / 3), k
