@@ -18,8 +18,8 @@ import torch
 from ..config import interpreting
 from ..fx_source import op_name as _op_name, source_line as _source_line
 from .cudagraphs.cublas_workspace import graphed_workspace_bytes
-from .cudagraphs.gradients import GradientsOutOfPool
-from .cudagraphs.trees import TreeFunction, backward_ran, note_compiled_shape
+from .cudagraphs.gradients import GradientsOutOfPool, current_backward_edges
+from .cudagraphs.trees import TreeFunction, backward_ran, note_compiled_shape, note_gradient_source
 from .cudagraphs.utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launch.launcher import accelerate
 from .module_spec import PartitionSpec, UnsafePartition
@@ -60,6 +60,8 @@ class CompiledGraph:
         self.static_input_idxs = tuple(static_input_idxs)
         self.param_grad_idxs = tuple(param_grad_idxs)   # a backward's outputs that are parameters' gradients
         self._grads_out_of_pool = GradientsOutOfPool(self.param_grad_idxs)
+        self._all_grads_out = self._grads_out_of_pool   # every parameter's, adopted or not
+        self._adopted: frozenset[int] = frozenset()   # gradients autograd adopts in the pool (_use_trees)
         self.tree_functions: list = []
         self.device: int | None = None
         # Also an instance attribute: aot_autograd wraps the backward with functools.wraps, which copies the
@@ -103,15 +105,23 @@ class CompiledGraph:
         static_names |= set(self.constants)
         cuda_constants = [c for c in self.constants.values() if c.is_cuda]
         scope = dict(vars(self.module))
+        adopting = self.kind == "backward" and cfg.cudagraph_adopt_gradients
+        params, adopted = set(self.param_grad_idxs), set()
         for pname, spec in partitions.items():
             inputs = spec.inputs
+            pairs = [(j, m) for j, m in getattr(spec, "returned", ()) if m in params] if adopting else []
+            adopted |= {m for _, m in pairs}
             info = FunctionInfo(fn=getattr(self.module, pname), name=f"{self.name}.{pname}", device=self.device,
                                 mode=self.kind, static_idxs=tuple(j for j, n in enumerate(inputs) if n in static_names),
                                 input_names=list(inputs), output_traces=list(spec.traces),
                                 input_traces=list(spec.input_traces),
-                                constants=cuda_constants, dynamic=bool(getattr(self.module, "SIZE_SYMBOLS", ())))
+                                constants=cuda_constants, dynamic=bool(getattr(self.module, "SIZE_SYMBOLS", ())),
+                                adoptable=frozenset(j for j, _ in pairs))
             scope[pname] = TreeFunction(info, cfg)
             self.tree_functions.append(scope[pname])
+        # the adopted gradients are neither copied out of the pool nor held (held, autograd would copy them)
+        self._adopted = frozenset(adopted)
+        self._grads_out_of_pool = GradientsOutOfPool(tuple(i for i in self.param_grad_idxs if i not in adopted))
         self._log_partitions(partitions, unsafe)
         self.graphed_workspace_bytes = graphed_workspace_bytes(partitions, self.device)
         call = self.module.call
@@ -152,10 +162,21 @@ class CompiledGraph:
         if self.kind == "backward":
             backward_ran(self.device)   # a backward clears the pending flag, graphed or not
         if self.kind == "backward" and self.device is not None:
-            out, moved = self._grads_out_of_pool(out)   # for AccumulateGrad to adopt (gradients.py)
+            adopted, mover = self._adopted, self._grads_out_of_pool
+            if adopted:
+                # autograd adopts these in the pool; the tree moves each `.grad` out should it outlive
+                # the path, finding the parameters through this call's autograd node (gradients.py).
+                # Without one (outside autograd's engine) they are copied out with the rest.
+                edges = current_backward_edges()
+                if edges is not None:
+                    note_gradient_source(self.device, edges)
+                else:
+                    adopted, mover = frozenset(), self._all_grads_out
+            out, moved = mover(out)
             # The other gradients may be views of pool memory; held twice here until the next backward,
             # autograd copies them into `.grad` rather than adopting memory a later replay overwrites.
-            self._held_grads = [(t, t) for i, t in enumerate(out) if isinstance(t, torch.Tensor) and i not in moved]
+            self._held_grads = [(t, t) for i, t in enumerate(out) if isinstance(t, torch.Tensor)
+                                and i not in moved and i not in adopted]
         return out
 
 

@@ -65,6 +65,9 @@ class PartitionSpec:
         static input's address changes).
     cublas / cublaslt: the ATen ops it calls that use cuBLAS, and those of them that run through
         cuBLASLt (a recording allocates both workspaces: runtime/cudagraphs/cublas_workspace.py).
+    returned: (its output position, the module's output position) for each output that `call`
+        returns as it is, the same tensor object, once (a backward's parameter gradients among them
+        become `.grad` in pool memory: runtime/cudagraphs/nodes.py: adopted gradients).
     """
 
     inputs: tuple[str, ...]
@@ -72,6 +75,7 @@ class PartitionSpec:
     input_traces: tuple[str | None, ...] = ()
     cublas: tuple[str, ...] = ()
     cublaslt: tuple[str, ...] = ()
+    returned: tuple[tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

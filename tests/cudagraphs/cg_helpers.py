@@ -6,7 +6,7 @@ from mini_inductor.runtime.cudagraphs import trees
 from mini_inductor.runtime.cudagraphs.utils import FunctionInfo
 
 
-def tree_fn(fn, name="f", *, static=(), mutated=(), mode="inference", traces=None, **options):
+def tree_fn(fn, name="f", *, static=(), mutated=(), mode="inference", traces=None, adoptable=(), **options):
     """`fn(*tensors) -> tuple` as a function of the device-0 tree (boxed, like a compiled partition)."""
 
     def boxed(args):
@@ -18,7 +18,7 @@ def tree_fn(fn, name="f", *, static=(), mutated=(), mode="inference", traces=Non
 
     info = FunctionInfo(fn=boxed, name=name, device=0, mode=mode, static_idxs=tuple(static),
                         mutated_idxs=tuple(mutated), input_names=[f"{name}_in{i}" for i in range(8)],
-                        output_traces=traces)
+                        output_traces=traces, adoptable=frozenset(adoptable))
     return trees.TreeFunction(info, config.current().replace(**options))
 
 

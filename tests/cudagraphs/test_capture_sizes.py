@@ -229,7 +229,10 @@ def test_training_with_capture_sizes_records_listed_batch_and_matches_eager():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 4)).cuda()
     ref = copy.deepcopy(model)
-    f = torch.compile(model, backend="mini_inductor", options={"cudagraph_capture_sizes": [8]})
+    # (address-stable inputs off: a tangent that happens to come back at one address would add a
+    # recording when it later moves, an allocator coincidence this count is not about)
+    f = torch.compile(model, backend="mini_inductor",
+                      options={"cudagraph_capture_sizes": [8], "cudagraph_stable_inputs": False})
     for n in (8, 8, 8, 6, 8, 6):
         x = _dynamic(torch.randn(n, 16, device="cuda"), 0)
         train_step_matches_eager(f, model, ref, x)

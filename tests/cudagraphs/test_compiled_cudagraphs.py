@@ -140,42 +140,125 @@ def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_o
     assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
 
-def test_replayed_parameter_gradients_are_adopted_as_grad_without_a_copy_each():
-    # one batched copy moves a replay's parameter gradients out of the pool; AccumulateGrad then
-    # adopts them, instead of allocating and copying each one (the host time of the training loop)
-    from torch.profiler import ProfilerActivity, profile
+def _train_steps(model, ref, xs, **options):
+    """SGD steps of `model` compiled and of `ref` eagerly over `xs`, grads set to None each step."""
+    cm = compiled(model, **options)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    for x in xs:
+        for m, o in ((cm, opt), (ref, ref_opt)):
+            o.zero_grad(set_to_none=True)
+            m(x).square().mean().backward()
+            o.step()
+    return cm
+
+
+def test_replayed_parameter_gradients_become_grad_in_the_pool_and_nothing_is_copied():
+    # AccumulateGrad adopts a replay's parameter gradients where the graph wrote them (as Inductor
+    # lets it): no copy per parameter, no batched copy out of the pool, in the usual loop
     torch.manual_seed(0)
     model = MLP(32, 3).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
-
-    def step(m, opt, x):
-        opt.zero_grad(set_to_none=True)
-        m(x).square().mean().backward()
-        opt.step()
     xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
-    for x in xs[:4]:
-        step(cm, opt, x)
-        step(ref, ref_opt, x)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step(cm, opt, xs[4])
-        torch.cuda.synchronize()
-    step(ref, ref_opt, xs[4])
-    copies = sum(e.count for e in prof.key_averages() if e.key == "cudaMemcpyAsync")
+    cm = _train_steps(model, ref, xs[:5])
     params = list(model.parameters())
-    assert copies < len(params) // 2, copies        # was one per parameter
-    opt.zero_grad(set_to_none=True)
-    ref_opt.zero_grad(set_to_none=True)
+    for p in params + list(ref.parameters()):
+        p.grad = None
     cm(xs[5]).square().mean().backward()
     ref(xs[5]).square().mean().backward()
-    storages = {p.grad.untyped_storage().data_ptr() for p in params}
-    assert len(storages) == 1                       # all in the batched buffer: adopted, not copied
-    assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
+    assert [n for n, p in model.named_parameters() if not in_pool(p.grad)] == []   # adopted, not copied
+    assert len({p.grad.untyped_storage().data_ptr() for p in params}) == len(params)
     for p, q in zip(params, ref.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    s = stats()
+    assert s["replays"] >= 6 and s["gradients_moved_out"] == 0   # every step dropped its gradients
+
+
+def test_without_adoption_parameter_gradients_are_moved_out_in_one_batched_copy():
+    torch.manual_seed(0)
+    model = MLP(32, 3).cuda()
+    ref = copy.deepcopy(model)
+    xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
+    cm = _train_steps(model, ref, xs[:5], cudagraph_adopt_gradients=False)
+    params = list(model.parameters())
+    for p in params + list(ref.parameters()):
+        p.grad = None
+    cm(xs[5]).square().mean().backward()
+    ref(xs[5]).square().mean().backward()
+    assert len({p.grad.untyped_storage().data_ptr() for p in params}) == 1   # the batched buffer's views
+    assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
+    for p, q in zip(params, ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
     assert stats()["replays"] >= 6
+
+
+def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_their_values(caplog):
+    # last step's `.grad` (and a view of one) kept by the user after setting the parameters' to None:
+    # no parameter leads to them, so a scan of Python's objects finds them, said in a warning
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    held = None
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for step in range(5):
+            for p in list(model.parameters()) + list(ref.parameters()):
+                p.grad = None
+            x = torch.randn(8, 32, device="cuda")
+            cm(x).sum().backward()
+            ref(x).sum().backward()
+            if held is not None:
+                grads, view, expected = held
+                for g, e in zip(grads, expected):
+                    assert not in_pool(g)
+                    torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+                assert not in_pool(view)
+                torch.testing.assert_close(view, expected[0][1:], atol=1e-4, rtol=1e-4)
+            held = ([p.grad for p in model.parameters()], model.layers[0].weight.grad[1:],
+                    [q.grad.clone() for q in ref.parameters()])
+    assert stats()["replays"] >= 4 and stats()["gradients_moved_out"] >= 3 * len(held[0])
+    assert "scan of Python's objects" in caplog.text
+
+
+def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into():
+    # session 31's review: a gradient autograd may adopt as `.grad` must not be the tensor a hook kept
+    # (eager copies it then), or the next micro-batch adds into the user's logged tensor
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    logs = {id(m): [] for m in (model, ref)}
+    for m in (model, ref):
+        m.layers[0].bias.register_hook(lambda g, key=id(m): logs[key].append(g))
+    for _ in range(4):
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        for _ in range(2):
+            x = torch.randn(8, 32, device="cuda")
+            cm(x).sum().backward()
+            ref(x).sum().backward()
+        torch.testing.assert_close(model.layers[0].bias.grad, ref.layers[0].bias.grad, atol=1e-4, rtol=1e-4)
+    assert len(logs[id(model)]) == 8
+    for got, want in zip(logs[id(model)], logs[id(ref)]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert stats()["replays"] >= 8
+
+
+def test_gradients_from_autograd_grad_kept_across_steps_keep_their_values():
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model)
+    kept = []
+    for _ in range(4):
+        x = torch.randn(8, 32, device="cuda")
+        got = torch.autograd.grad(cm(x).sum(), list(model.parameters()))
+        want = torch.autograd.grad(ref(x).sum(), list(ref.parameters()))
+        kept.append((got, want))
+    for got, want in kept:   # every step's, read after the last one's replay
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    assert stats()["replays"] >= 2
 
 
 class CatWeights(nn.Module):

@@ -406,6 +406,48 @@ def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
     assert not in_pool(w1.grad) and not in_pool(w2.grad)
 
 
+def test_adopted_backward_outputs_become_grad_in_the_pool_and_move_out_when_still_held():
+    # an adoptable gradient is taken by AccumulateGrad as it is (pool memory); one still held when the
+    # next iteration starts (the second micro-batch) gets fresh memory first, with its values; so does a
+    # view of it kept across
+    from mini_inductor.runtime.cudagraphs.gradients import current_backward_edges
+    from mini_inductor.runtime.cudagraphs.trees import note_gradient_source
+    fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
+    bwd = tree_fn(lambda g: (g * 2, g * 3), "bwd", mode="backward", adoptable=(0, 1))
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w1, w2):
+            return fwd([w1 + w2])[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            out = tuple(bwd([g.contiguous()]))
+            note_gradient_source(0, current_backward_edges())   # as a compiled backward does
+            return out
+
+    import torch._dynamo.mutation_guard as mg
+    w1, w2 = (torch.zeros(16, device="cuda", requires_grad=True) for _ in range(2))
+    for _ in range(4):
+        w1.grad = w2.grad = None
+        mg.GenerationTracker.generation += 1
+        Op.apply(w1, w2).sum().backward()
+        assert in_pool(w1.grad) and in_pool(w2.grad)   # adopted: no copy
+        view = w2.grad[3:]
+        moved = stats()["gradients_moved_out"]
+        mg.GenerationTracker.generation += 1
+        (Op.apply(w1, w2) * 3.0).sum().backward()      # moves both out, then adds in place
+        assert stats()["gradients_moved_out"] == moved + 3
+        assert not in_pool(w1.grad) and not in_pool(w2.grad)
+        torch.testing.assert_close(w1.grad, torch.full_like(w1, 2 * 4.0))
+        torch.testing.assert_close(w2.grad, torch.full_like(w2, 3 * 4.0))
+        assert not in_pool(view)   # moved too (found by a scan of Python's objects), with its values
+        torch.testing.assert_close(view, torch.full((13,), 3.0, device="cuda"))
+    assert stats()["replays"] >= 6
+    (node,) = [n for n in manager().all_graph_nodes() if n.info.name == "bwd"]
+    assert node.adopted == {0, 1} and not node.pinned
+
+
 def test_rebuilt_backward_outputs_are_live_while_the_caller_holds_either():
     # the pins of a backward's rebuilt outputs are discounted, a caller's hold on the tensors is not
     fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")

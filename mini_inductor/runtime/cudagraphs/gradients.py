@@ -1,7 +1,20 @@
-"""A backward's parameter gradients, moved out of the CUDA-graph pool for autograd to adopt.
+"""A backward's parameter gradients and the CUDA-graph pool: adopted in it, or moved out of it.
 
-Pool memory cannot become `.grad`: the next replay overwrites it. Left in the pool (and held, see
-nodes.py `pin_gradient`), each gradient is copied by AccumulateGrad into a tensor of its own: an
+By default (option cudagraph_adopt_gradients) autograd adopts a backward's parameter gradients as
+`.grad` where the graph wrote them, in pool memory, as PyTorch's Inductor lets it. Unlike Inductor's,
+a `.grad` still held when the tree is about to write that memory again (gradient accumulation, or a
+gradient the user kept) is then moved out (`move_out_of_pool`): the tensor gets fresh memory with
+its values. The parameters are found through the autograd nodes of the backward calls (each call
+notes the edges of its autograd node: trees.py `note_gradient_source`); the output object itself, when the caller holds it
+(`torch.autograd.grad`), moves too. Should the memory still be held after that (a `.grad` kept after
+the parameter's was set to None, a view of one), a scan of Python's objects finds the holders
+(`other_holders`, slow, with a warning); one held only outside Python reads an "overwritten" error,
+as any CUDA-graph output kept too long does. The usual loop,
+which drops its gradients before the next step (`zero_grad(set_to_none=True)`), copies nothing.
+
+Where adoption is off or unavailable, or for gradients the wrapper returns as views, the batched
+copy below moves them out after every backward. Left in the pool, held (see nodes.py
+`pin_gradient`), each would be copied by AccumulateGrad into a tensor of its own: an
 allocation and a copy launch per parameter, about 20 µs of host time each on the H100, most of a
 small model's backward. Here one allocation per dtype and one batched copy (`torch._foreach_copy_`)
 give every parameter's gradient fresh memory, as views of one buffer that nothing else holds, which
@@ -16,7 +29,11 @@ outputs keep it: parameters do not change shape. The buffer is cut into its view
 """
 from __future__ import annotations
 
+import gc
+
 import torch
+
+from .utils import counters, perf_log
 
 ALIGN = 128   # bytes
 
@@ -49,6 +66,67 @@ class _Group:
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         pieces = torch._C._nn.unflatten_dense_tensors(flat, self.likes)
         return [pieces[p] for p in self.picks]
+
+
+def current_backward_edges():
+    """The edges (autograd nodes of its inputs) of the autograd node whose backward is running on this
+    thread, a compiled backward's caller; None outside autograd's engine (compiled autograd, say).
+    Read now: the node itself is gone once the backward is done."""
+    fn = getattr(torch._C, "_current_autograd_node", None)
+    node = fn() if fn is not None else None
+    try:
+        return node.next_functions if node is not None else None
+    except RuntimeError:   # a node that keeps no edges for Python
+        return None
+
+
+def parameters_grads(sources: list) -> dict[int, list[torch.Tensor]]:
+    """The `.grad` of each parameter the backward calls fed (`sources`: their edges), by the data
+    pointer of its storage: the gradients autograd adopted."""
+    found: dict[int, list[torch.Tensor]] = {}
+    for edges in sources:
+        for fn, _ in edges:
+            p = getattr(fn, "variable", None)   # an AccumulateGrad node's parameter
+            g = p.grad if isinstance(p, torch.Tensor) else None
+            if g is not None and g.is_cuda:
+                found.setdefault(g.untyped_storage().data_ptr(), []).append(g)
+    return found
+
+
+def other_holders(storage_cdata: int, exclude=None) -> list[torch.Tensor]:
+    """Every tensor object Python holds over the storage (a `.grad` the caller kept after setting the
+    parameter's to None, a view of one), but `exclude` (the tree's own): found by a scan of the garbage collector's objects, tens
+    of milliseconds, so only once the cheap ways have not freed the memory. Said once (until trees.reset)."""
+    found = [o for o in gc.get_objects() if o is not exclude and _over(o, storage_cdata)]
+    if found and not warned_scan:
+        warned_scan.append(True)
+        perf_log.warning("a gradient autograd adopted in the CUDA-graph pool was still held when the pool was "
+                         "about to be written again: it was moved out after a scan of Python's objects, which "
+                         "costs time every step it happens. Drop such references (or clone them) before the "
+                         "next step, or set option cudagraph_adopt_gradients=False to copy every gradient "
+                         "out of the pool after each backward instead")
+    return found
+
+
+warned_scan: list[bool] = []
+
+
+def _over(o, storage_cdata: int) -> bool:
+    """`o` is a CUDA tensor over the storage."""
+    try:
+        return isinstance(o, torch.Tensor) and o.is_cuda and o.layout == torch.strided \
+            and o.untyped_storage()._cdata == storage_cdata
+    except Exception:   # a dead weak proxy; a tensor without a storage of its own (a fake, a wrapper)
+        return False
+
+
+def move_out_of_pool(holders: list[torch.Tensor]) -> None:
+    """Give each tensor object fresh memory with its values (in place: `.grad`, and every reference
+    to the same object, follows)."""
+    with torch.no_grad():
+        for t in holders:
+            t.set_(t.clone())
+            counters["gradients_moved_out"] += 1
 
 
 class GradientsOutOfPool:

@@ -8,6 +8,17 @@
 
 Both keep `outputs_refs` (one StorageRef or None per output); `path_refs` holds the ancestors' lists
 (the very same list objects) so liveness along the path is read without walking parents.
+
+Adopted gradients (FunctionInfo.adoptable, gradients.py): a backward node adopts those of its
+outputs that are parameters' gradients the module returns as they are, each in a storage of its own
+(in a replay: each cached, `_cache_output`). They are not pinned (`pin_gradient`), and a replay
+returns each as a new tensor object (a `detach` of the cached one) that nothing else holds: autograd's
+AccumulateGrad takes it as `.grad` as it would eager's gradient, and copies it instead where a hook
+kept it, as in eager. Before anything writes the pool again (the path's end, a checkpoint, the
+tree's teardown: trees.py `_save_adopted`) each one still held moves out of the pool
+(`save_adopted`): every tensor object over it that can be found (the output itself, parameters'
+`.grad`, then others by a scan: gradients.py) gets fresh memory with its values, and a replay's
+cached tensor is made again over the pool memory.
 """
 from __future__ import annotations
 
@@ -19,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .gradients import move_out_of_pool, other_holders
 from .utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, StorageRef, aligned, allocating_in_pool,
                     capture_hygiene, capturing, check_pool, counters, empty_like_strided, expanded_dims,
                     first_of_expanded, is_live, liveness, preserved_rng, storage_at, storage_ptr,
@@ -26,6 +38,8 @@ from .utils import (DEALLOC_MISMATCH, FunctionInfo, overwritten_message, Storage
 
 if TYPE_CHECKING:
     from .trees import TreeManager
+
+_set_ptr_msg = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
 
 
 class Check(enum.Enum):
@@ -55,6 +69,7 @@ class WarmupNode:
         self.path_refs = (parent.path_refs if parent is not None else []) + [self.outputs_refs]
         self.path_nodes = (parent.path_nodes if parent is not None else []) + [self]
         self.has_run = False
+        self.adopted: frozenset[int] = frozenset()   # outputs autograd adopts (the module's docstring)
 
     def run(self, inputs: list) -> list:
         assert not self.has_run, "Wrapped function should never be run twice"
@@ -79,7 +94,11 @@ class WarmupNode:
                 storage_ptr(o) not in outside_ptrs
             self.outputs_refs.append(StorageRef(o.untyped_storage()) if tracked else None)
             self.tensor_refs.append(weakref.ref(o) if tracked else None)
-            if tracked:
+        ptrs = [r.ptr if r is not None else None for r in self.outputs_refs]
+        self.adopted = frozenset(i for i in self.info.adoptable if i < len(outs) and ptrs[i] is not None
+                                 and ptrs.count(ptrs[i]) == 1)   # (not one storage with another output)
+        for i, o in enumerate(outs):
+            if ptrs[i] is not None and i not in self.adopted:
                 pin_gradient(self, o)
         if self.info.cfg.cudagraph_slow_asserts and not self.already_warm:
             check_pool(mgr.device, mgr.pool, self.path_live_refs())
@@ -88,12 +107,31 @@ class WarmupNode:
     def path_live_refs(self) -> list[StorageRef]:
         return [r for level in self.path_refs for r in level if is_live(r)]
 
+    def save_adopted(self, grads) -> None:
+        """Before the pool is written again: adopted gradients still held move out (the module's
+        docstring). `grads()`: the parameters' `.grad` by storage pointer (gradients.parameters_grads)."""
+        for i in self.adopted:
+            if is_live(self.outputs_refs[i]):
+                _move_recorded(self, i, grads)
+
     def all_outputs_dead(self) -> bool:
         return not self.path_live_refs()
 
     def is_pool_tensor(self, t: torch.Tensor) -> bool:
         ptr = storage_ptr(t)
         return any(r.ptr == ptr for r in self.path_live_refs())
+
+
+def _move_recorded(node, i: int, grads) -> None:
+    """A warmup's or recording's adopted output i, still held: its holders move out of the pool (one
+    held outside Python keeps the block until the path's end frees and poisons it)."""
+    ref, tref = node.outputs_refs[i], node.tensor_refs[i]
+    out = tref() if tref is not None else None   # (None: moved out by an earlier save)
+    move_out_of_pool(([out] if out is not None else []) + grads().get(ref.ptr, []))
+    del out
+    node.tensor_refs[i] = None   # not poisoned with the path: it holds its own memory now
+    if ref.alive():
+        move_out_of_pool(other_holders(ref.ref.cdata))
 
 
 def detached_if_empty(o):
@@ -146,6 +184,8 @@ class GraphNode:
         self.cached_outputs: list[torch.Tensor | None] = []
         self.pinned: list[torch.Tensor] = []
         self.pinned_rebuilt: dict[int, torch.Tensor] = {}   # a backward replay's pinned rebuilt outputs
+        self.adopted: frozenset[int] = frozenset()          # outputs autograd adopts (the module's docstring)
+        self.handed: dict[int, weakref.ref] = {}             # the tensor each adopted output was last returned as
         self.sizes = info.sizes_key(inputs)   # a dynamic function's: the sizes this recording serves
         self._classify_inputs(inputs, stable_idxs)
         if parent is not None:
@@ -282,7 +322,10 @@ class GraphNode:
                 seen[ptr] = i
             self.outputs_refs.append(StorageRef(o.untyped_storage()))
             self.tensor_refs.append(weakref.ref(o))
-            pin_gradient(self, o)
+        self.adopted = frozenset(i for i in self.info.adoptable if i < len(outs) and self.cacheable[i])
+        for i, o in enumerate(outs):
+            if self.outputs_refs[i] is not None and i not in self.adopted:
+                pin_gradient(self, o)
 
     def first_outputs(self) -> list:
         outs, self._outputs = self._outputs, None
@@ -385,12 +428,17 @@ class GraphNode:
                 # (the caller kept the tensor, or a view of its storage) means this replay overwrites it
                 # (the pins read each time: a backward's retire below pins every cached output)
                 ref = refs[i]
-                if (sys.getrefcount(cached[i]) != 2 + (2 if self.pinned else 0) + (cached[i]._use_count() > 1)
+                pins = 2 if self.pinned and i not in self.adopted else 0
+                if (sys.getrefcount(cached[i]) != 2 + pins + (cached[i]._use_count() > 1)
                         or torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline):
                     t = self._retire_cached(i)
                 else:
                     t = cached[i]
-                _fresh_autograd_state(t)
+                if i in self.adopted:   # a new tensor object each replay, that autograd may adopt
+                    t = t.detach()
+                    self.handed[i] = weakref.ref(t)
+                else:
+                    _fresh_autograd_state(t)
                 outs.append(t)
                 continue
             meta = self.metas[i]
@@ -419,7 +467,7 @@ class GraphNode:
         it has now are the baseline. In a backward it is pinned instead (see pin_gradient)."""
         meta = self.metas[i]
         t = tensor_on(meta, storage_at(meta))
-        if self.info.mode != "backward":
+        if self._registered(i):
             # not a backward's: AccumulateGrad allows a registered tensor one more reference, so a
             # registered gradient would become `.grad` in pool memory whatever the pin (see pin_gradient)
             torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
@@ -431,8 +479,15 @@ class GraphNode:
         ref.baseline = torch._C._storage_Use_Count(ref.ref.cdata)   # the tree's own holders
         ref.extra = functools.partial(_only_tree_holds, weakref.ref(self), i)
         if self.info.mode == "backward":   # at once: _only_tree_holds counts the pins of every cached output
-            self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
+            self._pin_cached()
         return t
+
+    def _registered(self, i: int) -> bool:
+        """Output i's cached tensor is in torch's cached-tensor registry (a forward's)."""
+        return self.info.mode != "backward"
+
+    def _pin_cached(self) -> None:
+        self.pinned = [(c, c) for i, c in enumerate(self.cached_outputs) if c is not None and i not in self.adopted]
 
     def _pin_replay_outputs(self, outs: list) -> None:
         """A backward replay's outputs are pinned until the next replay or the path's end (see
@@ -445,7 +500,7 @@ class GraphNode:
         earlier node's liveness is its own, and a copy instead would move an input that the next graph
         reads in place.
         """
-        self.pinned = [(c, c) for c in self.cached_outputs if c is not None]
+        self._pin_cached()
         self.pinned_rebuilt = {i: outs[i] for i, kind in enumerate(self.kinds)
                                if kind[0] in (_FRESH, _SAME_GRAPH) and self.cached_outputs[i] is None}
         self.pinned += [(t, t) for t in self.pinned_rebuilt.values()]
@@ -464,28 +519,60 @@ class GraphNode:
         replay returns a new tensor object over the same memory.
         """
         old = self.cached_outputs[i]
-        if self.info.mode != "backward":
-            torch._C._set_cached_tensors_enabled(True)
-            torch._C._remove_cached_tensor(old)
+        self._uncache(i)
         torch._C._set_storage_access_error_msg(old, overwritten_message(self.info.trace_of(i)))
         return self._cache_output(i)
 
+    def _uncache(self, i: int) -> None:
+        if self._registered(i):
+            torch._C._set_cached_tensors_enabled(True)
+            torch._C._remove_cached_tensor(self.cached_outputs[i])
+
+    def save_adopted(self, grads) -> None:
+        """Before the pool is written again: adopted gradients still held move out (the module's
+        docstring). `grads()`: the parameters' `.grad` by storage pointer (gradients.parameters_grads).
+        A replay's cached tensor is made again over a new storage; a holder of the old one that no scan
+        finds (outside Python) can no longer read it (the "overwritten" error). A recording's output
+        leaves that to the path's end, which frees and poisons what is still held."""
+        for i in self.adopted:
+            ref = self.outputs_refs[i]
+            if not is_live(ref):
+                continue
+            if not (self.cached_outputs and self.cached_outputs[i] is not None):
+                _move_recorded(self, i, grads)
+                continue
+            handed = self.handed.pop(i, None)
+            last = handed() if handed is not None else None   # the caller kept it: torch.autograd.grad
+            move_out_of_pool(([last] if last is not None else []) + grads().get(ref.ptr, []))
+            del last
+            if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held elsewhere: a view, say
+                move_out_of_pool(other_holders(ref.ref.cdata, exclude=self.cached_outputs[i]))
+            if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held outside Python only
+                old = ref.ref
+                self._uncache(i)
+                self._cache_output(i)   # a new tensor over a new storage: the old one is the holders' alone
+                if _set_ptr_msg is not None:
+                    _set_ptr_msg(old.cdata, overwritten_message(self.info.trace_of(i)))
+
     def remove_cached_outputs(self) -> None:
-        registered = bool(self.cached_outputs) and self.info.mode != "backward"
-        if registered:
+        if self.cached_outputs:
             torch._C._set_cached_tensors_enabled(True)
         for i, t in enumerate(self.cached_outputs):
             if t is not None:
-                if registered:
+                if self._registered(i):
                     torch._C._remove_cached_tensor(t)
                 ref = self.outputs_refs[i]
                 ref.extra, ref.baseline = None, 0
         self.cached_outputs = []
         unpin(self)
 
-    def mark_not_cacheable(self, i: int) -> None:
-        """A later graph aliases output i: from now on it is rebuilt, not cached."""
+    def mark_not_cacheable(self, i: int, grads) -> None:
+        """A later graph aliases output i: from now on it is rebuilt, not cached. `grads`: as for
+        save_adopted."""
         if self.cacheable[i]:
+            if i in self.adopted:   # rebuilt from now on, it is pinned like any other output
+                self.save_adopted(grads)
+                self.adopted = self.adopted - {i}
             self.cacheable[i] = False
             if self.cached_outputs:
                 self.remove_cached_outputs()
@@ -564,5 +651,5 @@ def _only_tree_holds(node_ref, i: int) -> bool:
         return False
     # references: the cached list, getrefcount's argument, a backward node's pin (two), and the C++
     # side when it holds one more
-    extra = (1 if node.cached_outputs[i]._use_count() > 1 else 0) + (2 if node.pinned else 0)
+    extra = (1 if node.cached_outputs[i]._use_count() > 1 else 0) + (2 if node.pinned and i not in node.adopted else 0)
     return sys.getrefcount(node.cached_outputs[i]) == 2 + extra

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from . import gradients
+from .gradients import parameters_grads
 from .nodes import Check, GraphNode, WarmupNode, unpin
 from .utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
                     log, log_skip, overwritten_message, perf_log, pool_blocks, pool_segments,
@@ -106,6 +108,9 @@ class TreeManager:
         # last warm-up, and inputs seen moving
         self._last_ptrs: dict[Any, list] = {}
         self._moved: dict[Any, set[int]] = collections.defaultdict(set)
+        # the edges of the autograd nodes of the backward calls on the current path whose gradients autograd adopted
+        # in the pool: their parameters' `.grad` move out should they outlive the path (nodes.py)
+        self.gradient_sources: list = []
 
     def _open_pool(self) -> None:
         with torch.cuda.device(self.device):
@@ -324,14 +329,29 @@ class TreeManager:
         if self.current is None or self.state == "recording":
             return self.current is None
         if self._new_generation_allowed() or self.current.all_outputs_dead():
+            self._save_adopted(self._path_nodes())
             self._set_current(None)
             return True
         return False
+
+    def _save_adopted(self, nodes) -> None:
+        """Adopted gradients of `nodes` still held move out of the pool before it is written again."""
+        found = None
+
+        def grads():
+            nonlocal found
+            if found is None:
+                found = parameters_grads(self.gradient_sources)
+            return found
+        for node in nodes:
+            if node.adopted:
+                node.save_adopted(grads)
 
     def _set_current(self, node) -> None:
         self.current = node
         if node is None:
             self.state = "none"
+            self.gradient_sources = []
 
     def _maybe_warn_pending_backward(self, fid: int) -> None:
         if self.current_gen == _current_generation() or fid in self.warned_pending:
@@ -359,6 +379,7 @@ class TreeManager:
     def _dealloc_current_path(self) -> None:
         """A new iteration ends a recording or warmup path: free its live outputs now and poison them."""
         nodes = self._path_nodes()
+        self._save_adopted(nodes)
         log.debug("new iteration: freeing the live outputs of %s", [n.info.name for n in nodes])
         traces: dict[int, str | None] = {}
         for node in nodes:
@@ -387,6 +408,7 @@ class TreeManager:
         node = self.current
         assert isinstance(node, GraphNode)
         self.num_checkpoints += 1
+        self._save_adopted(self._path_nodes())
         log.debug("Checkpointing cuda caching allocator state. Number of checkpoints %d", self.num_checkpoints)
         for n in self._path_nodes():
             n.remove_cached_outputs()
@@ -400,7 +422,7 @@ class TreeManager:
 
     def mark_aliased(self, node: GraphNode | None, i: int) -> None:
         if node is not None:
-            node.mark_not_cacheable(i)
+            node.mark_not_cacheable(i, lambda: parameters_grads(self.gradient_sources))
 
     # --- introspection and teardown --------------------------------------------------------------
 
@@ -441,6 +463,7 @@ class TreeManager:
 
     def _drop_recordings(self) -> None:
         path = self._path_nodes() if self.current is not None else []
+        self._save_adopted(list(self.all_graph_nodes()) + path)
         for node in list(self.all_graph_nodes()) + path:
             if isinstance(node, GraphNode):
                 node.remove_cached_outputs()
@@ -448,8 +471,7 @@ class TreeManager:
             node.graph = None
         self.keepalive = None
         self.roots = collections.defaultdict(list)
-        self.current = None
-        self.state = "none"
+        self._set_current(None)
 
     def shutdown(self) -> None:
         self._drop_recordings()
@@ -522,6 +544,14 @@ _shapes_seen: dict[tuple, set] = collections.defaultdict(set)
 _shape_warned: set[tuple] = set()
 
 
+def note_gradient_source(device: int, edges) -> None:
+    """A backward call whose parameters' gradients autograd adopts in the pool: its autograd node's
+    edges (gradients.current_backward_edges)."""
+    manager = get_manager(device)
+    if manager is not None:
+        manager.gradient_sources.append(edges)
+
+
 def backward_ran(device: int | None) -> None:
     """A backward ran (graphed or not): no forward of that device (of every device, when the
     backward's device is unknown) waits for its backward any more."""
@@ -562,6 +592,7 @@ def reset() -> None:
         _containers.clear()
     _shapes_seen.clear()
     _shape_warned.clear()
+    gradients.warned_scan.clear()
     if have_cuda_graph_apis():
         torch._C._set_cached_tensors_enabled(False)
     _MarkStep.counter = 0
@@ -616,7 +647,8 @@ def stats(device: int = 0) -> dict[str, Any]:
     """Counts for tests and the CLI (read-only)."""
     m = get_manager(device)
     out: dict[str, Any] = {"skips": counters["skips"], "skip_reasons": list(skip_reasons),
-                           "recorded_non_static_inputs": counters["recorded_non_static_inputs"]}
+                           "recorded_non_static_inputs": counters["recorded_non_static_inputs"],
+                           "gradients_moved_out": counters["gradients_moved_out"]}
     if m is None:
         return out
     out.update(warmups=m.num_warmups, recordings=m.num_recordings, replays=m.num_replays,

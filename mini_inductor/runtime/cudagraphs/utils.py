@@ -377,6 +377,10 @@ class FunctionInfo:
     # a dynamic graph's partition: its last inputs are size ints; a recording serves only the sizes
     # (those ints and its tensors' shapes) it was made with
     dynamic: bool = False
+    # a backward partition's outputs that the module returns as parameters' gradients: autograd adopts
+    # them as `.grad` in pool memory, moved out only if still held when the pool is written again
+    # (nodes.py: adopted gradients)
+    adoptable: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self._static = frozenset(self.static_idxs)   # (membership tests on every call: sizes_key)
