@@ -106,6 +106,7 @@ def decomposition_table() -> dict:
     table.update(_OWN_DECOMPS)
     table.update(eager_layout_decomps.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     table.update(_checking_numbers(table))   # (outermost: a kept op is no decomposition's to wrap)
+    table.update(_checking_kernel_dtypes(table))
     return table
 
 
@@ -147,6 +148,7 @@ _CHECKED_NUMBERS = {
     aten.softplus: {"beta": _OPMATH, "threshold": _OPMATH},
     **dict.fromkeys([aten.lerp, aten.lerp_], {"weight": _OPMATH}),
     **dict.fromkeys([aten.addcmul, aten.addcmul_, aten.addcdiv, aten.addcdiv_], {"value": _OPMATH}),
+    aten.hardshrink: {"lambd": _OWN},
 }
 
 
@@ -188,6 +190,62 @@ def _surely_converts(value, dtype: torch.dtype) -> bool:
     if isinstance(value, torch.SymFloat):
         return dtype in (torch.bool, torch.float64)
     return not isinstance(value, (bool, int, float, complex)) or converts(value, dtype)
+
+
+# ─── dtypes eager has no kernel for ──────────────────────────────────────────────────────────────
+
+def _floating(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def _not_bool(dtype: torch.dtype) -> bool:
+    return dtype != torch.bool
+
+
+# Ops whose eager kernels refuse some input dtypes ('"silu_cpu" not implemented for 'Long'', "Boolean
+# inputs not supported for relu", "Subtraction, the `-` operator, with a bool tensor is not
+# supported") where their decompositions or our lowerings would compute a value: the dtypes they
+# take, checked on every tensor argument. Another dtype keeps the op whole and runs it in ATen, which
+# raises as eager does (and computes, on a device whose kernel takes the dtype). Checked against eager
+# (tests/e2e/test_eager_kernel_dtypes.py).
+_KERNEL_DTYPES = {
+    **dict.fromkeys([aten.threshold, aten.threshold_, aten.relu, aten.relu_, aten.abs, aten.abs_, aten.neg,
+                     aten.neg_, aten.sub, aten.sub_, aten.rsub], _not_bool),
+    **dict.fromkeys([aten.hardshrink, aten.softshrink, aten.gelu, aten.gelu_, aten.silu, aten.silu_, aten.hardswish,
+                     aten.hardswish_, aten.hardsigmoid, aten.hardsigmoid_, aten.mish, aten.mish_, aten.elu,
+                     aten.elu_, aten.celu, aten.celu_, aten.selu, aten.selu_, aten.softplus, aten.leaky_relu,
+                     aten.leaky_relu_, aten.log_sigmoid_forward], _floating),
+}
+
+
+def eager_kernel_refusal(target, args, kwargs) -> str | None:
+    """Why eager's kernel of `target` refuses these arguments' dtypes (_KERNEL_DTYPES), or None. Takes
+    FX or IR values: anything with `get_dtype()` or `dtype`."""
+    takes = _KERNEL_DTYPES.get(getattr(target, "overloadpacket", target))
+    if takes is None:
+        return None
+    for a in (*args, *kwargs.values()):
+        dtype = a.get_dtype() if hasattr(a, "get_dtype") else getattr(a, "dtype", None)
+        if isinstance(dtype, torch.dtype) and not takes(dtype):
+            return f"eager's {getattr(target, '__name__', target)} has no kernel for {dtype}"
+    return None
+
+
+def _checking_kernel_dtypes(table: dict) -> dict:
+    """The entries of `table` for _KERNEL_DTYPES's ops, wrapped to return NotImplemented (make_fx then
+    keeps the op whole) for a dtype eager's kernel refuses."""
+    return {target: _kept_whole_for_kernel_dtypes(target, decomp) for target, decomp in table.items()
+            if getattr(target, "overloadpacket", None) in _KERNEL_DTYPES}
+
+
+def _kept_whole_for_kernel_dtypes(target, decomp):
+    def run(*args, **kwargs):
+        if eager_kernel_refusal(target, [a for a in args if isinstance(a, torch.Tensor)],
+                                {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}):
+            return NotImplemented
+        return decomp(*args, **kwargs)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_of_kernel_dtypes"
+    return run
 
 
 # ─── Dynamo's graph, before AOT autograd ─────────────────────────────────────────────────────────

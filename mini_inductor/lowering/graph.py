@@ -31,6 +31,7 @@ from ..config import Config, interpreting
 from ..errors import LoweringError
 from ..fx_source import op_name as _op_name, source_line as _source_line
 from . import eager_strides, ir, layout_opt
+from .decompositions import eager_kernel_refusal
 from .graph_scan import as_strided_bases, is_view, output_bases, scalar_chains_for_the_gpu, view_source
 from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
@@ -341,6 +342,9 @@ class GraphLowering:
             if lowering is not None:
                 try:
                     self.current_node = node
+                    refusal = eager_kernel_refusal(target, args, kwargs)
+                    if refusal is not None:   # ATen raises as eager does
+                        raise NotImplementedError(refusal)
                     result = lowering(*args, **kwargs)
                     if isinstance(result, IRNode) and isinstance(meta, torch.Tensor) and \
                             len(result.get_size()) != meta.dim():
