@@ -100,11 +100,16 @@ def test_training_loop_losses_and_grads_match_eager(make, shape, steps):
     assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0
 
 
-def test_gradient_accumulation_without_zero_grad_matches_eager():
+ADOPT = {"cudagraph_adopt_gradients": True}
+both_gradient_modes = pytest.mark.parametrize("adopt", [False, True], ids=["copied_out", "adopted"])
+
+
+@both_gradient_modes
+def test_gradient_accumulation_without_zero_grad_matches_eager(adopt):
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
     for _ in range(4):   # .grad accumulates: replay outputs must never become .grad themselves
         x = torch.randn(4, 32, device="cuda")
         cm(x).sum().backward()
@@ -113,10 +118,10 @@ def test_gradient_accumulation_without_zero_grad_matches_eager():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
 
 
-def _accumulate_two_micro_batches(model, steps=5):
+def _accumulate_two_micro_batches(model, steps=5, adopt=False):
     """The usual accumulation loop: grads set to None, then two backwards per optimizer step."""
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
     for _ in range(steps):
         for p in list(model.parameters()) + list(ref.parameters()):
             p.grad = None
@@ -129,13 +134,14 @@ def _accumulate_two_micro_batches(model, steps=5):
     return model
 
 
-def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_of_the_pool():
+@both_gradient_modes
+def test_accumulation_after_grads_set_to_none_matches_eager_and_grads_stay_out_of_the_pool(adopt):
     # replayed gradients used to become `.grad` in pool memory (1-D ones: bias, norm weight), which the
     # next micro-batch's replay overwrote before autograd added to it
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     model.d_in = 32
-    _accumulate_two_micro_batches(model)
+    _accumulate_two_micro_batches(model, adopt=adopt)
     assert stats()["replays"] >= 8
     assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
@@ -159,7 +165,7 @@ def test_replayed_parameter_gradients_become_grad_in_the_pool_and_nothing_is_cop
     model = MLP(32, 3).cuda()
     ref = copy.deepcopy(model)
     xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
-    cm = _train_steps(model, ref, xs[:5])
+    cm = _train_steps(model, ref, xs[:5], **ADOPT)
     params = list(model.parameters())
     for p in params + list(ref.parameters()):
         p.grad = None
@@ -198,7 +204,7 @@ def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_thei
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, **ADOPT)
     held = None
     with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for step in range(5):
@@ -226,7 +232,7 @@ def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into(
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, **ADOPT)
     logs = {id(m): [] for m in (model, ref)}
     for m in (model, ref):
         m.layers[0].bias.register_hook(lambda g, key=id(m): logs[key].append(g))
@@ -244,11 +250,12 @@ def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into(
     assert stats()["replays"] >= 8
 
 
-def test_gradients_from_autograd_grad_kept_across_steps_keep_their_values():
+@both_gradient_modes
+def test_gradients_from_autograd_grad_kept_across_steps_keep_their_values(adopt):
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
     kept = []
     for _ in range(4):
         x = torch.randn(8, 32, device="cuda")
@@ -275,18 +282,20 @@ class CatWeights(nn.Module):
         return F.linear(x, torch.cat([self.w1, self.w2])).relu()
 
 
-def test_accumulation_of_gradients_sharing_one_buffer_matches_eager():
+@both_gradient_modes
+def test_accumulation_of_gradients_sharing_one_buffer_matches_eager(adopt):
     torch.manual_seed(0)
-    model = _accumulate_two_micro_batches(CatWeights().cuda())
+    model = _accumulate_two_micro_batches(CatWeights().cuda(), adopt=adopt)
     assert stats()["replays"] >= 8
     assert not [n for n, p in model.named_parameters() if in_pool(p.grad)]
 
 
-def test_gradients_held_from_the_last_step_keep_their_values():
+@both_gradient_modes
+def test_gradients_held_from_the_last_step_keep_their_values(adopt):
     torch.manual_seed(0)
     model = MLP(32, 2).cuda()
     ref = copy.deepcopy(model)
-    cm = compiled(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
     held = None
     for _ in range(5):
         for p in list(model.parameters()) + list(ref.parameters()):
@@ -535,3 +544,104 @@ def test_a_hook_registers_on_a_reused_output_object_after_one_was_dropped():
         out.sum().backward()
         del out   # the next replay hands back the same output object
     assert len(calls) == 4
+
+
+class TwoGraphs(nn.Module):
+    """Two compiled graphs per step (a graph break between the blocks): two backward nodes on a path."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        x = F.silu(self.a(x))
+        torch._dynamo.graph_break()
+        return self.b(x)
+
+
+@both_gradient_modes
+def test_accumulating_across_two_graphs_matches_eager_and_stops_recording(adopt):
+    # review, session 38: gradients moved out at a checkpoint made the next child's recording see
+    # them dead, so it could never replay while `.grad` held new ones (a recording every step)
+    torch.manual_seed(0)
+    model = TwoGraphs().cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    recordings = []
+    for step in range(8):
+        if step % 2 == 0:
+            for p in list(model.parameters()) + list(ref.parameters()):
+                p.grad = None
+        x = torch.randn(8, 32, device="cuda")
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+        recordings.append(stats()["recordings"])
+    assert recordings[-1] == recordings[-3], recordings   # the last steps record nothing new
+
+
+def test_a_view_of_grad_kept_while_accumulating_stays_a_view_of_it():
+    # review, session 38: `.grad` and a view of it moved out one by one became two copies, and
+    # accumulation into `.grad` no longer showed in the view
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model, **ADOPT)
+    view = None
+    for _ in range(4):
+        x = torch.randn(8, 32, device="cuda")
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+        if view is None:
+            view = model.layers[0].weight.grad.view(-1)
+    w = model.layers[0].weight.grad
+    assert view.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    torch.testing.assert_close(view, w.view(-1))
+    torch.testing.assert_close(w, ref.layers[0].weight.grad, atol=1e-4, rtol=1e-4)
+
+
+@both_gradient_modes
+def test_the_tutorial_loop_zero_grad_after_the_forward_matches_eager(adopt):
+    # forward, zero_grad, backward, step: last step's `.grad` is still held when the next forward
+    # ends the path, so adopted gradients move out each step (in one batched copy)
+    torch.manual_seed(0)
+    model = MLP(32, 3).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    for _ in range(6):
+        x = torch.randn(8, 32, device="cuda")
+        for m, o in ((cm, opt), (ref, ref_opt)):
+            loss = m(x).square().mean()
+            o.zero_grad()
+            loss.backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5)
+    assert stats()["replays"] >= 6
+
+
+@both_gradient_modes
+def test_a_compiled_function_scaling_grads_in_place_matches_eager(adopt):
+    # review, session 38: a function that writes the adopted gradients in place, recorded after the
+    # path's end moved them out of the pool, must not write a pool copy instead
+    torch.manual_seed(0)
+    model = MLP(32, 2).cuda()
+    ref = copy.deepcopy(model)
+    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+
+    def scale(ps):
+        for p in ps:
+            p.grad.mul_(0.5)
+    cscale = compiled(scale, cudagraph_adopt_gradients=adopt)
+    for _ in range(5):
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        x = torch.randn(8, 32, device="cuda")
+        cm(x).sum().backward()
+        ref(x).sum().backward()
+        cscale(list(model.parameters()))
+        scale(list(ref.parameters()))
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)

@@ -1,6 +1,6 @@
 """A backward's parameter gradients and the CUDA-graph pool: adopted in it, or moved out of it.
 
-By default (option cudagraph_adopt_gradients) autograd adopts a backward's parameter gradients as
+With option cudagraph_adopt_gradients (off by default for now) autograd adopts a backward's parameter gradients as
 `.grad` where the graph wrote them, in pool memory, as PyTorch's Inductor lets it. Unlike Inductor's,
 a `.grad` still held when the tree is about to write that memory again (gradient accumulation, or a
 gradient the user kept) is then moved out (`move_out_of_pool`): the tensor gets fresh memory with
@@ -88,7 +88,7 @@ def parameters_grads(sources: list) -> dict[int, list[torch.Tensor]]:
         for fn, _ in edges:
             p = getattr(fn, "variable", None)   # an AccumulateGrad node's parameter
             g = p.grad if isinstance(p, torch.Tensor) else None
-            if g is not None and g.is_cuda:
+            if g is not None and type(g) is torch.Tensor and g.is_cuda and g.layout == torch.strided:
                 found.setdefault(g.untyped_storage().data_ptr(), []).append(g)
     return found
 
@@ -121,12 +121,33 @@ def _over(o, storage_cdata: int) -> bool:
 
 
 def move_out_of_pool(holders: list[torch.Tensor]) -> None:
-    """Give each tensor object fresh memory with its values (in place: `.grad`, and every reference
-    to the same object, follows)."""
+    """Give each tensor object fresh memory with its values, in place (`.grad`, and every reference
+    to the same object, follows): one buffer per device and one batched copy for all of them, each
+    old storage's bytes at a multiple of ALIGN in it, so that tensors that shared a storage (a `.grad`
+    and a view of it) still share one."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
+    for t in holders:
+        st = t.untyped_storage()
+        groups.setdefault(st._cdata, []).append(t)
+        storages.setdefault(st._cdata, st)
+    by_device: dict[torch.device, list[int]] = {}
+    for key, st in storages.items():
+        by_device.setdefault(st.device, []).append(key)
     with torch.no_grad():
-        for t in holders:
-            t.set_(t.clone())
-            counters["gradients_moved_out"] += 1
+        for device, keys in by_device.items():
+            offsets, total = [], 0
+            for key in keys:
+                offsets.append(total)
+                total += -(-storages[key].nbytes() // ALIGN) * ALIGN
+            buffer = torch.empty(total, dtype=torch.uint8, device=device)
+            olds = [torch.empty(0, dtype=torch.uint8, device=device).set_(storages[key]) for key in keys]
+            torch._foreach_copy_([buffer[o:o + old.numel()] for o, old in zip(offsets, olds)], olds)
+            fresh = buffer.untyped_storage()
+            for key, o in zip(keys, offsets):
+                for t in groups[key]:
+                    t.set_(fresh, o // t.element_size() + t.storage_offset(), t.size(), t.stride())
+                    counters["gradients_moved_out"] += 1
 
 
 class GradientsOutOfPool:

@@ -548,9 +548,10 @@ class GraphNode:
             if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held elsewhere: a view, say
                 move_out_of_pool(other_holders(ref.ref.cdata, exclude=self.cached_outputs[i]))
             if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held outside Python only
-                old = ref.ref
+                old, pins = ref.ref, self.pinned
                 self._uncache(i)
                 self._cache_output(i)   # a new tensor over a new storage: the old one is the holders' alone
+                self.pinned = pins      # (_cache_output pins the cached ones only; i is not pinned)
                 if _set_ptr_msg is not None:
                     _set_ptr_msg(old.cdata, overwritten_message(self.info.trace_of(i)))
 
@@ -566,13 +567,10 @@ class GraphNode:
         self.cached_outputs = []
         unpin(self)
 
-    def mark_not_cacheable(self, i: int, grads) -> None:
-        """A later graph aliases output i: from now on it is rebuilt, not cached. `grads`: as for
-        save_adopted."""
+    def mark_not_cacheable(self, i: int) -> None:
+        """A later graph aliases output i: from now on it is rebuilt, not cached (an adopted one too:
+        rebuilt, it is pinned, and moves out at the path's end should it be held)."""
         if self.cacheable[i]:
-            if i in self.adopted:   # rebuilt from now on, it is pinned like any other output
-                self.save_adopted(grads)
-                self.adopted = self.adopted - {i}
             self.cacheable[i] = False
             if self.cached_outputs:
                 self.remove_cached_outputs()

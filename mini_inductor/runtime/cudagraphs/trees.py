@@ -201,7 +201,9 @@ class TreeManager:
                 return self._run_without_graph(inputs, fid)
         if self.state == "execution":
             self.num_unmatched += 1
-        self._try_end_execution()
+        if self._try_end_execution() and info.mutated_idxs and self._mutates_outside_pool(inputs, fid):
+            # the path's end moved adopted gradients this function writes in place out of the pool
+            return self._run_without_graph(inputs, fid)
         if self.current is not None and self.state == "execution":
             self._apply_checkpoint()
         return self._record(inputs, fid)
@@ -408,7 +410,8 @@ class TreeManager:
         node = self.current
         assert isinstance(node, GraphNode)
         self.num_checkpoints += 1
-        self._save_adopted(self._path_nodes())
+        # (adopted gradients still held stay: live, they get the allocator's deleters like any output
+        # the caller holds, and the recordings that follow see them live, as their replays will)
         log.debug("Checkpointing cuda caching allocator state. Number of checkpoints %d", self.num_checkpoints)
         for n in self._path_nodes():
             n.remove_cached_outputs()
@@ -422,7 +425,7 @@ class TreeManager:
 
     def mark_aliased(self, node: GraphNode | None, i: int) -> None:
         if node is not None:
-            node.mark_not_cacheable(i, lambda: parameters_grads(self.gradient_sources))
+            node.mark_not_cacheable(i)
 
     # --- introspection and teardown --------------------------------------------------------------
 
@@ -544,11 +547,16 @@ _shapes_seen: dict[tuple, set] = collections.defaultdict(set)
 _shape_warned: set[tuple] = set()
 
 
+MAX_GRADIENT_SOURCES = 64
+
+
 def note_gradient_source(device: int, edges) -> None:
     """A backward call whose parameters' gradients autograd adopts in the pool: its autograd node's
     edges (gradients.current_backward_edges)."""
     manager = get_manager(device)
     if manager is not None:
+        if len(manager.gradient_sources) >= MAX_GRADIENT_SOURCES:   # a path that never ends: the oldest
+            del manager.gradient_sources[0]                          # go (their holders are found by a scan)
         manager.gradient_sources.append(edges)
 
 
