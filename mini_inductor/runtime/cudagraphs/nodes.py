@@ -127,11 +127,19 @@ def _move_recorded(node, i: int, grads) -> None:
     held outside Python keeps the block until the path's end frees and poisons it)."""
     ref, tref = node.outputs_refs[i], node.tensor_refs[i]
     out = tref() if tref is not None else None   # (None: moved out by an earlier save)
-    move_out_of_pool(([out] if out is not None else []) + grads().get(ref.ptr, []))
+    move_out_of_pool(_holders(ref, ([out] if out is not None else []) + grads().get(ref.ptr, [])))
     del out
     node.tensor_refs[i] = None   # not poisoned with the path: it holds its own memory now
-    if ref.alive():
-        move_out_of_pool(other_holders(ref.ref.cdata))
+
+
+def _holders(ref: StorageRef, known: list, exclude=None) -> list:
+    """The tensors to move off output `ref`'s storage: `known`, and where the storage has more uses
+    than the tree's own (`ref.baseline`) and theirs, whatever a scan of Python's objects finds (a view
+    of `.grad`), moved with them so that tensors sharing the storage keep sharing one."""
+    known = list({id(t): t for t in known}.values())
+    if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline + len(known):
+        known += [t for t in other_holders(ref.ref.cdata, exclude) if all(t is not k for k in known)]
+    return known
 
 
 def detached_if_empty(o):
@@ -543,10 +551,9 @@ class GraphNode:
                 continue
             handed = self.handed.pop(i, None)
             last = handed() if handed is not None else None   # the caller kept it: torch.autograd.grad
-            move_out_of_pool(([last] if last is not None else []) + grads().get(ref.ptr, []))
+            move_out_of_pool(_holders(ref, ([last] if last is not None else []) + grads().get(ref.ptr, []),
+                                      exclude=self.cached_outputs[i]))
             del last
-            if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held elsewhere: a view, say
-                move_out_of_pool(other_holders(ref.ref.cdata, exclude=self.cached_outputs[i]))
             if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held outside Python only
                 old, pins = ref.ref, self.pinned
                 self._uncache(i)
