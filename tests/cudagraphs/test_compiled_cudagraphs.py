@@ -100,16 +100,20 @@ def test_training_loop_losses_and_grads_match_eager(make, shape, steps):
     assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0
 
 
+def _mlp_pair(layers: int, adopt: bool):
+    """An MLP on the GPU (seed 0), its eager copy, and it compiled with gradients adopted or not."""
+    torch.manual_seed(0)
+    model = MLP(32, layers).cuda()
+    return model, copy.deepcopy(model), compiled(model, cudagraph_adopt_gradients=adopt)
+
+
 ADOPT = {"cudagraph_adopt_gradients": True}
 both_gradient_modes = pytest.mark.parametrize("adopt", [False, True], ids=["copied_out", "adopted"])
 
 
 @both_gradient_modes
 def test_gradient_accumulation_without_zero_grad_matches_eager(adopt):
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    model, ref, cm = _mlp_pair(2, adopt=adopt)
     for _ in range(4):   # .grad accumulates: replay outputs must never become .grad themselves
         x = torch.randn(4, 32, device="cuda")
         cm(x).sum().backward()
@@ -201,10 +205,7 @@ def test_without_adoption_parameter_gradients_are_moved_out_in_one_batched_copy(
 def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_their_values(caplog):
     # last step's `.grad` (and a view of one) kept by the user after setting the parameters' to None:
     # no parameter leads to them, so a scan of Python's objects finds them, said in a warning
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, **ADOPT)
+    model, ref, cm = _mlp_pair(2, adopt=True)
     held = None
     with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for step in range(5):
@@ -229,10 +230,7 @@ def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_thei
 def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into():
     # session 31's review: a gradient autograd may adopt as `.grad` must not be the tensor a hook kept
     # (eager copies it then), or the next micro-batch adds into the user's logged tensor
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, **ADOPT)
+    model, ref, cm = _mlp_pair(2, adopt=True)
     logs = {id(m): [] for m in (model, ref)}
     for m in (model, ref):
         m.layers[0].bias.register_hook(lambda g, key=id(m): logs[key].append(g))
@@ -252,10 +250,7 @@ def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into(
 
 @both_gradient_modes
 def test_gradients_from_autograd_grad_kept_across_steps_keep_their_values(adopt):
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    model, ref, cm = _mlp_pair(2, adopt=adopt)
     kept = []
     for _ in range(4):
         x = torch.randn(8, 32, device="cuda")
@@ -292,10 +287,7 @@ def test_accumulation_of_gradients_sharing_one_buffer_matches_eager(adopt):
 
 @both_gradient_modes
 def test_gradients_held_from_the_last_step_keep_their_values(adopt):
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    model, ref, cm = _mlp_pair(2, adopt=adopt)
     held = None
     for _ in range(5):
         for p in list(model.parameters()) + list(ref.parameters()):
@@ -584,10 +576,7 @@ def test_accumulating_across_two_graphs_matches_eager_and_stops_recording(adopt)
 def test_a_view_of_grad_kept_while_accumulating_stays_a_view_of_it():
     # review, session 38: `.grad` and a view of it moved out one by one became two copies, and
     # accumulation into `.grad` no longer showed in the view
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, **ADOPT)
+    model, ref, cm = _mlp_pair(2, adopt=True)
     view = None
     for _ in range(4):
         x = torch.randn(8, 32, device="cuda")
@@ -605,10 +594,7 @@ def test_a_view_of_grad_kept_while_accumulating_stays_a_view_of_it():
 def test_the_tutorial_loop_zero_grad_after_the_forward_matches_eager(adopt):
     # forward, zero_grad, backward, step: last step's `.grad` is still held when the next forward
     # ends the path, so adopted gradients move out each step (in one batched copy)
-    torch.manual_seed(0)
-    model = MLP(32, 3).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    model, ref, cm = _mlp_pair(3, adopt=adopt)
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
     for _ in range(6):
         x = torch.randn(8, 32, device="cuda")
@@ -626,10 +612,7 @@ def test_the_tutorial_loop_zero_grad_after_the_forward_matches_eager(adopt):
 def test_a_compiled_function_scaling_grads_in_place_matches_eager(adopt):
     # review, session 38: a function that writes the adopted gradients in place, recorded after the
     # path's end moved them out of the pool, must not write a pool copy instead
-    torch.manual_seed(0)
-    model = MLP(32, 2).cuda()
-    ref = copy.deepcopy(model)
-    cm = compiled(model, cudagraph_adopt_gradients=adopt)
+    model, ref, cm = _mlp_pair(2, adopt=adopt)
 
     def scale(ps):
         for p in ps:
