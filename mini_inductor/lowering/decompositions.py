@@ -194,12 +194,16 @@ def _surely_converts(value, dtype: torch.dtype) -> bool:
 
 # ─── dtypes eager has no kernel for ──────────────────────────────────────────────────────────────
 
+def _float8(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and dtype.itemsize == 1   # (eager computes nothing in float8)
+
+
 def _floating(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point
+    return dtype.is_floating_point and not _float8(dtype)
 
 
 def _not_bool(dtype: torch.dtype) -> bool:
-    return dtype != torch.bool
+    return dtype != torch.bool and not _float8(dtype)
 
 
 # Ops whose eager kernels refuse some input dtypes ('"silu_cpu" not implemented for 'Long'', "Boolean
@@ -221,9 +225,12 @@ _KERNEL_DTYPES = {
 def eager_kernel_refusal(target, args, kwargs) -> str | None:
     """Why eager's kernel of `target` refuses these arguments' dtypes (_KERNEL_DTYPES), or None. Takes
     FX or IR values: anything with `get_dtype()` or `dtype`."""
-    takes = _KERNEL_DTYPES.get(getattr(target, "overloadpacket", target))
+    packet = getattr(target, "overloadpacket", target)
+    takes = _KERNEL_DTYPES.get(packet)
     if takes is None:
         return None
+    if packet in (aten.sub, aten.sub_, aten.rsub) and any(type(a) is bool for a in (*args, *kwargs.values())):
+        return "eager refuses a subtraction with a bool"
     for a in (*args, *kwargs.values()):
         dtype = a.get_dtype() if hasattr(a, "get_dtype") else getattr(a, "dtype", None)
         if isinstance(dtype, torch.dtype) and not takes(dtype):

@@ -56,6 +56,16 @@ def test_compiled_raises_or_computes_as_eager(name, kind, device):
     check(fn, x)
 
 
+@pytest.mark.parametrize("fn", [lambda x: x - True, lambda x: True - x, lambda x: x.sub(True, alpha=2)],
+                         ids=["sub", "rsub", "sub_alpha"])
+def test_a_subtraction_with_a_python_bool_raises_as_eager(fn, device):
+    x = torch.randn(4, device=device)
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    with pytest.raises(RuntimeError, match=re.escape(str(eager.value).splitlines()[0])):
+        compile_fn(fn)(x)
+
+
 def test_floating_inputs_are_still_generated(device):
     x = torch.randn(64, device=device)
     for name in ("gelu", "silu", "relu", "threshold", "abs", "sub", "softplus"):
