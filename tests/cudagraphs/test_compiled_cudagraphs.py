@@ -100,6 +100,19 @@ def test_training_loop_losses_and_grads_match_eager(make, shape, steps):
     assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0
 
 
+def _drop_grads(*models) -> None:
+    for m in models:
+        for p in m.parameters():
+            p.grad = None
+
+
+def _backward_both(cm, ref, d: int = 32) -> None:
+    """One backward of the sum of `cm` (compiled) and of `ref` (eager) on the same random batch of 8."""
+    x = torch.randn(8, d, device="cuda")
+    cm(x).sum().backward()
+    ref(x).sum().backward()
+
+
 def _mlp_pair(layers: int, adopt: bool):
     """An MLP on the GPU (seed 0), its eager copy, and it compiled with gradients adopted or not."""
     torch.manual_seed(0)
@@ -127,8 +140,7 @@ def _accumulate_two_micro_batches(model, steps=5, adopt=False):
     ref = copy.deepcopy(model)
     cm = compiled(model, cudagraph_adopt_gradients=adopt)
     for _ in range(steps):
-        for p in list(model.parameters()) + list(ref.parameters()):
-            p.grad = None
+        _drop_grads(model, ref)
         for _ in range(2):
             x = torch.randn(8, model.d_in, device="cuda")
             cm(x).sum().backward()
@@ -171,8 +183,7 @@ def test_replayed_parameter_gradients_become_grad_in_the_pool_and_nothing_is_cop
     xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
     cm = _train_steps(model, ref, xs[:5], **ADOPT)
     params = list(model.parameters())
-    for p in params + list(ref.parameters()):
-        p.grad = None
+    _drop_grads(model, ref)
     cm(xs[5]).square().mean().backward()
     ref(xs[5]).square().mean().backward()
     assert [n for n, p in model.named_parameters() if not in_pool(p.grad)] == []   # adopted, not copied
@@ -191,8 +202,7 @@ def test_without_adoption_parameter_gradients_are_moved_out_in_one_batched_copy(
     xs = [torch.randn(8, 32, device="cuda") for _ in range(6)]
     cm = _train_steps(model, ref, xs[:5], cudagraph_adopt_gradients=False)
     params = list(model.parameters())
-    for p in params + list(ref.parameters()):
-        p.grad = None
+    _drop_grads(model, ref)
     cm(xs[5]).square().mean().backward()
     ref(xs[5]).square().mean().backward()
     assert len({p.grad.untyped_storage().data_ptr() for p in params}) == 1   # the batched buffer's views
@@ -209,11 +219,8 @@ def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_thei
     held = None
     with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
         for step in range(5):
-            for p in list(model.parameters()) + list(ref.parameters()):
-                p.grad = None
-            x = torch.randn(8, 32, device="cuda")
-            cm(x).sum().backward()
-            ref(x).sum().backward()
+            _drop_grads(model, ref)
+            _backward_both(cm, ref)
             if held is not None:
                 grads, view, expected = held
                 for g, e in zip(grads, expected):
@@ -235,12 +242,9 @@ def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into(
     for m in (model, ref):
         m.layers[0].bias.register_hook(lambda g, key=id(m): logs[key].append(g))
     for _ in range(4):
-        for p in list(model.parameters()) + list(ref.parameters()):
-            p.grad = None
+        _drop_grads(model, ref)
         for _ in range(2):
-            x = torch.randn(8, 32, device="cuda")
-            cm(x).sum().backward()
-            ref(x).sum().backward()
+            _backward_both(cm, ref)
         torch.testing.assert_close(model.layers[0].bias.grad, ref.layers[0].bias.grad, atol=1e-4, rtol=1e-4)
     assert len(logs[id(model)]) == 8
     for got, want in zip(logs[id(model)], logs[id(ref)]):
@@ -290,11 +294,8 @@ def test_gradients_held_from_the_last_step_keep_their_values(adopt):
     model, ref, cm = _mlp_pair(2, adopt=adopt)
     held = None
     for _ in range(5):
-        for p in list(model.parameters()) + list(ref.parameters()):
-            p.grad = None
-        x = torch.randn(8, 32, device="cuda")
-        cm(x).sum().backward()
-        ref(x).sum().backward()
+        _drop_grads(model, ref)
+        _backward_both(cm, ref)
         if held is not None:   # last step's grads, read after this step's replay
             for h, r in zip(*held):
                 torch.testing.assert_close(h, r, atol=1e-4, rtol=1e-4)
@@ -562,11 +563,8 @@ def test_accumulating_across_two_graphs_matches_eager_and_stops_recording(adopt)
     recordings = []
     for step in range(8):
         if step % 2 == 0:
-            for p in list(model.parameters()) + list(ref.parameters()):
-                p.grad = None
-        x = torch.randn(8, 32, device="cuda")
-        cm(x).sum().backward()
-        ref(x).sum().backward()
+            _drop_grads(model, ref)
+        _backward_both(cm, ref)
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
         recordings.append(stats()["recordings"])
@@ -579,9 +577,7 @@ def test_a_view_of_grad_kept_while_accumulating_stays_a_view_of_it():
     model, ref, cm = _mlp_pair(2, adopt=True)
     view = None
     for _ in range(4):
-        x = torch.randn(8, 32, device="cuda")
-        cm(x).sum().backward()
-        ref(x).sum().backward()
+        _backward_both(cm, ref)
         if view is None:
             view = model.layers[0].weight.grad.view(-1)
     w = model.layers[0].weight.grad
@@ -619,11 +615,8 @@ def test_a_compiled_function_scaling_grads_in_place_matches_eager(adopt):
             p.grad.mul_(0.5)
     cscale = compiled(scale, cudagraph_adopt_gradients=adopt)
     for _ in range(5):
-        for p in list(model.parameters()) + list(ref.parameters()):
-            p.grad = None
-        x = torch.randn(8, 32, device="cuda")
-        cm(x).sum().backward()
-        ref(x).sum().backward()
+        _drop_grads(model, ref)
+        _backward_both(cm, ref)
         cscale(list(model.parameters()))
         scale(list(ref.parameters()))
         for p, q in zip(model.parameters(), ref.parameters()):

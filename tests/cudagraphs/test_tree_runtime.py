@@ -375,11 +375,14 @@ def test_backward_clears_pending_flag_and_next_call_starts_new_generation():
     assert manager().tree_shape() == {"fwd": [1]}     # backward recorded as the forward's child
 
 
-def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
-    # two gradients that are views of one buffer are rebuilt on every replay (not cached): they are
-    # pinned too, so that AccumulateGrad copies them instead of making pool memory the `.grad`
+def _two_weight_op(backward, adoptable=()):
+    """An autograd Function of two weights whose forward (x * 2 of their sum) and backward
+    (`backward(g)`: the two gradients) are functions of the tree; with `adoptable`, the backward notes
+    its autograd edges as a compiled backward does."""
+    from mini_inductor.runtime.cudagraphs.gradients import current_backward_edges
+    from mini_inductor.runtime.cudagraphs.trees import note_gradient_source
     fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
-    bwd = tree_fn(lambda g: tuple(torch.stack([g * 2, g * 3]).unbind(0)), "bwd", mode="backward")
+    bwd = tree_fn(backward, "bwd", mode="backward", adoptable=adoptable)
 
     class Op(torch.autograd.Function):
         @staticmethod
@@ -388,8 +391,17 @@ def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
 
         @staticmethod
         def backward(ctx, g):
-            return tuple(bwd([g.contiguous()]))
+            out = tuple(bwd([g.contiguous()]))
+            if adoptable:
+                note_gradient_source(0, current_backward_edges())
+            return out
+    return Op
 
+
+def test_backward_outputs_sharing_memory_are_copied_into_grads_and_accumulate():
+    # two gradients that are views of one buffer are rebuilt on every replay (not cached): they are
+    # pinned too, so that AccumulateGrad copies them instead of making pool memory the `.grad`
+    Op = _two_weight_op(lambda g: tuple(torch.stack([g * 2, g * 3]).unbind(0)))
     import torch._dynamo.mutation_guard as mg
     w1, w2 = (torch.zeros(16, device="cuda", requires_grad=True) for _ in range(2))
     for _ in range(4):
@@ -410,22 +422,7 @@ def test_adopted_backward_outputs_become_grad_in_the_pool_and_move_out_when_stil
     # an adoptable gradient is taken by AccumulateGrad as it is (pool memory); one still held when the
     # next iteration starts (the second micro-batch) gets fresh memory first, with its values; so does a
     # view of it kept across
-    from mini_inductor.runtime.cudagraphs.gradients import current_backward_edges
-    from mini_inductor.runtime.cudagraphs.trees import note_gradient_source
-    fwd = tree_fn(lambda x: (x * 2,), "fwd", mode="forward")
-    bwd = tree_fn(lambda g: (g * 2, g * 3), "bwd", mode="backward", adoptable=(0, 1))
-
-    class Op(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, w1, w2):
-            return fwd([w1 + w2])[0]
-
-        @staticmethod
-        def backward(ctx, g):
-            out = tuple(bwd([g.contiguous()]))
-            note_gradient_source(0, current_backward_edges())   # as a compiled backward does
-            return out
-
+    Op = _two_weight_op(lambda g: (g * 2, g * 3), adoptable=(0, 1))
     import torch._dynamo.mutation_guard as mg
     w1, w2 = (torch.zeros(16, device="cuda", requires_grad=True) for _ in range(2))
     for _ in range(4):

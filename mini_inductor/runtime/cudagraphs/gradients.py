@@ -1,15 +1,15 @@
 """A backward's parameter gradients and the CUDA-graph pool: adopted in it, or moved out of it.
 
-With option cudagraph_adopt_gradients (off by default for now) autograd adopts a backward's parameter gradients as
-`.grad` where the graph wrote them, in pool memory, as PyTorch's Inductor lets it. Unlike Inductor's,
-a `.grad` still held when the tree is about to write that memory again (gradient accumulation, or a
-gradient the user kept) is then moved out (`move_out_of_pool`): the tensor gets fresh memory with
-its values. The parameters are found through the autograd nodes of the backward calls (each call
-notes the edges of its autograd node: trees.py `note_gradient_source`); the output object itself, when the caller holds it
-(`torch.autograd.grad`), moves too. Should the memory still be held after that (a `.grad` kept after
-the parameter's was set to None, a view of one), a scan of Python's objects finds the holders
-(`other_holders`, slow, with a warning); one held only outside Python reads an "overwritten" error,
-as any CUDA-graph output kept too long does. The usual loop,
+With option cudagraph_adopt_gradients (off by default for now) autograd adopts a backward's
+parameter gradients as `.grad` where the graph wrote them, in pool memory, as PyTorch's Inductor
+lets it. Unlike Inductor's, a `.grad` still held when the tree is about to write that memory again
+(gradient accumulation, or a gradient the user kept) is then moved out (`move_out_of_pool`): the
+tensor gets fresh memory with its values. The parameters are found through the edges of the backward
+calls' autograd nodes (each call notes them: trees.py `note_gradient_source`); the output object
+itself, when the caller holds it (`torch.autograd.grad`), moves too. Should the memory be held by
+more than those (a `.grad` kept after the parameter's was set to None, a view of one), a scan of
+Python's objects finds the others (`other_holders`, slow, with a warning); one held only outside
+Python reads an "overwritten" error, as any CUDA-graph output kept too long does. The usual loop,
 which drops its gradients before the next step (`zero_grad(set_to_none=True)`), copies nothing.
 
 Where adoption is off or unavailable, or for gradients the wrapper returns as views, the batched
@@ -95,8 +95,9 @@ def parameters_grads(sources: list) -> dict[int, list[torch.Tensor]]:
 
 def other_holders(storage_cdata: int, exclude=None) -> list[torch.Tensor]:
     """Every tensor object Python holds over the storage (a `.grad` the caller kept after setting the
-    parameter's to None, a view of one), but `exclude` (the tree's own): found by a scan of the garbage collector's objects, tens
-    of milliseconds, so only once the cheap ways have not freed the memory. Said once (until trees.reset)."""
+    parameter's to None, a view of one) but `exclude` (the tree's own): a scan of the garbage
+    collector's objects, tens of milliseconds, so only where the cheap ways do not account for every
+    use of the storage. Said once (until trees.reset)."""
     found = [o for o in gc.get_objects() if o is not exclude and _over(o, storage_cdata)]
     if found and not warned_scan:
         warned_scan.append(True)

@@ -475,7 +475,7 @@ class GraphNode:
         it has now are the baseline. In a backward it is pinned instead (see pin_gradient)."""
         meta = self.metas[i]
         t = tensor_on(meta, storage_at(meta))
-        if self._registered(i):
+        if self.info.mode != "backward":
             # not a backward's: AccumulateGrad allows a registered tensor one more reference, so a
             # registered gradient would become `.grad` in pool memory whatever the pin (see pin_gradient)
             torch._C._set_cached_tensors_enabled(True)   # Dynamo's reset turns the registry off globally
@@ -489,10 +489,6 @@ class GraphNode:
         if self.info.mode == "backward":   # at once: _only_tree_holds counts the pins of every cached output
             self._pin_cached()
         return t
-
-    def _registered(self, i: int) -> bool:
-        """Output i's cached tensor is in torch's cached-tensor registry (a forward's)."""
-        return self.info.mode != "backward"
 
     def _pin_cached(self) -> None:
         self.pinned = [(c, c) for i, c in enumerate(self.cached_outputs) if c is not None and i not in self.adopted]
@@ -532,7 +528,7 @@ class GraphNode:
         return self._cache_output(i)
 
     def _uncache(self, i: int) -> None:
-        if self._registered(i):
+        if self.info.mode != "backward":   # (a forward's cached tensor is in torch's registry)
             torch._C._set_cached_tensors_enabled(True)
             torch._C._remove_cached_tensor(self.cached_outputs[i])
 
@@ -563,11 +559,12 @@ class GraphNode:
                     _set_ptr_msg(old.cdata, overwritten_message(self.info.trace_of(i)))
 
     def remove_cached_outputs(self) -> None:
-        if self.cached_outputs:
+        registered = bool(self.cached_outputs) and self.info.mode != "backward"
+        if registered:
             torch._C._set_cached_tensors_enabled(True)
         for i, t in enumerate(self.cached_outputs):
             if t is not None:
-                if self._registered(i):
+                if registered:
                     torch._C._remove_cached_tensor(t)
                 ref = self.outputs_refs[i]
                 ref.extra, ref.baseline = None, 0

@@ -108,8 +108,8 @@ class TreeManager:
         # last warm-up, and inputs seen moving
         self._last_ptrs: dict[Any, list] = {}
         self._moved: dict[Any, set[int]] = collections.defaultdict(set)
-        # the edges of the autograd nodes of the backward calls on the current path whose gradients autograd adopted
-        # in the pool: their parameters' `.grad` move out should they outlive the path (nodes.py)
+        # the edges of the autograd nodes of the current path's backward calls whose gradients autograd
+        # adopted in the pool: their parameters' `.grad` move out should they outlive the path (nodes.py)
         self.gradient_sources: list = []
 
     def _open_pool(self) -> None:
