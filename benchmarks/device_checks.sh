@@ -21,8 +21,9 @@
 #   dynamic    benchmarks.dynamic_shapes, the serving and the training loop, mini_inductor and
 #              reduce-overhead interleaved
 #   train_interleaved  benchmarks.dynamic_shapes --cases train_interleaved: the training loop under
-#              reduce-overhead, mini_inductor and mini_inductor with gradients adopted in the pool
-#              (option cudagraph_adopt_gradients), epochs in turn, 20 rounds (90 s)
+#              reduce-overhead, mini_inductor (gradients adopted in the pool) and mini_inductor with
+#              them copied out after each backward (option cudagraph_adopt_gradients=False), epochs
+#              in turn, 20 rounds (90 s)
 #   profile    benchmarks.kernel_profile: GPT-2 (causal, float32) and the serving loop, kernel by kernel
 #   tables     the attention sweep's data masks (hf_causal, padding), mini_inductor with and without block
 #              tables computed from the mask data (--data-skip-min-scores 0): where they pay
@@ -148,7 +149,7 @@ for step in "${steps[@]}"; do
         flash_fwd) run flash_fwd 150 python3 -u -m benchmarks flash_configs --modes fwd ;;
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         train_interleaved) run train_interleaved 90 python3 -m benchmarks dynamic_shapes --cases train_interleaved \
-                               --backends inductor_reduce_overhead,mini_inductor,mini_inductor_adopt_grads ;;
+                               --backends inductor_reduce_overhead,mini_inductor,mini_inductor_copy_grads ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         *) echo "unknown step $step" >> "$summary" ;;
     esac

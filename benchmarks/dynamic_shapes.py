@@ -27,7 +27,8 @@ LENGTHS = (64, 96, 128, 192, 256, 384)
 # mini_inductor: its default (dynamic_shapes="symbolic", one compile for every size); _per_size: a compile per size
 BACKENDS = ("eager", "inductor", "inductor_reduce_overhead", "mini_inductor", "mini_inductor_per_size")
 # also: mini_inductor_no_graphs (CUDA graphs off), for host-time comparisons; mini_inductor_copy_grads
-# (parameter gradients adopted in the CUDA-graph pool: option cudagraph_adopt_gradients, session 38)
+# (parameter gradients copied out of the CUDA-graph pool after each backward: option
+# cudagraph_adopt_gradients=False; adopted in the pool is the default since session 39)
 
 
 def _compile(model, backend: str):
@@ -40,7 +41,7 @@ def _compile(model, backend: str):
     import mini_inductor  # noqa: F401  registers the backend
     options = {"mini_inductor_per_size": {"dynamic_shapes": "per_size"},
                "mini_inductor_no_graphs": {"cudagraphs": False},
-               "mini_inductor_adopt_grads": {"cudagraph_adopt_gradients": True}}.get(backend)
+               "mini_inductor_copy_grads": {"cudagraph_adopt_gradients": False}}.get(backend)
     return torch.compile(model, backend="mini_inductor", options=options)
 
 

@@ -25,7 +25,7 @@ MINI_INDUCTOR_* variable that is no option's (nor in OTHER_VARIABLES) gets a war
 | cudagraph_rerecord_limit | MINI_INDUCTOR_CUDAGRAPH_RERECORD_LIMIT | 128                      |
 | cudagraph_rerecord_on_static_change | ..._RERECORD_ON_STATIC_CHANGE | True                 |
 | cudagraph_stable_inputs | MINI_INDUCTOR_CUDAGRAPH_STABLE_INPUTS | True                       |
-| cudagraph_adopt_gradients | MINI_INDUCTOR_CUDAGRAPH_ADOPT_GRADIENTS | False                  |
+| cudagraph_adopt_gradients | MINI_INDUCTOR_CUDAGRAPH_ADOPT_GRADIENTS | True                   |
 | cudagraph_force_sync / cudagraph_slow_asserts | MINI_INDUCTOR_CUDAGRAPH_... | False / True   |
 | cudagraph_dynamic_shape_warn_limit | ..._DYNAMIC_SHAPE_WARN_LIMIT | 8 (0: never)           |
 | cudagraph_capture_sizes | ..._CAPTURE_SIZES ("2,5,7" or "(2,3),(4,8)") | None (every size)  |
@@ -112,9 +112,8 @@ class Config:
     # inputs that arrive at the same address call after call are read in place instead of copied
     cudagraph_stable_inputs: bool = True
     # a backward's parameter gradients become `.grad` in pool memory, moved out only if still held
-    # when the pool is written again (False: one batched copy out of the pool after every backward).
-    # Off by default until the session-38 review's fixes have run on a GPU (ARCHITECTURE.md)
-    cudagraph_adopt_gradients: bool = False
+    # when the pool is written again (False: one batched copy out of the pool after every backward)
+    cudagraph_adopt_gradients: bool = True
     # synchronize the device after every replay
     cudagraph_force_sync: bool = False
     # after each warmup, recording and checkpoint, check the pool holds exactly the tracked live outputs

@@ -234,6 +234,28 @@ def test_gradients_and_views_kept_after_zero_grad_move_out_of_the_pool_with_thei
     assert "scan of Python's objects" in caplog.text
 
 
+def test_a_recordings_gradients_held_at_another_models_step_move_out_together_without_a_warning(caplog):
+    # session 39, on the H200: the last step of a recording kept its gradients as `.grad` when another
+    # compiled model's step ended the path; a scan of Python's objects ran for each of them (4 s for 24
+    # gradients) and warned, though it found no one but the parameters. Now one batched copy, no warning.
+    model, ref, cm = _mlp_pair(2, adopt=True)
+    _, _, other = _mlp_pair(2, adopt=True)
+    with caplog.at_level(logging.WARNING, logger="mini_inductor.perf_hints"):
+        for _ in range(2):   # a warmup, then the recording whose gradients stay held
+            _drop_grads(model, ref)
+            _backward_both(cm, ref)
+        assert stats()["recordings"] >= 2 and stats()["replays"] == 0
+        assert all(in_pool(p.grad) for p in model.parameters())   # adopted where the recording wrote them
+        other(torch.randn(8, 32, device="cuda")).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert not [g for g in grads if in_pool(g)]
+    assert len({g.untyped_storage().data_ptr() for g in grads}) == 1   # one buffer, one batched copy
+    assert stats()["gradients_moved_out"] == len(grads)
+    for g, q in zip(grads, ref.parameters()):
+        torch.testing.assert_close(g, q.grad, atol=1e-4, rtol=1e-4)
+    assert "scan of Python's objects" not in caplog.text
+
+
 def test_a_gradient_a_hook_kept_is_not_what_later_micro_batches_accumulate_into():
     # session 31's review: a gradient autograd may adopt as `.grad` must not be the tensor a hook kept
     # (eager copies it then), or the next micro-batch adds into the user's logged tensor

@@ -2,9 +2,12 @@
 (runtime/cudagraphs/gradients.py), on CPU tensors: the values, the layout of the fresh buffer, and
 AccumulateGrad adopting the results. On the GPU, tests/cudagraphs/test_compiled_cudagraphs.py checks
 a compiled training loop with it (no copy per parameter, `.grad` out of the pool)."""
+import warnings
+import weakref
+
 import torch
 
-from mini_inductor.runtime.cudagraphs.gradients import ALIGN, GradientsOutOfPool
+from mini_inductor.runtime.cudagraphs.gradients import ALIGN, GradientsOutOfPool, _storage_key, move_out_of_pool
 
 
 def outputs():
@@ -132,3 +135,37 @@ def test_a_gradient_a_hook_kept_is_not_what_later_steps_accumulate_into():
     step()
     step()   # accumulated into p.grad
     assert [t[0].item() for t in log] == [1.0, 2.0] and p.grad[0].item() == 3.0
+
+
+def test_tensors_sharing_a_storage_move_into_one_fresh_storage_with_their_values():
+    # gradients still held when the CUDA-graph pool is written again move out in one batched copy; a
+    # `.grad` and a view of it must still share their memory afterwards (the same code runs on CPU)
+    grad = torch.arange(40.0)
+    view = grad[8:].view(4, 8)
+    other = torch.arange(5.0)
+    old = grad.untyped_storage()
+    move_out_of_pool([grad, view, other])
+    assert grad.untyped_storage().data_ptr() != old.data_ptr()
+    assert view.untyped_storage().data_ptr() == grad.untyped_storage().data_ptr()
+    assert torch.equal(grad, torch.arange(40.0)) and torch.equal(view, torch.arange(8.0, 40.0).view(4, 8))
+    assert torch.equal(other, torch.arange(5.0))
+    torch.empty(0).set_(old).fill_(-1)   # the old memory is no longer theirs
+    assert torch.equal(grad, torch.arange(40.0))
+    view.zero_()                         # and the view still writes into the gradient
+    assert grad[8:].abs().sum() == 0 and grad[:8].sum() == 28
+
+
+def test_the_holder_scan_skips_objects_that_refuse_their_class_without_a_warning():
+    # session 39: the scan asked each object `isinstance(o, torch.Tensor)`; a deprecated module
+    # attribute answered with a FutureWarning and a dead weak proxy with an error
+    class Thing:
+        pass
+    thing = Thing()
+    proxy = weakref.proxy(thing)
+    del thing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _storage_key(proxy) is None
+        if hasattr(torch.distributed, "reduce_op"):
+            assert _storage_key(torch.distributed.reduce_op) is None
+        assert _storage_key(torch.zeros(3)) is None   # a CPU tensor is never pool memory

@@ -1,6 +1,6 @@
 """A backward's parameter gradients and the CUDA-graph pool: adopted in it, or moved out of it.
 
-With option cudagraph_adopt_gradients (off by default for now) autograd adopts a backward's
+With option cudagraph_adopt_gradients (on by default since session 39) autograd adopts a backward's
 parameter gradients as `.grad` where the graph wrote them, in pool memory, as PyTorch's Inductor
 lets it. Unlike Inductor's, a `.grad` still held when the tree is about to write that memory again
 (gradient accumulation, or a gradient the user kept) is then moved out (`move_out_of_pool`): the
@@ -8,7 +8,8 @@ tensor gets fresh memory with its values. The parameters are found through the e
 calls' autograd nodes (each call notes them: trees.py `note_gradient_source`); the output object
 itself, when the caller holds it (`torch.autograd.grad`), moves too. Should the memory be held by
 more than those (a `.grad` kept after the parameter's was set to None, a view of one), a scan of
-Python's objects finds the others (`other_holders`, slow, with a warning); one held only outside
+Python's objects finds the others (`other_holders`: one scan for all of them, slow, with a warning when
+it finds someone); one held only outside
 Python reads an "overwritten" error, as any CUDA-graph output kept too long does. The usual loop,
 which drops its gradients before the next step (`zero_grad(set_to_none=True)`), copies nothing.
 
@@ -93,12 +94,17 @@ def parameters_grads(sources: list) -> dict[int, list[torch.Tensor]]:
     return found
 
 
-def other_holders(storage_cdata: int, exclude=None) -> list[torch.Tensor]:
-    """Every tensor object Python holds over the storage (a `.grad` the caller kept after setting the
-    parameter's to None, a view of one) but `exclude` (the tree's own): a scan of the garbage
-    collector's objects, tens of milliseconds, so only where the cheap ways do not account for every
-    use of the storage. Said once (until trees.reset)."""
-    found = [o for o in gc.get_objects() if o is not exclude and _over(o, storage_cdata)]
+def other_holders(storages: dict[int, set[int]]) -> dict[int, list[torch.Tensor]]:
+    """Every tensor object Python holds over each storage of `storages` (by its cdata) but those whose
+    `id` it lists (the tree's own and the holders already known): a `.grad` kept after the parameter's
+    was set to None, a view of one. One scan of the garbage collector's objects for all of them, tens
+    to hundreds of milliseconds, so only where the cheap ways do not account for every use of a
+    storage. A scan that finds someone is said once (until trees.reset)."""
+    found: dict[int, list[torch.Tensor]] = {}
+    for o in gc.get_objects():
+        key = _storage_key(o)
+        if key in storages and id(o) not in storages[key]:
+            found.setdefault(key, []).append(o)
     if found and not warned_scan:
         warned_scan.append(True)
         perf_log.warning("a gradient autograd adopted in the CUDA-graph pool was still held when the pool was "
@@ -112,13 +118,16 @@ def other_holders(storage_cdata: int, exclude=None) -> list[torch.Tensor]:
 warned_scan: list[bool] = []
 
 
-def _over(o, storage_cdata: int) -> bool:
-    """`o` is a CUDA tensor over the storage."""
+def _storage_key(o) -> int | None:
+    """The cdata of the storage under `o` when it is a strided CUDA tensor, else None. The type is read
+    with `type()`: `isinstance` would ask the object for its `__class__`, which a weak proxy whose
+    referent is gone answers with an error and a deprecated module attribute with a warning."""
+    if not issubclass(type(o), torch.Tensor):
+        return None
     try:
-        return isinstance(o, torch.Tensor) and o.is_cuda and o.layout == torch.strided \
-            and o.untyped_storage()._cdata == storage_cdata
-    except Exception:   # a dead weak proxy; a tensor without a storage of its own (a fake, a wrapper)
-        return False
+        return o.untyped_storage()._cdata if o.is_cuda and o.layout == torch.strided else None
+    except Exception:   # a tensor without a storage of its own (a fake, a wrapper subclass)
+        return None
 
 
 def move_out_of_pool(holders: list[torch.Tensor]) -> None:

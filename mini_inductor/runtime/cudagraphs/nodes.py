@@ -107,12 +107,11 @@ class WarmupNode:
     def path_live_refs(self) -> list[StorageRef]:
         return [r for level in self.path_refs for r in level if is_live(r)]
 
-    def save_adopted(self, grads) -> None:
-        """Before the pool is written again: adopted gradients still held move out (the module's
-        docstring). `grads()`: the parameters' `.grad` by storage pointer (gradients.parameters_grads)."""
-        for i in self.adopted:
-            if is_live(self.outputs_refs[i]):
-                _move_recorded(self, i, grads)
+    def adopted_holders(self, i: int, grads) -> tuple[list, object]:
+        return _recorded_holders(self, i, grads), None
+
+    def adopted_moved(self, i: int) -> None:
+        self.tensor_refs[i] = None   # not poisoned with the path: it holds its own memory now
 
     def all_outputs_dead(self) -> bool:
         return not self.path_live_refs()
@@ -122,24 +121,42 @@ class WarmupNode:
         return any(r.ptr == ptr for r in self.path_live_refs())
 
 
-def _move_recorded(node, i: int, grads) -> None:
-    """A warmup's or recording's adopted output i, still held: its holders move out of the pool (one
-    held outside Python keeps the block until the path's end frees and poisons it)."""
-    ref, tref = node.outputs_refs[i], node.tensor_refs[i]
+def save_adopted(nodes, grads) -> None:
+    """Before the pool is written again: the adopted gradients of `nodes` still held move out (the
+    module's docstring), all in one batched copy. `grads()`: the parameters' `.grad` by storage
+    pointer (gradients.parameters_grads). Where a storage has more uses than the tree's own
+    (`ref.baseline`) and the holders known, one scan of Python's objects looks for the others (a view
+    of `.grad`) for every such storage at once; they move with the known ones, so that tensors sharing
+    a storage keep sharing one."""
+    items, holders, unexplained = [], [], {}
+    for node in nodes:
+        for i in node.adopted:
+            ref = node.outputs_refs[i]
+            if not is_live(ref):
+                continue
+            known, exclude = node.adopted_holders(i, grads)
+            known = list({id(t): t for t in known}.values())
+            items.append((node, i))
+            holders += known
+            if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline + len(known):
+                unexplained[ref.ref.cdata] = {id(t) for t in known} | {id(exclude)}
+    if unexplained:
+        for found in other_holders(unexplained).values():
+            holders += found
+    if holders:
+        move_out_of_pool(list({id(t): t for t in holders}.values()))
+    holders.clear()
+    for node, i in items:
+        node.adopted_moved(i)
+
+
+def _recorded_holders(node, i: int, grads) -> list:
+    """The known holders of a warmup's or recording's adopted output i: the output object itself if
+    the caller still holds it, and the parameters' `.grad` over it (one held outside Python keeps the
+    block until the path's end frees and poisons it)."""
+    tref = node.tensor_refs[i]
     out = tref() if tref is not None else None   # (None: moved out by an earlier save)
-    move_out_of_pool(_holders(ref, ([out] if out is not None else []) + grads().get(ref.ptr, [])))
-    del out
-    node.tensor_refs[i] = None   # not poisoned with the path: it holds its own memory now
-
-
-def _holders(ref: StorageRef, known: list, exclude=None) -> list:
-    """The tensors to move off output `ref`'s storage: `known`, and where the storage has more uses
-    than the tree's own (`ref.baseline`) and theirs, whatever a scan of Python's objects finds (a view
-    of `.grad`), moved with them so that tensors sharing the storage keep sharing one."""
-    known = list({id(t): t for t in known}.values())
-    if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline + len(known):
-        known += [t for t in other_holders(ref.ref.cdata, exclude) if all(t is not k for k in known)]
-    return known
+    return ([out] if out is not None else []) + grads().get(node.outputs_refs[i].ptr, [])
 
 
 def detached_if_empty(o):
@@ -532,31 +549,33 @@ class GraphNode:
             torch._C._set_cached_tensors_enabled(True)
             torch._C._remove_cached_tensor(self.cached_outputs[i])
 
-    def save_adopted(self, grads) -> None:
-        """Before the pool is written again: adopted gradients still held move out (the module's
-        docstring). `grads()`: the parameters' `.grad` by storage pointer (gradients.parameters_grads).
-        A replay's cached tensor is made again over a new storage; a holder of the old one that no scan
-        finds (outside Python) can no longer read it (the "overwritten" error). A recording's output
-        leaves that to the path's end, which frees and poisons what is still held."""
-        for i in self.adopted:
-            ref = self.outputs_refs[i]
-            if not is_live(ref):
-                continue
-            if not (self.cached_outputs and self.cached_outputs[i] is not None):
-                _move_recorded(self, i, grads)
-                continue
-            handed = self.handed.pop(i, None)
-            last = handed() if handed is not None else None   # the caller kept it: torch.autograd.grad
-            move_out_of_pool(_holders(ref, ([last] if last is not None else []) + grads().get(ref.ptr, []),
-                                      exclude=self.cached_outputs[i]))
-            del last
-            if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:   # held outside Python only
-                old, pins = ref.ref, self.pinned
-                self._uncache(i)
-                self._cache_output(i)   # a new tensor over a new storage: the old one is the holders' alone
-                self.pinned = pins      # (_cache_output pins the cached ones only; i is not pinned)
-                if _set_ptr_msg is not None:
-                    _set_ptr_msg(old.cdata, overwritten_message(self.info.trace_of(i)))
+    def adopted_holders(self, i: int, grads) -> tuple[list, object]:
+        """The known holders of adopted output i (see save_adopted), and the tree's own tensor over it.
+        A recording's output is the caller's alone; a replay's cached tensor is the tree's, and the
+        caller may have kept the one it was handed (`torch.autograd.grad`)."""
+        if not (self.cached_outputs and self.cached_outputs[i] is not None):
+            return _recorded_holders(self, i, grads), None
+        handed = self.handed.pop(i, None)
+        last = handed() if handed is not None else None
+        return ([last] if last is not None else []) + grads().get(self.outputs_refs[i].ptr, []), \
+            self.cached_outputs[i]
+
+    def adopted_moved(self, i: int) -> None:
+        """After the move: a recording's output holds its own memory now (not poisoned with the path).
+        A replay's cached tensor still held past its known holders is held outside Python: it is made
+        again over a new storage, and the old one, the holders' alone, can no longer be read (the
+        "overwritten" error)."""
+        if not (self.cached_outputs and self.cached_outputs[i] is not None):
+            self.tensor_refs[i] = None
+            return
+        ref = self.outputs_refs[i]
+        if torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline:
+            old, pins = ref.ref, self.pinned
+            self._uncache(i)
+            self._cache_output(i)
+            self.pinned = pins      # (_cache_output pins the cached ones only; i is not pinned)
+            if _set_ptr_msg is not None:
+                _set_ptr_msg(old.cdata, overwritten_message(self.info.trace_of(i)))
 
     def remove_cached_outputs(self) -> None:
         registered = bool(self.cached_outputs) and self.info.mode != "backward"

@@ -30,7 +30,7 @@ import torch
 
 from . import gradients
 from .gradients import parameters_grads
-from .nodes import Check, GraphNode, WarmupNode, unpin
+from .nodes import Check, GraphNode, WarmupNode, save_adopted, unpin
 from .utils import (PENDING_BACKWARD, FunctionInfo, aligned, check_pool, counters, have_cuda_graph_apis,
                     log, log_skip, overwritten_message, perf_log, pool_blocks, pool_segments,
                     skip_reasons)
@@ -345,9 +345,7 @@ class TreeManager:
             if found is None:
                 found = parameters_grads(self.gradient_sources)
             return found
-        for node in nodes:
-            if node.adopted:
-                node.save_adopted(grads)
+        save_adopted([node for node in nodes if node.adopted], grads)
 
     def _set_current(self, node) -> None:
         self.current = node
