@@ -98,7 +98,15 @@ def _attention_loop(backend: str):
 # the functions whose inclusive host time per step is reported, per backend family ("module:Class.attr")
 PARTS = {
     "mini_inductor": ["mini_inductor.runtime:CompiledGraph.__call__",
+                      "mini_inductor.runtime.cudagraphs.trees:TreeFunction.__call__",
                       "mini_inductor.runtime.cudagraphs.trees:TreeManager.run",
+                      "mini_inductor.runtime.cudagraphs.trees:TreeManager._try_end_execution",
+                      "mini_inductor.runtime.cudagraphs.trees:TreeManager._save_adopted",
+                      "mini_inductor.runtime.cudagraphs.trees:TreeManager._replay",
+                      "mini_inductor.runtime.cudagraphs.trees:TreeManager._mutates_outside_pool",
+                      "mini_inductor.runtime:current_backward_edges",
+                      "mini_inductor.runtime:note_gradient_source",
+                      "mini_inductor.runtime:backward_ran",
                       "mini_inductor.runtime.cudagraphs.nodes:GraphNode.check",
                       "mini_inductor.runtime.cudagraphs.nodes:GraphNode.run",
                       "mini_inductor.runtime.cudagraphs.nodes:GraphNode._rebuild_outputs",

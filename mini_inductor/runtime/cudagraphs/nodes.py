@@ -107,6 +107,9 @@ class WarmupNode:
     def path_live_refs(self) -> list[StorageRef]:
         return [r for level in self.path_refs for r in level if is_live(r)]
 
+    def adopted_live(self, i: int) -> bool:
+        return is_live(self.outputs_refs[i])
+
     def adopted_holders(self, i: int, grads) -> tuple[list, object]:
         return _recorded_holders(self, i, grads), None
 
@@ -132,7 +135,7 @@ def save_adopted(nodes, grads) -> None:
     for node in nodes:
         for i in node.adopted:
             ref = node.outputs_refs[i]
-            if not is_live(ref):
+            if not node.adopted_live(i):
                 continue
             known, exclude = node.adopted_holders(i, grads)
             known = list({id(t): t for t in known}.values())
@@ -548,6 +551,16 @@ class GraphNode:
         if self.info.mode != "backward":   # (a forward's cached tensor is in torch's registry)
             torch._C._set_cached_tensors_enabled(True)
             torch._C._remove_cached_tensor(self.cached_outputs[i])
+
+    def adopted_live(self, i: int) -> bool:
+        """Adopted output i is held beyond the tree. A replay's cached tensor object never leaves the
+        tree (each replay hands out a `detach` of it), so its storage's use count alone says so,
+        without the object's reference count that `is_live` reads too: the path's end of every
+        training step asks it of each parameter's gradient."""
+        ref = self.outputs_refs[i]
+        if self.cached_outputs and self.cached_outputs[i] is not None:
+            return torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline
+        return is_live(ref)
 
     def adopted_holders(self, i: int, grads) -> tuple[list, object]:
         """The known holders of adopted output i (see save_adopted), and the tree's own tensor over it.

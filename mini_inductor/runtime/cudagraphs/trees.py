@@ -54,8 +54,14 @@ def _current_generation() -> int:
     box = getattr(inductor, "MarkStepBox", None)
     if box is not None and box.mark_step_counter:
         return box.mark_step_counter
-    from torch._dynamo.mutation_guard import GenerationTracker
-    return GenerationTracker.generation
+    tracker = _generation_tracker
+    if not tracker:   # imported at the first call (a function-level import costs every step)
+        from torch._dynamo.mutation_guard import GenerationTracker
+        tracker.append(GenerationTracker)
+    return tracker[0].generation
+
+
+_generation_tracker: list = []
 
 
 def _user_marked_steps() -> bool:
@@ -142,7 +148,8 @@ class TreeManager:
     def set_to_running_backward(self) -> None:
         self.pending_backward = False
 
-    def _run(self, inputs: list, fid: int) -> list:
+    def _run(self, inputs: list, fid: int, warm_key=None) -> list:
+        """`warm_key`: this call's, when an ended path runs it again (it depends on the inputs only)."""
         if log.isEnabledFor(logging.DEBUG):
             log.debug("run %s (fid %d, %s): state %s, generation %s → %s, pending backward %s",
                       self.functions[fid].name, fid, self.functions[fid].mode, self.state, self.current_gen,
@@ -159,7 +166,8 @@ class TreeManager:
             return self._run_without_graph(inputs, fid)
         info = self.functions[fid]
         cfg = info.cfg
-        warm_key = self._warm_key(fid, inputs)
+        if warm_key is None:
+            warm_key = self._warm_key(fid, inputs)
         sizes = warm_key[1] if isinstance(warm_key, tuple) else None
         if (warm_key not in self.warmed_up and not cfg.cudagraph_skip_warmup) \
                 or self.state == "warmup" \
@@ -183,7 +191,7 @@ class TreeManager:
                                              if inputs[i].data_ptr() != node.ptrs[i]}
             if self.current is not None and fid in self.roots:
                 if self._try_end_execution():
-                    return self._run(inputs, fid)
+                    return self._run(inputs, fid, warm_key)
         if info.mutated_idxs:
             self.mutation_hint[key] = self._mutates_outside_pool(inputs, fid)
             if self.mutation_hint[key]:
