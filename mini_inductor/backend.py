@@ -22,6 +22,7 @@ from .config import for_compile
 from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
 from .lowering.decompositions import decomposition_table, undo_split_fma
+from .lowering.early_decompositions import early_decompositions_checked
 from .pipeline import compile_graph
 from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
 
@@ -115,14 +116,15 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         return disable(compiled, reason="mini_inductor's generated backward")
 
     try:
-        compiled = aot_module_simplified(
-            gm, example_inputs,
-            fw_compiler=compilers["forward"],
-            bw_compiler=backward_compiler,
-            inference_compiler=compilers["inference"],
-            decompositions=decomposition_table(),
-            partition_fn=min_cut_rematerialization_partition,
-        )
+        with early_decompositions_checked():   # refused dtypes reach the table whole
+            compiled = aot_module_simplified(
+                gm, example_inputs,
+                fw_compiler=compilers["forward"],
+                bw_compiler=backward_compiler,
+                inference_compiler=compilers["inference"],
+                decompositions=decomposition_table(),
+                partition_fn=min_cut_rematerialization_partition,
+            )
     except Exception:
         counters["aot_autograd"]["not_ok"] += 1
         raise

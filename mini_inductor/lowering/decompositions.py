@@ -2,7 +2,8 @@
 ops taken apart into ops that have lowerings, the ops we lower whole kept out, our own
 decompositions where torch's lose precision (_OWN_DECOMPS), every entry ending in eager's output
 layout (eager_layout_decomps.decompositions), and ops given a number eager's checked conversion
-rejects kept whole (_CHECKED_NUMBERS)."""
+rejects (_CHECKED_NUMBERS) or a dtype eager's kernel refuses (_KERNEL_DTYPES) kept whole; for ops
+torch takes apart before this table sees them, early_decompositions.py reads the same two tables."""
 from __future__ import annotations
 
 import functools
@@ -161,21 +162,26 @@ def _checking_numbers(table: dict) -> dict:
 
 
 def _kept_whole_unless_converts(target, decomp, checked: dict):
-    names = [a.name for a in target._schema.arguments]
-
     def run(*args, **kwargs):
-        bound = {**dict(zip(names, args)), **kwargs}
-        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        for name, kind in checked.items():
-            value = bound.get(name)
-            if isinstance(value, torch.Tensor) and value.dim() != 0:
-                continue   # (lerp.Tensor's weight: no number)
-            if tensor is not None and value is not None and not _surely_converts(
-                    value, tensor.dtype if kind == _OWN else opmath_dtype(tensor.dtype)):
-                return NotImplemented
+        if _number_may_not_convert(target, args, kwargs, checked):
+            return NotImplemented
         return decomp(*args, **kwargs)
     run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_of_checked_numbers"
     return run
+
+
+def _number_may_not_convert(target, args, kwargs, checked: dict) -> bool:
+    """Whether one of the arguments `checked` names may not convert as eager's kernel checks it."""
+    bound = {**dict(zip([a.name for a in target._schema.arguments], args)), **kwargs}
+    tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    for name, kind in checked.items():
+        value = bound.get(name)
+        if isinstance(value, torch.Tensor) and value.dim() != 0:
+            continue   # (lerp.Tensor's weight: no number)
+        if tensor is not None and value is not None and not _surely_converts(
+                value, tensor.dtype if kind == _OWN else opmath_dtype(tensor.dtype)):
+            return True
+    return False
 
 
 def _surely_converts(value, dtype: torch.dtype) -> bool:
@@ -206,19 +212,37 @@ def _not_bool(dtype: torch.dtype) -> bool:
     return dtype != torch.bool and not _float8(dtype)
 
 
+def _floating_or_uint8(dtype: torch.dtype) -> bool:
+    return _floating(dtype) or dtype == torch.uint8   # (the nearest upsamplings: images' bytes)
+
+
 # Ops whose eager kernels refuse some input dtypes ('"silu_cpu" not implemented for 'Long'', "Boolean
 # inputs not supported for relu", "Subtraction, the `-` operator, with a bool tensor is not
 # supported") where their decompositions or our lowerings would compute a value: the dtypes they
-# take, checked on every tensor argument. Another dtype keeps the op whole and runs it in ATen, which
-# raises as eager does (and computes, on a device whose kernel takes the dtype). Checked against eager
-# (tests/e2e/test_eager_kernel_dtypes.py).
+# take (on the CPU), checked on every tensor argument. Another dtype keeps the op whole and runs it
+# in ATen, which raises as eager does (and computes, on a device whose kernel takes the dtype).
+# Where eager promotes first and computes (hypot of an int and a float tensor, clamp of a bool with
+# int bounds, lerp with a 0-d float weight, addcdiv of a bool by a float), ATen computes it too: a
+# fallback, never a different value. Checked against eager (tests/e2e/test_eager_kernel_dtypes.py).
+# (hardshrink, softshrink, max_pool1d and the upsamplings reach the table already taken apart:
+# early_decompositions.py keeps them whole before, by the same entries.)
 _KERNEL_DTYPES = {
     **dict.fromkeys([aten.threshold, aten.threshold_, aten.relu, aten.relu_, aten.abs, aten.abs_, aten.neg,
-                     aten.neg_, aten.sub, aten.sub_, aten.rsub], _not_bool),
+                     aten.neg_, aten.sub, aten.sub_, aten.rsub,
+                     aten.round, aten.round_, aten.floor, aten.floor_, aten.ceil, aten.ceil_, aten.trunc,
+                     aten.trunc_, aten.fix, aten.fix_, aten.trace, aten.clamp, aten.clamp_, aten.clamp_min,
+                     aten.clamp_min_, aten.clamp_max, aten.clamp_max_, aten.addcmul, aten.addcmul_, aten.addcdiv,
+                     aten.addcdiv_], _not_bool),
     **dict.fromkeys([aten.hardshrink, aten.softshrink, aten.gelu, aten.gelu_, aten.silu, aten.silu_, aten.hardswish,
                      aten.hardswish_, aten.hardsigmoid, aten.hardsigmoid_, aten.mish, aten.mish_, aten.elu,
                      aten.elu_, aten.celu, aten.celu_, aten.selu, aten.selu_, aten.softplus, aten.leaky_relu,
-                     aten.leaky_relu_, aten.log_sigmoid_forward], _floating),
+                     aten.leaky_relu_, aten.log_sigmoid_forward,
+                     aten._softmax, aten._log_softmax, aten.frac, aten.frac_, aten.logaddexp, aten.logaddexp2,
+                     aten.glu, aten._prelu_kernel, aten.hypot, aten.hypot_, aten.nextafter, aten.nextafter_,
+                     aten.lerp, aten.lerp_, aten.max_pool1d], _floating),
+    **dict.fromkeys([aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
+                     aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d],
+                    _floating_or_uint8),
 }
 
 
@@ -236,6 +260,20 @@ def eager_kernel_refusal(target, args, kwargs) -> str | None:
         if isinstance(dtype, torch.dtype) and not takes(dtype):
             return f"eager's {getattr(target, '__name__', target)} has no kernel for {dtype}"
     return None
+
+
+def checked_packets() -> tuple:
+    """The op packets `kept_whole` checks."""
+    return (*_KERNEL_DTYPES, *_CHECKED_NUMBERS)
+
+
+def kept_whole(target, args, kwargs) -> bool:
+    """Whether the table keeps this call of `target` whole: a dtype eager's kernel refuses
+    (_KERNEL_DTYPES), or a number its checked conversion may reject (_CHECKED_NUMBERS). Takes FakeTensors."""
+    checked = _CHECKED_NUMBERS.get(getattr(target, "overloadpacket", None))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return eager_kernel_refusal(target, tensors, {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}) \
+        is not None or (checked is not None and _number_may_not_convert(target, args, kwargs, checked))
 
 
 def _checking_kernel_dtypes(table: dict) -> dict:
