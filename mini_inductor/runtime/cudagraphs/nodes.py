@@ -148,7 +148,6 @@ def save_adopted(nodes, grads) -> None:
             holders += found
     if holders:
         move_out_of_pool(list({id(t): t for t in holders}.values()))
-    holders.clear()
     for node, i in items:
         node.adopted_moved(i)
 
@@ -552,13 +551,17 @@ class GraphNode:
             torch._C._set_cached_tensors_enabled(True)
             torch._C._remove_cached_tensor(self.cached_outputs[i])
 
+    def _cached(self, i: int) -> bool:
+        """Output i is a replay's cached tensor (not a recording's own output)."""
+        return bool(self.cached_outputs) and self.cached_outputs[i] is not None
+
     def adopted_live(self, i: int) -> bool:
         """Adopted output i is held beyond the tree. A replay's cached tensor object never leaves the
         tree (each replay hands out a `detach` of it), so its storage's use count alone says so,
         without the object's reference count that `is_live` reads too: the path's end of every
         training step asks it of each parameter's gradient."""
         ref = self.outputs_refs[i]
-        if self.cached_outputs and self.cached_outputs[i] is not None:
+        if self._cached(i):
             return torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline
         return is_live(ref)
 
@@ -566,7 +569,7 @@ class GraphNode:
         """The known holders of adopted output i (see save_adopted), and the tree's own tensor over it.
         A recording's output is the caller's alone; a replay's cached tensor is the tree's, and the
         caller may have kept the one it was handed (`torch.autograd.grad`)."""
-        if not (self.cached_outputs and self.cached_outputs[i] is not None):
+        if not self._cached(i):
             return _recorded_holders(self, i, grads), None
         handed = self.handed.pop(i, None)
         last = handed() if handed is not None else None
@@ -578,7 +581,7 @@ class GraphNode:
         A replay's cached tensor still held past its known holders is held outside Python: it is made
         again over a new storage, and the old one, the holders' alone, can no longer be read (the
         "overwritten" error)."""
-        if not (self.cached_outputs and self.cached_outputs[i] is not None):
+        if not self._cached(i):
             self.tensor_refs[i] = None
             return
         ref = self.outputs_refs[i]

@@ -54,14 +54,15 @@ def _current_generation() -> int:
     box = getattr(inductor, "MarkStepBox", None)
     if box is not None and box.mark_step_counter:
         return box.mark_step_counter
-    tracker = _generation_tracker
-    if not tracker:   # imported at the first call (a function-level import costs every step)
-        from torch._dynamo.mutation_guard import GenerationTracker
-        tracker.append(GenerationTracker)
-    return tracker[0].generation
+    return _generation_tracker().generation
 
 
-_generation_tracker: list = []
+@functools.cache
+def _generation_tracker():
+    """Dynamo's generation counter, imported at the first call (an import statement in
+    _current_generation would cost every call)."""
+    from torch._dynamo.mutation_guard import GenerationTracker
+    return GenerationTracker
 
 
 def _user_marked_steps() -> bool:
