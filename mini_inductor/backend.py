@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 
@@ -116,7 +117,7 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         return disable(compiled, reason="mini_inductor's generated backward")
 
     try:
-        with early_decompositions_checked():   # refused dtypes reach the table whole
+        with early_decompositions_checked(), _rng_saved_in_the_graph():   # refused dtypes reach the table whole
             compiled = aot_module_simplified(
                 gm, example_inputs,
                 fw_compiler=compilers["forward"],
@@ -130,6 +131,16 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         raise
     counters["aot_autograd"]["ok"] += 1
     return disable(compiled, reason="mini_inductor's generated graph")
+
+
+def _rng_saved_in_the_graph():
+    """Checkpointed random ops on CUDA as on the CPU: the forward saves its device generator's state
+    for the backward's recompute (run_and_save_rng_state), rather than aot_autograd's generators per
+    graph, which are seeded once and then ignore `torch.manual_seed` (aot_eager's behaviour; eager and
+    Inductor repeat a region's numbers after it: H200, session 40). See lowering/random_lowerings.py."""
+    if hasattr(torch._functorch.config, "graphsafe_rng_functionalization"):
+        return torch._functorch.config.patch(graphsafe_rng_functionalization=False)
+    return contextlib.nullcontext()
 
 
 def reset() -> None:

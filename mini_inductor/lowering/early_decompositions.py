@@ -16,8 +16,17 @@ table, at the autograd key:
     tracing takes: FakeTensors are subclass-like) is max_pool2d_with_indices, which computes integers,
     where CPU's max_pool1d_impl refuses them. A composite op cannot reach the graph whole, so a refused
     call becomes `mini_inductor::max_pool1d`, an opaque op that calls aten.max_pool1d (a fallback).
-Other calls take torch's path unchanged. The kernels are swapped only while AOT autograd traces
-(Dynamo's compile lock keeps two compiles apart) and put back after.
+Other calls take torch's path unchanged.
+
+One backward formula is ours too: cumprod's of a real floating input (`_Cumprod`). Where autograd
+traces the backward with grad mode on (torch 2.11), torch's formula is the one that can be
+differentiated again: a loop over the scanned length, with a prod, a cumprod and a cat per position:
+4394 ATen nodes for a length of 400, compiled into 1196 kernels in 34 s (H200, session 40). Ours is
+linear whatever the grad mode, for inputs with zeros too (AOT autograd refuses double backward, so
+nothing differentiates it again).
+
+The kernels are swapped only while AOT autograd traces (Dynamo's compile lock keeps two compiles
+apart) and put back after.
 """
 from __future__ import annotations
 
@@ -81,13 +90,15 @@ def early_decompositions_checked():
         yield
         return
     kernels = _python_kernels() | {(op, DispatchKey.CompositeImplicitAutograd) for op in _KEPT_WHOLE_AS}
-    saved = {op: dict(op.py_kernels) for op, _ in kernels}
+    saved = {op: dict(op.py_kernels) for op, _ in kernels} | {aten.cumprod.default: dict(aten.cumprod.default.py_kernels)}
     try:
         for op, key in kernels:
             in_cpp = functools.partial(op._op_dk, key)
             op.py_kernels[key] = _whole_where_kept(op, op.py_kernels.get(key, in_cpp),
                                                    _KEPT_WHOLE_AS.get(op, in_cpp))
             op._dispatch_cache.clear()
+        aten.cumprod.default.py_kernels[DispatchKey.Autograd] = cumprod_with_our_backward
+        aten.cumprod.default._dispatch_cache.clear()
         _installed.append(True)
         yield
     finally:
@@ -116,3 +127,53 @@ def _whole_where_kept(op, decomposing, whole):
         return (whole if kept_whole(op, args, kwargs) else decomposing)(*args, **kwargs)
     run.__name__ = f"{op.__name__}_unless_kept_whole"
     return run
+
+
+def cumprod_with_our_backward(x, dim, *, dtype=None):
+    """aten.cumprod at the autograd key: `_Cumprod` where a real floating input needs a gradient,
+    else the op below autograd."""
+    if torch.is_grad_enabled() and x.requires_grad and x.dtype.is_floating_point:
+        return _Cumprod.apply(x, dim, dtype)
+    with torch._C._AutoDispatchBelowAutograd():
+        return aten.cumprod.default(x, dim, dtype=dtype)
+
+
+class _Cumprod(torch.autograd.Function):
+    """cumprod with `cumprod_backward` as its backward."""
+
+    @staticmethod
+    def forward(ctx, x, dim, dtype):
+        with torch._C._AutoDispatchBelowAutograd():
+            y = aten.cumprod.default(x, dim, dtype=dtype)
+        ctx.dim = dim
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return cumprod_backward(grad, x, y, ctx.dim), None, None
+
+
+def cumprod_backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+    """The gradient of y = cumprod(x, dim) in O(length), with zeros in x.
+
+    For y_i = x_0 ... x_i and upstream gradient g, d/dx_k = sum over i >= k of g_i * y_i / x_k where
+    x_k is not 0. Along each line let z be the position of the first zero: before it that sum is a
+    reversed cumsum of g * y divided by x; past it every term still holds x_z, so 0; at z itself the
+    terms are (x_0 ... x_{z-1}) * g_i * (x_{z+1} ... x_i), summed while no second zero is reached.
+    Positions where a formula does not apply divide by 1, not by 0, so nothing computes a NaN."""
+    if x.numel() <= 1 or x.dim() == 0:
+        return grad.to(x.dtype)
+    g = grad.to(x.dtype)
+    zero = x == 0
+    zeros_so_far = torch.cumsum(zero, dim)
+    before = zeros_so_far == 0
+    reversed_sum = torch.flip(torch.cumsum(torch.flip(g * y, [dim]), dim), [dim])
+    grad_before = torch.where(before, reversed_sum / torch.where(before, x, 1), 0)
+    at_first = zero & (zeros_so_far == 1)
+    until_second = (zeros_so_far == 1) & ~zero     # after the first zero, before a second one
+    prefix = torch.cumprod(torch.where(before, x, 1), dim)            # x_0 ... x_{z-1} at z
+    after = torch.cumprod(torch.where(until_second, x, 1), dim)       # x_{z+1} ... x_i
+    first_terms = torch.sum(torch.where(zeros_so_far == 1, g * after, 0), dim, keepdim=True)
+    return torch.where(at_first, prefix * first_terms, grad_before).to(x.dtype)

@@ -21,10 +21,12 @@ argument by a seed drawn from it at each call, so under CUDA graphs the seed is 
 at every replay, never a value baked in at recording.
 
 On the CPU aot_autograd wraps the forward's op in `run_and_save_rng_state(op, *args)` instead, which
-also returns the generator's state (saved for the backward), and the backward's in
-`run_with_rng_state(state, op, *args)`. Both give the op its own stream too, from a seed that the
-wrapper draws from a generator set to that state (runtime/rng.py `seed_from_rng_state`): equal in
-the forward and the recompute.
+also returns the default generator's state (saved for the backward), and the backward's in
+`run_with_rng_state(state, op, *args)`; so it does on CUDA when we trace (backend.py
+`_rng_saved_in_the_graph`), where those generators, seeded once, would not follow `torch.manual_seed`.
+Both give the op its own stream too, from a seed that the wrapper draws from a generator set to that
+state (runtime/rng.py `seed_from_rng_state`): equal in the forward and the recompute. These two
+wrapper calls stay outside CUDA graphs.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import sympy
 import torch
 
 from ..runtime.rng import (GRAPHSAFE_RNG, RUN_AND_SAVE_RNG, RUN_WITH_RNG, SEED_HIGH, SEEDED_OPS, checkpointed_op,
-                           cpu_rng_state, seed_from_rng_state)
+                           rng_state, seed_from_rng_state)
 from .ir import IRNode, Layout, Pointwise, current_graph
 from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
 from .sizevars import Expr, contiguous_strides, product, strided_index, sympify_seq
@@ -226,15 +228,21 @@ def graphsafe_rng_supported(op) -> bool:
 
 def checkpointed_random_lowered(node) -> bool:
     """Whether `node` is a random op of an activation-checkpointed region that is lowered here: under
-    `graphsafe_run_with_rng_state`, or on the CPU under `run_and_save_rng_state`/`run_with_rng_state`."""
+    `graphsafe_run_with_rng_state`, or under `run_and_save_rng_state`/`run_with_rng_state` on one device."""
     op = checkpointed_op(node)
     if not graphsafe_rng_supported(op):
         return False
     if node.target is GRAPHSAFE_RNG:
         return True
+    return len(_node_devices(node)) == 1
+
+
+def _node_devices(node) -> set[torch.device]:
     vals = [a.meta.get("val") for a in node.all_input_nodes]
-    return all(v.device.type == "cpu" for v in vals if isinstance(v, torch.Tensor)) and \
-        torch.device(node.kwargs.get("device") or "cpu").type == "cpu"
+    devices = {v.device for v in vals if isinstance(v, torch.Tensor) and v.device.type != "cpu"}
+    if node.kwargs.get("device") is not None:
+        devices.add(torch.device(node.kwargs["device"]))
+    return devices or {torch.device("cpu")}   # (the saved state is a CPU tensor whatever the op's device)
 
 
 def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
@@ -246,36 +254,40 @@ def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
         return LOWERINGS[op](*args, **kwargs)
 
 
-def _checked_cpu(op, args, kwargs) -> None:
+def _op_device(op, args, kwargs) -> torch.device:
+    """The one device of a checkpointed random op's tensors (the CPU for a factory with none)."""
     if not graphsafe_rng_supported(op):
         raise NotImplementedError(f"random op {op} under activation checkpointing has no lowering with its own seed")
-    devices = {a.get_device().type for a in (*args, *kwargs.values()) if isinstance(a, IRNode)}
-    if "device" in kwargs and kwargs["device"] is not None:
-        devices.add(torch.device(kwargs["device"]).type)
-    if devices - {"cpu"}:   # (a GPU's random ops come as graphsafe_run_with_rng_state)
-        raise NotImplementedError(f"random op {op} under activation checkpointing on {sorted(devices)}")
+    devices = {a.get_device() for a in (*args, *kwargs.values()) if isinstance(a, IRNode)}
+    if kwargs.get("device") is not None:
+        devices.add(torch.device(kwargs["device"]))
+    devices = {d for d in devices if d.type != "cpu"} or devices   # (a CPU scalar beside GPU tensors)
+    if len(devices) > 1:
+        raise NotImplementedError(f"random op {op} under activation checkpointing on {sorted(map(str, devices))}")
+    return devices.pop() if devices else torch.device("cpu")
 
 
-def _seed_from_state(state: IRNode, *, advance: bool) -> str:
-    """An int64 [1] seed drawn from a generator set to `state` (the wrapper's call, kept out of CUDA graphs)."""
-    box = current_graph().make_extern(seed_from_rng_state, (state,), {"advance": advance},
-                                      Layout.contiguous(torch.device("cpu"), torch.int64, [1]))
+def _seed_from_state(state: IRNode, device: torch.device, *, advance: bool) -> str:
+    """An int64 [1] seed on `device` drawn from a generator set to `state` (the wrapper's call, kept out
+    of CUDA graphs)."""
+    box = current_graph().make_extern(seed_from_rng_state, (state,), {"advance": advance, "device": device},
+                                      Layout.contiguous(device, torch.int64, [1]))
     box.data.cudagraph_unsafe = True
     return box.realize().name
 
 
 def _run_and_save_rng_state(op, *args, **kwargs):
-    """The forward of a checkpointed CPU random op: (the generator's state, `op` with its own seed)."""
-    _checked_cpu(op, args, kwargs)
-    layout = Layout.contiguous(torch.device("cpu"), torch.uint8, [cpu_rng_state().numel()])
-    state = current_graph().make_extern(cpu_rng_state, (), {}, layout)
+    """The forward of a checkpointed random op: (the generator's state, `op` with its own seed)."""
+    device = _op_device(op, args, kwargs)
+    layout = Layout.contiguous(torch.device("cpu"), torch.uint8, [rng_state(device).numel()])
+    state = current_graph().make_extern(rng_state, (), {"device": device}, layout)
     state.data.cudagraph_unsafe = True
-    with current_graph().random_streams.scoped(_seed_from_state(state, advance=True)):
+    with current_graph().random_streams.scoped(_seed_from_state(state, device, advance=True)):
         return state, LOWERINGS[op](*args, **kwargs)
 
 
 def concrete_rng_states(graph: torch.fx.Graph) -> None:
-    """The CPU generator states that `run_and_save_rng_state` returns, with their constant size in their
+    """The generator states that `run_and_save_rng_state` returns, with their constant size in their
     FakeTensors: aot_autograd's may hold a symbol (s29) even in a static graph, which no input gives a
     value. (The backward reads it from its saved-state input, where it is a size like any other.)"""
     for node in graph.find_nodes(op="call_function", target=RUN_AND_SAVE_RNG) if RUN_AND_SAVE_RNG else ():
@@ -284,13 +296,14 @@ def concrete_rng_states(graph: torch.fx.Graph) -> None:
             if user.target is operator.getitem and user.args[1] == 0 and isinstance(val, torch.Tensor) \
                     and not all(isinstance(n, int) for n in val.shape) and val.device.type == "cpu":
                 with val.fake_mode:
-                    user.meta["val"] = torch.empty(cpu_rng_state().numel(), dtype=val.dtype)
+                    user.meta["val"] = torch.empty(rng_state(next(iter(_node_devices(node)))).numel(),
+                                                   dtype=val.dtype)
 
 
 def _run_with_rng_state(state, op, *args, **kwargs):
-    """The backward's recompute of a checkpointed CPU random op, from the state the forward saved."""
-    _checked_cpu(op, args, kwargs)
-    with current_graph().random_streams.scoped(_seed_from_state(state, advance=False)):
+    """The backward's recompute of a checkpointed random op, from the state the forward saved."""
+    device = _op_device(op, args, kwargs)
+    with current_graph().random_streams.scoped(_seed_from_state(state, device, advance=False)):
         return LOWERINGS[op](*args, **kwargs)
 
 

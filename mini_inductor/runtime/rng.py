@@ -3,9 +3,11 @@
 A random op that activation checkpointing recomputes reaches the graph wrapped in torch's
 `graphsafe_run_with_rng_state`; its generator becomes an int64 [1] seed input that the runtime draws
 once per call (`draw_seed`) and the kernels expand with Philox (lowering/random_lowerings.py).
-On the CPU it comes wrapped in `run_and_save_rng_state` (the forward saves the generator's state for
-the backward) and `run_with_rng_state` (the backward's recompute from that state): the generated
-wrapper calls `cpu_rng_state` and `seed_from_rng_state` for them.
+Where the forward saves the generator's state for the backward instead, it comes wrapped in
+`run_and_save_rng_state` and the backward's recompute in `run_with_rng_state`: the generated wrapper
+calls `rng_state` and `seed_from_rng_state` for them. That is always so on the CPU, and on CUDA too
+when we trace (backend.py `_rng_saved_in_the_graph`): the seed is then drawn from the device's default
+generator, so `torch.manual_seed` repeats a checkpointed region's numbers as eager and Inductor do.
 """
 from __future__ import annotations
 
@@ -40,19 +42,30 @@ def draw_seed(generator: torch.Generator, out: torch.Tensor | None = None) -> to
     return torch.randint(0, SEED_HIGH, (1,), generator=generator, out=out)
 
 
-def cpu_rng_state() -> torch.Tensor:
-    """The CPU default generator's state (a uint8 copy, `torch.get_rng_state()`): what the forward of a
-    checkpointed random op saves for the backward's recompute."""
-    return torch.get_rng_state()
+def default_generator(device: torch.device | str) -> torch.Generator:
+    """The default generator of `device` (the CPU's, or a GPU's by its index, the current one if none)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.default_generator
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.default_generators[index]
 
 
-def seed_from_rng_state(state: torch.Tensor, *, advance: bool) -> torch.Tensor:
-    """The seed of a checkpointed CPU random op: drawn from a generator set to the saved `state`, so
-    the forward and the backward's recompute draw the same seed. `advance` (the forward): the default
-    generator also moves on by one draw, so the next call gets another seed, as eager's op moves it."""
+def rng_state(device: torch.device | str = "cpu") -> torch.Tensor:
+    """The default generator's state of `device` (a CPU uint8 copy, as `torch.get_rng_state()` and
+    `torch.cuda.get_rng_state()` give it): what the forward of a checkpointed random op saves for the
+    backward's recompute."""
+    return default_generator(device).get_state()
+
+
+def seed_from_rng_state(state: torch.Tensor, *, advance: bool, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The seed of a checkpointed random op on `device`: drawn from a generator set to the saved
+    `state`, so the forward and the backward's recompute draw the same seed. `advance` (the forward):
+    the default generator also moves on by one draw, so the next call gets another seed, as eager's
+    op moves it."""
     if advance:
-        draw_seed(torch.default_generator)
-    generator = torch.Generator()
+        draw_seed(default_generator(device))
+    generator = torch.Generator(device=device)
     generator.set_state(state)
     return draw_seed(generator)
 

@@ -73,6 +73,24 @@ def test_recompute_replays_the_forward_mask_across_warmup_record_and_replay():
     assert not any(r.ran_eagerly for r in metrics.compiled_graphs), [r.ran_eagerly for r in metrics.compiled_graphs]
 
 
+def test_manual_seed_repeats_a_checkpointed_regions_mask_across_warmup_record_and_replay():
+    # eager and Inductor repeat it; aot_autograd's generators per graph, seeded once, did not (session
+    # 40): the forward now saves the device generator's state for the recompute (backend.py)
+    f = compiled()
+    masks = []
+    for _ in range(4):
+        x = leaf()
+        torch.manual_seed(3)
+        out = f(x)
+        masks.append((out != 0).clone())
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, expected_grad(x, out))
+    assert all(torch.equal(masks[0], m) for m in masks[1:])
+    assert 0.35 < masks[0].float().mean().item() < 0.65
+    s = stats()
+    assert s["recordings"] >= 2 and s["replays"] >= 2 and s["skips"] == 0, s
+
+
 def test_cudagraphs_on_and_off_give_the_same_outputs_and_grads():
     runs = []
     for options in ({}, {"cudagraphs": False}):
