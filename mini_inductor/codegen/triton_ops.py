@@ -604,12 +604,15 @@ class TritonOps:
         return out
 
     def scan(self, dtype: torch.dtype, scan_type: str, value):
-        """The inclusive scan (`scan_type` "sum" or "prod") of `value` along the row, in `dtype`.
+        """The inclusive scan of `value` along the row, in `dtype`: "sum", "prod" and "logsumexp" give
+        the scanned values; "max" and "min" (cummax, cummin) give (values, int64 indices).
 
-        Persistent: tl.cumsum / tl.cumprod of the masked row. Looped: each block's scan combined with a
-        carry, the row's value at the block's last column (masked columns hold the identity, so the last
-        column is the last element's value), taken out by a sum of that column alone: exact, and a
-        [XBLOCK, 1] block of the carry's dtype in every iteration, as a loop-carried value must be.
+        Persistent: one scan of the masked row (tl.cumsum, tl.cumprod, or tl.associative_scan over
+        triton_helpers' combine functions). Looped: each block's scan combined with a carry, the row's
+        value at the block's last column (masked columns hold the identity, so the last column is the
+        last element's value), taken out by a sum of that column alone: exact, and a [XBLOCK, 1] block
+        of the carry's dtype in every iteration, as a loop-carried value must be. Only the row's last
+        block has masked columns, and its carry is never read.
         """
         k = self.k
         key = ("scan", scan_type, value.name, dtype)
@@ -617,21 +620,53 @@ class TritonOps:
             return k.reduction_cache[key]
         if value.dtype != dtype:
             value = self.to_dtype(value, dtype)
-        ident = "1" if scan_type == "prod" else "0"
-        masked = k.emit(f"tl.where(xmask & rmask, {value}, {ident})", dtype)
-        scanned = k.emit(f"tl.{'cumprod' if scan_type == 'prod' else 'cumsum'}({masked}, 1)", dtype)
-        if not k.looped:
-            k.reduction_cache[key] = scanned
-            return scanned
-        carry = k.newvar(dtype)
-        t = tl_dtype(dtype)
-        k.section.init.append(f"{carry} = tl.full([XBLOCK, 1], {ident}, {t})")
-        out = k.emit(f"{carry} {'*' if scan_type == 'prod' else '+'} {scanned}", dtype)
-        # -0.0 + v is v for every float v (0.0 + -0.0 is 0.0): the other columns add nothing
-        zero = "-0.0" if dtype.is_floating_point else "0"
-        k.section.lines.append(f"{carry} = tl.sum(tl.where(rbase == RBLOCK - 1, {out}, {zero}), 1)[:, None].to({t})")
+        if scan_type in ("max", "min"):
+            out = self._scan_with_index(dtype, scan_type, value)
+        else:
+            ident = {"prod": "1", "sum": "0", "logsumexp": 'float("-inf")'}[scan_type]
+            masked = k.emit(f"tl.where(xmask & rmask, {value}, {ident})", dtype)
+            scanned = k.emit({"sum": "tl.cumsum({v}, 1)", "prod": "tl.cumprod({v}, 1)",
+                              "logsumexp": "triton_helpers.logcumsumexp({v}, 1)"}[scan_type].format(v=masked), dtype)
+            if not k.looped:
+                out = scanned
+            else:
+                carry = k.newvar(dtype)
+                k.section.init.append(f"{carry} = tl.full([XBLOCK, 1], {ident}, {tl_dtype(dtype)})")
+                out = k.emit({"sum": "{c} + {s}", "prod": "{c} * {s}",
+                              "logsumexp": "triton_helpers.logaddexp({c}, {s})"}[scan_type].format(c=carry, s=scanned),
+                             dtype)
+                self._carry_last_column(carry, out)
         k.reduction_cache[key] = out
         return out
+
+    def _scan_with_index(self, dtype: torch.dtype, scan_type: str, value):
+        """cummax / cummin: a scan over (value, index) pairs, the index the column's (rindex, int64)."""
+        k = self.k
+        ident = self._identity(scan_type, dtype)
+        masked = k.emit(f"tl.where(xmask & rmask, {value}, {ident})", dtype)
+        index = k.emit(f"tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)", torch.int64)
+        values, indices = k.newvar(dtype), k.newvar(torch.int64)
+        k.section.lines.append(f"{values}, {indices} = triton_helpers.cum{scan_type}({masked}, {index}, 1)")
+        if not k.looped:
+            return values, indices
+        # the carry starts at the identity with index 0, which every element replaces (a tie goes to
+        # the later element, a NaN always wins)
+        carry, carry_i = k.newvar(dtype), k.newvar(torch.int64)
+        k.section.init += [f"{carry} = tl.full([XBLOCK, 1], {ident}, {tl_dtype(dtype)})",
+                           f"{carry_i} = tl.full([XBLOCK, 1], 0, tl.int64)"]
+        out, out_i = k.newvar(dtype), k.newvar(torch.int64)
+        k.section.lines.append(f"{out}, {out_i} = triton_helpers.cum{scan_type}_combine({carry}, {carry_i}, "
+                               f"{values}, {indices})")
+        self._carry_last_column(carry, out)
+        self._carry_last_column(carry_i, out_i)
+        return out, out_i
+
+    def _carry_last_column(self, carry, out) -> None:
+        # -0.0 + v is v for every float v, infinities and NaN too (0.0 + -0.0 is 0.0): the other columns
+        # add nothing
+        zero = "-0.0" if out.dtype.is_floating_point else "0"
+        self.k.section.lines.append(f"{carry} = tl.sum(tl.where(rbase == RBLOCK - 1, {out}, {zero}), 1)[:, None]"
+                                    f".to({tl_dtype(out.dtype)})")
 
     @staticmethod
     def _identity(rtype: str, dtype: torch.dtype) -> str:

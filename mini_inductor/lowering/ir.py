@@ -166,14 +166,22 @@ class Reduction(Loops):
 
 @dataclasses.dataclass
 class Scan(Loops):
-    """A cumulative sum or product along one dim: element j of a row combines (`scan_type`) the row's
-    values 0..j. `ranges` are the other dims (the rows), `scan_ranges` the scanned one; the result has
-    the full size, the scanned dim at `dim`. inner_fn(index, rindex) -> value in `compute_dtype`
-    (float32 for 16-bit floats, int64 for integers), stored in `dtype`.
+    """A cumulative op along one dim: element j of a row combines (`scan_type`) the row's values 0..j.
+    `ranges` are the other dims (the rows), `scan_ranges` the scanned one; the result has the full
+    size, the scanned dim at `dim`. inner_fn(index, rindex) -> value in `compute_dtype` (float32 for
+    16-bit floats, int64 for integer sums), stored in `dtype`.
+
+        scan_type   combine of an earlier part a and a later b            eager op
+        sum, prod   a + b, a * b                                          cumsum, cumprod
+        logsumexp   log(exp(a) + exp(b))                                  logcumsumexp
+        max, min    (value, index) pairs: b's where b >= a (<= a) or NaN  cummax, cummin
+
+    max and min give two results, the values and their int64 indices: `output_index` picks one (two
+    Scans of one input, one per result, share one scan in a kernel that holds both).
 
         kernel (codegen/triton_ops.py TritonOps.scan), rows on xindex, the scanned dim on rindex:
-        persistent   out = tl.cumsum(v, 1)                          the whole row in one block
-        looped       out = carry + tl.cumsum(v, 1); carry = out's last column, per RBLOCK step
+        persistent   out = scan(v, 1)                               the whole row in one block
+        looped       out = combine(carry, scan(v, 1)); carry = out's last column, per RBLOCK step
 
     To the scheduler it is a reduction (rows × scanned length) whose store uses every loop.
     """
@@ -182,6 +190,7 @@ class Scan(Loops):
     scan_type: str = "sum"
     compute_dtype: torch.dtype = torch.float32
     dim: int = 0
+    output_index: int = 0
 
     def get_size(self):
         size = list(self.ranges)
@@ -194,7 +203,9 @@ class Scan(Loops):
         return full
 
     def scanned_value(self, index, rindex):
-        return ops.scan(self.compute_dtype, self.scan_type, self.inner_fn(index, rindex))
+        result = ops.scan(self.compute_dtype, self.scan_type, self.inner_fn(index, rindex))
+        # (handlers that only count or record give one placeholder for a pair's scan too)
+        return result[self.output_index] if isinstance(result, tuple) else result
 
 
 # ─── Buffers ────────────────────────────────────────────────────────────────────────────────────

@@ -1,6 +1,7 @@
-"""Cumulative sums and products: a scan kernel, or for short static rows a masked square.
+"""Cumulative ops: cumsum and cumprod (a scan kernel, or for short static rows a masked square),
+logcumsumexp, cummax and cummin (always a scan kernel).
 
-    length n of the scanned dim            lowered as
+    length n of the scanned dim            cumsum, cumprod lowered as
     ─────────────────────────────────────  ───────────────────────────────────────────────────────
     at most 1                              a copy (cast to the result's dtype)
     2 .. MAX_SQUARE_LENGTH, or a symbol    a reduction over a masked square (n² work, an ordinary
@@ -16,6 +17,10 @@ The masked square:
 Accumulation is eager's: float16 and bfloat16 in float32, integers and bools into int64 (`dtype=`
 chooses the result's type; integers are scanned in int64 and wrapped to it on the store, which
 gives the wrapped sums a narrower accumulator would).
+
+logcumsumexp, cummax and cummin are an ir.Scan at every length above 1 (a copy below), scanned with
+triton_helpers' combine functions: a stable log-add-exp, and (value, index) pairs where the later
+element wins a tie and a NaN wins always, as eager's cummax and cummin do.
 """
 from __future__ import annotations
 
@@ -51,12 +56,14 @@ def _compute_dtype(out_dtype: torch.dtype) -> torch.dtype:
     return out_dtype if out_dtype.is_floating_point else torch.int64
 
 
-def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype) -> StorageBox:
-    """The scan of `x` (already of `out_dtype`) along `dim`, realized into a contiguous buffer; its
-    producer's body is inlined where the kernel loads it."""
+def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype, compute: torch.dtype | None = None,
+              output_index: int = 0) -> StorageBox:
+    """The scan of `x` (already of `out_dtype`, but for cummax's and cummin's indices) along `dim`,
+    realized into a contiguous buffer; its producer's body is inlined where the kernel loads it.
+    `compute`: the dtype the kernel scans in (by default _compute_dtype's)."""
     size = x.get_size()
     loader = x.make_loader()
-    compute = _compute_dtype(out_dtype)
+    compute = compute or _compute_dtype(out_dtype)
 
     def inner_fn(index, rindex):
         full = list(index)
@@ -66,7 +73,7 @@ def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype) -> St
 
     rows = [s for i, s in enumerate(size) if i != dim]
     scan = Scan(x.get_device(), out_dtype, inner_fn, sympify_seq(rows), (), sympify_seq([size[dim]]),
-                scan_type, compute, dim)
+                scan_type, compute, dim, output_index)
     graph = current_graph()
     buf = ComputedBuffer(graph.new_buffer_name(), Layout.contiguous(x.get_device(), out_dtype, size), scan)
     graph.register_buffer(buf)
@@ -111,3 +118,50 @@ def _cumulative(scan_type: str, identity):
 
 register_lowering(aten.cumsum.default)(_cumulative("sum", 0.0))
 register_lowering(aten.cumprod.default)(_cumulative("prod", 1.0))
+
+
+def _at_most_one(size, dim) -> bool:
+    """A 0-d input, or a scanned dim of length 0 or 1 (static, or bounded so): every element is its
+    own prefix."""
+    if not size:
+        return True
+    longest = upper_bound(size[dim])
+    return longest is not None and longest <= 1
+
+
+@register_lowering(aten.logcumsumexp.default)
+def logcumsumexp(x: IRNode, dim):
+    # always a scan kernel: the masked square would need a log-sum-exp reduction (two passes)
+    dtype = x.get_dtype()
+    if not dtype.is_floating_point:   # eager refuses integers and bools; complex is not generated
+        raise NotImplementedError(f"logcumsumexp of {dtype}")
+    size = x.get_size()
+    dim = _norm_dim(dim, len(size)) if size else 0
+    if _at_most_one(size, dim):
+        return Pointwise.create(x.get_device(), dtype, x.make_loader(), size)
+    return make_scan(x, dim, "logsumexp", dtype)
+
+
+def _value_and_index_scan(scan_type: str):
+    """cummax / cummin: values in the input's dtype and int64 indices, two Scans of one (value, index)
+    scan. Compared in float32 for 16-bit floats (exact: the values are only selected, and the
+    interpreter compares bfloat16 by its bits), in int8 for bools."""
+    def lowering(x: IRNode, dim):
+        dtype = x.get_dtype()
+        if dtype.is_complex:
+            raise NotImplementedError(f"cum{scan_type} of {dtype}")
+        size = x.get_size()
+        dim = _norm_dim(dim, len(size)) if size else 0
+        if _at_most_one(size, dim):
+            zeros = Pointwise.create(x.get_device(), torch.int64, lambda idx: ops.constant(0, torch.int64), size)
+            return Pointwise.create(x.get_device(), dtype, x.make_loader(), size), zeros
+        compute = (torch.float32 if dtype in (torch.float16, torch.bfloat16) else
+                   torch.int8 if dtype == torch.bool else dtype)
+        values = make_scan(x, dim, scan_type, dtype, compute, output_index=0)
+        indices = make_scan(x, dim, scan_type, torch.int64, compute, output_index=1)
+        return values, indices
+    return lowering
+
+
+register_lowering(aten.cummax.default)(_value_and_index_scan("max"))
+register_lowering(aten.cummin.default)(_value_and_index_scan("min"))

@@ -6,7 +6,9 @@ function to the numpy arrays the interpreter holds, so CI and the GPU share one 
 
 It also runs `tl.reduce` with a combine function of its own one element at a time, in Python (a
 max-pool or a Welford kernel took a minute). The combine functions of triton_helpers get numpy
-versions with the same semantics (NaN propagation, lowest index on ties, Welford merging).
+versions with the same semantics (NaN propagation, lowest index on ties, Welford merging). Its
+`tl.associative_scan` with a combine function is as slow (a call per element): for triton_helpers'
+scans (logcumsumexp, cummax, cummin) the combine function itself runs on whole arrays, log2(n) times.
 
 And it gets bfloat16 wrong (casts from anything but float32, constants, tl.dot) and ~ of unsigned ints:
 those builder methods are replaced by ones that convert through torch, rounding as eager does. Its
@@ -77,6 +79,7 @@ def install() -> None:
             setattr(libdevice, name, _standin(name, fn))
     _patch_casts_and_constants()
     _vectorize_helper_reductions()
+    _vectorize_helper_scans()
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_min_max_nan()
@@ -235,6 +238,43 @@ def _vectorize_helper_reductions() -> None:
 
     apply_impl.element_by_element = original  # the interpreter's own loop, for tests to compare with
     reduce_ops.apply_impl = apply_impl
+
+
+def _vectorize_helper_scans() -> None:
+    """tl.associative_scan over triton_helpers' combine functions as a log-step scan (Hillis and
+    Steele): at step d every element combines with the partial result d places before it. It calls
+    the kernel's own combine function, on whole arrays, and like the GPU's scan it combines in a
+    tree, not element by element."""
+    from triton.runtime import interpreter
+
+    from . import triton_helpers as th
+
+    scan_ops = interpreter.ScanOps
+    original = scan_ops.generic_scan
+    ours = {th.logaddexp, th.cummax_combine, th.cummin_combine}
+
+    def generic_scan(self, input):
+        if self.combine_fn not in ours:
+            return original(self, input)
+        axis, dtypes = self.axis, [t.dtype for t in input]
+        parts = [t.handle.data for t in input]
+        n = parts[0].shape[axis]
+        position = np.arange(n).reshape([-1 if d == axis else 1 for d in range(parts[0].ndim)])
+        step = 1
+        with np.errstate(all="ignore"):   # inf - inf in lanes a tl.where drops: no warnings
+            while step < n:
+                # whole blocks (Triton's shapes are powers of 2): the first `step` elements' results,
+                # combined with the row's wrapped-around end, are dropped
+                earlier = [self.to_tensor(np.roll(p, step, axis), dt) for p, dt in zip(parts, dtypes)]
+                later = [self.to_tensor(p, dt) for p, dt in zip(parts, dtypes)]
+                combined = self.combine_fn.fn(*earlier, *later)
+                combined = combined if isinstance(combined, tuple) else (combined,)
+                parts = [np.where(position >= step, c.handle.data.astype(p.dtype), p) for p, c in zip(parts, combined)]
+                step *= 2
+        return [self.to_tensor(p, dt) for p, dt in zip(parts, dtypes)]
+
+    generic_scan.element_by_element = original
+    scan_ops.generic_scan = generic_scan
 
 
 def _numpy_reduction(combine_fn):

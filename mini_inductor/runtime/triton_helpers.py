@@ -242,3 +242,52 @@ def tanh32(x):
     y = tl.where(a >= 0.625, large, small)   # NaN takes `small`, NaN (as in erf32)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000
     return (y.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+
+
+# Scans with a combine function of their own (lowering/scan_lowerings.py): logcumsumexp, cummax, cummin.
+# `a` is always the earlier part of the row and `b` the later one, both in the persistent scan and where
+# a looped kernel combines its carry with a block's scan.
+
+@triton.jit
+def logaddexp(a, b):
+    # log(exp(a) + exp(b)) as hi + log1p(exp(lo - hi)), which neither overflows nor loses the smaller
+    # term. Two infinities of one sign (both -inf: an empty sum) would give inf - inf = NaN: they give
+    # themselves. NaN in either operand is NaN, as eager's.
+    a_first = (a > b) | (a != a)
+    hi = tl.where(a_first, a, b)
+    lo = tl.where(a_first, b, a)
+    same_infinity = (hi == lo) & (tl.abs(hi) == float("inf"))
+    return tl.where(same_infinity, hi, hi + libdevice.log1p(tl.exp(lo - hi)))
+
+
+@triton.jit
+def logcumsumexp(value, dim):
+    return tl.associative_scan(value, dim, logaddexp)
+
+
+@triton.jit
+def cummax_combine(a, a_i, b, b_i):
+    # eager's cummax keeps the later element on ties (the last index), and a NaN once seen, moving its
+    # index to each later NaN; a NaN compares false, so `b >= a` is false after one
+    take_b = b >= a
+    if is_floating(b):
+        take_b |= b != b
+    return tl.where(take_b, b, a), tl.where(take_b, b_i, a_i)
+
+
+@triton.jit
+def cummin_combine(a, a_i, b, b_i):
+    take_b = b <= a
+    if is_floating(b):
+        take_b |= b != b
+    return tl.where(take_b, b, a), tl.where(take_b, b_i, a_i)
+
+
+@triton.jit
+def cummax(value, index, dim):
+    return tl.associative_scan((value, index), dim, cummax_combine)
+
+
+@triton.jit
+def cummin(value, index, dim):
+    return tl.associative_scan((value, index), dim, cummin_combine)

@@ -243,3 +243,27 @@ def test_scan_kernels_compile_persistent_looped_and_dynamic():
     names = compile_all(seen)
     assert len(names) >= 4 and all("cum" in n for n in names), names
     assert any("_red_" in n for n in names) and any("_per_" in n for n in names), names
+
+
+def test_logcumsumexp_cummax_and_cummin_scans_compile_persistent_looped_and_dynamic():
+    # tl.associative_scan over triton_helpers' combine functions (log-add-exp, (value, index) pairs),
+    # and looped, their carries combined by the same functions: float32 (from float16), float64, int32
+    # and bool (compared as int8) values, int64 indices
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 700, generator=gen)
+
+    def scans(x):
+        return torch.logcumsumexp(x, 1), torch.cummax(x, 1), torch.cummin(x, 1)
+    with launches() as seen:
+        torch.compile(scans, backend="mini_inductor", dynamic=False)(x.half())
+        torch.compile(lambda x: torch.logcumsumexp(x.double(), 0), backend="mini_inductor", dynamic=False)(x.t())
+        torch.compile(lambda x: (torch.cummax(x.int(), 1), torch.cummin(x > 0, 1)), backend="mini_inductor",
+                      dynamic=False)(x)
+        with config.patch(persistent_reduction_limit=256):
+            torch.compile(scans, backend="mini_inductor", dynamic=False)(x)
+        dyn = torch.compile(scans, backend="mini_inductor", dynamic=True)
+        for n in (300, 1000):
+            dyn(torch.randn(3, n, generator=gen))
+    names = compile_all(seen)
+    assert len(names) >= 5, names
+    assert any("_red_" in n for n in names) and any("_per_" in n for n in names), names
