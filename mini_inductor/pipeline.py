@@ -38,6 +38,7 @@ from .runtime import CompiledGraph, EagerGraph, log_eager_graph_skip
 from .runtime.cudagraphs.capture_sizes import SizeSpecializedGraph
 from .runtime.interpreter import install as install_interpreter_shims
 from .runtime.launch.launcher import prepare_kernels
+from .runtime.rng import seed_state_inputs
 from .scheduler import schedule
 
 log = logging.getLogger("mini_inductor")
@@ -64,7 +65,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, kind: str, cfg: C
     static = tuple(static_input_idxs) if static_input_idxs is not None else _static_input_idxs(gm, kind)
     grads = tuple(param_grad_idxs) if param_grad_idxs is not None else _param_grad_idxs(gm, kind)
     graph_args = dict(kind=kind, static_input_idxs=static, cfg=cfg, sizes_key=sizes_key,
-                      generator_idxs=_generator_idxs(gm), param_grad_idxs=grads)
+                      generator_idxs=_generator_idxs(gm), param_grad_idxs=grads,
+                      seed_state_idxs=seed_state_inputs(gm))
 
     reason = why_eager(gm, example_inputs)
     if reason == DYNAMIC_SHAPES:

@@ -37,7 +37,7 @@ from .layout_opt import is_non_overlapping_and_dense
 from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuffer, IRNode, Layout, MultiOutput,
                  Origin, Pointwise, ReinterpretView, StorageBox, View)
 from .lowerings import LOWERINGS
-from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, checkpointed_random_lowered, concrete_rng_states
+from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, checkpointed_random_lowered, rng_state_metas
 from .sizevars import sympify_seq
 from . import symbolic
 from .symbolic import decide, stride_exprs, to_expr
@@ -158,7 +158,7 @@ class GraphLowering:
         inputs: list[InputBuffer | None] = []
         outputs: list[Any] = []
         num_fx = 0
-        concrete_rng_states(self.gm.graph)
+        rng_state_metas(self.gm.graph)
         old_metas = eager_strides.correct_metas(self.gm.graph)   # outputs and ATen calls get eager's strides
         first_saved = None
         if self.name.startswith("forward"):

@@ -20,13 +20,18 @@ compute the same numbers from equal seeds. The runtime (runtime/__init__.py) rep
 argument by a seed drawn from it at each call, so under CUDA graphs the seed is an input copied in
 at every replay, never a value baked in at recording.
 
-On the CPU aot_autograd wraps the forward's op in `run_and_save_rng_state(op, *args)` instead, which
-also returns the default generator's state (saved for the backward), and the backward's in
-`run_with_rng_state(state, op, *args)`; so it does on CUDA when we trace (backend.py
-`_rng_saved_in_the_graph`), where those generators, seeded once, would not follow `torch.manual_seed`.
-Both give the op its own stream too, from a seed that the wrapper draws from a generator set to that
-state (runtime/rng.py `seed_from_rng_state`): equal in the forward and the recompute. These two
-wrapper calls stay outside CUDA graphs.
+Where aot_autograd wraps the forward's op in `run_and_save_rng_state(op, *args)` instead, which also
+returns the default generator's state (saved for the backward), and the backward's in
+`run_with_rng_state(state, op, *args)` (on the CPU, and on CUDA when we trace: backend.py
+`_rng_saved_in_the_graph`, since aot_autograd's generators, seeded once, ignore `torch.manual_seed`),
+the op gets its own stream too, offsets from 0:
+  * on the CPU from a seed that the wrapper draws from a generator set to that state (runtime/rng.py
+    `seed_from_rng_state`), equal in the forward and the recompute; these wrapper calls stay outside
+    CUDA graphs;
+  * on a GPU from a seed the forward draws from the device's generator inside the graph, as the
+    graph's own seed is drawn. That seed is the "state" the forward returns and the backward reads
+    (`rng_state_metas` gives both graphs an int64 [1] tensor on the device there), so the recompute
+    costs no call outside the graph (runtime/rng.py `seed_state_inputs`, `as_seed`).
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ import sympy
 import torch
 
 from ..runtime.rng import (GRAPHSAFE_RNG, RUN_AND_SAVE_RNG, RUN_WITH_RNG, SEED_HIGH, SEEDED_OPS, checkpointed_op,
-                           rng_state, seed_from_rng_state)
+                           op_device, rng_state, seed_from_rng_state)
 from .ir import IRNode, Layout, Pointwise, current_graph
 from .lowerings import LOWERINGS, broadcast_loader, broadcast_sizes, clone, full_like, register_lowering
 from .sizevars import Expr, contiguous_strides, product, strided_index, sympify_seq
@@ -234,15 +239,7 @@ def checkpointed_random_lowered(node) -> bool:
         return False
     if node.target is GRAPHSAFE_RNG:
         return True
-    return len(_node_devices(node)) == 1
-
-
-def _node_devices(node) -> set[torch.device]:
-    vals = [a.meta.get("val") for a in node.all_input_nodes]
-    devices = {v.device for v in vals if isinstance(v, torch.Tensor) and v.device.type != "cpu"}
-    if node.kwargs.get("device") is not None:
-        devices.add(torch.device(node.kwargs["device"]))
-    return devices or {torch.device("cpu")}   # (the saved state is a CPU tensor whatever the op's device)
+    return op_device(node) is not None
 
 
 def _graphsafe_run_with_rng_state(op, *args, rng_state=None, **kwargs):
@@ -277,8 +274,14 @@ def _seed_from_state(state: IRNode, device: torch.device, *, advance: bool) -> s
 
 
 def _run_and_save_rng_state(op, *args, **kwargs):
-    """The forward of a checkpointed random op: (the generator's state, `op` with its own seed)."""
+    """The forward of a checkpointed random op: (the generator's state, `op` with its own seed); on a
+    GPU the state is the seed itself, drawn inside the graph (see the top)."""
     device = _op_device(op, args, kwargs)
+    if device.type != "cpu":
+        seed = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]), {"dtype": torch.int64, "device": device},
+                                           Layout.contiguous(device, torch.int64, [1]))
+        with current_graph().random_streams.scoped(seed.realize().name):
+            return seed, LOWERINGS[op](*args, **kwargs)
     layout = Layout.contiguous(torch.device("cpu"), torch.uint8, [rng_state(device).numel()])
     state = current_graph().make_extern(rng_state, (), {"device": device}, layout)
     state.data.cudagraph_unsafe = True
@@ -286,24 +289,39 @@ def _run_and_save_rng_state(op, *args, **kwargs):
         return state, LOWERINGS[op](*args, **kwargs)
 
 
-def concrete_rng_states(graph: torch.fx.Graph) -> None:
-    """The generator states that `run_and_save_rng_state` returns, with their constant size in their
-    FakeTensors: aot_autograd's may hold a symbol (s29) even in a static graph, which no input gives a
-    value. (The backward reads it from its saved-state input, where it is a size like any other.)"""
+def rng_state_metas(graph: torch.fx.Graph) -> None:
+    """The FakeTensors of the generator states that `run_and_save_rng_state` returns and
+    `run_with_rng_state` reads, as the generated code has them: on the CPU a state of constant size
+    (aot_autograd's may hold a symbol, s29, even in a static graph, which no input gives a value);
+    on a GPU the int64 [1] seed on the device that stands for it (see the top)."""
     for node in graph.find_nodes(op="call_function", target=RUN_AND_SAVE_RNG) if RUN_AND_SAVE_RNG else ():
+        device = op_device(node)
         for user in node.users:
             val = user.meta.get("val")
-            if user.target is operator.getitem and user.args[1] == 0 and isinstance(val, torch.Tensor) \
-                    and not all(isinstance(n, int) for n in val.shape) and val.device.type == "cpu":
+            if device is not None and user.target is operator.getitem and user.args[1] == 0 \
+                    and isinstance(val, torch.Tensor):
                 with val.fake_mode:
-                    user.meta["val"] = torch.empty(rng_state(next(iter(_node_devices(node)))).numel(),
-                                                   dtype=val.dtype)
+                    user.meta["val"] = _state_meta(device, val.dtype)
+    for node in graph.find_nodes(op="call_function", target=RUN_WITH_RNG) if RUN_WITH_RNG else ():
+        device, state = op_device(node), node.args[0] if node.args else None
+        val = state.meta.get("val") if isinstance(state, torch.fx.Node) else None
+        if device is not None and device.type != "cpu" and state.op == "placeholder" and isinstance(val, torch.Tensor):
+            with val.fake_mode:
+                state.meta["val"] = _state_meta(device, val.dtype)
+
+
+def _state_meta(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    if device.type == "cpu":
+        return torch.empty(rng_state(device).numel(), dtype=dtype)
+    return torch.empty(1, dtype=torch.int64, device=device)
 
 
 def _run_with_rng_state(state, op, *args, **kwargs):
-    """The backward's recompute of a checkpointed random op, from the state the forward saved."""
+    """The backward's recompute of a checkpointed random op, from the state the forward saved (on a
+    GPU, the seed it drew)."""
     device = _op_device(op, args, kwargs)
-    with current_graph().random_streams.scoped(_seed_from_state(state, device, advance=False)):
+    seed = state.realize().name if device.type != "cpu" else _seed_from_state(state, device, advance=False)
+    with current_graph().random_streams.scoped(seed):
         return LOWERINGS[op](*args, **kwargs)
 
 

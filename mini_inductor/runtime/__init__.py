@@ -23,7 +23,7 @@ from .cudagraphs.trees import TreeFunction, backward_ran, note_compiled_shape, n
 from .cudagraphs.utils import FunctionInfo, have_cuda_graph_apis, log_skip, perf_log
 from .launch.launcher import accelerate
 from .module_spec import PartitionSpec, UnsafePartition
-from .rng import checkpointed_random_ops, draw_seed
+from .rng import as_seed, as_state, checkpointed_random_ops, draw_seed, seed_state_inputs
 
 
 class CompiledGraph:
@@ -42,7 +42,8 @@ class CompiledGraph:
 
     def __init__(self, name: str, module: types.ModuleType, source_path: str, constants: dict[str, torch.Tensor],
                  *, kind: str = "inference", static_input_idxs: tuple[int, ...] = (), cfg=None, sizes_key=None,
-                 generator_idxs: tuple[int, ...] = (), param_grad_idxs: tuple[int, ...] = ()):
+                 generator_idxs: tuple[int, ...] = (), param_grad_idxs: tuple[int, ...] = (),
+                 seed_state_idxs: tuple[tuple[int, torch.device], ...] = ()):
         # Also an instance attribute: Dynamo wraps the backward in disable(), whose functools.wraps copies
         # the instance's __dict__ only; without it aot_autograd would unpack the list into *args, and the
         # wrapper could never let go of an input before the call returns.
@@ -53,6 +54,9 @@ class CompiledGraph:
         # from the generator instead, so the graph (and a CUDA graph's replay) reads a fresh seed
         self.generator_idxs = tuple(generator_idxs)
         self._seeds: dict[int, torch.Tensor] = {}
+        # a backward's inputs that take the seed a compiled forward saved for a checkpointed random op
+        # on a GPU, or a generator state if that forward ran eagerly (runtime/rng.py)
+        self.seed_state_idxs = tuple(seed_state_idxs)
         self.module = module
         self.source_path = source_path
         self.constants = dict(constants)
@@ -157,6 +161,8 @@ class CompiledGraph:
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
         for i in self.generator_idxs:
             args[i] = self._seed(i, args[i])
+        for i, device in self.seed_state_idxs:
+            args[i] = as_seed(args[i], device)
         self._held_grads = None   # last step's gradients: released before this replay overwrites them
         out = self._call(args, self.constants)
         if self.kind == "backward":
@@ -226,6 +232,7 @@ class EagerGraph:
         self.name = name
         self.gm = gm
         self.reason = reason
+        self._seed_states = seed_state_inputs(gm)
         seeded = checkpointed_random_ops(gm)
         if seeded:
             # its twin (forward or backward) may have been compiled, with the generated Philox code
@@ -238,4 +245,6 @@ class EagerGraph:
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
         if self.name.startswith("backward"):
             backward_ran(None)
+        for i, device in self._seed_states:   # a seed a compiled forward saved, as a state for ATen
+            args[i] = as_state(args[i], device)
         return self.gm(*args)

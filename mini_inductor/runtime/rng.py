@@ -4,10 +4,14 @@ A random op that activation checkpointing recomputes reaches the graph wrapped i
 `graphsafe_run_with_rng_state`; its generator becomes an int64 [1] seed input that the runtime draws
 once per call (`draw_seed`) and the kernels expand with Philox (lowering/random_lowerings.py).
 Where the forward saves the generator's state for the backward instead, it comes wrapped in
-`run_and_save_rng_state` and the backward's recompute in `run_with_rng_state`: the generated wrapper
-calls `rng_state` and `seed_from_rng_state` for them. That is always so on the CPU, and on CUDA too
-when we trace (backend.py `_rng_saved_in_the_graph`): the seed is then drawn from the device's default
-generator, so `torch.manual_seed` repeats a checkpointed region's numbers as eager and Inductor do.
+`run_and_save_rng_state` and the backward's recompute in `run_with_rng_state`. That is always so on
+the CPU, and on CUDA too when we trace (backend.py `_rng_saved_in_the_graph`), so that the seed
+follows the device's default generator and `torch.manual_seed` repeats a checkpointed region's
+numbers as eager and Inductor do. On the CPU the generated wrapper calls `rng_state` and
+`seed_from_rng_state`. On a GPU the forward draws the op's seed inside the graph (a CUDA graph's
+replay draws a new one) and saves that seed, an int64 [1] tensor on the device, where the graph says
+a generator state: `seed_state_inputs` are the backward's inputs that take it. A graph of the pair
+that runs eagerly takes or gives a real state; `as_seed` and `as_state` convert at the border.
 """
 from __future__ import annotations
 
@@ -68,6 +72,51 @@ def seed_from_rng_state(state: torch.Tensor, *, advance: bool, device: torch.dev
     generator = torch.Generator(device=device)
     generator.set_state(state)
     return draw_seed(generator)
+
+
+def as_seed(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A compiled backward's seed input: the seed a compiled forward saved, or one drawn from the state
+    that an eagerly run forward saved (its ATen numbers differ from ours anyway: EagerGraph warns)."""
+    return value if value.device.type != "cpu" else seed_from_rng_state(value, advance=False, device=device)
+
+
+def as_state(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """An eagerly run backward's generator state: the one an eagerly run forward saved, or a state made
+    from the seed a compiled forward saved."""
+    if value.device.type == "cpu":
+        return value
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(value.item()) & (2**63 - 1))
+    return generator.get_state()
+
+
+def op_device(node: torch.fx.Node) -> torch.device | None:
+    """The device of a checkpointed random op's node: of its tensors other than CPU ones (a CPU scalar
+    beside GPU tensors; the saved state), or its device argument; the CPU if it has neither; None for
+    several GPUs."""
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    devices = {v.device for v in vals if isinstance(v, torch.Tensor) and v.device.type != "cpu"}
+    if node.kwargs.get("device") is not None:
+        devices.add(torch.device(node.kwargs["device"]))
+    devices = {d for d in devices if d.type != "cpu"}
+    if len(devices) > 1:
+        return None
+    return devices.pop() if devices else torch.device("cpu")
+
+
+def seed_state_inputs(gm: torch.fx.GraphModule) -> tuple[tuple[int, torch.device], ...]:
+    """(position, device) of the graph's inputs that are the saved state of a checkpointed random op
+    on a GPU (a backward's): a seed where the forward was compiled (see the top)."""
+    if RUN_WITH_RNG is None:
+        return ()
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    found = {}
+    for node in gm.graph.find_nodes(op="call_function", target=RUN_WITH_RNG):
+        device = op_device(node)
+        state = node.args[0] if node.args else None
+        if device is not None and device.type != "cpu" and state in placeholders:
+            found[placeholders[state]] = device
+    return tuple(sorted(found.items()))
 
 
 def checkpointed_op(node: torch.fx.Node):
