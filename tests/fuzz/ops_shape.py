@@ -211,6 +211,10 @@ for _name, _tpl, _ex, _keep in [("cumsum", "torch.cumsum({a}, {d})", False, Fals
                                 ("cumprod", "torch.cumprod({a}.clamp(-1.5, 1.5), {d})", False, False),
                                 ("logcumsumexp", "torch.logcumsumexp({a}, {d})", False, False),
                                 ("cummax", "torch.cummax({a}, {d}).values", False, True),
+                                ("cummin", "torch.cummin({a}, {d}).values", False, True),
+                                # indices of exact values: a tie rounded differently would move them
+                                ("cummax_indices", "torch.cummax({a}, {d}).indices", True, True),
+                                ("cummin_indices", "torch.cummin({a}, {d}).indices", True, True),
                                 ("cumsum_int", "torch.cumsum({a}, {d}, dtype=torch.int64)", True, True)]:
     def _make(c, _tpl=_tpl, _ex=_ex):
         a = c.pick(exact=_ex)
