@@ -130,12 +130,14 @@ def _whole_where_kept(op, decomposing, whole):
 
 
 def cumprod_with_our_backward(x, dim, *, dtype=None):
-    """aten.cumprod at the autograd key: `_Cumprod` where a real floating input needs a gradient,
-    else the op below autograd."""
-    if torch.is_grad_enabled() and x.requires_grad and x.dtype.is_floating_point:
+    """aten.cumprod at the autograd key: `_Cumprod` where a real floating input needs a gradient
+    outside functorch's transforms (torch.func.grad, vmap, jvp: an autograd.Function without
+    setup_context, vmap and jvp rules fails under them), else torch's own kernel (a complex input's
+    gradient, a forward-mode tangent: run below autograd, the output had neither)."""
+    if torch.is_grad_enabled() and x.requires_grad and x.dtype.is_floating_point \
+            and not torch._C._are_functorch_transforms_active():
         return _Cumprod.apply(x, dim, dtype)
-    with torch._C._AutoDispatchBelowAutograd():
-        return aten.cumprod.default(x, dim, dtype=dtype)
+    return aten.cumprod.default._op_dk(DispatchKey.Autograd, x, dim, dtype=dtype)
 
 
 class _Cumprod(torch.autograd.Function):
@@ -163,13 +165,15 @@ def cumprod_backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dim: 
     reversed cumsum of g * y divided by x; past it every term still holds x_z, so 0; at z itself the
     terms are (x_0 ... x_{z-1}) * g_i * (x_{z+1} ... x_i), summed while no second zero is reached.
     Positions where a formula does not apply divide by 1, not by 0, so nothing computes a NaN."""
-    if x.numel() <= 1 or x.dim() == 0:
+    if x.numel() <= 1 or x.dim() == 0 or x.shape[dim] == 1:   # (g, not g * x / x: an inf x, as eager)
         return grad.to(x.dtype)
     g = grad.to(x.dtype)
     zero = x == 0
     zeros_so_far = torch.cumsum(zero, dim)
     before = zeros_so_far == 0
-    reversed_sum = torch.flip(torch.cumsum(torch.flip(g * y, [dim]), dim), [dim])
+    # only the terms before the first zero, as eager's: past it y is 0 where finite, but NaN where an
+    # inf or NaN follows the zero, which must not reach the positions before it
+    reversed_sum = torch.flip(torch.cumsum(torch.flip(torch.where(before, g * y, 0), [dim]), dim), [dim])
     grad_before = torch.where(before, reversed_sum / torch.where(before, x, 1), 0)
     at_first = zero & (zeros_so_far == 1)
     until_second = (zeros_so_far == 1) & ~zero     # after the first zero, before a second one

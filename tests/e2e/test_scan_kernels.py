@@ -207,6 +207,51 @@ def test_cumprod_backward_matches_autograd_at_every_zero_pattern():
             assert not actual.isnan().any()
 
 
+def test_cumprod_backward_matches_eager_where_the_input_is_not_finite():
+    # eager's formula sums only the terms before a line's first zero (past it y is 0, or NaN where an
+    # inf or NaN follows the zero: 0 * inf) and gives a size-1 line the gradient itself (ours divided
+    # g * x by x: NaN for an inf x, inf where g * x overflowed)
+    inf, nan = float("inf"), float("nan")
+    for x, dim in ((torch.tensor([1.5, 0.0, inf, 3.0]), 0), (torch.tensor([1.5, 0.0, nan, 3.0]), 0),
+                   (torch.tensor([1.5, inf, 0.0, 3.0]), 0), (torch.tensor([[inf], [1e30], [0.0]]), 1)):
+        x.requires_grad_()
+        y = torch.cumprod(x, dim)
+        g = torch.full_like(y, 1e10)
+        expected, = torch.autograd.grad(y, x, g)
+        actual = cumprod_backward(g, x.detach(), y.detach(), dim)
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+def _compiled_and_eager(fn, *args):
+    compiled = torch.compile(fn, backend="mini_inductor")
+    return compiled(*args), fn(*args)
+
+
+def test_cumprod_of_a_complex_input_keeps_its_gradient():
+    # ours is for real floating inputs; a complex one takes torch's kernel at the autograd key (run
+    # below autograd, the compiled output had no grad_fn and x no gradient)
+    x = torch.randn(3, 5, dtype=torch.complex64)
+    grads = []
+    for fn in (torch.compile(lambda x: x.cumprod(1) * 2, backend="mini_inductor"), lambda x: x.cumprod(1) * 2):
+        leaf = x.clone().requires_grad_()
+        out = fn(leaf)
+        assert out.requires_grad
+        grads.append(torch.autograd.grad(out.abs().sum(), leaf)[0])
+    torch.testing.assert_close(*grads)
+
+
+def test_cumprod_under_functorch_transforms():
+    # an autograd.Function without setup_context, vmap and jvp rules fails under torch.func's
+    # transforms: there cumprod takes torch's kernel (it raised "must override the setup_context
+    # staticmethod"; jvp lost the tangent)
+    x = torch.tensor([[1.5, 0.0, 2.0, 3.0], [0.5, 2.0, 3.0, 4.0]])
+    def grad_of_cumprod(x):
+        return torch.func.grad(lambda y: y.cumprod(0).sum())(x)
+    for fn, arg in ((grad_of_cumprod, x[0]), (torch.vmap(grad_of_cumprod), x),
+                    (lambda x: torch.func.jvp(lambda y: y.cumprod(0), (x,), (torch.ones_like(x),))[1], x[0])):
+        torch.testing.assert_close(*_compiled_and_eager(fn, arg))
+
+
 def test_one_compile_serves_every_length_of_a_dynamic_graph():
     # dynamic=True: the scanned length is a symbol with no bound, so scan kernels, looped, with the
     # sizes as arguments; lengths past a block (2048) carry across blocks
