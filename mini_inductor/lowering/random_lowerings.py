@@ -304,8 +304,10 @@ def rng_state_metas(graph: torch.fx.Graph) -> None:
                     user.meta["val"] = _state_meta(device, val.dtype)
     for node in graph.find_nodes(op="call_function", target=RUN_WITH_RNG) if RUN_WITH_RNG else ():
         device, state = op_device(node), node.args[0] if node.args else None
-        val = state.meta.get("val") if isinstance(state, torch.fx.Node) else None
-        if device is not None and device.type != "cpu" and state.op == "placeholder" and isinstance(val, torch.Tensor):
+        if not isinstance(state, torch.fx.Node) or state.op != "placeholder":
+            continue
+        val = state.meta.get("val")
+        if device is not None and device.type != "cpu" and isinstance(val, torch.Tensor):
             with val.fake_mode:
                 state.meta["val"] = _state_meta(device, val.dtype)
 

@@ -1,8 +1,11 @@
 """Activation checkpointing with random ops: the recompute in the backward replays the forward's random
-numbers (cudagraph-tests.md #34). On CUDA, aot_autograd gives each checkpointed random op a generator
-per graph and wraps it in `graphsafe_run_with_rng_state`; mini_inductor lowers the op with a seed
-drawn from that generator at each call (random_lowerings.py). That part is checked here on graphs
-traced with the same wrapper, on the CPU; the CUDA-graph runs are in tests/cudagraphs/test_checkpoint_rng_graphs.py.
+numbers (cudagraph-tests.md #34). Through torch.compile the forward saves what the recompute needs
+(run_and_save_rng_state: on the CPU the generator's state, on a GPU the seed drawn in the graph;
+random_lowerings.py). aot_autograd's other form, a generator per graph wrapped in
+`graphsafe_run_with_rng_state` (what it gives CUDA ops unless backend.py turns it off), is still
+lowered, with a seed drawn from that generator at each call: that part is checked here on graphs
+traced with the same wrapper, on the CPU. The CUDA-graph runs are in
+tests/cudagraphs/test_checkpoint_rng_graphs.py.
 """
 import pytest
 import torch
