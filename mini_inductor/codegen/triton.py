@@ -8,6 +8,7 @@
 
 A scan (cumsum, cumprod) is a reduction whose result is stored element by element: persistent, one
 tl.cumsum over the row; looped, the block's tl.cumsum plus a carry of the previous blocks, in the loop.
+A sort (ir.Sort) is a scan that is always persistent: the whole row in one block, never outer.
 
 In a looped kernel, a node that needs a reduction's result starts a new loop after it:
 
@@ -30,6 +31,7 @@ import torch
 
 from ..errors import CodegenError
 from ..lowering import symbolic
+from ..lowering.ir import Sort
 from ..lowering.sizevars import FloorDiv, ModularIndexing, canonical_vars, index_range, product
 from ..lowering.symbolic import hint, size_value
 from ..lowering.virtualized import set_ops_handler
@@ -85,7 +87,9 @@ class TritonKernel:
         # constants; heuristics read their values at the traced sizes, and choose what is right at any
         self.dynamic = not (isinstance(numel, int) and isinstance(rnumel, int))
         self.is_reduction = hint(rnumel) > 1 or any(n.is_reduction() for n in nodes)
-        outer = self.is_reduction and is_outer_reduction(nodes)
+        # a sort holds its whole row in one block, whatever the limit (its lowering bounds the length)
+        sorts = any(isinstance(getattr(n.node, "data", None), Sort) for n in nodes)
+        outer = self.is_reduction and not sorts and is_outer_reduction(nodes)
         self.outer = outer
         # a dynamic graph's symbols by their greatest values + 1, where the ShapeEnv bounds them
         # (mark_dynamic(max=...), torch._check): 32-bit indices and persistent rows need them
@@ -93,6 +97,8 @@ class TritonKernel:
         # a persistent reduction's block holds the whole row: for a row length known here, or bounded
         # (then its block is the bound's)
         rows = hint(rnumel) if self.is_reduction else 1
+        if sorts:
+            persistent_limit = max(persistent_limit, _greatest(rnumel, self.size_bounds) or 0)
         if not isinstance(rnumel, int):
             longest = _greatest(rnumel, self.size_bounds)
             if longest is not None and longest <= persistent_limit:

@@ -668,6 +668,31 @@ class TritonOps:
         self.k.section.lines.append(f"{carry} = tl.sum(tl.where(rbase == RBLOCK - 1, {out}, {zero}), 1)[:, None]"
                                     f".to({tl_dtype(out.dtype)})")
 
+    def sort(self, dtype: torch.dtype, descending: bool, value):
+        """The row of `value` sorted in `dtype` (ir.Sort): (values, int64 indices). The kernel is always
+        persistent (triton.py): the columns past the row, padded to the block's power of 2, hold a value
+        that sorts last in either direction (NaN or the type's max rising; -inf or its min falling) at
+        indices past the row's, so ties with them keep the row's elements first."""
+        k = self.k
+        key = ("sort", descending, value.name, dtype)
+        if key in k.reduction_cache:
+            return k.reduction_cache[key]
+        if k.looped:
+            raise NotImplementedError("a sort in a looped kernel (a row longer than its block)")
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
+        if dtype.is_floating_point:
+            pad = 'float("-inf")' if descending else 'float("nan")'
+        else:
+            pad = str(torch.iinfo(dtype).min if descending else torch.iinfo(dtype).max)
+        masked = k.emit(f"tl.where(xmask & rmask, {value}, {pad})", dtype)
+        index = k.emit(f"tl.broadcast_to(rindex, {masked}.shape).to(tl.int64)", torch.int64)
+        values, indices = k.newvar(dtype), k.newvar(torch.int64)
+        k.section.lines.append(f"{values}, {indices} = triton_helpers.sort_with_index({masked}, {index}, "
+                               f"{bool(descending)})")
+        k.reduction_cache[key] = (values, indices)
+        return values, indices
+
     @staticmethod
     def _identity(rtype: str, dtype: torch.dtype) -> str:
         if rtype in ("sum", "welford_reduce"):

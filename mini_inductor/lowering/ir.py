@@ -208,6 +208,27 @@ class Scan(Loops):
         return result[self.output_index] if isinstance(result, tuple) else result
 
 
+@dataclasses.dataclass
+class Sort(Scan):
+    """A row sorted whole (lowering/sort_lowerings.py): element j of a row is the row's j-th smallest
+    value (largest where `descending`), with its int64 index in the row as the second result
+    (`output_index` picks one; the two Sorts of one input share one sort in a kernel that holds both).
+    Equal values keep their input order, as eager's stable=True. `scan_type` is "sort".
+
+        kernel (codegen/triton_ops.py TritonOps.sort): always persistent, the row in one block padded
+        to a power of 2; a bitonic network over (value, index) pairs (runtime/triton_helpers.py
+        sort_with_index)
+
+    To the scheduler it is a scan: consumers that read an element where it is stored fuse after it.
+    """
+
+    descending: bool = False
+
+    def scanned_value(self, index, rindex):
+        result = ops.sort(self.compute_dtype, self.descending, self.inner_fn(index, rindex))
+        return result[self.output_index] if isinstance(result, tuple) else result
+
+
 # ─── Buffers ────────────────────────────────────────────────────────────────────────────────────
 
 class Buffer(IRNode):

@@ -687,5 +687,6 @@ LOWERINGS[operator.getitem] = lambda seq, i: seq[i]
 
 # Import for their registrations.
 from . import (copy_lowerings, extern_lowerings, indexing_lowerings, pooling_lowerings,  # noqa: E402,F401
-               random_lowerings, reduction_lowerings, scan_lowerings, scatter_lowerings, view_lowerings)
+               random_lowerings, reduction_lowerings, scan_lowerings, scatter_lowerings, sort_lowerings,
+               view_lowerings)
 from ..distributed import collectives  # noqa: E402,F401  (the functional collectives' lowerings)

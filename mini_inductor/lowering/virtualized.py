@@ -109,6 +109,10 @@ class CountingHandler:
         self.ops += 1
         return None
 
+    def sort(self, dtype, descending, value):
+        self.ops += 1
+        return None
+
     def __getattr__(self, name):
         if name in POINTWISE_OPS:
             def count(*args, **kwargs):

@@ -291,3 +291,80 @@ def cummax(value, index, dim):
 @triton.jit
 def cummin(value, index, dim):
     return tl.associative_scan((value, index), dim, cummin_combine)
+
+
+# Sorting a row held whole (lowering/sort_lowerings.py): a bitonic network over (value, index) pairs.
+# The order is total: values by eager's comparison (NaN above everything, -0.0 equal to 0.0), then
+# indices, so equal values keep their input order and the result is stable in either direction. A
+# row shorter than its block is padded by the kernel with values that sort last, at indices past the
+# row's (codegen/triton_ops.py TritonOps.sort).
+
+@triton.constexpr_function
+def _log2_of(n):
+    return n.bit_length() - 1
+
+
+@triton.constexpr_function
+def _bits_type(dtype):
+    # an integer as wide as `dtype`, to move a float's bits exactly (sums of NaN or -0.0 would not)
+    return tl.dtype(f"int{dtype.primitive_bitwidth}") if dtype.is_floating() else dtype
+
+
+@triton.jit
+def _pair_partner(x):
+    # x: [rows, groups, 2, half]; each lane gets the other lane of its pair along axis 2: the pair's
+    # sum less its own value, in integer arithmetic, which is exact even where it wraps
+    bits = x.to(_bits_type(x.dtype), bitcast=True)
+    total = tl.sum(bits, 2, keep_dims=True)
+    other = (total - bits).to(bits.dtype)
+    return other.to(x.dtype, bitcast=True)
+
+
+@triton.jit
+def _comes_first(a, a_i, b, b_i, DESCENDING: tl.constexpr):
+    # (a, a_i) goes before (b, b_i) in the sorted row: by value, NaN the largest, then by index
+    if DESCENDING:
+        lo = b
+        hi = a
+    else:
+        lo = a
+        hi = b
+    below = lo < hi
+    same = lo == hi
+    if is_floating(a):
+        below |= (lo == lo) & (hi != hi)
+        same |= (lo != lo) & (hi != hi)
+    return below | (same & (a_i < b_i))
+
+
+@triton.jit
+def _bitonic_step(value, index, ROWS: tl.constexpr, WIDTH: tl.constexpr, STAGE: tl.constexpr,
+                  STEP: tl.constexpr, DESCENDING: tl.constexpr):
+    # stage STAGE sorts runs of 2**STAGE elements, alternately rising and falling (the last stage's one
+    # run rises); step STEP of it compares each element with the one HALF places away
+    HALF: tl.constexpr = 1 << (STAGE - 1 - STEP)
+    GROUPS: tl.constexpr = WIDTH // (2 * HALF)
+    v = tl.reshape(value, [ROWS, GROUPS, 2, HALF])
+    i = tl.reshape(index, [ROWS, GROUPS, 2, HALF])
+    pv = _pair_partner(v)
+    pi = _pair_partner(i)
+    second = tl.arange(0, 2)[None, None, :, None]
+    # a group of 2 * HALF elements lies in a falling run where bit STAGE of its position is set
+    falling = (tl.arange(0, GROUPS)[None, :, None, None] >> STEP) & 1
+    take = tl.where((second ^ falling) == 1, _comes_first(v, i, pv, pi, DESCENDING),
+                    _comes_first(pv, pi, v, i, DESCENDING))
+    v = tl.where(take, pv, v)
+    i = tl.where(take, pi, i)
+    return tl.reshape(v, [ROWS, WIDTH]), tl.reshape(i, [ROWS, WIDTH])
+
+
+@triton.jit
+def sort_with_index(value, index, DESCENDING: tl.constexpr):
+    """Sorts each row of value [ROWS, WIDTH] (WIDTH a power of 2) with its int64 `index`, ascending or
+    DESCENDING, stable; returns (values, indices)."""
+    ROWS: tl.constexpr = value.shape[0]
+    WIDTH: tl.constexpr = value.shape[1]
+    for stage in tl.static_range(1, _log2_of(WIDTH) + 1):
+        for step in tl.static_range(stage):
+            value, index = _bitonic_step(value, index, ROWS, WIDTH, stage, step, DESCENDING)
+    return value, index

@@ -121,6 +121,10 @@ class RecordingHandler:
         self._count(f"cum{scan_type}")
         return "scan"
 
+    def sort(self, dtype, descending, value):
+        self._count("sort")
+        return "sort"
+
     def constant(self, value, dtype):
         self.symbols |= getattr(value, "free_symbols", set())
         return "const"

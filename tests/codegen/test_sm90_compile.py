@@ -267,3 +267,27 @@ def test_logcumsumexp_cummax_and_cummin_scans_compile_persistent_looped_and_dyna
     names = compile_all(seen)
     assert len(names) >= 5, names
     assert any("_red_" in n for n in names) and any("_per_" in n for n in names), names
+
+
+def test_sort_and_topk_kernels_compile_for_every_dtype_block_and_a_dynamic_length():
+    # the bitonic network over (value, index) pairs (triton_helpers.sort_with_index) at rows of 8 (many
+    # rows a block) to 1024 (one), float32 (from float16 and bfloat16), float64, int32, int8 (bool)
+    # values, both directions; softmax fused before a topk; a length bounded by mark_dynamic
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 1024, generator=gen)
+
+    def sorts(x):
+        return torch.sort(x, dim=-1, stable=True), torch.sort(x, 0, descending=True), torch.argsort(x, -1)
+    with launches() as seen:
+        torch.compile(sorts, backend="mini_inductor", dynamic=False)(x[:, :8])
+        torch.compile(sorts, backend="mini_inductor", dynamic=False)(x)
+        torch.compile(sorts, backend="mini_inductor", dynamic=False)(x[:, :100].half())
+        torch.compile(sorts, backend="mini_inductor", dynamic=False)(x[:, :100].bfloat16())
+        torch.compile(lambda x: (sorts(x.double()), sorts(x.int()), sorts(x > 0)), backend="mini_inductor",
+                      dynamic=False)(x[:, :30])
+        torch.compile(lambda x: torch.topk(x.softmax(-1), 2), backend="mini_inductor", dynamic=False)(x[:, :64])
+        dyn = x[:, :40].clone()
+        torch._dynamo.mark_dynamic(dyn, 1, min=3, max=64)
+        torch.compile(lambda x: torch.topk(x, 3, largest=False), backend="mini_inductor")(dyn)
+    names = compile_all(seen)
+    assert len(names) >= 8 and all("_per_" in n or "_poi_" in n for n in names), names
