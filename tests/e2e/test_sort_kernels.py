@@ -40,7 +40,7 @@ def check_sort(fn, *args, **kwargs):
 def special_values(rows: int, n: int, dtype=torch.float32) -> torch.Tensor:
     """Small integers (many ties) with NaN, ±inf and ±0.0 scattered in."""
     gen = torch.Generator().manual_seed(rows * 1000 + n)
-    x = torch.randint(-3, 4, (rows, n), generator=gen).to(dtype)
+    x = torch.randint(-3, 4, (rows, n), generator=gen, device="cpu").to(dtype)
     x[0, ::3] = NAN
     x[1 % rows, ::2] = -0.0
     x[2 % rows, 1::4] = INF
