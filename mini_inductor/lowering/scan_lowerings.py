@@ -56,21 +56,27 @@ def _compute_dtype(out_dtype: torch.dtype) -> torch.dtype:
     return out_dtype if out_dtype.is_floating_point else torch.int64
 
 
-def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype, compute: torch.dtype | None = None,
-              output_index: int = 0) -> StorageBox:
-    """The scan of `x` (already of `out_dtype`, but for cummax's and cummin's indices) along `dim`,
-    realized into a contiguous buffer; its producer's body is inlined where the kernel loads it.
-    `compute`: the dtype the kernel scans in (by default _compute_dtype's)."""
-    size = x.get_size()
+def row_loader(x: IRNode, dim: int, compute: torch.dtype):
+    """The body of a scan or sort over `dim` of `x`: (row index, [position in the row]) → the element,
+    in `compute`."""
     loader = x.make_loader()
-    compute = compute or _compute_dtype(out_dtype)
 
     def inner_fn(index, rindex):
         full = list(index)
         full.insert(dim, rindex[0])
         value = loader(full)
         return value if x.get_dtype() == compute else ops.to_dtype(value, compute)
+    return inner_fn
 
+
+def make_scan(x: IRNode, dim: int, scan_type: str, out_dtype: torch.dtype, compute: torch.dtype | None = None,
+              output_index: int = 0) -> StorageBox:
+    """The scan of `x` (already of `out_dtype`, but for cummax's and cummin's indices) along `dim`,
+    realized into a contiguous buffer; its producer's body is inlined where the kernel loads it.
+    `compute`: the dtype the kernel scans in (by default _compute_dtype's)."""
+    size = x.get_size()
+    compute = compute or _compute_dtype(out_dtype)
+    inner_fn = row_loader(x, dim, compute)
     rows = [s for i, s in enumerate(size) if i != dim]
     scan = Scan(x.get_device(), out_dtype, inner_fn, sympify_seq(rows), (), sympify_seq([size[dim]]),
                 scan_type, compute, dim, output_index)

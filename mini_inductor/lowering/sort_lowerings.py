@@ -34,6 +34,7 @@ from .lowerings import register_lowering
 from .sizevars import sympify_seq
 from .symbolic import stride_exprs, upper_bound
 from .view_lowerings import _norm_dim
+from .scan_lowerings import row_loader
 from .virtualized import ops
 
 aten = torch.ops.aten
@@ -59,15 +60,8 @@ def _eager_strides(meta, size):
 def _sorted_buffer(x: IRNode, dim: int, descending: bool, output_index: int, dtype: torch.dtype,
                    stride) -> StorageBox:
     size = x.get_size()
-    loader = x.make_loader()
     compute = _COMPUTE.get(x.get_dtype(), x.get_dtype())
-
-    def inner_fn(index, rindex):
-        full = list(index)
-        full.insert(dim, rindex[0])
-        value = loader(full)
-        return value if x.get_dtype() == compute else ops.to_dtype(value, compute)
-
+    inner_fn = row_loader(x, dim, compute)
     rows = [s for i, s in enumerate(size) if i != dim]
     sort = Sort(x.get_device(), dtype, inner_fn, sympify_seq(rows), (), sympify_seq([size[dim]]),
                 "sort", compute, dim, output_index, descending)
@@ -120,6 +114,8 @@ def sort_stable(x: IRNode, *, stable=None, dim=-1, descending=False):
 
 @register_lowering(aten.topk.default)
 def topk(x: IRNode, k, dim=-1, largest=True, sorted=True):
+    if x.get_dtype() == torch.bool:   # eager's topk refuses bools (sort takes them): ATen raises as it does
+        raise NotImplementedError("topk of bool")
     size = x.get_size()
     k = sympify_seq([k])[0]   # a dynamic graph's may be a symbol (k = x.size(1) // 2)
     if not size:

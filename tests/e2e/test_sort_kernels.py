@@ -248,3 +248,19 @@ def test_training_through_sort_and_topk_generates_both_graphs():
     check_sort(f, torch.randn(4, 8), torch.randn(8), grad=True)
     if COUNTS_KERNELS:
         assert any(r.name.startswith("backward") for r in metrics.compiled_graphs)
+
+
+def test_topk_of_bools_runs_in_aten_and_raises_where_eager_does():
+    # eager's CPU topk refuses bools where its sort takes them (review, session 40: ours computed a
+    # result); a bool topk runs in ATen, which raises or computes as eager does on the device
+    x = torch.rand(3, 6) > 0.5
+    compiled = torch.compile(lambda x: torch.topk(x, 2).values, backend="mini_inductor")
+    try:
+        expected = torch.topk(x, 2).values
+    except RuntimeError as e:
+        assert "bool" in str(e)
+        with pytest.raises(Exception, match="bool"):
+            compiled(x)
+    else:
+        assert torch.equal(compiled(x), expected)
+    assert any(r.fallback_ops for r in metrics.compiled_graphs)
