@@ -85,10 +85,7 @@ class RandomStreams:
         else:
             key = str(device)
             if key not in self.seeds:
-                layout = Layout.contiguous(device, torch.int64, [1])
-                box = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]),
-                                                  {"dtype": torch.int64, "device": device}, layout)
-                self.seeds[key] = box.realize().name
+                self.seeds[key] = drawn_seed(device).realize().name
             seed_name = self.seeds[key]
             base = self.next_offset
             self.next_offset += count
@@ -104,6 +101,13 @@ class RandomStreams:
                 offset = ops.index_expr(strided_index(idx, strides) + base, torch.int64)
             return seed, offset
         return load
+
+
+def drawn_seed(device: torch.device) -> IRNode:
+    """An int64 [1] seed drawn from `device`'s default generator at each call of the graph (an ATen
+    call, captured by a CUDA graph, whose replays draw anew)."""
+    return current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]), {"dtype": torch.int64, "device": device},
+                                       Layout.contiguous(device, torch.int64, [1]))
 
 
 def _uniform_loader(device: torch.device, size: Sequence[Expr]) -> Callable:
@@ -278,8 +282,7 @@ def _run_and_save_rng_state(op, *args, **kwargs):
     GPU the state is the seed itself, drawn inside the graph (see the top)."""
     device = _op_device(op, args, kwargs)
     if device.type != "cpu":
-        seed = current_graph().make_extern(aten.randint.low, (0, SEED_HIGH, [1]), {"dtype": torch.int64, "device": device},
-                                           Layout.contiguous(device, torch.int64, [1]))
+        seed = drawn_seed(device)
         with current_graph().random_streams.scoped(seed.realize().name):
             return seed, LOWERINGS[op](*args, **kwargs)
     layout = Layout.contiguous(torch.device("cpu"), torch.uint8, [rng_state(device).numel()])
