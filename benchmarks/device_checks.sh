@@ -6,7 +6,7 @@
 #   bash benchmarks/device_checks.sh [tests] [attention] [matmul] [suite] [dynamic] [profile]
 #
 #   tests      pytest -m gpu over tests/ (the large-tensor file and tests/distributed left out)
-#   device_tests  the CPU suite's tests that take the test's device (dynamic shapes, random ops,
+#   device_tests  the CPU suite's tests that take the test's device (dynamic shapes, random ops, scans, sorts,
 #              attention matching), here on CUDA: they ran only on the CPU until session 35
 #   attention  benchmarks.attention_sweep, fp16, L 1024 and 4096, five variants, fwd and fwd+bwd
 #   matmul     benchmarks.matmul_templates, fp16, M 8192, cuBLAS against the cost model's choice
@@ -81,9 +81,10 @@ for step in "${steps[@]}"; do
     case $step in
         tests) run tests 240 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests \
                    --deselect tests/e2e/test_large_tensors_gpu.py --ignore tests/distributed -rfE --tb=short ;;
-        device_tests) run device_tests 150 python3 -m pytest -n 8 -q -p no:cacheprovider \
+        device_tests) run device_tests 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
                    tests/e2e/test_dynamic_shapes.py tests/e2e/test_dynamic_int_values.py tests/e2e/test_random.py \
-                   tests/attention/test_match.py tests/e2e/test_eager_kernel_dtypes.py tests/e2e/test_scan_kernels.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
+                   tests/attention/test_match.py tests/e2e/test_eager_kernel_dtypes.py tests/e2e/test_scan_kernels.py \
+                   tests/e2e/test_scan_ops_more.py tests/e2e/test_sort_kernels.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
         attention) run attention 90 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
                        --variants causal,hf_causal,padding,alibi,window --out "$OUT/attention.json" ;;
         matmul) run matmul 60 python3 -u -m benchmarks.matmul_templates --dtype float16 --tokens 8192 \
