@@ -4,7 +4,7 @@ must be, values equal to eager's.
 An offset that wraps around in int32 is an illegal memory access, which leaves the process's CUDA
 context unusable: each case therefore runs in a fresh Python process (this file, run as a script with
 the case's name), and frees its memory when that process ends. Cases need 6-9 GB of GPU memory (the
-accumulating index_put about 31 GB); with CUDA (PYTHONPATH=. python3 -m pytest -m gpu
+accumulating index_put about 31 GB, the whole-tensor sort about 70 GB); with CUDA (PYTHONPATH=. python3 -m pytest -m gpu
 tests/e2e/test_large_tensors_gpu.py) each takes about as long as starting Python and compiling a
 few kernels.
 """
@@ -138,6 +138,48 @@ def column_sums_of_the_first_16_columns_of_a_huge_matrix():
 @case(gib=6)
 def tiled_transpose_of_the_first_16_columns_of_a_huge_matrix():
     expect_eager(lambda x: x[:, :16].t().contiguous(), _random(BIG))
+
+
+@case(gib=6)
+def cumsum_along_rows_of_the_first_16_columns_of_a_huge_matrix():
+    expect_eager(lambda x: x[:, :16].float().cumsum(1), _random(BIG), **SUM_TOLERANCE)
+
+
+@case(gib=6)
+def cumsum_down_the_first_16_columns_of_a_huge_matrix():
+    """A scan of 40000 rows, looped with a carry, each load 70000 elements after the last."""
+    expect_eager(lambda x: x[:, :16].float().cumsum(0), _random(BIG), **SUM_TOLERANCE)
+
+
+@case(gib=6)
+def cummax_and_logcumsumexp_along_rows_of_the_first_16_columns_of_a_huge_matrix():
+    def scans(x):
+        values, indices = x[:, :16].cummax(1)
+        return values, indices, x[:, :16].float().logcumsumexp(1)
+    expect_eager(scans, _random(BIG), **SUM_TOLERANCE)
+
+
+@case(gib=6)
+def sort_and_topk_of_the_first_columns_of_a_huge_matrix():
+    def sorts(x):
+        values, indices = x[:, :16].sort(dim=1, descending=True, stable=True)
+        # ties broken by the column: eager's topk leaves the order of equal values open
+        distinct = x[:, :64].float() + torch.arange(64, device=x.device) * 1e-4
+        top, where = distinct.topk(5, 1)
+        return values, indices, top, where
+    expect_eager(sorts, _random(BIG))
+
+
+@case(gib=70)
+def stable_sort_of_2_8e9_elements_in_rows_of_64():
+    """Every load and store of the sort kernel at offsets up to 2.8e9 (the int64 indices alone are
+    22 GB, eager's as many)."""
+    expect_eager(lambda x: x.view(-1, 64).sort(dim=-1, stable=True), _random(BIG))
+
+
+@case(gib=24)
+def cumsum_of_2_8e9_elements_in_rows_of_64():
+    expect_eager(lambda x: x.view(-1, 64).cumsum(-1), _random(BIG), **SUM_TOLERANCE)
 
 
 @case(gib=31)
