@@ -325,7 +325,8 @@ class GraphLowering:
                 _device_key(a.get_device()) != _device_key(meta.device)
                 for a in _leaves((args, kwargs)) if isinstance(a, IRNode))):
             lowering = None  # CPU work in a CUDA graph, or ops mixing devices (CPU scalars): ATen runs them
-        if lowering is not None and _needs_aten(meta, args, kwargs):
+        aten_reason = _needs_aten(meta, args, kwargs) if lowering is not None else None
+        if aten_reason is not None:
             lowering = None
             # (statically: a size read from data guards on its value otherwise, torch.unique's u0)
             if isinstance(meta, torch.Tensor) and statically_known_true(meta.numel() == 0) and not is_view(target):
@@ -333,6 +334,8 @@ class GraphLowering:
                 layout = _extern_layout(meta)
                 return self.make_extern(aten.empty_strided.default, (list(meta.shape), list(meta.stride())),
                                         {"dtype": meta.dtype, "device": meta.device}, layout, origins=(origin,))
+            if target is not operator.getitem:
+                self.fallback_reasons.setdefault(_op_name(target), aten_reason)
         if target is operator.getitem:  # picks from a multi-output value; an item may be None
             seq, i = args
             if seq[i] is None or not isinstance(seq[i], IRNode):
@@ -699,8 +702,14 @@ def _device_key(device: torch.device) -> tuple[str, int]:
     return device.type, index
 
 
-def _needs_aten(meta, args, kwargs) -> bool:
-    """Complex numbers (no Triton type) and empty tensors (nothing to generate) run in ATen.
+# the dtypes generated kernels compute in (codegen/triton_ops.py TL_DTYPES prints them)
+GENERATED_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+def _needs_aten(meta, args, kwargs) -> str | None:
+    """Why this node runs in ATen whatever its lowering, or None: values of a dtype kernels are not
+    generated for (complex, uint16/32/64, the float8 types), or an empty tensor (nothing to generate).
 
     Only the first output counts for emptiness: later ones may be empty by design (the saved
     statistics batch norm returns in eval mode).
@@ -708,13 +717,14 @@ def _needs_aten(meta, args, kwargs) -> bool:
     outputs = [m for m in _leaves(meta) if isinstance(m, torch.Tensor)]
     values = outputs + [a for a in _leaves((args, kwargs)) if isinstance(a, IRNode)]
     for i, v in enumerate(values):
-        if v.dtype.is_complex if isinstance(v, torch.Tensor) else v.get_dtype().is_complex:
-            return True
+        dtype = v.dtype if isinstance(v, torch.Tensor) else v.get_dtype()
+        if dtype not in GENERATED_DTYPES:
+            return f"{str(dtype).removeprefix('torch.')} values (generated kernels do not compute in that dtype)"
         size = v.shape if isinstance(v, torch.Tensor) else v.get_size()
         # a size that may be 0 only at run time (unbacked) is generated: its kernels launch no blocks
         if any(statically_known_true(s == 0) for s in size) and not 0 < i < len(outputs):
-            return True
-    return False
+            return "an empty tensor"
+    return None
 
 
 def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:

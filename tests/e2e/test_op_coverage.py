@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from common import assert_fallback, assert_no_fallbacks, check, kernels_generated
+from compile_ir import lower_fn
 
 
 def test_fmax_fmin_ignore_nan_on_one_side():
@@ -39,6 +40,31 @@ def test_complex_and_empty_tensors_go_to_aten():
     check(lambda x: (x.to(torch.complex64) * 2).real, torch.randn(4))
     assert_fallback("_to_copy")
     check(lambda x: torch.flip(x, [0]) + 1, torch.randn(0, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_types_wider_than_a_byte_run_in_aten_with_their_reason(dtype):
+    # no generated kernel computes in them: before, the compile stopped with a CodegenError; eager
+    # takes only a few ops of these types (mul, bitwise and, cat, sum, eq, conversions)
+    def f(x):
+        return ((x * x) & x).to(torch.int64) + torch.cat([x, x]).sum() + (x == x).int() * 3
+    check(f, torch.arange(12, device="cpu").to(dtype).view(3, 4))
+    assert_fallback("mul")
+    lowered, _ = lower_fn(f, torch.arange(12).to(dtype).view(3, 4))
+    name = str(dtype).removeprefix("torch.")
+    assert f"{name} values" in lowered.fallback_reasons["aten.mul.Tensor"], lowered.fallback_reasons
+    # what reads only int64 values after the conversion is still generated
+    assert "aten.add.Tensor" not in lowered.fallback_ops, lowered.fallback_ops
+
+
+def test_float8_conversions_run_in_aten_and_the_rest_is_generated():
+    def f(x):
+        return (x * 3).to(torch.float8_e4m3fn).float() + 1
+    check(f, torch.randn(16))
+    assert_fallback("_to_copy")
+    lowered, _ = lower_fn(f, torch.randn(16))
+    assert lowered.fallback_ops == {"aten._to_copy.default": 2}, lowered.fallback_ops
+    assert "float8_e4m3fn values" in lowered.fallback_reasons["aten._to_copy.default"]
 
 
 def test_an_empty_slice_through_kernels_and_a_matmul_trains():
