@@ -222,6 +222,15 @@ class TritonOps:
             k.section.lines.append(StoreLine(name, f"tl.atomic_add({pointer}, {full}, {self._mask(index)}, "
                                                    f"sem='relaxed')"))
             return
+        if mode == "scatter":
+            # a plain store to a computed address (scatter without reduce): other programs may store
+            # to the same element, so nothing is cached for a later load
+            if value.dtype != dtype:
+                value = self.to_dtype(value, dtype)
+            k.load_misses.add(name)
+            k.section.lines.append(StoreLine(name, f"tl.store({self._pointer(name, index)}, {value}, "
+                                                   f"{self._mask(index)})"))
+            return
         if mode is not None:
             raise NotImplementedError(f"store mode {mode!r}")
         if after_loop:

@@ -4,7 +4,7 @@
     ─────────────────────────────────   ──────────────────────────────────────────────
     StorageBox(Pointwise)               an unrealized elementwise body, inlined into readers
     StorageBox(ComputedBuffer)          a realized buffer: Pointwise, Reduction or Scan body + layout
-    ScatterBuffer                       atomic adds into a realized buffer (index_put, accumulate)
+    ScatterBuffer                       atomic adds (index_put, accumulate) or stores (scatter) into a realized buffer
     StorageBox(InputBuffer)             a graph input
     StorageBox(ExternKernel)            an ATen call (mm, conv, attention, fallbacks)
     StorageBox(MatmulTemplate)          mm / addmm / bmm as a Triton template that takes epilogues
@@ -339,17 +339,18 @@ class ComputedBuffer(Buffer):
 
 
 class ScatterBuffer(ComputedBuffer):
-    """Adds a Pointwise's values into `target` at computed positions with atomics (`atomic_add`), so
-    values landing on the same element all count (index_put with accumulate=True).
+    """Adds a Pointwise's values into `target` at computed positions with atomics (mode `atomic_add`),
+    so values landing on the same element all count (index_put with accumulate=True); or stores them
+    there (mode `scatter`: of values landing on one element any one is kept, scatter without reduce).
 
         target  = ComputedBuffer(copy of the input)          an ordinary kernel, fusable
-        scatter = ScatterBuffer(target, values, indexer)     target[indexer(i)] += values[i]
+        scatter = ScatterBuffer(target, values, indexer)     target[indexer(i)] += values[i]  (or =)
         readers load `target`, after the scatter              (the scatter mutates target)
 
     `output_indexer(index)` gives the element of `target` for iteration `index` (it may call
     ops.indirect_indexing). The scatter allocates nothing: its name only orders the kernels. It runs
     in a kernel of its own: every element of `target` must be written before any program adds to
-    it, and every add done before anyone reads it.
+    (or stores into) it, and every add or store done before anyone reads it.
     """
 
     def __init__(self, name, target: ComputedBuffer, data: Pointwise, output_indexer: Callable, mode: str = "atomic_add"):

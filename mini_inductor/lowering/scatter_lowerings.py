@@ -9,7 +9,11 @@ store goes to a computed address and the result is an ordinary Pointwise (fused,
 what the backward of cross-entropy (nll_loss_backward scatters -1 into zeros, K = 1) needs. A
 scatter_add along a longer span (K > MAX_SCATTER_SPAN, or a symbolic K in a dynamic graph), or with
 an index smaller than self in another dim, adds with atomics instead, as index_put does (below); a
-scatter without add there runs in ATen (of duplicate positions eager keeps one write).
+scatter without add there stores each src element at its position in a copy of self (a ScatterBuffer
+of mode "scatter": of duplicate positions any one store lands, which eager documents too; under
+torch.use_deterministic_algorithms ATen runs it). The backwards of sort and topk are such scatters.
+Every index is an indirect index with a device-side assert: out of range, a negative one too, it
+raises as eager's does.
 
 slice_scatter, the same way: an element in the slice reads src, the others self (torch's
 decomposition returns a contiguous result; eager's has self's strides, which an in-place op on a slice
@@ -50,7 +54,8 @@ from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, check_converts, constant, register_lowering, to_dtype
 from .pooling_lowerings import _geometry, backward_out_size
 from .sizevars import FloorDiv, ModularIndexing
-from .symbolic import decide
+from .layout_opt import is_non_overlapping_and_dense
+from .symbolic import decide, stride_exprs
 from .view_lowerings import _norm_dim, slice_bounds, symbolic_slice_bounds, view
 from .virtualized import ops
 
@@ -73,15 +78,12 @@ def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
     span = isize[dim]
     short_span = isinstance(span, (int, sympy.Integer)) and 0 < int(span) <= MAX_SCATTER_SPAN
     if not (short_span and all(_same_size(i, s) for d, (i, s) in enumerate(zip(isize, size)) if d != dim)):
-        if accumulate:   # any span, any index shape: atomic adds
-            return _scatter_add_atomic(x, dim, index, src)
-        if not short_span:
-            raise NotImplementedError(f"scatter along a span of {span} (more than {MAX_SCATTER_SPAN})")
-        raise NotImplementedError("scatter with an index smaller than self outside `dim`")
+        # any span, any index shape: atomic adds, or stores to the positions
+        return (_scatter_add_atomic if accumulate else _scatter_store)(x, dim, index, src)
     span = int(span)
     dtype = x.get_dtype()
     cdt = get_computation_dtype(dtype)
-    x_loader, index_loader = x.make_loader(), index.make_loader()
+    x_loader, index_position = x.make_loader(), _scatter_position(index, dim, size[dim])
     src_loader = src.make_loader() if isinstance(src, IRNode) else None
 
     def value_at(at):
@@ -97,10 +99,8 @@ def _scatter(x: IRNode, dim, index: IRNode, src, accumulate: bool) -> IRNode:
         for m in range(span):
             at = list(idx)
             at[dim] = sympy.Integer(m)
-            target = index_loader(at)
-            if index.get_dtype() != torch.int64:
-                target = ops.to_dtype(target, torch.int64)
-            hit = ops.eq(target, position)
+            # an indirect index for its device-side assert: eager raises on one out of range
+            hit = ops.eq(ops.index_expr(index_position(at)[dim], torch.int64), position)
             out = ops.where(hit, ops.add(out, value_at(at)) if accumulate else value_at(at), out)
         return out if dtype == cdt else ops.to_dtype(out, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
@@ -117,21 +117,76 @@ def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, accumulate=True)
 
 
+def _scatter_position(index: IRNode, dim: int, n):
+    """position(q): the element of a size-`n` dim that scatter's index sends element q to, as an indirect
+    index whose device-side assert fails out of 0 .. n - 1. A negative index too, which eager refuses
+    where a gather's read wraps it: moved below -n, where wrapping leaves it negative."""
+    index_loader = index.make_loader()
+
+    def position(idx):
+        at = list(idx)
+        i = index_loader(idx)
+        if index.get_dtype() != torch.int64:
+            i = ops.to_dtype(i, torch.int64)
+        unwrapped = ops.where(ops.lt(i, ops.constant(0, torch.int64)), ops.sub(i, _int64(n)), i)
+        at[dim] = ops.indirect_indexing(unwrapped, n)
+        return at
+    return position
+
+
 def _scatter_add_atomic(x: IRNode, dim: int, index: IRNode, src) -> IRNode:
     """scatter_add along a long span (or with an index smaller than self): out[p with dim =
     index[q]] += src[q] for every q of index's shape, with atomic adds."""
     isize, size = list(index.get_size()), x.get_size()
-    index_loader = index.make_loader()
     if isinstance(src, IRNode):
         src_loader, src_dtype = src.make_loader(), src.get_dtype()
     else:
         src_loader, src_dtype = (lambda idx: ops.constant(src, x.get_dtype())), x.get_dtype()
+    return _atomic_add_into(x, "scatter_add", isize, src_loader, src_dtype, _scatter_position(index, dim, size[dim]))
 
-    def position(idx):
-        at = list(idx)
-        at[dim] = ops.indirect_indexing(index_loader(idx), size[dim])
-        return at
-    return _atomic_add_into(x, "scatter_add", isize, src_loader, src_dtype, position)
+
+def _scatter_store(x: IRNode, dim: int, index: IRNode, src) -> IRNode:
+    """scatter without reduce along a long or symbolic span (or with an index smaller than self):
+    out[p with dim = index[q]] = src[q] (or the value) for every q of index's shape, as stores to the
+    computed positions (a ScatterBuffer of mode "scatter") into a copy of x:
+
+        target  = copy of x, at eager's strides           an ordinary kernel
+        target[position(q)] = src[q]   for every q        a kernel of its own, after the copy
+        readers load target                               after every store
+
+    Of duplicate positions any one store lands. Eager documents that as nondeterministic too, except
+    under torch.use_deterministic_algorithms, where its result is defined: ATen runs it there."""
+    if torch.are_deterministic_algorithms_enabled():
+        raise NotImplementedError("scatter along a long span under torch.use_deterministic_algorithms (of "
+                                  "duplicate positions eager keeps a defined write, stores here any one)")
+    device, dtype, size = x.get_device(), x.get_dtype(), x.get_size()
+    box = Pointwise.create(device, dtype, x.make_loader(), size)
+    target = box.realize(_eager_strides(size))
+    isize = list(index.get_size())
+    if any(s == 0 for s in isize):
+        return box   # nothing to store
+    if isinstance(src, IRNode):
+        src_loader = src.make_loader()
+
+        def value(idx):
+            v = src_loader(idx)
+            return v if src.get_dtype() == dtype else ops.to_dtype(v, dtype)
+    else:
+        def value(idx):   # (-1 into uint8 wraps to 255, as eager's)
+            return constant(_fill_value(src, dtype), dtype)
+    graph = current_graph()
+    graph.register_buffer(ScatterBuffer(graph.new_buffer_name(), target, Pointwise(device, dtype, value, isize),
+                                        _scatter_position(index, dim, size[dim]), mode="scatter"))
+    return box
+
+
+def _eager_strides(size):
+    """The strides of the node's FakeTensor (eager's layout) where dense, else None (contiguous)."""
+    node = current_graph().current_node
+    meta = node.meta.get("val") if node is not None else None
+    if isinstance(meta, torch.Tensor) and len(meta.shape) == len(size) and is_non_overlapping_and_dense(meta):
+        return tuple(stride_exprs(meta))
+    return None
 
 
 def _atomic_add_into(x: IRNode, what: str, out_size, values_loader, values_dtype, position) -> IRNode:

@@ -241,8 +241,8 @@ def test_an_unbounded_dynamic_length_is_a_counted_fallback():
 # ─── training ────────────────────────────────────────────────────────────────────────────────────
 
 def test_training_through_sort_and_topk_generates_both_graphs():
-    # the backwards scatter the gradient to the indices: generated too, for rows of 8 (the scatter
-    # lowering's span; longer rows' backward scatters run in ATen, scatter_lowerings.py)
+    # the backwards scatter the gradient to the indices: generated too (at longer rows as well:
+    # tests/e2e/test_scatter_store.py)
     def f(x, w):
         return (torch.sort(x, -1).values * w).sum(-1) + torch.topk(x * 2, 3, dim=-1).values.sum(-1)
     check_sort(f, torch.randn(4, 8), torch.randn(8), grad=True)
