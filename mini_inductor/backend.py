@@ -12,6 +12,7 @@ import functools
 import time
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch._dynamo import disable
 from torch._dynamo.utils import counters, flatten_graph_inputs
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -22,6 +23,7 @@ from .caching import PROCESS, dynamo_cache, front_cache
 from .config import for_compile
 from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
+from .errors import warn_at_user_frame
 from .lowering.decompositions import decomposition_table, undo_split_fma
 from .lowering.early_decompositions import early_decompositions_checked
 from .pipeline import compile_graph
@@ -36,37 +38,86 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     before = None
     if isinstance(gm, torch.fx.GraphModule):
         undo_split_fma(gm)   # AdamW's addcmul_ rounded as eager rounds it
+    traced = _AsTraced(gm)   # Dynamo's graph as traced, for what must run it eagerly (_ForwardADAware)
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
-        before = _fuse_attention(gm, example_inputs, cfg.attention_data_masks)
+        before = _fuse_attention(gm, example_inputs, traced, cfg.attention_data_masks)
     first = len(metrics.compiled_graphs)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
     if hit is not None:
-        return _guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options), before, first)
+        return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options), before, first),
+                               traced, metrics.compiled_graphs[first:])
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
     began, first = time.perf_counter(), len(metrics.compiled_graphs)
     compiled = _through_aot_autograd(gm, example_inputs, compilers)
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
-    return _guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode, options),
-                    before, first)
+    return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
+                                                          options), before, first),
+                           traced, metrics.compiled_graphs[first:])
 
 
-def _fuse_attention(gm, example_inputs, data_masks: bool = True):
+class _AsTraced:
+    """Dynamo's graph as it was traced, before any rewrite of ours (the rejoined addcmul_ computes as
+    eager does): `gm` itself, unless `snapshot()` copied its nodes before attention fusion rewrote it in
+    place (a copy costs about 7 µs a node, so only graphs with a matmul take one); a module is made of
+    the copy only when something runs it."""
+
+    def __init__(self, gm):
+        self.root, self.graph, self.module = gm, None, gm
+
+    def snapshot(self) -> torch.fx.Graph:
+        if self.graph is None:
+            self.graph = torch.fx.Graph()
+            self.graph.output(self.graph.graph_copy(self.root.graph, {}))
+            self.module = None
+        return self.graph
+
+    def __call__(self, *args):
+        if self.module is None:
+            self.module = torch.fx.GraphModule(self.root, self.graph)
+        return self.module(*args)
+
+
+class _ForwardADAware:
+    """The compiled graph, run as traced, eagerly, while a forward-mode AD level is open
+    (`torch.autograd.forward_ad.dual_level`): generated kernels compute on the primal values alone and
+    would return no tangent (Inductor's do the same), where eager's ops carry the tangents through.
+    Dynamo compiles a function once for plain and dual inputs alike, so the check is at each call (an
+    attribute read); the first eager run warns."""
+
+    def __init__(self, compiled, traced: _AsTraced, records=()):
+        self.compiled, self.eager = compiled, disable(traced, reason="run as traced for forward-mode AD")
+        self.records = list(records)
+        self.warned = False
+
+    def __call__(self, *args):
+        if _forward_ad._current_level < 0:
+            return self.compiled(*args)
+        if not self.warned:
+            self.warned = True
+            names = ", ".join(r.name for r in self.records) or "a graph served from a cache"
+            warn_at_user_frame(f"mini_inductor: {names} runs eagerly while a forward-mode AD level is open "
+                               "(torch.autograd.forward_ad): generated kernels carry no tangents")
+        return self.eager(*args)
+
+
+def _fuse_attention(gm, example_inputs, traced: _AsTraced, data_masks: bool = True):
     """Attention written out in Dynamo's graph → one call (attention/match.py); what was found goes to
     metrics.attention and to explain's traces. Where an input's data was read as a causal mask, Dynamo's
     graph as it was before (for `_guarded`), else None."""
     if not isinstance(gm, torch.fx.GraphModule):
         return None
-    from .attention.match import DATA_GUARDS, fuse_attention, tril_inputs
+    from .attention.match import ANCHOR_OPS, DATA_GUARDS, fuse_attention, tril_inputs
+    from .attention.modification import op_of
 
     before = None
+    if any(op_of(node) in ANCHOR_OPS for node in gm.graph.nodes):   # where attention may be rewritten
+        traced.snapshot()
     tril = tril_inputs(gm, example_inputs) if data_masks else {}
     if tril:
-        graph = torch.fx.Graph()
-        graph.output(graph.graph_copy(gm.graph, {}))
-        before = torch.fx.GraphModule(gm, graph)
+        before = torch.fx.GraphModule(gm, traced.snapshot())
     name = metrics.dynamo_graph_name()
     found = fuse_attention(gm, example_inputs, name, tril)
     metrics.attention.extend(found)

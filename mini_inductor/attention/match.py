@@ -664,6 +664,10 @@ class DataGuard:
         log.warning("mini_inductor: %s: %s: the graph runs eagerly from now on", self.graph, self.broken)
 
 
+# the ops the search starts from (Q·Kᵀ): a graph without one is left as it is
+ANCHOR_OPS = ("matmul", "einsum")
+
+
 def fuse_attention(gm: torch.fx.GraphModule, example_inputs, graph: str,
                    tril: dict[torch.fx.Node, int] | None = None) -> list[AttentionMatch]:
     """Replace every attention in Dynamo's graph `gm` (named `graph` in the records) by one call, in
@@ -694,7 +698,7 @@ def _fuse_all(gm, example_inputs, graph: str, tril: dict, used: dict) -> list[At
         node.meta["mini_inductor_order"] = n
     alive = set(gm.graph.nodes)
     for node in list(gm.graph.nodes):
-        if node not in alive or op_of(node) not in ("matmul", "einsum"):
+        if node not in alive or op_of(node) not in ANCHOR_OPS:
             continue
         where, name = source_line(node), node.name
         try:
