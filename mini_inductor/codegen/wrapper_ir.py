@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from ..lowering.ir import Buffer, Layout, OpaqueInput, ReinterpretView, buffer_names
-from ..lowering.symbolic import hint, size_value, to_expr
+from ..lowering.symbolic import hint, nonzero, size_value, to_expr
 from .triton_ops import texpr
 
 
@@ -21,6 +21,16 @@ def size_source(x) -> str:
     that `call` binds from its inputs."""
     x = size_value(x)
     return str(x) if isinstance(x, int) else texpr(x, python=True)
+
+
+def float_source(x: sympy.Expr) -> str:
+    """A float made of sizes as Python source. A quotient whose divisor may be 0 (autograd's
+    2 / (n - correction) of var's backward) divides as eager's C++ does, inf or NaN there: through a
+    float64 tensor, where Python's `/` raises ZeroDivisionError."""
+    num, den = sympy.fraction(sympy.together(x))
+    if den.free_symbols and not nonzero(den):
+        return f"float(torch.tensor({sympy.pycode(num)}, dtype=torch.float64) / ({sympy.pycode(den)}))"
+    return f"({sympy.pycode(x)})"
 
 
 def _ints(xs) -> str:
@@ -294,7 +304,7 @@ def render_arg(a) -> str:
         a = to_expr(a)   # (torch's own functions of sizes, in a float made of them, become ours)
         if isinstance(a, sympy.core.relational.Relational) and a.lhs.is_integer and a.rhs.is_integer:
             return f"({size_source(a.lhs)} {a.rel_op} {size_source(a.rhs)})"   # a comparison of sizes
-        return size_source(a) if a.is_integer else f"({sympy.pycode(a)})"   # or a float made of sizes
+        return size_source(a) if a.is_integer else float_source(a)   # or a float made of sizes
     if isinstance(a, float):
         return repr(a) if a == a and a not in (float("inf"), float("-inf")) else f"float('{a}')"
     return repr(a)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import operator
 from dataclasses import dataclass, field
 import weakref
 from typing import Any, Iterator
@@ -73,6 +74,9 @@ class GraphShapes:
     # placeholder index → the symbol (b3: 0 or 1) standing for a bool input of relations of symbols this
     # graph cannot read (a backward's `k < 3` of the forward's int input k)
     bool_inputs: dict[int, sympy.Symbol] = field(default_factory=dict)
+    # torch's expressions of the float quotients autograd's formulas compute (`autograd_quotients`): each
+    # divides as IEEE doubles do, inf or NaN where its divisor is 0
+    ieee_quotients: frozenset = frozenset()
 
     @property
     def dynamic(self) -> bool:
@@ -135,6 +139,7 @@ def _signs(env) -> dict[str, dict[str, bool]]:
 
 
 def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes:
+    shapes.ieee_quotients = autograd_quotients(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, node in enumerate(placeholders):
         val = node.meta.get("val")
@@ -222,6 +227,19 @@ def _graph_symbols(gm: torch.fx.GraphModule, shapes: GraphShapes) -> GraphShapes
                 shapes.bounds[sym] = int(r.upper)
         _rederive_stale(gm, {s.name for s in shapes.known()})
     return shapes
+
+
+def autograd_quotients(gm: torch.fx.GraphModule) -> frozenset:
+    """The float quotients of sizes that a backward's formulas compute (var's 2 / (n - correction)): the
+    `operator.truediv` nodes AOT autograd traced while running autograd's backward. Eager computes them
+    in C++ doubles, inf or NaN where the divisor is 0 (var with correction 2 over 2 elements), where
+    Python's own float division, in a user's code, raises. Refused, such a backward was compiled per
+    size, and its static compile at n == correction, then its ATen graph, raised ZeroDivisionError
+    (issue 23)."""
+    return frozenset(n.meta["val"].node.expr for n in gm.graph.nodes
+                     if n.op == "call_function" and n.target is operator.truediv
+                     and isinstance(n.meta.get("val"), torch.SymFloat)
+                     and (n.meta.get("autograd_backward") or n.meta.get("partitioner_tag") == "is_backward"))
 
 
 def _only_returned(gm: torch.fx.GraphModule) -> set[str]:
@@ -367,7 +385,9 @@ def _convert(e: sympy.Basic) -> Expr:
     if isinstance(e, _DIVISIONS):
         return _division(e, args)
     if isinstance(e, (torch_fns.IntTrueDiv, torch_fns.FloatTrueDiv)):   # a float made of sizes
-        if not _nonzero(args[1]):   # eager raises at 0; a kernel would give inf (review, session 34)
+        # Python's division raises at 0, where a kernel would give inf (review, session 34); autograd's
+        # in C++ gives inf or NaN, as a kernel's float64 division and the wrapper's `float_source` do
+        if not nonzero(args[1]) and e not in current().ieee_quotients:
             raise SymbolicUnsupported(f"a {type(e).__name__} by a value that may be 0", e)
         return args[0] / args[1]
     if isinstance(e, torch_fns.ToFloat):
@@ -403,7 +423,7 @@ def _division(e: sympy.Basic, args: list[Expr]) -> Expr:
     A divisor that may be 0 is refused: eager raises there, and a kernel would divide by 0 without a word."""
     name = type(e).__name__
     for d in args[1:]:
-        if not _nonzero(d):
+        if not nonzero(d):
             raise SymbolicUnsupported(f"a {name} by a value that may be 0", e)
     nonnegative = all(_never_negative(a) for a in args)
     if isinstance(e, (torch_fns.ModularIndexing, torch_fns.Mod)):
@@ -427,7 +447,7 @@ def _division(e: sympy.Basic, args: list[Expr]) -> Expr:
     return SignedMod(a, b)
 
 
-def _nonzero(a: Expr) -> bool:
+def nonzero(a: Expr) -> bool:
     """a != 0 at every size the graph serves."""
     if a.is_Integer:
         return a != 0
