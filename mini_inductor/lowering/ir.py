@@ -207,13 +207,19 @@ class Scan(Loops):
         # (handlers that only count or record give one placeholder for a pair's scan too)
         return result[self.output_index] if isinstance(result, tuple) else result
 
+    def store(self, name: str, at: Expr, value, rindex) -> None:
+        """Store one element's result at `at` of buffer `name`."""
+        ops.store(name, at, value)
+
 
 @dataclasses.dataclass
 class Sort(Scan):
     """A row sorted whole (lowering/sort_lowerings.py): element j of a row is the row's j-th smallest
     value (largest where `descending`), with its int64 index in the row as the second result
     (`output_index` picks one; the two Sorts of one input share one sort in a kernel that holds both).
-    Equal values keep their input order, as eager's stable=True. `scan_type` is "sort".
+    Equal values keep their input order, as eager's stable=True. `scan_type` is "sort". `kept`: a
+    topk's k, the leading columns stored (its buffer has k columns; the rest are masked off), else
+    None (the whole row).
 
         kernel (codegen/triton_ops.py TritonOps.sort): always persistent, the row in one block padded
         to a power of 2; a bitonic network over (value, index) pairs (runtime/triton_helpers.py
@@ -223,10 +229,24 @@ class Sort(Scan):
     """
 
     descending: bool = False
+    kept: Expr | None = None
 
     def scanned_value(self, index, rindex):
         result = ops.sort(self.compute_dtype, self.descending, self.inner_fn(index, rindex))
         return result[self.output_index] if isinstance(result, tuple) else result
+
+    def store(self, name: str, at: Expr, value, rindex) -> None:
+        if self.kept is None:
+            ops.store(name, at, value)
+            return
+        column = ops.index_expr(rindex[0], torch.int64)
+        kept = ops.lt(column, ops.index_expr(self.kept, torch.int64) if self.kept.free_symbols
+                      else ops.constant(int(self.kept), torch.int64))
+
+        def store():
+            ops.store(name, at, value)
+            return value
+        ops.masked(kept, store, 0)   # (its value, unused)
 
 
 # ─── Buffers ────────────────────────────────────────────────────────────────────────────────────
@@ -321,8 +341,8 @@ class ComputedBuffer(Buffer):
         if isinstance(self.data, Reduction):
             ops.store_reduction(self.name, self.layout.index(index), self.data.reduced_value(index, rindex))
         elif isinstance(self.data, Scan):   # one value per element, stored where it is computed
-            ops.store(self.name, self.layout.index(self.data.full_index(index, rindex)),
-                      self.data.scanned_value(index, rindex))
+            self.data.store(self.name, self.layout.index(self.data.full_index(index, rindex)),
+                            self.data.scanned_value(index, rindex), rindex)
         else:
             index = self._logical(index)
             ops.store(self.name, self.layout.index(index), self.data.inner_fn(index))

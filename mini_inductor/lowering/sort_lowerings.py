@@ -16,8 +16,9 @@ direction: what eager's stable=True gives, and one of the orders eager's sort wi
 rising, first falling), -0.0 equal to 0.0 (their input order kept); float16 and bfloat16 compared in
 float32, bools as int8, exactly.
 
-topk(k, dim, largest, sorted) is the row sorted whole (falling for `largest`) and its first k
-columns, so its values are eager's, its indices too where values are not tied; on ties they are
+topk(k, dim, largest, sorted) is the row sorted whole (falling for `largest`), of which the kernel
+stores the first k columns (ir.Sort's `kept`: buffers of k columns, the store masked to them), so one
+kernel; its values are eager's, its indices too where values are not tied; on ties they are
 distinct indices of equal values, in input order (eager documents no order there either). `sorted=
 False` gets them sorted, which is one of the orders it allows.
 
@@ -58,14 +59,19 @@ def _eager_strides(meta, size):
 
 
 def _sorted_buffer(x: IRNode, dim: int, descending: bool, output_index: int, dtype: torch.dtype,
-                   stride) -> StorageBox:
+                   stride, kept=None) -> StorageBox:
+    """One result of the sort of `x` along `dim`: its first `kept` columns (a topk's k), else the
+    whole row, at `stride` (None: contiguous)."""
     size = x.get_size()
     compute = _COMPUTE.get(x.get_dtype(), x.get_dtype())
     inner_fn = row_loader(x, dim, compute)
     rows = [s for i, s in enumerate(size) if i != dim]
     sort = Sort(x.get_device(), dtype, inner_fn, sympify_seq(rows), (), sympify_seq([size[dim]]),
-                "sort", compute, dim, output_index, descending)
+                "sort", compute, dim, output_index, descending, kept)
     device = x.get_device()
+    if kept is not None:
+        size = list(size)
+        size[dim] = kept
     layout = (Layout(device, dtype, tuple(sympify_seq(size)), tuple(sympify_seq(stride))) if stride is not None
               else Layout.contiguous(device, dtype, size))
     graph = current_graph()
@@ -74,9 +80,10 @@ def _sorted_buffer(x: IRNode, dim: int, descending: bool, output_index: int, dty
     return StorageBox(buf)
 
 
-def make_sort(x: IRNode, dim, descending: bool, metas=(None, None)) -> tuple[IRNode, IRNode]:
-    """(values, int64 indices) of `x` sorted along `dim`, stably; `metas`: the FakeTensors whose dense
-    strides the two buffers take. Raises NotImplementedError where the row does not fit a block."""
+def make_sort(x: IRNode, dim, descending: bool, metas=(None, None), kept=None) -> tuple[IRNode, IRNode]:
+    """(values, int64 indices) of `x` sorted along `dim`, stably, or their first `kept` columns (a
+    topk's); `metas`: the FakeTensors whose dense strides the two buffers take. Raises
+    NotImplementedError where the row does not fit a block."""
     dtype = x.get_dtype()
     if dtype not in _SORTABLE:
         raise NotImplementedError(f"a sort of {dtype}")
@@ -89,11 +96,14 @@ def make_sort(x: IRNode, dim, descending: bool, metas=(None, None)) -> tuple[IRN
     if longest > MAX_SORT_LENGTH:
         raise NotImplementedError(f"a sorted dim of {longest} elements: rows longer than {MAX_SORT_LENGTH} "
                                   "are not generated")
+    out = list(size)
+    if kept is not None:
+        out[dim] = kept
     if longest <= 1:   # every element is its row: itself, at index 0
-        zeros = Pointwise.create(x.get_device(), torch.int64, lambda idx: ops.constant(0, torch.int64), size)
-        return Pointwise.create(x.get_device(), dtype, x.make_loader(), size), zeros
-    values = _sorted_buffer(x, dim, descending, 0, dtype, _eager_strides(metas[0], size))
-    indices = _sorted_buffer(x, dim, descending, 1, torch.int64, _eager_strides(metas[1], size))
+        zeros = Pointwise.create(x.get_device(), torch.int64, lambda idx: ops.constant(0, torch.int64), out)
+        return Pointwise.create(x.get_device(), dtype, x.make_loader(), out), zeros
+    values = _sorted_buffer(x, dim, descending, 0, dtype, _eager_strides(metas[0], out), kept)
+    indices = _sorted_buffer(x, dim, descending, 1, torch.int64, _eager_strides(metas[1], out), kept)
     return values, indices
 
 
@@ -123,12 +133,5 @@ def topk(x: IRNode, k, dim=-1, largest=True, sorted=True):
             raise NotImplementedError(f"topk(k={k}) of a 0-d tensor")
         return make_sort(x, 0, largest, _node_metas())
     dim = _norm_dim(dim, len(size))
-    if k == size[dim]:   # the whole row
-        return make_sort(x, dim, largest, _node_metas())
-    values, indices = make_sort(x, dim, largest)
-    out = list(size)
-    out[dim] = k
-    # the first k columns: bodies over the smaller size, which their readers realize (an output with
-    # eager's layout)
-    return (Pointwise.create(x.get_device(), x.get_dtype(), values.make_loader(), out),
-            Pointwise.create(x.get_device(), torch.int64, indices.make_loader(), out))
+    # the sort kernel stores the first k columns of the sorted row, masked (k a symbol too)
+    return make_sort(x, dim, largest, _node_metas(), kept=None if k == size[dim] else k)

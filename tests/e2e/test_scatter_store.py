@@ -99,8 +99,9 @@ def test_a_symbolic_span_under_dynamic_shapes():
     assert_stored_in_a_kernel()
 
 
-def test_an_index_out_of_range_raises_as_eager_does():
-    fn = lambda x, i, s: x.scatter(1, i, s) * 2   # noqa: E731
+@pytest.mark.parametrize("op", ["scatter", "scatter_add"])
+def test_an_index_out_of_range_raises_as_eager_does(op):
+    fn = (lambda x, i, s: getattr(x, op)(1, i, s) * 2)   # noqa: E731
     if torch.get_default_device().type == "cuda":
         pytest.skip("on a GPU a device-side assert ends the process's CUDA context")
     x, s = torch.randn(3, 20), torch.randn(3, 12)
