@@ -252,6 +252,34 @@ def test_a_symbolic_k_of_a_bounded_dynamic_row_is_one_kernel():
     assert_sorted_in_a_kernel()
 
 
+def test_a_length_that_is_an_expression_of_a_bounded_symbol():
+    # x[:, 1:] is s - 1 long: bounded by s's ShapeEnv bound (was an ATen call: only bare symbols were
+    # bounded), as codegen bounds the block of its row (sizevars.index_range)
+    def f(x):
+        return torch.sort(x[:, 1:], dim=1, descending=True, stable=True), torch.topk(x[:, 2:] * 2, 2, dim=1)
+    compiled = torch.compile(f, backend="mini_inductor", fullgraph=True)
+    for n in (6, 40, 17):
+        x = torch.randn(3, n)
+        torch._dynamo.mark_dynamic(x, 1, min=4, max=64)
+        got, want = compiled(x), f(x)
+        for a, e in zip((*got[0], *got[1]), (*want[0], *want[1])):
+            assert_same_tensor(a, e, f"length {n}", atol=0, rtol=0)
+    if COUNTS_KERNELS:
+        (record,) = metrics.compiled_graphs
+        assert record.dynamic_symbols and not record.fallback_ops, (record.dynamic_symbols, record.fallback_ops)
+    assert_sorted_in_a_kernel()
+
+
+def test_an_expression_bounded_past_the_limit_is_a_counted_fallback():
+    # x.repeat(1, 2) is 2·s long, s up to 600: up to 1200 elements, past MAX_SORT_LENGTH
+    compiled = torch.compile(lambda x: torch.sort(x.repeat(1, 2), 1), backend="mini_inductor", fullgraph=True)
+    x = torch.randn(3, 9)
+    torch._dynamo.mark_dynamic(x, 1, min=2, max=600)
+    got, want = compiled(x), torch.sort(x.repeat(1, 2), 1)
+    assert torch.equal(got.values, want.values)
+    assert_fallback("sort")
+
+
 def test_a_bounded_dynamic_training_step_generates_the_backward_scatter():
     # the backward scatters along a symbolic span: stores to the positions (scatter_lowerings.py)
     def f(x, w):
