@@ -93,7 +93,8 @@ def restore_record(record: GraphRecord, entry: CacheEntry) -> None:
 
 def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
     """The get_attr tensors of the graph by node name (what lowering hands the generated `call`)."""
-    return {n.name: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    return {n.name: getattr(gm, n.target) for n in gm.graph.nodes
+            if n.op == "get_attr" and not isinstance(getattr(gm, n.target), torch.nn.Module)}
 
 
 def _scalar_value(t) -> str:
@@ -112,7 +113,10 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, cfg: Config) -> str:
     parts = [f"format {FORMAT}", *compiler_key_parts(cfg)]
     for node in gm.graph.nodes:
         parts.append(f"{node.op}|{node.name}|{_target_name(node.target)}|{node.args}|{node.kwargs}")
-        if node.op == "get_attr":
+        if node.op == "get_attr" and isinstance(getattr(gm, node.target), torch.fx.GraphModule):
+            # a higher-order op's function: the generated module holds its code (lowering/subgraphs.py)
+            parts.append(getattr(gm, node.target).graph.python_code(root_module="self").src)
+        elif node.op == "get_attr":
             parts.append(tensor_meta(getattr(gm, node.target)))
             parts.append(_scalar_value(getattr(gm, node.target)))
         if node.op == "call_function" and collective_key_part(node):   # its group's backend decides the partitions

@@ -19,7 +19,9 @@ from ..config import Config
 from ..errors import CodegenError
 from ..lowering.ir import Buffer, ExternKernel, InputBuffer, MultiOutput
 from ..lowering import symbolic
+from ..lowering.subgraphs import Subgraph
 from ..lowering.symbolic import hint
+from ..lowering.trees import leaves
 from ..scheduler import Schedule
 from ..scheduler.dependencies import MemoryDep
 from ..scheduler.matmul_activation import fused_activation
@@ -508,6 +510,7 @@ class WrapperCodegen:
                               and getattr(n.op, "__module__", "").startswith("mini_inductor.runtime.")}):
             parts.append(f"import {module}  # noqa: E402  (functions the wrapper calls: checkpointed RNG)\n")
         parts += _kernel_definitions({**self.kernels, **self.twins})
+        parts += _subgraph_definitions(self.graph.buffers)
         for part, scope in functions:
             body = []
             names = list(part.inputs) + self.part_symbols[part.name]
@@ -628,6 +631,25 @@ def _kernel_definitions(kernels: dict[str, str]) -> list[str]:
         else:
             parts.append(f"\n{name} = {same}  # the same code as {same}\n")
     return parts
+
+
+def _subgraph_definitions(buffers) -> list[str]:
+    """The functions higher-order ops' extern calls pass (lowering/subgraphs.py), each defined once, with
+    the globals FX's code of a graph uses."""
+    found: dict[str, Subgraph] = {}
+    for node in buffers:
+        if isinstance(node, ExternKernel):
+            for a in leaves((node.args, node.kwargs)):
+                if isinstance(a, Subgraph):
+                    found.setdefault(a.name, a)
+    if not found:
+        return []
+    prelude = ("\n\n# the functions of higher-order ops, which run in ATen: FX's code of each, and its globals\n"
+               "import torch.fx._pytree as fx_pytree  # noqa: E402\n"
+               "import torch.utils._pytree as pytree  # noqa: E402\n"
+               "from torch import device  # noqa: E402\n"
+               "inf, nan, NoneType = float('inf'), float('nan'), type(None)\n")
+    return [prelude] + [f"\n\n{sub.source}\n" for sub in found.values()]
 
 
 def _launch_table(launches) -> str:

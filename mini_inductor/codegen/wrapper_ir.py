@@ -12,6 +12,7 @@ import sympy
 import torch
 
 from ..lowering.ir import Buffer, Layout, OpaqueInput, ReinterpretView, buffer_names
+from ..lowering.subgraphs import Subgraph
 from ..lowering.symbolic import hint, nonzero, size_value, to_expr
 from .triton_ops import texpr
 
@@ -270,6 +271,8 @@ WrapperLine = (AllocateLine | ReuseLine | FreeLine | KernelCallLine | TemplateCa
 def render_op(op) -> str:
     if isinstance(op, torch._ops.OpOverload):
         return f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+    if isinstance(op, torch._ops.HigherOrderOperator):   # called with its functions (lowering/subgraphs.py)
+        return f"torch.ops.higher_order.{op.name()}"
     if op.__module__ == "_operator":   # size arithmetic of a dynamic graph (n / (n - 1) of a batch norm)
         return f"operator.{op.__name__}"
     return f"{op.__module__}.{op.__qualname__}"
@@ -278,6 +281,8 @@ def render_op(op) -> str:
 def render_arg(a) -> str:
     if isinstance(a, OpaqueInput):   # the argument, by the name `call` unpacks it as (wrapper.py)
         return f"_unused_arg{a.index}"
+    if isinstance(a, Subgraph):   # a higher-order op's function, defined in the module
+        return a.name
     if isinstance(a, ReinterpretView):
         lay = a.layout
         if a.is_its_buffer():   # as_strided to the layout the tensor has: an op a call for nothing

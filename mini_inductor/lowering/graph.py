@@ -39,6 +39,7 @@ from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuff
 from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, checkpointed_random_lowered, rng_state_metas
 from .sizevars import sympify_seq
+from .subgraphs import called_hop, subgraph_of, unsupported_hop_reason
 from . import symbolic
 from .symbolic import decide, stride_exprs, to_expr
 from .trees import leaves as _leaves, map_leaves as _map_leaves
@@ -177,6 +178,8 @@ class GraphLowering:
                     number = value.item()
                 env[node] = LOWERINGS[torch.ops.aten.full.default]([], number, dtype=value.dtype,
                                                                    device=self._scalars_moved[node])
+            elif node.op == "get_attr" and isinstance(getattr(self.gm, node.target), torch.nn.Module):
+                env[node] = subgraph_of(node.name, getattr(self.gm, node.target))   # a higher-order op's function
             elif node.op == "get_attr":
                 value = getattr(self.gm, node.target)
                 buf = ConstantBuffer(node.name, ir.fixed_layout_from_tensor(value), value)
@@ -466,7 +469,7 @@ class GraphLowering:
     def _extern(self, node, target, args, kwargs, *, fallback: bool):
         if target is GRAPHSAFE_RNG:   # its generator argument is a seed tensor here: ATen cannot run it
             raise RuntimeError(f"{node.args[0]} under activation checkpointing must be lowered, not run in ATen")
-        if isinstance(target, torch._ops.HigherOrderOperator):   # (an ExternKernel calls ops of tensors only)
+        if isinstance(target, torch._ops.HigherOrderOperator) and not called_hop(target):
             why = self.fallback_reasons.get(_op_name(target))
             raise NotImplementedError(f"higher-order op {target.name()} (node %{node.name}) has no lowering"
                                       + (f": {why}" if why else ""))
@@ -500,7 +503,8 @@ class GraphLowering:
             self.extern_ops.append(_op_name(target))
         kernel = ExternKernel(self.new_buffer_name(), layout, target, args, kwargs, fallback=fallback,
                               origins=origins, device=devices[0] if devices and layout is None else None,
-                              cudagraph_unsafe=_moves_device(target, kwargs, devices))
+                              # (cond and while_loop read their predicate on the host)
+                              cudagraph_unsafe=_moves_device(target, kwargs, devices) or called_hop(target))
         self.register_buffer(kernel)
         return StorageBox(kernel)
 
@@ -728,14 +732,17 @@ def _needs_aten(meta, args, kwargs) -> str | None:
 
 
 def unsupported_graph_reason(gm: torch.fx.GraphModule) -> str | None:
-    """Why no part of this graph can be lowered: sizes known only at run time, or higher-order ops."""
+    """Why no part of this graph can be lowered: sizes known only at run time, or a higher-order op the
+    wrapper cannot call (lowering/subgraphs.py)."""
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         if checkpointed_random_lowered(node):
             continue   # a checkpointed random op: lowered with its own seed
         if isinstance(node.target, torch._ops.HigherOrderOperator):
-            return f"higher-order op {node.target.name()} (node %{node.name})"
+            why = unsupported_hop_reason(node, gm)
+            if why is not None:
+                return why
         if free_unbacked_symbols(node.meta.get("val")):
             return f"{DATA_DEPENDENT_OUTPUTS} (node %{node.name}, {_op_name(node.target)})"
     return None
