@@ -25,8 +25,8 @@ _EXTRA_DECOMPS = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten
                   aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward, aten.linalg_vector_norm,
                   # to pointwise/index/reduction ops that have lowerings
                   aten.clamp.Tensor, aten.elu, aten.arange.start_step,
-                  aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
-                  aten._adaptive_avg_pool2d]
+                  aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec]
+# (aten._adaptive_avg_pool2d is lowered whole: pooling_lowerings.py; torch's decomposition guards on the sizes)
 _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten.take.default,  # lowered as an indirect load (its decomposition reads a size from data)
                aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,  # a gather (torch's: index_put)

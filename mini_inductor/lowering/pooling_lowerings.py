@@ -8,6 +8,8 @@
                                scatter_lowerings.py)
     adaptive_max_pool2d      = the same over windows [floor(o*n/m), ceil((o+1)*n/m)) read at the longest
                                window's length; its backward a gather like avg_pool2d's (below)
+    _adaptive_avg_pool2d     = the sum over those windows, 0 past each one's end, / its own element count;
+                               its backward a gather over the windows holding each position
 
 The window is an unrealized Pointwise inlined into the reduction: no copy of the input is made.
 The values of a max pool with a small window (at most UNROLLED_WINDOW elements, ResNet's 3x3) are
@@ -412,5 +414,100 @@ def adaptive_max_pool2d_backward(grad, x, indices):
                     total = ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), contribution, 0.0))
                 else:
                     total = ops.add(total, contribution())
+        return total if dtype == cdt else ops.to_dtype(total, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, size)
+
+
+# ─── adaptive average pooling ────────────────────────────────────────────────────────────────────
+#
+# Kept whole (lowering/decompositions.py): torch's decomposition branches on `n % m == 0` and unrolls
+# the longest window's length, each a guard, so Dynamo compiled a dynamic graph again for every new
+# n // m (and Inductor's lowering specializes every size). Here the windows are the adaptive max
+# pool's, their bounds floor divisions of the sizes, read at a bound of the longest one's length.
+
+def _window_count(o, n, m):
+    """How many elements adaptive window o of m over n holds, as an int64 `ops` value."""
+    start, end = _adaptive_bounds(o, n, m)
+    return ops.index_expr(end - start, torch.int64)
+
+
+@register_lowering(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(x, output_size):
+    """Each output the mean of its window: a sum reduction over the longest window's k[0] x k[1]
+    elements (0 past the window's own end where windows differ in length), divided by its count."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("adaptive_avg_pool2d of integers")   # (eager's kernel refuses them)
+    size = [size_value(v) for v in x.get_size()]
+    if len(size) not in (3, 4):
+        raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
+    out = [size_value(o) for o in _pair(output_size)]
+    if any(_holds(sympy.sympify(o) <= 0) or _holds(sympy.sympify(n) <= 0) for o, n in zip(out, size[-2:])):
+        raise NotImplementedError("empty adaptive pooling")   # (ATen gives eager's result or error)
+    (h, w), nd = size[-2:], len(size)
+    k = [_longest_window(h, out[0]), _longest_window(w, out[1])]
+    ragged = [not (isinstance(n, int) and isinstance(m, int) and n % m == 0) for n, m in ((h, out[0]), (w, out[1]))]
+    x_loader, dtype = x.make_loader(), x.get_dtype()
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def element(idx):
+        *lead, oh, ow, r = idx
+        kh, kw = FloorDiv(r, k[1]), ModularIndexing(r, 1, k[1])
+        (h0, h1), (w0, w1) = _adaptive_bounds(oh, h, out[0]), _adaptive_bounds(ow, w, out[1])
+        at = list(lead) + [h0 + kh, w0 + kw]
+        conds = [_in_range(i, None, end) for i, end, check in ((h0 + kh, h1, ragged[0]), (w0 + kw, w1, ragged[1]))
+                 if check]
+        if not conds:
+            return x_loader(at)
+        return ops.masked(functools.reduce(ops.logical_and, conds), lambda: x_loader(at), 0.0)
+
+    out_size = size[:-2] + out
+    window = Pointwise.create(x.get_device(), dtype, element, out_size + [k[0] * k[1]])
+    total = make_reduction(window, [nd], "sum").make_loader()   # (in the accumulation dtype)
+
+    def inner_fn(idx):
+        oh, ow = idx[-2:]
+        count = ops.mul(_window_count(oh, h, out[0]), _window_count(ow, w, out[1]))
+        mean = ops.truediv(ops.to_dtype(total(idx), cdt), ops.to_dtype(count, cdt))
+        return mean if dtype == cdt else ops.to_dtype(mean, dtype)
+    return Pointwise.create(x.get_device(), dtype, inner_fn, out_size)
+
+
+@register_lowering(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad, x):
+    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] / count(oh, ow) over the windows that hold
+    (ih, iw): along a dim, from floor(ih * m / n) while a window starts at or before ih."""
+    if not x.get_dtype().is_floating_point:
+        raise NotImplementedError("adaptive_avg_pool2d_backward of integers")
+    size = [size_value(v) for v in x.get_size()]
+    if len(size) not in (3, 4) or len(grad.get_size()) != len(size):
+        raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
+    (h, w), out = size[-2:], [size_value(o) for o in grad.get_size()[-2:]]
+    tries = [_windows_per_position(h, out[0]), _windows_per_position(w, out[1])]
+    if tries[0] * tries[1] > MAX_WINDOW:
+        raise NotImplementedError("adaptive average-pool backward with many windows over each position")
+    dtype = x.get_dtype()
+    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+    grad_loader = grad.make_loader()
+
+    def inner_fn(idx):
+        *lead, ih, iw = idx
+        first = [FloorDiv(ih * out[0], h), FloorDiv(iw * out[1], w)]   # (the first window holding it)
+        total = ops.constant(0.0, cdt)
+        for jh in range(tries[0]):
+            for jw in range(tries[1]):
+                oh, ow = first[0] + jh, first[1] + jw
+
+                def share(oh=oh, ow=ow):
+                    g = grad_loader(list(lead) + [oh, ow])
+                    g = g if grad.get_dtype() == cdt else ops.to_dtype(g, cdt)
+                    count = ops.mul(_window_count(oh, h, out[0]), _window_count(ow, w, out[1]))
+                    return ops.truediv(g, ops.to_dtype(count, cdt))
+                # a later window holds the position where it starts at or before it (so inside the output)
+                conds = ([_in_range(ih - _adaptive_bounds(oh, h, out[0])[0], 0, None)] if jh else []) + \
+                        ([_in_range(iw - _adaptive_bounds(ow, w, out[1])[0], 0, None)] if jw else [])
+                if conds:
+                    total = ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), share, 0.0))
+                else:
+                    total = ops.add(total, share())
         return total if dtype == cdt else ops.to_dtype(total, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
