@@ -148,6 +148,16 @@ def _indirect(index_value, size):
     return ops.indirect_indexing(index_value, size)
 
 
+def strict_indirect(index_value, size):
+    """An index that must lie in 0 .. size - 1, negative ones refused as eager's gather, index_select,
+    embedding and scatter refuse them (x[i] wraps them; `_indirect`): moved below -size, where the
+    wrap leaves them negative, so the device-side assert fails."""
+    i = ops.to_dtype(index_value, torch.int64)
+    n = ops.index_expr(size, torch.int64) if isinstance(size, sympy.Basic) and size.free_symbols else \
+        ops.constant(int(size), torch.int64)
+    return ops.indirect_indexing(ops.where(ops.lt(i, ops.constant(0, torch.int64)), ops.sub(i, n), i), size)
+
+
 @register_lowering(aten.gather)
 def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
     size = x.get_size()
@@ -162,21 +172,22 @@ def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
 
     def inner_fn(idx):
         src = list(idx)
-        src[dim] = _indirect(index_loader(idx), size[dim])
+        src[dim] = strict_indirect(index_loader(idx), size[dim])
         return x_loader(src)
     return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, index.get_size())
 
 
 @register_lowering(aten.index.Tensor)
-def index(x: IRNode, indices):
-    out_size, source = index_positions(x, indices)
+def index(x: IRNode, indices, negatives_wrap: bool = True):
+    out_size, source = index_positions(x, indices, negatives_wrap)
     loader = x.make_loader()
     return Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: loader(source(idx)), out_size)
 
 
-def index_positions(x: IRNode, indices) -> tuple[list, Callable]:
+def index_positions(x: IRNode, indices, negatives_wrap: bool = True) -> tuple[list, Callable]:
     """`x[indices]` (advanced indexing, a None for a dim taken whole) as (output size, source), where
     `source(idx)` is the element of `x` that output element `idx` reads (it loads the index tensors).
+    A negative index counts from the end, or, without `negatives_wrap`, is out of range (index_select).
 
     index_put writes through the same map: element `idx` of the values goes to `source(idx)`.
     """
@@ -208,7 +219,7 @@ def index_positions(x: IRNode, indices) -> tuple[list, Callable]:
         for d, i in zip(after, idx[len(before) + nb:]):
             src[d] = i
         for d, ld in zip(positions, loaders):
-            src[d] = _indirect(ld(bidx), size[d])
+            src[d] = (_indirect if negatives_wrap else strict_indirect)(ld(bidx), size[d])
         return src
     return out_size, source
 
@@ -223,18 +234,18 @@ def index_select(x: IRNode, dim, index_: IRNode):
     if not x.get_size():
         # a 0-d input gives a 0-d output (its one element, the index checked in range 1)
         flat = view(x, [1])
-        return view(index(flat, [view(index_, [1])]), [])
+        return view(index(flat, [view(index_, [1])], negatives_wrap=False), [])
     dim = _norm_dim(dim, len(x.get_size()))
     if not index_.get_size():
         index_ = unsqueeze(index_, 0)
-    return index(x, [None] * dim + [index_])
+    return index(x, [None] * dim + [index_], negatives_wrap=False)
 
 
 @register_lowering(aten.embedding)
 def embedding(weight: IRNode, indices: IRNode, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if len(weight.get_size()) != 2:
         raise NotImplementedError("embedding of a weight that is not 2-D")
-    return index(weight, [indices])
+    return index(weight, [indices], negatives_wrap=False)
 
 
 @register_lowering(aten.take)

@@ -49,7 +49,7 @@ from torch._prims_common import get_computation_dtype
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..conversions import always_converts, converts
-from .indexing_lowerings import _fill_value, _in_range, index_positions
+from .indexing_lowerings import _fill_value, _in_range, index_positions, strict_indirect
 from .ir import IRNode, Pointwise, ScatterBuffer, current_graph
 from .lowerings import broadcast_loader, broadcast_sizes, check_converts, constant, register_lowering, to_dtype
 from .pooling_lowerings import _geometry, backward_out_size
@@ -119,17 +119,12 @@ def scatter_add(x, dim, index, src):
 
 def _scatter_position(index: IRNode, dim: int, n):
     """position(q): the element of a size-`n` dim that scatter's index sends element q to, as an indirect
-    index whose device-side assert fails out of 0 .. n - 1. A negative index too, which eager refuses
-    where a gather's read wraps it: moved below -n, where wrapping leaves it negative."""
+    index whose device-side assert fails out of 0 .. n - 1, a negative one too, as eager refuses it."""
     index_loader = index.make_loader()
 
     def position(idx):
         at = list(idx)
-        i = index_loader(idx)
-        if index.get_dtype() != torch.int64:
-            i = ops.to_dtype(i, torch.int64)
-        unwrapped = ops.where(ops.lt(i, ops.constant(0, torch.int64)), ops.sub(i, _int64(n)), i)
-        at[dim] = ops.indirect_indexing(unwrapped, n)
+        at[dim] = strict_indirect(index_loader(idx), n)
         return at
     return position
 
@@ -407,8 +402,3 @@ def _any(conds):
     for c in conds[1:]:
         out = ops.logical_or(out, c)
     return out
-
-
-def _int64(n):
-    return ops.index_expr(n, torch.int64) if isinstance(n, sympy.Basic) and n.free_symbols else \
-        ops.constant(int(n), torch.int64)

@@ -191,6 +191,35 @@ def test_an_index_out_of_range_raises_as_eager_does(op):
         compiled(x, bad)
 
 
+NEGATIVE_REFUSED = {
+    "gather": lambda x, i: torch.gather(x, 1, i.expand(3, -1)) * 2,
+    "index_select": lambda x, i: torch.index_select(x, 1, i) * 2,
+    "embedding": lambda x, i: F.embedding(i, x.t()) * 2,
+}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU a device-side assert ends the process's CUDA context")
+@pytest.mark.parametrize("op", list(NEGATIVE_REFUSED))
+def test_a_negative_index_raises_where_eager_refuses_it(op):
+    # x[i] counts a negative index from the end; gather, index_select and embedding refuse it (an
+    # embedding fed -100 labels by mistake): ours read the last row until session 41
+    fn = NEGATIVE_REFUSED[op]
+    x, negative = torch.randn(3, 5), torch.tensor([0, -1])
+    with pytest.raises(Exception):
+        fn(x, negative)
+    compiled = compile_fn(fn)
+    good = torch.tensor([0, 4])
+    torch.testing.assert_close(compiled(x, good), fn(x, good))
+    with pytest.raises(Exception, match="out of (bounds|range)"):
+        compiled(x, negative)
+
+
+def test_take_along_dim_and_indexing_still_count_negative_indices_from_the_end():
+    x, i = torch.randn(3, 5), torch.tensor([[-1, 0, -5, 7, 2]])
+    check(lambda x, i: torch.take_along_dim(x, i, 1) * 2, x, i)   # eager takes it modulo the size
+    check(lambda x, i: x[:, i[0, :3]] * 2, x, i)
+
+
 def test_a_kernel_with_asserts_is_compiled_with_them_and_without_int32_overflow_checks():
     # Triton drops tl.device_assert unless `debug` is on, which also checks every int32 + - * for
     # overflow: eager wraps int32 arithmetic, so that check is off (as Inductor has it)
