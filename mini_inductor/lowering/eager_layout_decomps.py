@@ -27,31 +27,7 @@ def decompositions(table: dict) -> dict:
             out[target] = _elementwise_in_eager_layout(None, decomp, _self_only)
         elif getattr(target, "overloadpacket", None) is aten.masked_fill:
             out[target] = _contiguous_result(decomp)
-        elif getattr(target, "overloadpacket", None) in _SUGGESTED_FORMAT:
-            out[target] = _in_suggested_format(decomp)
     return out
-
-
-# ops whose eager kernel allocates its result in its input's suggested memory format (channels-last
-# for a channels-last input) on the CPU and on CUDA alike, where the decomposition builds a contiguous
-# one (review, session 33). Not roll, channel shuffle or max_unpool: their CPU kernels follow the
-# input, CUDA's return contiguous results (and CPU's roll without dims, or by a whole turn, too)
-_SUGGESTED_FORMAT = {aten._adaptive_avg_pool2d}
-
-
-def _in_suggested_format(decomp):
-    def run(*args, **kwargs):
-        result = decomp(*args, **kwargs)
-        x = _self_only(args, kwargs)
-        if not isinstance(result, torch.Tensor) or not x or x[0].dim() not in (4, 5) or result.dim() != x[0].dim() \
-                or not _static([x[0], result]):
-            return result
-        fmt = torch._prims_common.suggest_memory_format(x[0])
-        if fmt == torch.contiguous_format or result.is_contiguous(memory_format=fmt):
-            return result
-        return aten.clone.default(result, memory_format=fmt)
-    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_suggested_format"
-    return run
 
 
 def _contiguous_result(decomp):
