@@ -13,19 +13,22 @@ Two halves, joined by one contract:
 
 The contract between them:
 
-    torch.ops.mini_inductor.flash_attention(q, k, v, extra: list[Tensor], mod: str) -> Tensor
+    torch.ops.mini_inductor.flash_attention(q, k, v, extra: list[Tensor], mod: str,
+                                            empty_rows_zero: bool = False) -> Tensor
 
     q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev]; Hq a multiple of Hkv (grouped-query heads:
     query head h reads key/value head h // (Hq // Hkv)); the result [B, Hq, L, Ev], contiguous, q's dtype.
     out[b, h, i, :] = softmax_j(mod(b, h, i, j, s=q[b,h,i]·k[b,h',j], t0, t1, ...)) @ v[b, h', :, :]
     computed like eager: the score in float32; a row whose every modified score is -inf gives NaN, as
-    eager's softmax does.
+    eager's softmax does; with empty_rows_zero=True it gives 0, and no gradient, as eager flex
+    attention does.
 
     `mod` is a Python expression (parsed with `ast`, never `eval`ed) over
       s           the raw score q·k in float32 (no scale: a scale is written into `mod`, "s * 0.125")
       b, h, i, j  integer indices: batch, query head, query row, key column
       t0, t1, ... extra[n] at [b, h, i, j]: each extra tensor is broadcastable to [B, Hq, L, S]
-                  (the op loads it through its strides, 0 for a broadcast dimension); bool or floating
+                  (the op loads it through its strides, 0 for a broadcast dimension); bool, floating
+                  or integer (a document id)
       L, S        the query and key lengths
     with float and int literals, `inf`, the operators + - * / // % unary -, comparisons, & | ~ (on
     bools), and the functions where(c, x, y), tanh, exp, log, sigmoid, abs, sqrt, minimum, maximum,

@@ -10,7 +10,8 @@ The contract (attention/__init__.py) fixes what the op computes; this module dec
                                                                 log2 of its sum, in base 2, apart
     flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
 
-so the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
+each with a last optional argument `empty_rows_zero` (False; flex attention's rewrite passes True), so
+the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
 backward kernels: nothing is recomputed but the scores, which is the point of flash attention. All
 three are extern kernels of the compiled graph (lowering/graph.py: EXTERN_LIBRARY_OPS), not fallbacks.
 
@@ -32,6 +33,9 @@ Choices, and why:
   in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
   -inf row max (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
   when such a row exists, the backward visits every block, as eager touches every key.
+  With `empty_rows_zero` (flex attention's rewrite, flex.py) such a row gives 0 and no gradient, as
+  eager flex attention's does: the forward divides its zeros by 1, the backward reads the row's
+  (max, log2 sum) = (-inf, -inf) as (+inf, 0), so P = 0 there (kernels.py `row_stats`).
 - Precision: scores and softmax in float32; tl.dot in the input dtype, accumulating in float32;
   float32 inputs use TF32 only when torch.backends.cuda.matmul.allow_tf32 says so ("ieee" otherwise).
 """
@@ -58,11 +62,13 @@ _KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip, even head di
 _RANGES: dict[tuple, tuple] = {}
 
 
-def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale") -> Tensor:
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale",
+                    empty_rows_zero: bool = False) -> Tensor:
     """softmax_j(mod(s = q·k, ...)) @ v, by the op of the contract; `scale` in `mod` stands for
-    1/sqrt(E) (E = q's head dim). q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] → [B, Hq, L, Ev]."""
+    1/sqrt(E) (E = q's head dim). q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] → [B, Hq, L, Ev].
+    `empty_rows_zero`: a row whose every modified score is -inf gives 0 (flex attention's), not NaN."""
     mod = re.sub(r"\bscale\b", repr(1.0 / math.sqrt(q.shape[-1])), mod)
-    return torch.ops.mini_inductor.flash_attention(q, k, v, list(extra), mod)
+    return torch.ops.mini_inductor.flash_attention(q, k, v, list(extra), mod, empty_rows_zero)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -121,24 +127,34 @@ def _reference_scores(q: Tensor, k: Tensor, extra, sm: score_mod.ScoreMod) -> tu
     return s, score, env
 
 
-def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> tuple[Tensor, Tensor]:
+def _softmax(score: Tensor, empty_rows_zero: bool) -> Tensor:
+    """softmax over the keys; with `empty_rows_zero`, 0 on rows whose every score is -inf (else NaN)."""
+    p = torch.softmax(score, dim=-1)
+    if empty_rows_zero:
+        p = torch.where((score == -math.inf).all(-1, keepdim=True), 0.0, p)
+    return p
+
+
+def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str,
+                      empty_rows_zero: bool = False) -> tuple[Tensor, Tensor]:
     """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
     _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
-    out = torch.softmax(score, dim=-1) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    out = _softmax(score, empty_rows_zero) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     m = score.amax(dim=-1) * score_mod.LOG2E
     total = torch.exp2(score * score_mod.LOG2E - m[..., None]).sum(-1)
     return out.to(q.dtype).contiguous(), torch.stack([m, torch.log2(total)], dim=2).contiguous()
 
 
-def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str):
+def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str, empty_rows_zero: bool = False):
     """(dq, dk, dv) by the formulas the kernels use, on materialized matrices (an op's implementation
-    runs below autograd: no autograd here). NaN where eager's autograd has NaN."""
+    runs below autograd: no autograd here). NaN where eager's autograd has NaN; with `empty_rows_zero`
+    a row with no live score contributes nothing (its P is 0)."""
     sm = score_mod.parse(mod)
     B, Hq, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     group = Hq // Hkv
     s, score, env = _reference_scores(q, k, extra, sm)
-    p = torch.softmax(score, dim=-1)
+    p = _softmax(score, empty_rows_zero)
     dp = dout.float() @ v.float().repeat_interleave(group, dim=1).transpose(-1, -2)
     dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
     grad = score_mod.gradient(sm.tree)
@@ -498,7 +514,8 @@ def _axes(stride, L: int, S: int) -> str:
     return ("i" if stride[2] != 0 and L > 1 else "") + ("j" if stride[3] != 0 and S > 1 else "")
 
 
-def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor]:
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod,
+                   empty_rows_zero: bool = False) -> tuple[Tensor, Tensor]:
     B, Hq, L, _ = q.shape
     S, Ev = k.shape[2], v.shape[3]
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
@@ -514,12 +531,12 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     with _launch_context(q):
         plan.module.flash_fwd[(-(-L // bm), B * Hq)](
             q, k, v, out, lse, *tensors, *ranges, *q.stride(), *k.stride(), *v.stride(), *strides,
-            *_sizes(q, k, v), EVEN_N=S % bn == 0, **plan.meta)
+            *_sizes(q, k, v), EVEN_N=S % bn == 0, EMPTY_ROWS_ZERO=empty_rows_zero, **plan.meta)
     return out, lse
 
 
 def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extra,
-                    sm: score_mod.ScoreMod) -> tuple[Tensor, Tensor, Tensor]:
+                    sm: score_mod.ScoreMod, empty_rows_zero: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
@@ -549,62 +566,71 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                                                         num_warps=dq_meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
                                                       qfull_lo, qfull_hi,
-                                                      *strides_qkvdo, *strides, *_sizes(q, k, v), **plan.meta)
+                                                      *strides_qkvdo, *strides, *_sizes(q, k, v),
+                                                      EMPTY_ROWS_ZERO=empty_rows_zero, **plan.meta)
         module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi, full_lo, full_hi,
-                                                     *strides_qkvdo, *strides, *_sizes(q, k, v), **dq_meta)
+                                                     *strides_qkvdo, *strides, *_sizes(q, k, v),
+                                                     EMPTY_ROWS_ZERO=empty_rows_zero, **dq_meta)
     return dq, dk, dv
 
 
 # ---------------------------------------------------------------------------------------------------
 # the ops
 
-_SCHEMA_FWD = "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> (Tensor, Tensor)"
-_SCHEMA_BWD = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod)"
-               " -> (Tensor, Tensor, Tensor)")
+# empty_rows_zero (flex attention's rewrite, attention/flex.py): a row whose every modified score is -inf
+# gives 0 and zero gradients, where eager's softmax (the default, written-out attention's) gives NaN
+_SCHEMA_FWD = ("(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod, bool empty_rows_zero=False)"
+               " -> (Tensor, Tensor)")
+_SCHEMA_BWD = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod,"
+               " bool empty_rows_zero=False) -> (Tensor, Tensor, Tensor)")
 
 
 @torch.library.custom_op("mini_inductor::flash_attention_forward", mutates_args=(), schema=_SCHEMA_FWD)
-def flash_attention_forward(q, k, v, extra, mod):
+def flash_attention_forward(q, k, v, extra, mod, empty_rows_zero=False):
     sm = _check(q, k, v, extra, mod)
     if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
-        return reference_forward(q, k, v, extra, mod)
-    return triton_forward(q, k, v, extra, sm)
+        return reference_forward(q, k, v, extra, mod, empty_rows_zero)
+    return triton_forward(q, k, v, extra, sm, empty_rows_zero)
 
 
 @torch.library.register_fake("mini_inductor::flash_attention_forward")
-def _forward_fake(q, k, v, extra, mod):
+def _forward_fake(q, k, v, extra, mod, empty_rows_zero=False):
     _check(q, k, v, extra, mod)
     B, Hq, L, _ = q.shape
     return q.new_empty(B, Hq, L, v.shape[3]), q.new_empty(B, Hq, 2, L, dtype=torch.float32)
 
 
 @torch.library.custom_op("mini_inductor::flash_attention_backward", mutates_args=(), schema=_SCHEMA_BWD)
-def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod):
+def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False):
     sm = _check(q, k, v, extra, mod)
     if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
-        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod)
+        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod, empty_rows_zero)
         return dq.contiguous(), dk.contiguous(), dv.contiguous()
-    return triton_backward(grad_out, q, k, v, out, lse, extra, sm)
+    return triton_backward(grad_out, q, k, v, out, lse, extra, sm, empty_rows_zero)
 
 
 @torch.library.register_fake("mini_inductor::flash_attention_backward")
-def _backward_fake(grad_out, q, k, v, out, lse, extra, mod):
+def _backward_fake(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, extra, mod = inputs
+    q, k, v, extra, mod, empty_rows_zero = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, *extra)
-    ctx.mod = mod
+    ctx.mod, ctx.empty_rows_zero = mod, empty_rows_zero
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, grad_out, grad_lse):
     # the LSE is an internal output (non-differentiable): only the attention output has a gradient
     q, k, v, out, lse, *extra = ctx.saved_tensors
-    dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod)
-    return dq, dk, dv, [None] * len(extra), None
+    dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod,
+                                                                  ctx.empty_rows_zero)
+    grads = (dq, dk, dv, [None] * len(extra), None)
+    # the dispatcher drops a trailing argument equal to its default (empty_rows_zero=False): one None
+    # for each input the call was given (needs_input_grad has the inputs' structure)
+    return grads + (None,) * (len(ctx.needs_input_grad) - len(grads))
 
 
 torch.library.register_autograd("mini_inductor::flash_attention_forward", _backward, setup_context=_setup_context)
@@ -612,9 +638,9 @@ torch.library.register_autograd("mini_inductor::flash_attention_forward", _backw
 # The matcher's op: a composite of the forward op, so that AOT autograd's graphs hold the forward op
 # (which also returns the LSE) and the backward op, never this one.
 torch.library.define("mini_inductor::flash_attention",
-                     "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod) -> Tensor")
+                     "(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod, bool empty_rows_zero=False) -> Tensor")
 
 
 @torch.library.impl("mini_inductor::flash_attention", "CompositeImplicitAutograd")
-def _flash_attention_composite(q, k, v, extra, mod):
-    return torch.ops.mini_inductor.flash_attention_forward(q, k, v, extra, mod)[0]
+def _flash_attention_composite(q, k, v, extra, mod, empty_rows_zero=False):
+    return torch.ops.mini_inductor.flash_attention_forward(q, k, v, extra, mod, empty_rows_zero)[0]

@@ -64,6 +64,17 @@ def mm(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
 @triton.jit
 def mm_acc(a, b, acc, DOT: tl.constexpr, PRECISION: tl.constexpr):
     return tl.dot(operand(a, DOT, PRECISION), operand(b, DOT, PRECISION), acc, input_precision=PRECISION)
+
+
+@triton.jit
+def row_stats(m2, l2, EMPTY_ROWS_ZERO: tl.constexpr):
+    # a row with no live score has max -inf: as (+inf, 0) its P = exp2(score - inf - 0) is 0, not the
+    # NaN of -inf - -inf (eager flex attention's zeros; without the flag, eager softmax's NaN)
+    if EMPTY_ROWS_ZERO:
+        empty = m2 == float("-inf")
+        m2 = tl.where(empty, float("inf"), m2)
+        l2 = tl.where(empty, 0.0, l2)
+    return m2, l2
 '''
 
 # the head of a pass over the key blocks [start, stop) of a query block (the forward's, dq's): their keys
@@ -118,6 +129,7 @@ DKDV_LOOP = '''\
             valid = (row < len_q) & (col < len_k)
             m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
             l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+            m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
             p = tl.where(valid, tl.math.exp2(({score} - m2[None, :]) - l2[None, :]), 0.0)
             do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
                          mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
@@ -227,7 +239,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
 @triton.jit
 def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
               sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e, {strides}
-              {sizes}, {consts}, EVEN_N: tl.constexpr):
+              {sizes}, {consts}, EVEN_N: tl.constexpr,
+              EMPTY_ROWS_ZERO: tl.constexpr):
 {query_block}
     k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
     v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
@@ -235,8 +248,12 @@ def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     {fwd_range}
-{fwd_loops}    # a row with no live score: 0 / 0 = NaN and LSE = -inf, as eager's softmax of all -inf
-    out = acc / l_i[:, None]
+{fwd_loops}    # a row with no live score: 0 / 0 = NaN and LSE = -inf, as eager's softmax of all -inf; with
+    # EMPTY_ROWS_ZERO its acc of zeros divided by 1: 0, as eager flex attention gives
+    if EMPTY_ROWS_ZERO:
+        out = acc / tl.where(m_i == float("-inf"), 1.0, l_i)[:, None]
+    else:
+        out = acc / l_i[:, None]
     tl.store(OUT + bh.to(tl.int64) * len_q * dim_v + row * dim_v + ev[None, :], out.to(OUT.dtype.element_ty),
              mask=(row < len_q) & (ev[None, :] < dim_v))
     tl.store(LSE + bh.to(tl.int64) * 2 * len_q + rows, m_i, mask=rows < len_q)
@@ -264,7 +281,7 @@ def flash_bwd_delta(OUT, DO, DELTA, so_b, so_h, so_i, so_e, sdo_b, sdo_h, sdo_i,
 def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI,
                    sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                    sdo_b, sdo_h, sdo_i, sdo_e, {strides}
-                   {sizes}, {consts}):
+                   {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr):
     # transposed tiles: keys along dim 0, queries along dim 1 (s^T = k q^T)
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
@@ -297,12 +314,13 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI
 def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI,
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides}
-                 {sizes}, {consts}):
+                 {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr):
 {query_block}
     do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
                  mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
     m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
     l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+    m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
     delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
     k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
     v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h

@@ -189,6 +189,48 @@ def test_a_row_masked_by_an_additive_bias_is_nan_through_dq_and_dk_too(device):
     assert dq[:, :, 7].isnan().all() and dk.isnan().all()
 
 
+def _zero_rows_expected(q, k, v, modify):
+    """Eager flex attention's answer: softmax of the modified scores, 0 where a row is all -inf."""
+    s = q.float() @ k.float().transpose(-1, -2)
+    i = torch.arange(s.shape[-2], device=s.device)[:, None]
+    j = torch.arange(s.shape[-1], device=s.device)[None, :]
+    score = modify(s, i, j)
+    p = torch.where((score == NEG_INF).all(-1, keepdim=True), 0.0, torch.softmax(score, -1))
+    return (p @ v.float()).to(q.dtype)
+
+
+@pytest.mark.parametrize("path", ["kernels", "reference", "data_table"])
+def test_empty_rows_zero_gives_zero_and_zero_gradients_for_rows_with_nothing_live(device, path, monkeypatch):
+    # rows 0..3 see no key by an index mask, row 9 none by a padding tensor: 0 and no NaN anywhere,
+    # forward and backward, by the kernels (with their block tables), and by the torch reference
+    if path == "reference":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        device = "cpu"
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    q, k, v = inputs(device, torch.float32, B=2, Hq=2, L=40, E=8)
+    dead = torch.zeros(1, 1, 40, 1, dtype=torch.bool, device=device)
+    dead[..., 9, :] = True
+    if path == "data_table":
+        mod, extra = "where(t0, -inf, where(j <= i - 4, s * 0.25, -inf))", [dead]
+    else:
+        mod, extra = "where(j <= i - 4, s * 0.25 + t0, -inf)", [torch.where(dead, NEG_INF, 0.0)]
+
+    def modify(s, i, j):
+        return torch.where(j <= i - 4, s * 0.25, NEG_INF).masked_fill(dead, NEG_INF)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = torch.ops.mini_inductor.flash_attention(*leaves, extra, mod, True)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = _zero_rows_expected(*ref_leaves, modify)
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+    assert (out[:, :, :4] == 0).all() and (out[:, :, 9] == 0).all()
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    grads = torch.autograd.grad(out, leaves, upstream)
+    for name, g, e in zip("qkv", grads, torch.autograd.grad(expected, ref_leaves, upstream)):
+        assert not g.isnan().any(), name
+        torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
+    assert (grads[0][:, :, :4] == 0).all() and (grads[0][:, :, 9] == 0).all()
+
+
 def test_float32_respects_allow_tf32(device):
     q, k, v = inputs(device, torch.float32, B=1, L=16)
     sm = score_mod.parse("s * 0.25")
