@@ -378,21 +378,28 @@ def adaptive_max_pool2d(x, output_size):
     return values, Pointwise.create(device, torch.int64, index_fn, out_size)
 
 
-@register_lowering(aten.adaptive_max_pool2d_backward.default)
-def adaptive_max_pool2d_backward(grad, x, indices):
-    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] over the windows whose saved index is (ih, iw): a
-    gather over the few windows that hold the position, the first at floor(ih * OH / H)."""
+def _adaptive_backward_geometry(grad, x, kind: str):
+    """(input size, output size (H, W), windows over a position along each dim, dtype, compute dtype) of
+    an adaptive pool's backward, or NotImplementedError where it is an ATen call."""
     if not x.get_dtype().is_floating_point:
-        raise NotImplementedError("adaptive_max_pool2d_backward of integers")
+        raise NotImplementedError(f"adaptive_{kind}_pool2d_backward of integers")
     size = [size_value(v) for v in x.get_size()]
     if len(size) not in (3, 4) or len(grad.get_size()) != len(size):
         raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
     (h, w), out = size[-2:], [size_value(o) for o in grad.get_size()[-2:]]
     tries = [_windows_per_position(h, out[0]), _windows_per_position(w, out[1])]
     if tries[0] * tries[1] > MAX_WINDOW:
-        raise NotImplementedError("adaptive max-pool backward with many windows over each position")
+        raise NotImplementedError(f"adaptive {kind}-pool backward with many windows over each position")
     dtype = x.get_dtype()
-    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+    return size, out, tries, dtype, torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@register_lowering(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(grad, x, indices):
+    """grad_input[.., ih, iw] = sum of grad[.., oh, ow] over the windows whose saved index is (ih, iw): a
+    gather over the few windows that hold the position, the first at floor(ih * OH / H)."""
+    size, out, tries, dtype, cdt = _adaptive_backward_geometry(grad, x, "max")
+    h, w = size[-2:]
     grad_loader, index_loader = grad.make_loader(), indices.make_loader()
 
     def inner_fn(idx):
@@ -476,17 +483,8 @@ def adaptive_avg_pool2d(x, output_size):
 def adaptive_avg_pool2d_backward(grad, x):
     """grad_input[.., ih, iw] = sum of grad[.., oh, ow] / count(oh, ow) over the windows that hold
     (ih, iw): along a dim, from floor(ih * m / n) while a window starts at or before ih."""
-    if not x.get_dtype().is_floating_point:
-        raise NotImplementedError("adaptive_avg_pool2d_backward of integers")
-    size = [size_value(v) for v in x.get_size()]
-    if len(size) not in (3, 4) or len(grad.get_size()) != len(size):
-        raise NotImplementedError("adaptive pooling of a tensor that is not 3-D or 4-D")
-    (h, w), out = size[-2:], [size_value(o) for o in grad.get_size()[-2:]]
-    tries = [_windows_per_position(h, out[0]), _windows_per_position(w, out[1])]
-    if tries[0] * tries[1] > MAX_WINDOW:
-        raise NotImplementedError("adaptive average-pool backward with many windows over each position")
-    dtype = x.get_dtype()
-    cdt = torch.float64 if dtype == torch.float64 else torch.float32
+    size, out, tries, dtype, cdt = _adaptive_backward_geometry(grad, x, "avg")
+    h, w = size[-2:]
     grad_loader = grad.make_loader()
 
     def inner_fn(idx):
