@@ -98,6 +98,22 @@ _OWN_DECOMPS = {aten.native_group_norm_backward.default: native_group_norm_backw
                 aten.special_xlog1py.self_scalar: _number_operand_rounded(aten.special_xlog1py.default, True)}
 
 
+# ops whose eager kernels refuse a negative index, where their decompositions' index_put counts it
+# from the end (index_select, gather and embedding are lowered whole: indexing_lowerings.strict_indirect)
+_NEGATIVE_INDEX_REFUSED = (aten.index_add.default, aten.index_add_.default, aten.index_copy.default,
+                           aten.index_copy_.default)
+
+
+def _negative_index_refused(decomp):
+    """`decomp` of index_add or index_copy given an index whose negative entries are moved below
+    -size, which index_put refuses as eager's kernel refuses them (not the rest: they stay in range)."""
+    def run(x, dim, index, *args, **kwargs):
+        n = x.size(dim) if x.dim() else 1
+        return decomp(x, dim, torch.where(index < 0, index - n, index), *args, **kwargs)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_negative_index_refused"
+    return run
+
+
 @functools.lru_cache(None)
 def decomposition_table() -> dict:
     table = _core_aten_table()
@@ -105,6 +121,7 @@ def decomposition_table() -> dict:
     for op in _KEEP_WHOLE:
         table.pop(op, None)
     table.update(_OWN_DECOMPS)
+    table.update({op: _negative_index_refused(table[op]) for op in _NEGATIVE_INDEX_REFUSED if op in table})
     table.update(eager_layout_decomps.decompositions(table))   # results in eager's layout (pointwise, batch norm, scatters)
     table.update(_checking_numbers(table))   # (outermost: a kept op is no decomposition's to wrap)
     table.update(_checking_kernel_dtypes(table))

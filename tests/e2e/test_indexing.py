@@ -195,14 +195,16 @@ NEGATIVE_REFUSED = {
     "gather": lambda x, i: torch.gather(x, 1, i.expand(3, -1)) * 2,
     "index_select": lambda x, i: torch.index_select(x, 1, i) * 2,
     "embedding": lambda x, i: F.embedding(i, x.t()) * 2,
+    "index_add": lambda x, i: x.index_add(1, i, torch.ones(3, 2)) * 2,
+    "index_copy_": lambda x, i: x.clone().index_copy_(1, i, torch.ones(3, 2)) * 2,
 }
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU a device-side assert ends the process's CUDA context")
 @pytest.mark.parametrize("op", list(NEGATIVE_REFUSED))
 def test_a_negative_index_raises_where_eager_refuses_it(op):
-    # x[i] counts a negative index from the end; gather, index_select and embedding refuse it (an
-    # embedding fed -100 labels by mistake): ours read the last row until session 41
+    # x[i] counts a negative index from the end; gather, index_select, embedding, index_add and
+    # index_copy refuse it (an embedding fed -100 labels by mistake): ours read the last row until session 41
     fn = NEGATIVE_REFUSED[op]
     x, negative = torch.randn(3, 5), torch.tensor([0, -1])
     with pytest.raises(Exception):
