@@ -86,7 +86,7 @@ for step in "${steps[@]}"; do
                    tests/attention/test_match.py tests/e2e/test_eager_kernel_dtypes.py tests/e2e/test_scan_kernels.py \
                    tests/e2e/test_scan_ops_more.py tests/e2e/test_sort_kernels.py \
                    tests/e2e/test_adaptive_avg_pool.py tests/e2e/test_dynamic_float_divisors.py \
-                   tests/e2e/test_scatter_store.py tests/e2e/test_higher_order_ops.py tests/e2e/test_indexing.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
+                   tests/e2e/test_scatter_store.py tests/e2e/test_higher_order_ops.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
         attention) run attention 90 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
                        --variants causal,hf_causal,padding,alibi,window --out "$OUT/attention.json" ;;
         matmul) run matmul 60 python3 -u -m benchmarks.matmul_templates --dtype float16 --tokens 8192 \
