@@ -39,7 +39,7 @@ from .ir import (Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, InputBuff
 from .lowerings import LOWERINGS
 from .random_lowerings import GRAPHSAFE_RNG, RandomStreams, checkpointed_random_lowered, rng_state_metas
 from .sizevars import sympify_seq
-from .subgraphs import called_hop, subgraph_of, unsupported_hop_reason
+from .subgraphs import HOP_FALLBACK, called_hop, subgraph_of, unsupported_hop_reason
 from . import symbolic
 from .symbolic import decide, stride_exprs, to_expr
 from .trees import leaves as _leaves, map_leaves as _map_leaves
@@ -318,6 +318,8 @@ class GraphLowering:
             _realize_pending(env)
         result = None
         lowering = LOWERINGS.get(target)
+        if called_hop(target):
+            self.fallback_reasons.setdefault(_op_name(target), HOP_FALLBACK)
         meta = self._meta(node)
         if node in self._scalars_moved:   # a CPU 0-d value that only GPU ops read: computed where they run
             if any(a.name == "device" and a.kwarg_only for a in target._schema.arguments):

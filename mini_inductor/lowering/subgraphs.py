@@ -23,6 +23,7 @@ import torch
 # the higher-order ops the wrapper calls with Subgraph functions (by their torch.ops.higher_order name)
 CALLED_HOPS = frozenset({"cond", "while_loop", "map_impl", "scan", "associative_scan", "flex_attention",
                          "flex_attention_backward", "invoke_subgraph"})
+HOP_FALLBACK = "a higher-order op: ATen runs it with its functions, outside CUDA graphs (lowering/subgraphs.py)"
 # the globals FX's code of a graph refers to, which the generated module defines (codegen/wrapper.py)
 FX_GLOBALS = frozenset({"torch", "inf", "nan", "device", "NoneType", "fx_pytree", "pytree"})
 

@@ -40,6 +40,9 @@ def test_cond_runs_in_aten_between_generated_kernels(sign):
     assert_fallback("cond")
     if COUNTS_KERNELS:
         assert kernels_generated() == 2   # the ops before and after the cond
+        from compile_ir import lower_fn
+        lowered, _ = lower_fn(_branchy, torch.rand(4, 8, device="cpu"))
+        assert "higher-order op" in lowered.fallback_reasons["cond"], lowered.fallback_reasons
         source = generated_sources()
         assert "torch.ops.higher_order.cond(" in source and "def subgraph_true_graph_0(" in source
 
