@@ -104,22 +104,25 @@ class _ForwardADAware:
 
 
 def _fuse_attention(gm, example_inputs, traced: _AsTraced, data_masks: bool = True):
-    """Attention written out in Dynamo's graph → one call (attention/match.py); what was found goes to
-    metrics.attention and to explain's traces. Where an input's data was read as a causal mask, Dynamo's
-    graph as it was before (for `_guarded`), else None."""
+    """Attention written out in Dynamo's graph (attention/match.py) and flex attention's calls
+    (attention/flex.py) → one call each; what was found goes to metrics.attention and to explain's
+    traces. Where an input's data was read as a causal mask, Dynamo's graph as it was before (for
+    `_guarded`), else None."""
     if not isinstance(gm, torch.fx.GraphModule):
         return None
+    from .attention.flex import fuse_flex_attention, has_flex_attention
     from .attention.match import ANCHOR_OPS, DATA_GUARDS, fuse_attention, tril_inputs
     from .attention.modification import op_of
 
     before = None
-    if any(op_of(node) in ANCHOR_OPS for node in gm.graph.nodes):   # where attention may be rewritten
+    flex = has_flex_attention(gm)
+    if flex or any(op_of(node) in ANCHOR_OPS for node in gm.graph.nodes):   # where attention may be rewritten
         traced.snapshot()
     tril = tril_inputs(gm, example_inputs) if data_masks else {}
     if tril:
         before = torch.fx.GraphModule(gm, traced.snapshot())
     name = metrics.dynamo_graph_name()
-    found = fuse_attention(gm, example_inputs, name, tril)
+    found = (fuse_flex_attention(gm, name) if flex else []) + fuse_attention(gm, example_inputs, name, tril)
     metrics.attention.extend(found)
     debug_trace.attention_found(found)
     if before is not None and gm.meta.get(DATA_GUARDS):

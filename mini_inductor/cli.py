@@ -422,7 +422,7 @@ def _print_attention(out: Output, records) -> None:
     from mini_inductor.metrics import attention_summary
 
     out.heading(attention_summary(records))
-    out.table("Attention in Dynamo's graphs (attention/match.py)",
+    out.table("Attention in Dynamo's graphs (attention/match.py, flex.py)",
               ["graph", "node", "call", "modification, or why not replaced", "source"],
               [[r.graph, r.node, r.target or "near miss",
                 (r.mod + (f" ({r.data})" if r.data else "")) if r.target else r.reason, short_source(r.source)]

@@ -1,12 +1,15 @@
 """Attention found in the graph and computed by one flash-attention kernel (issue 24).
 
-Two halves, joined by one contract:
+Two sides, joined by one contract (two passes that call the op, and the op):
 
 - `match.py`: finds, structurally, every matmul(Q, Kᵀ) → pointwise score modification → softmax over
   the key dimension → (dropout) → matmul(·, V) in Dynamo's graph, before AOT autograd, and replaces it
   with one call: ATen's `scaled_dot_product_attention` where the modification is one it computes
   exactly, otherwise `torch.ops.mini_inductor.flash_attention`. Each match and each near miss is
   recorded with its reason for the fusion report and `explain`.
+- `flex.py`: the same for `torch.nn.attention.flex_attention` calls (a higher-order op in Dynamo's
+  graph): the score_mod and mask_mod become one `mod`, "where(mask, score_mod(s * scale), -inf)",
+  their captured tensors extras, and the op is called with empty_rows_zero=True (flex's empty rows).
 - `flash.py`: `torch.ops.mini_inductor.flash_attention`, a generated Triton flash-attention kernel
   (online softmax, no score matrix in memory) with the modification inlined, forward and backward
   (the backward recomputes the scores from the saved log-sum-exp).

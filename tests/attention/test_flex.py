@@ -1,0 +1,281 @@
+"""flex attention under torch.compile: each `flex_attention` call Dynamo puts in its graph (a higher-order
+op, which would run the whole graph eagerly) becomes the flash-attention op (attention/flex.py), with
+the score_mod and mask_mod written as its `mod`, and computes what eager flex attention computes:
+forward and, for most cases, the gradients of q, k and v, against eager `flex_attention` itself.
+
+Eager flex attention refuses a CPU backward (`_validate_device`: its compiled CPU kernel has none);
+its math backward runs, so these tests lift that check, for eager and compiled alike. In the Triton
+interpreter the kernels' blocks are 16 wide: lengths of 20 and 40 cross block edges.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.attention.flex_attention as flex_module
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from mini_inductor import metrics
+
+# eager flex attention warns that it runs unfused; the interpreter computes empty rows' 0/0 in numpy
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
+
+FORWARD_OP = "mini_inductor.flash_attention_forward.default"
+BACKWARD_OP = "mini_inductor.flash_attention_backward.default"
+NEG_INF = float("-inf")
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=5e-3, rtol=5e-3)}
+GRAD_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2)}
+
+
+@pytest.fixture(autouse=True)
+def _cpu_backward_allowed(monkeypatch):
+    monkeypatch.setattr(flex_module, "_validate_device", lambda *args: None)
+
+
+def qkv(device, dtype=torch.float32, B=2, Hq=2, Hkv=None, L=20, S=None, E=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    Hkv, S = Hkv or Hq, S or L
+    make = lambda *shape: torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)  # noqa: E731
+    return make(B, Hq, L, E), make(B, Hkv, S, E), make(B, Hkv, S, E)
+
+
+def check_against_eager(fn, inputs, backward=True, dynamic=False):
+    """fn(q, k, v) compiled against eager: the output, and with `backward` the gradients of q, k, v for
+    one random upstream gradient. The compiled output and gradients."""
+    compiled = torch.compile(fn, backend="mini_inductor", dynamic=dynamic)
+    leaves = [t.detach().clone().requires_grad_(backward) for t in inputs]
+    ref_leaves = [t.detach().clone().requires_grad_(backward) for t in inputs]
+    got, want = compiled(*leaves), fn(*ref_leaves)
+    dtype = inputs[0].dtype
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    assert got.stride() == want.stride()
+    if not backward:
+        return got, None
+    upstream = torch.randn(want.shape, generator=torch.Generator().manual_seed(1)).to(want)
+    grads = torch.autograd.grad(got, leaves, upstream)
+    for name, g, e in zip("qkv", grads, torch.autograd.grad(want, ref_leaves, upstream)):
+        torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[dtype])
+    return got, grads
+
+
+def assert_one_flash_call(mod_part: str = "", backward: bool = True):
+    """The graph held one flex attention, rewritten to the flash-attention op, and compiled: no graph
+    ran eagerly, the op is the only extern call (forward, and backward), no fallback op."""
+    (record,) = metrics.attention
+    assert record.target == "flash" and mod_part in record.mod, record.describe()
+    graphs = metrics.compiled_graphs
+    assert graphs and not [(r.name, r.ran_eagerly) for r in graphs if r.ran_eagerly]
+    assert sorted(op for r in graphs for op in r.extern_calls) == sorted([FORWARD_OP] + ([BACKWARD_OP] if backward else []))
+    assert not [dict(r.fallback_ops) for r in graphs if r.fallback_ops]
+    return record
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+# ── what it computes ─────────────────────────────────────────────────────────────────────────────
+def test_no_score_mod_and_no_mask_is_the_scaled_score(device):
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v), qkv(device))
+    record = assert_one_flash_call()
+    assert record.mod == f"s * {1 / math.sqrt(8)!r}"
+
+
+def test_a_causal_mask_mod_at_a_length_past_a_block_edge(device):
+    mask = create_block_mask(causal, None, None, 20, 20, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device))
+    assert_one_flash_call("where(i >= j, ")
+
+
+def test_a_sliding_window_mask_mod(device):
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < 5)
+    mask = create_block_mask(window, None, None, 40, 40, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device, L=40), backward=False)
+    assert_one_flash_call("i - j < 5", backward=False)
+
+
+def test_a_scale_and_tanh_soft_capping(device):
+    def softcap(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / 2.0) * 2.0
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=softcap, scale=0.7), qkv(device))
+    assert_one_flash_call("tanh(s * 0.7 / 2.0) * 2.0")
+
+
+def test_alibi_from_captured_slopes(device):
+    slopes = torch.tensor([0.5, 0.25], device=device)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (q_idx - kv_idx)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=alibi), qkv(device))
+    assert_one_flash_call("t0 * (i - j)")
+
+
+def test_a_relative_bias_per_head_from_a_captured_tensor(device):
+    bias = torch.tensor([0.3, -1.2], device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[h]),
+                        qkv(device), backward=False)
+    assert_one_flash_call("+ t0", backward=False)
+
+
+def test_a_bias_indexed_by_every_index(device):
+    bias = torch.randn(2, 2, 20, 20, generator=torch.Generator().manual_seed(3)).to(device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[b, h, i, j]),
+                        qkv(device), backward=False)
+    assert_one_flash_call("+ t0", backward=False)
+
+
+def test_a_padding_mask_from_captured_lengths(device):
+    lengths = torch.tensor([11, 20], device=device)
+
+    def padding(b, h, q_idx, kv_idx):
+        return kv_idx < lengths[b]
+    mask = create_block_mask(padding, 2, None, 20, 20, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device))
+    assert_one_flash_call("j < t0")
+
+
+def test_a_document_mask_reads_one_tensor_through_two_indices(device):
+    doc = torch.tensor([0] * 7 + [1] * 20 + [2] * 13, device=device)
+
+    def same_document(b, h, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+    mask = create_block_mask(same_document, None, None, 40, 40, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device, L=40))
+    assert_one_flash_call("t0 == t1")   # doc as [1, 1, L, 1] and as [1, 1, 1, S]
+
+
+def test_a_fully_masked_row_gives_zero_and_zero_gradients_as_eager(device):
+    def late(b, h, q_idx, kv_idx):   # rows 0..3 see no key
+        return kv_idx <= q_idx - 4
+    mask = create_block_mask(late, None, None, 20, 20, device=device)
+    out, (dq, dk, dv) = check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device))
+    assert_one_flash_call()
+    assert (out[:, :, :4] == 0).all() and (dq[:, :, :4] == 0).all()
+    assert not any(t.isnan().any() for t in (out, dq, dk, dv))
+
+
+def test_a_row_set_to_minus_inf_by_the_score_mod_gives_zero_too(device):
+    def late(score, b, h, q_idx, kv_idx):
+        return torch.where(kv_idx <= q_idx - 4, score, NEG_INF)
+    out, _ = check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=late), qkv(device), backward=False)
+    assert_one_flash_call(backward=False)
+    assert (out[:, :, :4] == 0).all()
+
+
+def test_grouped_query_heads_index_the_bias_by_the_query_head(device):
+    bias = torch.tensor([0.0, 1.0, -1.0, 2.0], device=device)
+
+    def per_head(score, b, h, q_idx, kv_idx):
+        return score + bias[h]
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=per_head, enable_gqa=True),
+                        qkv(device, Hq=4, Hkv=2))
+    assert_one_flash_call("+ t0")
+
+
+def test_query_and_key_lengths_differ(device):
+    def prefix(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + 24
+    mask = create_block_mask(prefix, None, None, 12, 40, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device, L=12, S=40))
+    assert_one_flash_call("j <= i + 24")
+
+
+def test_float16_causal_with_soft_capping(device):
+    def softcap(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / 4.0) * 4.0
+    mask = create_block_mask(causal, None, None, 20, 20, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=softcap, block_mask=mask),
+                        qkv(device, torch.float16, E=16))
+    assert_one_flash_call("tanh")
+
+
+def test_a_cast_to_float16_in_the_score_mod_rounds_as_eager(device):
+    def rounded(score, b, h, q_idx, kv_idx):
+        return score.to(torch.float16) * 1.5
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=rounded), qkv(device, torch.float16, E=16),
+                        backward=False)
+    assert_one_flash_call("f16(f16(", backward=False)
+
+
+def test_the_output_keeps_eager_layout_so_the_graph_views_it(device):
+    B, L, H, E = 2, 20, 2, 8
+
+    def attend(x):     # heads split from the model dim, as a transformer does: q's layout is [B, L, H, E]
+        q = x.view(B, L, H, E).transpose(1, 2)
+        return flex_attention(q, q, q).transpose(1, 2).view(B, L, H * E)
+    x = torch.randn(B, L, H * E, generator=torch.Generator().manual_seed(0)).to(device)
+    torch.testing.assert_close(torch.compile(attend, backend="mini_inductor")(x), attend(x), **TOL[torch.float32])
+    assert_one_flash_call(backward=False)
+
+
+def test_dynamic_shapes_compile_once_for_two_lengths(device):
+    def attend(q, k, v):
+        mask = create_block_mask(causal, None, None, q.shape[2], k.shape[2], device=q.device)
+        return flex_attention(q, k, v, block_mask=mask)
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L in (20, 33):
+        q, k, v = qkv(device, L=L, seed=L)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        got, want = compiled(*leaves), attend(*ref_leaves)
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+        for g, e in zip(torch.autograd.grad(got.sum(), leaves), torch.autograd.grad(want.sum(), ref_leaves)):
+            torch.testing.assert_close(g, e, **GRAD_TOL[torch.float32])
+    assert sorted(r.name.split("_")[0] for r in metrics.compiled_graphs) == ["backward", "forward"]   # once
+    assert all(r.dynamic_symbols for r in metrics.compiled_graphs)
+    assert_one_flash_call("where(i >= j, ")
+
+
+def test_a_mask_offset_by_the_lengths_under_dynamic_shapes_reads_them_as_l_and_s(device):
+    def attend(q, k, v):     # a causal mask aligned to the last key (a prefix of cached keys)
+        offset = k.shape[2] - q.shape[2]
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(j <= i + offset, s, NEG_INF))
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L, S in ((12, 20), (15, 40)):
+        q, k, v = qkv(device, L=L, S=S, seed=L)
+        torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), **TOL[torch.float32])
+    assert [r.name.split("_")[0] for r in metrics.compiled_graphs] == ["inference"]
+    assert_one_flash_call("where(j <= i + (S - L), ", backward=False)
+
+
+# ── left as written ──────────────────────────────────────────────────────────────────────────────
+def assert_near_miss(reason_part: str):
+    """One flex attention, left as written with its reason: the higher-order op still runs (its graph
+    eagerly, or the op as a fallback call of the compiled graph)."""
+    (record,) = metrics.attention
+    assert record.target == "" and reason_part in record.reason, record.describe()
+    assert any("flex_attention" in (r.ran_eagerly or "") or "flex_attention" in r.fallback_ops
+               for r in metrics.compiled_graphs)
+
+
+def test_a_tensor_indexed_by_a_computed_index_is_a_near_miss(device):
+    rel = torch.randn(64, generator=torch.Generator().manual_seed(2)).to(device)
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + rel[q_idx - kv_idx + 30]
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=relative), qkv(device), backward=False)
+    assert_near_miss("computed index")
+
+
+def test_return_lse_is_a_near_miss(device):
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, return_lse=True), backend="mini_inductor")
+    q, k, v = qkv(device)
+    for got, want in zip(compiled(q, k, v), flex_attention(q, k, v, return_lse=True)):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+    assert_near_miss("log-sum-exp")
+
+
+def test_a_captured_tensor_requiring_grad_is_a_near_miss(device):
+    bias = torch.zeros(2, device=device, requires_grad=True)
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[h]),
+                             backend="mini_inductor")
+    compiled(*qkv(device))
+    assert_near_miss("requires grad")
+
+
+def test_an_unknown_kernel_option_is_a_near_miss(device):
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, kernel_options={"A_FUTURE_OPTION": 1}),
+                             backend="mini_inductor")
+    q, k, v = qkv(device)
+    torch.testing.assert_close(compiled(q, k, v), flex_attention(q, k, v), **TOL[torch.float32])
+    assert_near_miss("A_FUTURE_OPTION")
