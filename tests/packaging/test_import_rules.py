@@ -13,9 +13,9 @@
     distributed       beside the scheduler: never codegen, debug, the compiled-graph caches, pipeline
                       or backend
     codegen           never debug, the compiled-graph caches, pipeline or backend
-    attention matcher (attention/match.py, attention/modification.py) a pass over Dynamo's graph: torch
-                      and the base modules only (the backend calls it; its flash-attention op is looked
-                      up when a rewrite needs it, never imported by name)
+    attention matcher (attention/match.py, attention/modification.py, attention/flex.py) passes over
+                      Dynamo's graph: torch and the base modules only (the backend calls them; the
+                      flash-attention op is looked up when a rewrite needs it, never imported by name)
     base              config, errors, metrics, fx_source, timing, examples, _version, conversions: none of
                       the above
 (ARCHITECTURE.md draws these layers.)
@@ -42,7 +42,7 @@ FORBIDDEN = {
     "attention matcher": ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP),
 }
 CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune")
-ATTENTION_MATCHER = ("match", "modification")
+ATTENTION_MATCHER = ("match", "modification", "flex")
 BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version", "conversions")
 ABOVE_BASE = ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP)
 
