@@ -79,6 +79,11 @@ _KEPT_WHOLE_AS = {
 }
 
 
+# torch's Python kernels that compute something other than eager's kernel, set aside while AOT
+# autograd traces (the op reaches the table, which keeps it whole: decompositions.py _KEEP_WHOLE):
+# multilabel_margin_loss's read a row's targets past its -1 terminator (torch 2.13; aot_eager alike)
+_WRONG_PYTHON_KERNELS = ((aten.multilabel_margin_loss_forward.default, DispatchKey.Autograd),)
+
 _installed: list = []   # non-empty while the kernels are swapped
 
 
@@ -91,7 +96,11 @@ def early_decompositions_checked():
         return
     kernels = _python_kernels() | {(op, DispatchKey.CompositeImplicitAutograd) for op in _KEPT_WHOLE_AS}
     saved = {op: dict(op.py_kernels) for op, _ in kernels} | {aten.cumprod.default: dict(aten.cumprod.default.py_kernels)}
+    saved |= {op: dict(op.py_kernels) for op, _ in _WRONG_PYTHON_KERNELS}
     try:
+        for op, key in _WRONG_PYTHON_KERNELS:
+            op.py_kernels.pop(key, None)
+            op._dispatch_cache.clear()
         for op, key in kernels:
             in_cpp = functools.partial(op._op_dk, key)
             op.py_kernels[key] = _whole_where_kept(op, op.py_kernels.get(key, in_cpp),

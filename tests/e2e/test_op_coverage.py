@@ -90,3 +90,14 @@ def test_an_empty_slice_through_kernels_and_a_matmul_trains():
 @pytest.mark.parametrize("dim", [0, 1])
 def test_cumsum_matches_along_each_dim(dim):
     check(lambda x: torch.cumsum(x, dim), torch.randn(6, 5))
+
+
+def test_multilabel_margin_loss_stops_at_a_rows_minus_one_as_eager():
+    # torch's decomposition read the targets after the -1 terminator (2.6 and 15.0 for eager's 0.8 and
+    # 0.0, aot_eager alike): the op is kept whole, an ATen call
+    import torch.nn.functional as F
+    x = torch.tensor([[0.1, 0.2, 0.4, 0.8, -0.3], [0.5, -0.1, 0.0, 0.3, 0.2], [1., 2., 3., 4., 5.]])
+    y = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [-1, 1, 2, 3, 4]])
+    for reduction in ("none", "mean"):
+        check(lambda x, y: F.multilabel_margin_loss(x * 2, y, reduction=reduction), x, y)
+    check(lambda x, y: F.multilabel_margin_loss(x, y), x, y, grad=True)
