@@ -140,7 +140,7 @@ def test_deterministic_mode_runs_it_in_aten():
     try:
         check(lambda x, i, s: x.scatter(1, i, s), *args)
         assert_fallback("scatter")
-        lowered, _ = lower_fn(lambda x, i, s: x.scatter(1, i, s), *[a.cpu() for a in args])
+        lowered, _ = lower_fn(lambda x, i, s: x.scatter(1, i, s), *args)
     finally:
         torch.use_deterministic_algorithms(saved)
     assert lowered.fallback_ops == {"aten.scatter.src": 1}
@@ -149,7 +149,7 @@ def test_deterministic_mode_runs_it_in_aten():
 
 def test_training_a_scatter_gives_eagers_gradients():
     # scatter's backward: src's gradient gathers at the index, self's is masked where it was written
-    check(lambda x, i, s: (x.scatter(1, i, s) * torch.arange(40.0)).sum(), torch.randn(3, 40),
+    check(lambda x, i, s: (x.scatter(1, i, s) * torch.arange(40.0, device=x.device)).sum(), torch.randn(3, 40),
           permutations(3, 40, 25), torch.randn(3, 25), grad=True)
     assert_no_fallbacks()
 
