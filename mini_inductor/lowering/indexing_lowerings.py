@@ -148,14 +148,17 @@ def _indirect(index_value, size):
     return ops.indirect_indexing(index_value, size)
 
 
-def strict_indirect(index_value, size):
+def strict_indirect(index_value, size, dtype: torch.dtype):
     """An index that must lie in 0 .. size - 1, negative ones refused as eager's gather, index_select,
     embedding and scatter refuse them (x[i] wraps them; `_indirect`): moved below -size, where the
-    wrap leaves them negative, so the device-side assert fails."""
-    i = ops.to_dtype(index_value, torch.int64)
-    n = ops.index_expr(size, torch.int64) if isinstance(size, sympy.Basic) and size.free_symbols else \
-        ops.constant(int(size), torch.int64)
-    return ops.indirect_indexing(ops.where(ops.lt(i, ops.constant(0, torch.int64)), ops.sub(i, n), i), size)
+    wrap leaves them negative, so the device-side assert fails. `dtype`: the index tensor's; an int32
+    index stays int32 where the size fits it (codegen widens it only where offsets need 64 bits)."""
+    static = not (isinstance(size, sympy.Basic) and size.free_symbols)
+    if dtype != torch.int32 or not static or int(size) >= 2**31:
+        dtype = torch.int64
+    i = ops.to_dtype(index_value, dtype)
+    n = ops.constant(int(size), dtype) if static else ops.index_expr(size, dtype)
+    return ops.indirect_indexing(ops.where(ops.lt(i, ops.constant(0, dtype)), ops.sub(i, n), i), size)
 
 
 @register_lowering(aten.gather)
@@ -172,7 +175,7 @@ def gather(x: IRNode, dim, index: IRNode, sparse_grad=False):
 
     def inner_fn(idx):
         src = list(idx)
-        src[dim] = strict_indirect(index_loader(idx), size[dim])
+        src[dim] = strict_indirect(index_loader(idx), size[dim], index.get_dtype())
         return x_loader(src)
     return Pointwise.create(x.get_device(), x.get_dtype(), inner_fn, index.get_size())
 
@@ -218,8 +221,9 @@ def index_positions(x: IRNode, indices, negatives_wrap: bool = True) -> tuple[li
             src[d] = i
         for d, i in zip(after, idx[len(before) + nb:]):
             src[d] = i
-        for d, ld in zip(positions, loaders):
-            src[d] = (_indirect if negatives_wrap else strict_indirect)(ld(bidx), size[d])
+        for d, ld, t in zip(positions, loaders, tensors):
+            src[d] = _indirect(ld(bidx), size[d]) if negatives_wrap else \
+                strict_indirect(ld(bidx), size[d], t.get_dtype())
         return src
     return out_size, source
 

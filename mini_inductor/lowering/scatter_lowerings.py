@@ -124,7 +124,7 @@ def _scatter_position(index: IRNode, dim: int, n):
 
     def position(idx):
         at = list(idx)
-        at[dim] = strict_indirect(index_loader(idx), n)
+        at[dim] = strict_indirect(index_loader(idx), n, index.get_dtype())
         return at
     return position
 

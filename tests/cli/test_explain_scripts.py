@@ -191,9 +191,11 @@ def test_dump_of_a_script_that_compiles_nothing_says_why_on_stderr(tmp_path):
 
 
 def test_explain_of_a_script_whose_first_compile_fails_names_the_failure_not_a_missing_torch_compile(tmp_path):
-    script = tmp_path / "cast.py"   # no Triton type for uint16: a codegen error, no fallback
+    script = tmp_path / "cast.py"   # codegen made to lose int32's Triton type: a codegen error, no fallback
     script.write_text("import torch\n"
-                      "torch.compile(lambda x: x.to(torch.uint16).to(torch.int32) + 1)(torch.arange(8))\n")
+                      "from mini_inductor.codegen import triton_ops\n"
+                      "del triton_ops.TL_DTYPES[torch.int32]\n"
+                      "torch.compile(lambda x: x.to(torch.int32) + 1)(torch.arange(8))\n")
     proc = _cli("explain", str(script), "--out", str(tmp_path / "report"))
     assert proc.returncode == 1
     assert ("no graph was compiled: mini_inductor raised CodegenError in the codegen stage of graph inference_0 "
