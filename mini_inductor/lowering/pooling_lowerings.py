@@ -324,13 +324,7 @@ def adaptive_max_pool2d(x, output_size):
     def element(idx, kh, kw):
         """Element (kh, kw) of output idx's window; -inf past the window's end."""
         *lead, oh, ow = idx
-        (h0, h1), (w0, w1) = _adaptive_bounds(oh, h, out[0]), _adaptive_bounds(ow, w, out[1])
-        at = list(lead) + [h0 + kh, w0 + kw]
-        conds = [_in_range(i, None, end) for i, end, check in ((h0 + kh, h1, ragged[0]), (w0 + kw, w1, ragged[1]))
-                 if check]
-        if not conds:
-            return loader(at)
-        return ops.masked(functools.reduce(ops.logical_and, conds), lambda: loader(at), float("-inf"))
+        return _window_element(lead, oh, ow, kh, kw, (h, w), out, ragged, loader, float("-inf"))
 
     def flat_index(idx, r):
         """The flat h*W + w of x of window position r (row-major in the k[0] x k[1] window)."""
@@ -376,6 +370,18 @@ def adaptive_max_pool2d(x, output_size):
         r = ops.where(ops.ge(nan, ops.constant(0, torch.int64)), nan, first(idx))
         return flat_index(idx, r)
     return values, Pointwise.create(device, torch.int64, index_fn, out_size)
+
+
+def _window_element(lead, oh, ow, kh, kw, hw, out, ragged, load, fill):
+    """Element (kh, kw) of adaptive window (oh, ow) of an input of H, W = `hw` pooled to `out`, read
+    through `load`; `fill` past the window's end, checked along the dims `ragged` says may end early."""
+    (h0, h1), (w0, w1) = _adaptive_bounds(oh, hw[0], out[0]), _adaptive_bounds(ow, hw[1], out[1])
+    at = list(lead) + [h0 + kh, w0 + kw]
+    conds = [_in_range(i, None, end) for i, end, check in ((h0 + kh, h1, ragged[0]), (w0 + kw, w1, ragged[1]))
+             if check]
+    if not conds:
+        return load(at)
+    return ops.masked(functools.reduce(ops.logical_and, conds), lambda: load(at), fill)
 
 
 def _adaptive_backward_geometry(grad, x, kind: str):
@@ -459,13 +465,7 @@ def adaptive_avg_pool2d(x, output_size):
     def element(idx):
         *lead, oh, ow, r = idx
         kh, kw = FloorDiv(r, k[1]), ModularIndexing(r, 1, k[1])
-        (h0, h1), (w0, w1) = _adaptive_bounds(oh, h, out[0]), _adaptive_bounds(ow, w, out[1])
-        at = list(lead) + [h0 + kh, w0 + kw]
-        conds = [_in_range(i, None, end) for i, end, check in ((h0 + kh, h1, ragged[0]), (w0 + kw, w1, ragged[1]))
-                 if check]
-        if not conds:
-            return x_loader(at)
-        return ops.masked(functools.reduce(ops.logical_and, conds), lambda: x_loader(at), 0.0)
+        return _window_element(lead, oh, ow, kh, kw, (h, w), out, ragged, x_loader, 0.0)
 
     out_size = size[:-2] + out
     window = Pointwise.create(x.get_device(), dtype, element, out_size + [k[0] * k[1]])
