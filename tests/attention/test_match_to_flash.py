@@ -21,13 +21,13 @@ def _qkv(requires_grad):
 
 def _causal_finite_fill(q, k, v):   # (a fill exp does not take to 0: not SDPA's causal attention)
     s = q @ k.transpose(-2, -1) * SCALE
-    keep = torch.ones(L, L, dtype=torch.bool).tril()
+    keep = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
     return s.masked_fill(~keep, -30.0).softmax(-1) @ v
 
 
 def _alibi(q, k, v):
-    pos = torch.arange(L)
-    slopes = torch.tensor([0.5, 0.25]).view(H, 1, 1)
+    pos = torch.arange(L, device=q.device)
+    slopes = torch.tensor([0.5, 0.25], device=q.device).view(H, 1, 1)
     return (q @ k.transpose(-2, -1) * SCALE + slopes * (pos[None, :] - pos[:, None])).softmax(-1) @ v
 
 
@@ -36,21 +36,21 @@ def _softcap(q, k, v):
 
 
 def _sliding_window(q, k, v):
-    i = torch.arange(L)
+    i = torch.arange(L, device=q.device)
     rel = i[:, None] - i[None, :]
     s = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~((rel >= 0) & (rel < 3)), float("-inf"))
     return s.softmax(-1) @ v
 
 
 def _padding_all_masked_row(q, k, v):
-    keep = torch.ones(B, L, dtype=torch.bool)
+    keep = torch.ones(B, L, dtype=torch.bool, device=q.device)
     keep[1] = False                      # batch 1: every key masked, so eager's rows are NaN
     s = q @ k.transpose(-2, -1) * SCALE
     return s.masked_fill(~keep[:, None, None, :], float("-inf")).softmax(-1) @ v
 
 
 def _einsum_bias(q, k, v):
-    bias = torch.linspace(-1, 1, L * L).view(1, 1, L, L)
+    bias = torch.linspace(-1, 1, L * L, device=q.device).view(1, 1, L, L)
     p = torch.softmax(torch.einsum("bhld,bhsd->bhls", q, k) * SCALE + bias, dim=-1)
     return torch.einsum("bhls,bhsd->bhld", p, v)
 
@@ -59,7 +59,14 @@ def _einsum_bias(q, k, v):
     (_causal_finite_fill, "j <= i"), (_alibi, "(j - i)"), (_softcap, "tanh"), (_sliding_window, "i - j < 3"),
     (_padding_all_masked_row, "~t0"), (_einsum_bias, "+ t0")])
 @pytest.mark.parametrize("backward", [False, True])
-def test_written_out_attention_runs_the_flash_kernel_as_eager_does(fn, mod_part, backward):
+def test_written_out_attention_runs_the_flash_kernel_as_eager_does(fn, mod_part, backward, monkeypatch):
+    # On a GPU machine these run with CUDA tensors (tests/conftest.py), where float32 attention this
+    # small is left as written (match.py float32_left_as_written, a measured policy tested in
+    # test_match.py): the test is of the float32 kernel against eager, so the policy is off here, as
+    # in test_match.py
+    if torch.cuda.is_available():
+        from mini_inductor.attention import match
+        monkeypatch.setattr(match, "float32_left_as_written", lambda *args: None)
     args, ref_args = _qkv(backward), _qkv(backward)
     got = torch.compile(fn, backend="mini_inductor")(*args)
     want = fn(*ref_args)
@@ -133,7 +140,7 @@ def test_an_alibi_bias_cast_to_the_inputs_dtype_is_computed_in_the_kernel(dtype,
     name = "f16" if dtype == torch.float16 else "bf16"
     assert record.target == "flash" and f"{name}(t0 * (j - i))" in record.mod, record.describe()
     if backward:
-        upstream = torch.randn(want.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        upstream = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), device="cpu").to(want.device, dtype)
         got.backward(upstream)
         want.backward(upstream)
         for a, r in zip(args, ref_args):
