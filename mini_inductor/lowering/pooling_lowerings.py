@@ -83,6 +83,16 @@ def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
     return size, k, s, p, d, out
 
 
+def _window_misses_x(n, k, s, p, d, out) -> bool:
+    """Whether some pooling window along a dim of size n has no element inside it (only a dilated one
+    with padding can: its elements may straddle the input); a dynamic graph's sizes: if it may."""
+    if d == 1 or p == 0:
+        return False
+    if not all(isinstance(v, int) for v in (n, out)):
+        return True
+    return any(all(not 0 <= o * s - p + kk * d < n for kk in range(k)) for o in range(out))
+
+
 def _holds(cond) -> bool:
     """A relation of pooling sizes, provably true (a dynamic graph's: at every size it serves)."""
     return bool(cond) if isinstance(cond, bool) else decide(cond) is True
@@ -206,6 +216,9 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     size, k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
     if p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise NotImplementedError("padding larger than half the window")
+    if any(_window_misses_x(n, *dim) for n, dim in zip(size[-2:], zip(k, s, p, d, out))):
+        # eager's index for such a window is a position it never read, which its backward writes at
+        raise NotImplementedError("a dilated window that lies wholly in the padding")
     window = _window(x, size, k, s, p, d, out, float("-inf"))
     nd = len(size)
     window_loader = window.make_loader()
@@ -225,6 +238,10 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                 conds += [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, _int64(n))]
             return ops.logical_and(ops.logical_and(conds[0], conds[1]), ops.logical_and(conds[2], conds[3]))
 
+        dtype = x.get_dtype()
+        wide = dtype in (torch.float16, torch.bfloat16)   # compared in float32 (the interpreter's 16-bit
+        #                                                   floats are bit patterns, which compare as ints)
+
         def unrolled(idx, position: bool):
             """The max, or its position in the window, with ATen's rule: the first element inside x, then
             a later one wins if it is greater or NaN (so a NaN max, at the last NaN); padding never wins."""
@@ -232,6 +249,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
             for kh in range(k[0]):
                 for kw in range(k[1]):
                     v = window_loader(list(idx) + [kh, kw])
+                    v = ops.to_dtype(v, torch.float32) if wide else v
                     r = ops.constant(kh * k[1] + kw, torch.int64) if position else None
                     valid = None if inside else in_x(idx[-2], idx[-1], kh, kw)
                     if best is None:
@@ -243,7 +261,9 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                         found = ops.logical_or(found, valid)
                     best = ops.where(take, v, best)
                     pos = ops.where(take, r, pos) if position else None
-            return pos if position else best
+            if position:
+                return pos
+            return ops.to_dtype(best, dtype) if wide else best
         # two Pointwise nodes over one iteration space: the scheduler fuses them into one kernel
         values = Pointwise.create(x.get_device(), x.get_dtype(), lambda idx: unrolled(idx, False), size[:-2] + out)
         arg = Pointwise.create(x.get_device(), torch.int64, lambda idx: unrolled(idx, True), size[:-2] + out)

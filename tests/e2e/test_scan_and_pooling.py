@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import COUNTS_KERNELS, assert_no_fallbacks, check
+from common import COUNTS_KERNELS, assert_fallback, assert_no_fallbacks, check
 from mini_inductor import metrics
 
 
@@ -154,3 +154,21 @@ def test_a_pooled_producers_per_channel_load_is_read_once_and_padded_loads_keep_
     check(lambda x: F.pad(x, (0, 2), value=1.5) * 2, torch.randn(3, 4), kernels=1)
     (load,) = _kernel_loads()
     assert "xmask & tmp" in load, load
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_small_max_pool_window_of_half_types_compares_values(dtype):
+    # (fuzz helper, session 41) the unrolled max compared bfloat16 loads as the interpreter stores
+    # them, bit patterns: [1, -1, -2, 0.5] pooled by 2 gave [-1, -2, -2]
+    x = torch.tensor([[[[1.0, -1.0, -2.0, 0.5, -0.25, 3.0]]]], dtype=dtype)
+    check(lambda x: F.max_pool2d(x, (1, 2), stride=1), x)
+    check(lambda x: F.max_pool2d(x * 1, (1, 3), stride=1, return_indices=True), x, grad=True)
+
+
+def test_a_dilated_window_wholly_in_the_padding_runs_in_aten():
+    # (fuzz helper, session 41) such a window's index came out negative, and ATen's backward wrote at it
+    x = torch.tensor([[[1.0], [2.0]]])
+    check(lambda x: F.max_pool2d(x, (1, 2), stride=1, padding=(0, 1), dilation=(1, 2), return_indices=True),
+          x, grad=True)
+    assert_fallback("max_pool2d")
+    check(lambda x: F.max_pool1d(x, 2, stride=1, padding=1, dilation=2), torch.randn(2, 3, 9), grad=True)
