@@ -74,10 +74,13 @@ class _AsTraced:
             self.module = None
         return self.graph
 
-    def __call__(self, *args):
+    def as_module(self) -> torch.fx.GraphModule:
         if self.module is None:
             self.module = torch.fx.GraphModule(self.root, self.graph)
-        return self.module(*args)
+        return self.module
+
+    def __call__(self, *args):
+        return self.as_module()(*args)
 
 
 class _ForwardADAware:
@@ -120,7 +123,8 @@ def _fuse_attention(gm, example_inputs, traced: _AsTraced, data_masks: bool = Tr
         traced.snapshot()
     tril = tril_inputs(gm, example_inputs) if data_masks else {}
     if tril:
-        before = torch.fx.GraphModule(gm, traced.snapshot())
+        traced.snapshot()
+        before = traced.as_module()   # (one module of the copy: the data guard and forward AD share it)
     name = metrics.dynamo_graph_name()
     found = (fuse_flex_attention(gm, name) if flex else []) + fuse_attention(gm, example_inputs, name, tril)
     metrics.attention.extend(found)

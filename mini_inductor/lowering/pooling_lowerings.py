@@ -404,6 +404,13 @@ def _window_element(lead, oh, ow, kh, kw, hw, out, ragged, load, fill):
     return ops.masked(functools.reduce(ops.logical_and, conds), lambda: load(at), fill)
 
 
+def _add_where(total, conds, value):
+    """total + value() where every condition of `conds` holds (value() is not evaluated elsewhere)."""
+    if not conds:
+        return ops.add(total, value())
+    return ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), value, 0.0))
+
+
 def _adaptive_backward_geometry(grad, x, kind: str):
     """(input size, output size (H, W), windows over a position along each dim, dtype, compute dtype) of
     an adaptive pool's backward, or NotImplementedError where it is an ATen call."""
@@ -443,10 +450,7 @@ def adaptive_max_pool2d_backward(grad, x, indices):
                     g = g if grad.get_dtype() == cdt else ops.to_dtype(g, cdt)
                     return ops.where(ops.eq(index_loader(at), me), g, ops.constant(0.0, cdt))
                 conds = ([_in_range(oh, None, out[0])] if jh else []) + ([_in_range(ow, None, out[1])] if jw else [])
-                if conds:
-                    total = ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), contribution, 0.0))
-                else:
-                    total = ops.add(total, contribution())
+                total = _add_where(total, conds, contribution)
         return total if dtype == cdt else ops.to_dtype(total, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
 
@@ -523,9 +527,6 @@ def adaptive_avg_pool2d_backward(grad, x):
                 # a later window holds the position where it starts at or before it (so inside the output)
                 conds = ([_in_range(ih - _adaptive_bounds(oh, h, out[0])[0], 0, None)] if jh else []) + \
                         ([_in_range(iw - _adaptive_bounds(ow, w, out[1])[0], 0, None)] if jw else [])
-                if conds:
-                    total = ops.add(total, ops.masked(functools.reduce(ops.logical_and, conds), share, 0.0))
-                else:
-                    total = ops.add(total, share())
+                total = _add_where(total, conds, share)
         return total if dtype == cdt else ops.to_dtype(total, dtype)
     return Pointwise.create(x.get_device(), dtype, inner_fn, size)
