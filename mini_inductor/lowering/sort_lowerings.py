@@ -27,14 +27,12 @@ input's); the kernel stores at any strides, so no copy follows.
 """
 from __future__ import annotations
 
-import sympy
 import torch
 
-from . import symbolic
 from .ir import ComputedBuffer, IRNode, Layout, Pointwise, Sort, StorageBox, current_graph
 from .layout_opt import is_non_overlapping_and_dense
 from .lowerings import register_lowering
-from .sizevars import index_range, sympify_seq
+from .sizevars import sympify_seq
 from .symbolic import stride_exprs, upper_bound
 from .view_lowerings import _norm_dim
 from .scan_lowerings import row_loader
@@ -58,21 +56,6 @@ def _eager_strides(meta, size):
     if isinstance(meta, torch.Tensor) and is_non_overlapping_and_dense(meta) and len(meta.shape) == len(size):
         return tuple(stride_exprs(meta))
     return None
-
-
-def _longest(n) -> int | None:
-    """The greatest length a sorted dim of size `n` takes: itself if static, a symbol's ShapeEnv bound,
-    or an expression's over its symbols' bounds (`s0 - 1` of x[:, 1:]) as codegen/triton.py finds the
-    block a persistent row needs (sizevars.index_range); None where a symbol in it is unbounded."""
-    bound = upper_bound(n)
-    if bound is not None:
-        return bound
-    bounds = symbolic.current().bounds
-    n = sympy.sympify(n)
-    if not n.free_symbols <= bounds.keys():
-        return None
-    span = index_range(n, {s: sympy.Integer(b + 1) for s, b in bounds.items()})
-    return None if span is None else span[1]
 
 
 def _sorted_buffer(x: IRNode, dim: int, descending: bool, output_index: int, dtype: torch.dtype,
@@ -106,7 +89,7 @@ def make_sort(x: IRNode, dim, descending: bool, metas=(None, None), kept=None) -
         raise NotImplementedError(f"a sort of {dtype}")
     size = x.get_size()
     dim = _norm_dim(dim, len(size)) if size else 0
-    longest = _longest(size[dim]) if size else 1
+    longest = upper_bound(size[dim]) if size else 1
     if longest is None:
         raise NotImplementedError(f"a sorted dim of symbolic length {size[dim]} that the ShapeEnv does not bound "
                                   f"within {MAX_SORT_LENGTH}")

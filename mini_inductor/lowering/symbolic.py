@@ -39,7 +39,7 @@ import torch.utils._sympy.functions as torch_fns
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, resolve_unbacked_bindings
 from torch.utils._pytree import keystr
 
-from .sizevars import Expr, FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, never_negative_sum
+from .sizevars import Expr, FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod, index_range, never_negative_sum
 
 
 class SymbolicUnsupported(NotImplementedError):
@@ -687,11 +687,19 @@ def guards_since(count: int) -> list[str]:
 
 def upper_bound(expr) -> int | None:
     """The greatest value a size can take in this graph: itself if static, a symbol's bound from the
-    ShapeEnv (`mark_dynamic(max=...)`, `torch._check`), else None (unbounded, or an expression)."""
+    ShapeEnv (`mark_dynamic(max=...)`, `torch._check`), an expression's over its symbols' bounds
+    (`s0 - 1` of x[:, 1:]: sizevars.index_range, as codegen/triton.py sizes a persistent row's block),
+    else None (a symbol unbounded, or a function index_range does not take)."""
     expr = sympy.sympify(expr)
     if not expr.free_symbols:
         return int(expr)
-    return current().bounds.get(expr) if isinstance(expr, sympy.Symbol) else None
+    bounds = current().bounds
+    if isinstance(expr, sympy.Symbol):
+        return bounds.get(expr)
+    if not expr.free_symbols <= bounds.keys():
+        return None
+    span = index_range(expr, {s: sympy.Integer(b + 1) for s, b in bounds.items()})
+    return None if span is None else span[1]
 
 
 def size_value(expr):
