@@ -52,7 +52,7 @@
 #              static and dynamic, float32 (150 + 150 s)
 #   flash_fwd, flash_bwd  benchmarks.flash_configs: the generated flash kernels' configs timed one by one
 #              (hf_causal and ALiBi, fp16, E 64, L 1024 and 4096), forward (150 s) and backward (300 s)
-#   attention_tests  tests/attention/test_flex.py with CUDA as the test device (200 s)
+#   attention_tests  tests/attention/test_flex.py, test_flash.py and test_match_to_flash.py with CUDA as the test device (200 s)
 #   flex       benchmarks.flex_attention: FlexAttention (causal, window, ALiBi, softcap, document, padding), fp16,
 #              L 1024 and 4096, fwd and fwd+bwd: Inductor, mini_inductor, SDPA's flash (causal) (300 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
@@ -89,9 +89,10 @@ for step in "${steps[@]}"; do
                    tests/attention/test_match.py tests/e2e/test_eager_kernel_dtypes.py tests/e2e/test_scan_kernels.py \
                    tests/e2e/test_scan_ops_more.py tests/e2e/test_sort_kernels.py \
                    tests/e2e/test_adaptive_avg_pool.py tests/e2e/test_dynamic_float_divisors.py \
-                   tests/e2e/test_scatter_store.py tests/e2e/test_higher_order_ops.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
+                   tests/e2e/test_scatter_store.py tests/e2e/test_higher_order_ops.py \
+                   tests/e2e/test_scan_and_pooling.py tests/e2e/test_forward_ad.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
         attention_tests) run attention_tests 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
-                   tests/attention/test_flex.py -rfE --tb=short ;;
+                   tests/attention/test_flex.py tests/attention/test_flash.py tests/attention/test_match_to_flash.py -rfE --tb=short ;;
         flex) run flex 300 python3 -m benchmarks flex_attention --lengths 1024,4096 --out "$OUT/flex.json" ;;
         attention) run attention 90 python3 -m benchmarks attention_sweep --dtypes float16 --lengths 1024,4096 \
                        --variants causal,hf_causal,padding,alibi,window --out "$OUT/attention.json" ;;

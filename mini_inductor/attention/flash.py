@@ -236,6 +236,8 @@ class BlockTable:
                      runs the modification without its masking there (score_mod.assume_live)
     q_lo, q_hi       per key block: the query blocks holding a live score (dk, dv)
     qfull_lo, qfull_hi  per key block, inside those: the whole query blocks, which dk/dv runs unmasked
+    tab_b, tab_h     a mask given as data has a table per batch and head it varies along, each tensor
+                     [tables, blocks] (else [blocks]): batch b, head h read row b * tab_b + h * tab_h
     """
 
     kv_lo: Tensor
@@ -246,6 +248,8 @@ class BlockTable:
     q_hi: Tensor
     qfull_lo: Tensor
     qfull_hi: Tensor
+    tab_b: int = 0
+    tab_h: int = 0
 
 
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
@@ -256,8 +260,8 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     is eager's average over every key).
 
     Where the extra tensors decide which scores are dead (a mask given as data), the table is built
-    from their values on every call (in a CUDA graph, by every replay): a block is skipped only where
-    it is dead for every batch and head, and runs unmasked only where it is live for all of them."""
+    from their values on every call (in a CUDA graph, by every replay), one per batch and head the
+    tensors vary along: a padding mask's batch skips its own padding."""
     if sm.dead_reads_tensors:
         return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra)
     key = (sm.text, L, S, block_m, block_n, device, backward)
@@ -291,48 +295,62 @@ def _grid_view(t: Tensor, rows: Tensor, cols: Tensor, L: int, S: int) -> Tensor:
     return t
 
 
+def _table_shape(extra, read) -> tuple[int, int]:
+    """(batches, heads) the extra tensors that `read` names (t0, t1, ...) vary along: 1 or B, 1 or H."""
+    as4 = [t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for n, t in enumerate(extra) if f"t{n}" in read]
+    return max([t.shape[0] for t in as4] or [1]), max([t.shape[1] for t in as4] or [1])
+
+
 def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
                   backward: bool, extra=()) -> BlockTable:
     """The table from the whole score grid, with torch (chunk by chunk): for masks of i, j, L and S,
-    once per shape; with extra tensors, the reference the table kernel is tested against."""
+    once per shape; with extra tensors, the reference the table kernel is tested against (a table
+    per batch and head they vary along)."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
-    live = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)
-    whole = torch.zeros(n_m, n_n, dtype=torch.bool, device=device)      # no dead score among the valid ones
-    dead_row = torch.zeros((), dtype=torch.bool, device=device)
-    cols = torch.arange(n_n * block_n, device=device)
     read = {f"t{n}": t for n, t in enumerate(extra) if f"t{n}" in score_mod.dead_names(sm.tree)}
-    heads = max([t.shape[:-2].numel() if t.dim() > 2 else 1 for t in read.values()] or [1])
-    step = max(1, (1 << 22) // (n_n * block_n * block_m * heads))   # query blocks per chunk: ~4M grid points
+    n_b, n_h = _table_shape(extra, read)
+    tables = n_b * n_h
+    live = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)
+    whole = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)   # no dead score among the valid ones
+    dead_row = torch.zeros(tables, 1, dtype=torch.bool, device=device)
+    cols = torch.arange(n_n * block_n, device=device)
+    step = max(1, (1 << 22) // (n_n * block_n * block_m * tables))   # query blocks per chunk: ~4M grid points
     for m0 in range(0, n_m, step):
         m1 = min(n_m, m0 + step)
         rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
         env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S,
                **{name: _grid_view(t.to(device), rows, cols, L, S) for name, t in read.items()}}
         dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device)
-        dead = dead.expand(*dead.shape[:-2], len(rows), len(cols)) if dead.dim() >= 2 \
-            else dead.expand(len(rows), len(cols))
-        # over batches and heads: dead for all of them (skipped), dead for some (masked)
-        dead_all = dead.flatten(0, -3).all(0) if dead.dim() > 2 else dead
-        dead_any = dead.flatten(0, -3).any(0) if dead.dim() > 2 else dead
+        dead = dead.reshape((1,) * (4 - dead.dim()) + tuple(dead.shape))
+        dead = dead.expand(n_b, n_h, len(rows), len(cols)).reshape(tables, len(rows), len(cols))
         valid = (rows[:, None] < L) & (cols[None, :] < S)
-        blocks = (m1 - m0, block_m, n_n, block_n)
-        live[m0:m1] = (valid & ~dead_all).view(blocks).any(3).any(1)
-        whole[m0:m1] = (~valid | ~dead_any).view(blocks).all(3).all(1)
-        dead_row |= ((dead | ~valid)[..., :S].all(-1) & (rows < L)).any()
+        blocks = (tables, m1 - m0, block_m, n_n, block_n)
+        live[:, m0:m1] = (valid & ~dead).view(blocks).any(4).any(2)
+        whole[:, m0:m1] = (~valid | ~dead).view(blocks).all(4).all(2)
+        dead_row |= ((dead | ~valid)[..., :S].all(-1) & (rows < L)).any(-1, keepdim=True)
     whole &= live
 
     index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
-    span = _span
-    kv_lo, kv_hi = span(live, index_n)
+    kv_lo, kv_hi = _span(live, index_n)
     full_lo, full_hi = _whole_run(whole, index_n, kv_hi)
-    q_lo, q_hi = span(live.t(), index_m)
-    qfull_lo, qfull_hi = _whole_run(whole.t(), index_m, q_hi)
-    if not backward and sm.finite_fill:
+    q_lo, q_hi = _span(live.transpose(1, 2), index_m)
+    qfull_lo, qfull_hi = _whole_run(whole.transpose(1, 2), index_m, q_hi)
+    if backward or sm.finite_fill:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
     if backward:
-        kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
-    return BlockTable(*(t.to(torch.int32) for t in (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)))
+    parts = (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)
+    return _table(parts, n_b, n_h)
+
+
+def _table(parts, n_b: int, n_h: int) -> BlockTable:
+    """A BlockTable of the eight [tables, blocks] ranges: one table read by every batch and head as
+    [blocks]."""
+    tables = n_b * n_h
+    parts = [t.to(torch.int32).reshape(tables, -1) for t in parts]
+    if tables == 1:
+        return BlockTable(*(t[0] for t in parts))
+    return BlockTable(*parts, tab_b=n_h if n_b > 1 else 0, tab_h=1 if n_h > 1 else 0)
 
 
 def _whole_run(whole: Tensor, index: Tensor, hi: Tensor) -> tuple[Tensor, Tensor]:
@@ -356,13 +374,14 @@ def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
 def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
                        backward: bool, extra) -> BlockTable:
     """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
-    tensors once, over the batches and heads the mask varies along, and give the whole table (the
-    backward's query ranges and the fully-masked-row rule included) in one int32 tensor: four launches
-    at most, the first a zero fill."""
+    tensors once and give the tables of every batch and head they vary along (the backward's query
+    ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most, the
+    first a zero fill."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
+    n_b, n_h = _table_shape(extra, {f"t{n}" for n in read})
+    tables = n_b * n_h
     as4 = [t.to(device).reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in extra]
-    n_b, n_h = max(as4[n].shape[0] for n in read), max(as4[n].shape[1] for n in read)
     strides, axes = [], []
     for n, t in enumerate(as4):
         stride = t.expand(n_b, n_h, L, S).stride() if n in read else (0, 0, 0, 0)
@@ -371,21 +390,21 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     module = _table_kernel(sm, kinds, tuple(axes))
     need_rows = backward or sm.finite_fill
-    rows = n_b * n_h * L if need_rows else 0
-    counts = torch.zeros(1 + rows, dtype=torch.int32, device=device)   # DEAD, then ROW_LIVE [bh, row]
-    dead, row_live = counts[:1], counts[1:] if need_rows else counts
-    flags = torch.empty(n_m, n_n, dtype=torch.int8, device=device)
-    ranges = torch.empty(4 * n_m + 4 * n_n, dtype=torch.int32, device=device)
+    rows = tables * L if need_rows else 0
+    counts = torch.zeros(tables + rows, dtype=torch.int32, device=device)   # DEAD [bh], then ROW_LIVE [bh, row]
+    dead, row_live = counts[:tables], counts[tables:] if need_rows else counts
+    flags = torch.empty(tables, n_m, n_n, dtype=torch.int8, device=device)
+    ranges = torch.empty(tables * (4 * n_m + 4 * n_n), dtype=torch.int32, device=device)
     with _launch_context_of(device):
-        module.block_flags[(n_m, n_n)](flags, row_live, *as4, *strides, n_b * n_h, n_h, L, S, n_n,
-                                       BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
+        module.block_flags[(n_m, n_n, tables)](flags, row_live, *as4, *strides, n_h, L, S, n_m, n_n,
+                                               BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
         if need_rows:
-            module.dead_rows[(-(-rows // 1024),)](row_live, dead, rows, BLOCK=1024)
-        module.block_ranges[(n_m + (n_n if backward else 0),)](flags, dead, ranges, n_m, n_n,
-                                                               N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n))
-    kv_lo, kv_hi, full_lo, full_hi = ranges[:4 * n_m].view(4, n_m).unbind(0)
-    q_lo, q_hi, qfull_lo, qfull_hi = ranges[4 * n_m:].view(4, n_n).unbind(0) if backward else (kv_lo,) * 4   # (unread)
-    return BlockTable(kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)
+            module.dead_rows[(-(-L // 1024), tables)](row_live, dead, L, BLOCK=1024)
+        module.block_ranges[(n_m + (n_n if backward else 0), tables)](
+            flags, dead, ranges, n_m, n_n, N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n))
+    kv_parts = ranges[:4 * tables * n_m].view(4, tables, n_m).unbind(0)
+    q_parts = ranges[4 * tables * n_m:].view(4, tables, n_n).unbind(0) if backward else kv_parts   # (unread)
+    return _table((*kv_parts, *q_parts), n_b, n_h)
 
 
 def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):
@@ -525,9 +544,9 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     lse = torch.empty(B, Hq, 2, L, dtype=torch.float32, device=q.device)
     if plan.skip:
         table = block_ranges(sm, L, S, bm, bn, q.device, False, extra)
-        ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi)
+        ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi, table.tab_b, table.tab_h)
     else:
-        ranges = (lse,) * 4   # not read
+        ranges = (lse,) * 4 + (0, 0)   # not read
     with _launch_context(q):
         plan.module.flash_fwd[(-(-L // bm), B * Hq)](
             q, k, v, out, lse, *tensors, *ranges, *q.stride(), *k.stride(), *v.stride(), *strides,
@@ -556,8 +575,10 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
             table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra)
         kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks
         full_lo, full_hi = table.full_lo, table.full_hi   # ... and inside those, its whole ones
+        tab = (table.tab_b, table.tab_h)
     else:
         kv_lo = kv_hi = full_lo = full_hi = q_lo = q_hi = qfull_lo = qfull_hi = delta   # not read
+        tab = (0, 0)
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):
@@ -565,10 +586,10 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                                                         BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
                                                         num_warps=dq_meta["num_warps"])
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
-                                                      qfull_lo, qfull_hi,
+                                                      qfull_lo, qfull_hi, *tab,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v),
                                                       EMPTY_ROWS_ZERO=empty_rows_zero, **plan.meta)
-        module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi, full_lo, full_hi,
+        module.flash_bwd_dq[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dq, *tensors, kv_lo, kv_hi, full_lo, full_hi, *tab,
                                                      *strides_qkvdo, *strides, *_sizes(q, k, v),
                                                      EMPTY_ROWS_ZERO=empty_rows_zero, **dq_meta)
     return dq, dk, dv

@@ -14,7 +14,8 @@ Block sizes, dtypes and the dot's precision are constexprs: Triton specializes t
 
 The LSE is kept as its two parts, each row's max m and log2 of its sum l, in base 2: m + log2(l)
 in one float loses log2(l) where the scores are near float32's lowest (a row all filled with
-finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)); d loss / d s is
+finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)) (for a modification
+score_mod.log2_clamps names, m is mod(s)'s own max and P = exp2((mod(s) − m)·log2(e) − log2(l))); d loss / d s is
 the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
 With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
@@ -85,7 +86,7 @@ KEY_BLOCKS = '''\
         k_t = tl.load(k_base + col * sk_j + e[:, None] * sk_e, mask=(col < len_k) & (e[:, None] < dim), other=0.0)
 '''
 
-# one pass of the forward: {score} is mod(s)·log2(e)
+# one pass of the forward: {score} is mod(s)·log2(e), or mod(s) where {units} is " * LOG2E"
 FWD_LOOP = KEY_BLOCKS + '''\
         qk = mm(q, k_t, DOT, PRECISION)
         {loads}
@@ -95,8 +96,8 @@ FWD_LOOP = KEY_BLOCKS + '''\
         m_new = tl.maximum(m_i, tl.max(score, 1))
         # a row with nothing live yet subtracts 0, not -inf (-inf - -inf is NaN)
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(score - m_use[:, None])
+        alpha = tl.math.exp2((m_i - m_use){units})
+        p = tl.math.exp2((score - m_use[:, None]){units})
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * sv_j + ev[None, :] * sv_e,
                     mask=(cols[:, None] < len_k) & (ev[None, :] < dim_v), other=0.0)
@@ -111,7 +112,7 @@ DQ_LOOP = KEY_BLOCKS + '''\
         qk = mm(q, k_t, DOT, PRECISION)
         {loads}
         valid = (row < len_q) & (col < len_k)
-        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]) - l2[:, None]), 0.0)
+        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
         dp = mm(do, v_t, DOT, PRECISION)
         dscore = p * (dp - delta[:, None])
         ds = tl.where(valid, {grad}, 0.0)
@@ -130,7 +131,7 @@ DKDV_LOOP = '''\
             m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
             l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
             m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
-            p = tl.where(valid, tl.math.exp2(({score} - m2[None, :]) - l2[None, :]), 0.0)
+            p = tl.where(valid, tl.math.exp2(({score} - m2[None, :]){units} - l2[None, :]), 0.0)
             do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
                          mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
             dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)
@@ -162,33 +163,50 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}) if grad_tree is not None else "0.0"
     grad = gradient(sm.tree)
 
+    # A modification whose finite values cannot be shown to stay finite times log2(e) (ALiBi's float32
+    # slopes) keeps its scores and row max in natural units, scaled after the subtraction: (s - m) ≤ 0
+    # can only round to -inf where exp2 gives 0 anyway. Folded into the scores instead, it would need a
+    # clamp per score (three more operations per score; ALiBi ran 0.71x of Inductor's, session 41).
+    natural = score_mod.log2_clamps(sm.tree)
+    units = " * LOG2E" if natural else ""
+
     def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
-        """mod(s) · log2(e) as Triton, broadcast to `shape` when it would not be already."""
+        """mod(s) · log2(e) (mod(s) when `natural`) as Triton, broadcast to `shape` when it would not be already."""
         used_names = score_mod.variables(tree)
         along = set().union(*(set(axes.get(n, n)) for n in used_names if n in axes or n in ("i", "j")))
         full = "s" in used_names or along >= {"i", "j"}
         pad = "" if full else f" + tl.zeros({shape}, tl.float32)"
-        return f"({score_mod.triton_source(score_mod.log2_scaled(tree), names, kinds)}).to(tl.float32){pad}"
+        scaled = tree if natural else score_mod.log2_scaled(tree)
+        return f"({score_mod.triton_source(scaled, names, kinds)}).to(tl.float32){pad}"
 
     def fwd_loop(start: str, stop: str, tree: score_mod.Node) -> str:
-        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8, tree), score=score2("[BLOCK_M, BLOCK_N]", tree))
+        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8, tree, hoisted=row_fixed), score=score2("[BLOCK_M, BLOCK_N]", tree),
+                               units=units)
 
     def dq_loop(start: str, stop: str, tree: score_mod.Node) -> str:
         grad_tree = score_mod.gradient(tree)
-        return DQ_LOOP.format(start=start, stop=stop, loads=loads(8, tree, grad_tree),
-                              score=score2("[BLOCK_M, BLOCK_N]", tree), grad=gradient(tree))
+        return DQ_LOOP.format(start=start, stop=stop, loads=loads(8, tree, grad_tree, hoisted=row_fixed),
+                              score=score2("[BLOCK_M, BLOCK_N]", tree), grad=gradient(tree), units=units)
 
     def dkdv_loop(start: str, stop: str, tree: score_mod.Node) -> str:
         grad_tree = score_mod.gradient(tree)
-        return DKDV_LOOP.format(start=start, stop=stop, loads=loads(12, tree, grad_tree),
-                                score=score2("[BLOCK_N, BLOCK_M]", tree), grad=gradient(tree))
+        return DKDV_LOOP.format(start=start, stop=stop, loads=loads(12, tree, grad_tree, hoisted=col_fixed),
+                                score=score2("[BLOCK_N, BLOCK_M]", tree), grad=gradient(tree), units=units)
 
-    def loads(indent: int, *trees) -> str:
+    def loads(indent: int, *trees, hoisted=()) -> str:
         """The extra tensors' loads; with `trees`, only of those they read (a whole block's loop reads
-        no mask that only masks: hf_causal's bool buffer is not loaded below the diagonal)."""
+        no mask that only masks: hf_causal's bool buffer is not loaded below the diagonal), but for
+        the `hoisted` ones, loaded before the loop."""
         read = set().union(*(score_mod.variables(t) for t in trees if t is not None)) if trees else None
-        wanted = [n for n in used if read is None or f"t{n}" in read]
+        wanted = [n for n in used if (read is None or f"t{n}" in read) and n not in hoisted]
         return textwrap.indent(tensor_loads(wanted, axes), " " * indent).lstrip()
+
+    # tensors a loop does not move along, loaded once before it: per query block (ALiBi's slopes, a
+    # per-row bias) in the forward and dq, per key block (a padding mask) in dk/dv
+    row_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"i"}]
+    col_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"j"}]
+    hoist_rows = "".join("\n    " + line for line in tensor_loads(row_fixed, axes).splitlines()) if row_fixed else ""
+    hoist_cols = "".join("\n        " + line for line in tensor_loads(col_fixed, axes).splitlines()) if col_fixed else ""
 
     common = ", ".join(extras + ["RANGE_LO", "RANGE_HI"])
     strides = ", ".join(extra_strides) + ("," if extra_strides else "")
@@ -196,10 +214,12 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     consts = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, "
               "PRECISION: tl.constexpr, DOT: tl.constexpr")
     if skip_blocks:
-        fwd_range = dq_range = ("lo = tl.load(RANGE_LO + pid_m) * BLOCK_N\n"
-                                "    hi = tl.load(RANGE_HI + pid_m) * BLOCK_N\n"
-                                "    full_lo = tl.load(FULL_LO + pid_m) * BLOCK_N\n"
-                                "    full_hi = tl.load(FULL_HI + pid_m) * BLOCK_N")
+        # the table's row of this batch and head (tab_b = tab_h = 0: one row for all of them)
+        fwd_range = dq_range = ("block = (bid * tab_b + hid * tab_h) * tl.num_programs(0) + pid_m\n"
+                                "    lo = tl.load(RANGE_LO + block) * BLOCK_N\n"
+                                "    hi = tl.load(RANGE_HI + block) * BLOCK_N\n"
+                                "    full_lo = tl.load(FULL_LO + block) * BLOCK_N\n"
+                                "    full_hi = tl.load(FULL_HI + block) * BLOCK_N")
         # the key blocks with no dead score (a causal mask's below the diagonal) run the modification
         # without its masking: lo ≤ full_lo ≤ full_hi ≤ hi
         live = score_mod.assume_live(sm.tree)
@@ -208,10 +228,12 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         dq_loops = dq_loop("lo", "full_lo", sm.tree) + dq_loop("full_lo", "full_hi", live) + dq_loop("full_hi", "hi", sm.tree)
         # the query blocks with the most live key blocks (a causal mask's last) start first
         pid_m = "tl.num_programs(0) - 1 - tl.program_id(0)"
-        dkdv_range = ("lo = tl.load(RANGE_LO + pid_n) * BLOCK_M\n"
-                      "    hi = tl.load(RANGE_HI + pid_n) * BLOCK_M\n"
-                      "    full_lo = tl.load(QFULL_LO + pid_n) * BLOCK_M\n"
-                      "    full_hi = tl.load(QFULL_HI + pid_n) * BLOCK_M")
+        # per query head of the group: its batch's and head's row of the table
+        dkdv_range = ("block = (bid * tab_b + hid * tab_h) * tl.num_programs(0) + pid_n\n"
+                      "        lo = tl.load(RANGE_LO + block) * BLOCK_M\n"
+                      "        hi = tl.load(RANGE_HI + block) * BLOCK_M\n"
+                      "        full_lo = tl.load(QFULL_LO + block) * BLOCK_M\n"
+                      "        full_hi = tl.load(QFULL_HI + block) * BLOCK_M")
         dkdv_loops = (dkdv_loop("lo", "full_lo", sm.tree) + dkdv_loop("full_lo", "full_hi", live)
                       + dkdv_loop("full_hi", "hi", sm.tree))
     else:
@@ -219,8 +241,11 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         fwd_loops = fwd_loop("lo", "hi", sm.tree)
         dq_loops = dq_loop("lo", "hi", sm.tree)
         pid_m = "tl.program_id(0)"
-        dkdv_range = "lo = 0\n    hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
+        dkdv_range = "lo = 0\n        hi = tl.cdiv(len_q, BLOCK_M) * BLOCK_M"
         dkdv_loops = dkdv_loop("lo", "hi", sm.tree)
+
+    fwd_range = dq_range = fwd_range + hoist_rows
+    dkdv_range += hoist_cols
 
     # the first lines of the forward and of the dq kernel: the query block a program owns, and its queries
     query_block = f'''    bh = tl.program_id(1)
@@ -237,7 +262,7 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     source = HEADER.format(mod=sm.text, log2e=score_mod.LOG2E) + f'''
 
 @triton.jit
-def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI,
+def flash_fwd(Q, K, V, OUT, LSE, {common}, FULL_LO, FULL_HI, tab_b, tab_h,
               sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e, {strides}
               {sizes}, {consts}, EVEN_N: tl.constexpr,
               EMPTY_ROWS_ZERO: tl.constexpr):
@@ -278,7 +303,7 @@ def flash_bwd_delta(OUT, DO, DELTA, so_b, so_h, so_i, so_e, sdo_b, sdo_h, sdo_i,
 
 
 @triton.jit
-def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI,
+def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI, tab_b, tab_h,
                    sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                    sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                    {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr):
@@ -298,10 +323,10 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI
                 mask=(col < len_k) & (ev[None, :] < dim_v), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
-    {dkdv_range}
     for member in range(0, group):
         hid = hkv * group + member
         bh = bid * n_heads + hid
+        {dkdv_range}
         q_base = Q + bid.to(tl.int64) * sq_b + hid.to(tl.int64) * sq_h
         do_base = DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h
 {dkdv_loops}    tl.store(DK + bhk.to(tl.int64) * len_k * dim + col * dim + e[None, :], dk.to(DK.dtype.element_ty),
@@ -311,7 +336,7 @@ def flash_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, {common}, QFULL_LO, QFULL_HI
 
 
 @triton.jit
-def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI,
+def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI, tab_b, tab_h,
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                  {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr):
@@ -353,21 +378,23 @@ def table_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], tensor_axes: tuple
     """The module text of the block table of a modification whose dead scores depend on its extra
     tensors (a mask given as data), computed from their values on every call by three kernels, each
     over a grid as wide as its work (a first version, one program per query block walking every key
-    block, batch and head in turn, cost more than the blocks it let the kernels skip):
+    block, batch and head in turn, cost more than the blocks it let the kernels skip). There is one
+    table per batch and head the mask tensors vary along (`n_h`: the extra tensors come expanded to
+    [tables // n_h, n_h, L, S]): a padding mask skips each batch's own padding, not only the blocks
+    padded in all of them.
 
-        block_flags   grid (query blocks, key blocks)   FLAGS[m, n]: 1 if the block holds a valid score
-                                                        that is live for some batch and head, + 2 if
-                                                        none is dead for any; ROW_LIVE[bh, row] set
-                                                        to 1 where a row has a live score (NEED_ROWS)
-        dead_rows     grid (ROW_LIVE / BLOCK,)          DEAD = 1 if some row is dead everywhere for
-                                                        some batch and head (a finite fill then makes
-                                                        every block visited, as eager averages)
+        block_flags   grid (query blocks, key blocks,   FLAGS[bh, m, n]: 1 if the block holds a valid
+                      tables)                           score that is live, + 2 if none is dead;
+                                                        ROW_LIVE[bh, row] set to 1 where a row has a
+                                                        live score (NEED_ROWS)
+        dead_rows     grid (rows / BLOCK, tables)       DEAD[bh] = 1 if some row of it is dead
+                                                        everywhere (a finite fill then makes every
+                                                        block visited, as eager averages)
         block_ranges  grid (query blocks [+ key         per query block the key blocks' ranges, per
-                      blocks, BACKWARD],)               key block the query blocks' (RANGES, as
+                      blocks, BACKWARD], tables)        key block the query blocks' (RANGES, as
                                                         flash.py's BlockTable has them)
 
-    `tensor_axes` as for kernel_source. The batches and heads it loops over are those the mask
-    tensors vary along (`n_bh`, `n_h`: the extra tensors come expanded to [n_bh // n_h, n_h, L, S]).
+    `tensor_axes` as for kernel_source.
     """
     kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
     tree = score_mod.dead_tree(sm.tree)
@@ -388,34 +415,32 @@ def block_dead(row, col, bid, hid, {extras}{strides}len_q, len_k):
 
 
 @triton.jit
-def block_flags(FLAGS, ROW_LIVE, {extras}{strides}n_bh, n_h, len_q, len_k, n_n,
+def block_flags(FLAGS, ROW_LIVE, {extras}{strides}n_h, len_q, len_k, n_m, n_n,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NEED_ROWS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    bh = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row = rows[:, None]
     col = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
     valid = (row < len_q) & (col < len_k)
-    zero = tl.full([], 0, tl.int32)
-    live = zero
-    dead = zero
-    for bh in range(0, n_bh):
-        d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
-        alive = (valid & ~d).to(tl.int32)
-        live = tl.maximum(live, tl.max(tl.max(alive, 1), 0))
-        dead = tl.maximum(dead, tl.max(tl.max(d.to(tl.int32), 1), 0))
-        if NEED_ROWS:
-            row_alive = tl.max(alive, 1)
-            tl.atomic_max(ROW_LIVE + (rows.to(tl.int64) + bh * len_q), row_alive, mask=(rows < len_q) & (row_alive > 0))
-    tl.store(FLAGS + pid_m * n_n + pid_n, (live + 2 * live * (1 - dead)).to(tl.int8))
+    d = block_dead(row, col, bh // n_h, bh % n_h, {extras}{strides}len_q, len_k)
+    alive = (valid & ~d).to(tl.int32)
+    live = tl.max(tl.max(alive, 1), 0)
+    dead = tl.max(tl.max(d.to(tl.int32), 1), 0)
+    if NEED_ROWS:
+        row_alive = tl.max(alive, 1)
+        tl.atomic_max(ROW_LIVE + (rows.to(tl.int64) + bh * len_q), row_alive, mask=(rows < len_q) & (row_alive > 0))
+    tl.store(FLAGS + (bh * n_m + pid_m) * n_n + pid_n, (live + 2 * live * (1 - dead)).to(tl.int8))
 
 
 @triton.jit
-def dead_rows(ROW_LIVE, DEAD, total, BLOCK: tl.constexpr):
-    index = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    alive = tl.load(ROW_LIVE + index, mask=index < total, other=1)
+def dead_rows(ROW_LIVE, DEAD, len_q, BLOCK: tl.constexpr):
+    bh = tl.program_id(1)
+    index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    alive = tl.load(ROW_LIVE + bh.to(tl.int64) * len_q + index, mask=index < len_q, other=1)
     found = tl.max((alive == 0).to(tl.int32), 0)
-    tl.atomic_max(DEAD, found, mask=found > 0)
+    tl.atomic_max(DEAD + bh, found, mask=found > 0)
 
 
 @triton.jit
@@ -436,26 +461,32 @@ def block_spans(live, whole, index, count, dead):
 
 @triton.jit
 def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr):
-    # RANGES: kv_lo, kv_hi, full_lo, full_hi (n_m each), then q_lo, q_hi, qfull_lo, qfull_hi (n_n each, BACKWARD)
+    # RANGES: kv_lo, kv_hi, full_lo, full_hi ([tables, n_m] each), then q_lo, q_hi, qfull_lo,
+    # qfull_hi ([tables, n_n] each, BACKWARD); program_id(1) is the table's batch and head
     pid = tl.program_id(0)
-    dead = tl.load(DEAD)
+    bh = tl.program_id(1)
+    tables = tl.num_programs(1)
+    dead = tl.load(DEAD + bh)
+    flags_bh = FLAGS + bh * n_m * n_n
     if pid < n_m:
         pn = tl.arange(0, N_N)
-        flags = tl.load(FLAGS + pid * n_n + pn, mask=pn < n_n, other=0).to(tl.int32)
+        flags = tl.load(flags_bh + pid * n_n + pn, mask=pn < n_n, other=0).to(tl.int32)
         kv_lo, kv_hi, full_lo, full_hi = block_spans((flags & 1) != 0, (flags & 2) != 0, pn, n_n, dead)
-        tl.store(RANGES + pid, kv_lo)
-        tl.store(RANGES + n_m + pid, kv_hi)
-        tl.store(RANGES + 2 * n_m + pid, full_lo)
-        tl.store(RANGES + 3 * n_m + pid, full_hi)
+        out = RANGES + bh * n_m + pid
+        tl.store(out, kv_lo)
+        tl.store(out + tables * n_m, kv_hi)
+        tl.store(out + 2 * tables * n_m, full_lo)
+        tl.store(out + 3 * tables * n_m, full_hi)
     else:
         # names of their own: compiled Triton merges a name set in both branches, and these are
         # vectors of another length (N_M) than the first branch's (N_N)
         pid_n = pid - n_m
         pm = tl.arange(0, N_M)
-        col_flags = tl.load(FLAGS + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
+        col_flags = tl.load(flags_bh + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
         q_lo, q_hi, qfull_lo, qfull_hi = block_spans((col_flags & 1) != 0, (col_flags & 2) != 0, pm, n_m, dead)
-        tl.store(RANGES + 4 * n_m + pid_n, q_lo)
-        tl.store(RANGES + 4 * n_m + n_n + pid_n, q_hi)
-        tl.store(RANGES + 4 * n_m + 2 * n_n + pid_n, qfull_lo)
-        tl.store(RANGES + 4 * n_m + 3 * n_n + pid_n, qfull_hi)
+        out_q = RANGES + 4 * tables * n_m + bh * n_n + pid_n
+        tl.store(out_q, q_lo)
+        tl.store(out_q + tables * n_n, q_hi)
+        tl.store(out_q + 2 * tables * n_n, qfull_lo)
+        tl.store(out_q + 3 * tables * n_n, qfull_hi)
 '''

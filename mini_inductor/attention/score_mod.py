@@ -440,6 +440,23 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
     return Node("where", (Node("eq", (node, infinite)), num(-math.inf), saturated))
 
 
+def log2_clamps(node: Node, factor: float = LOG2E) -> bool:
+    """Whether log2_scaled(node, factor) clamps a computed value (one not shown to stay within float32
+    times the factor): it walks the same cases."""
+    if node.op == "num":
+        return False
+    if node.op == "where":
+        return log2_clamps(node.args[1], factor) or log2_clamps(node.args[2], factor)
+    if node.op == "mul" and (node.args[1].op == "num" and isinstance(node.args[1].value, (int, float))
+                             or node.args[0].op == "num"):
+        return False
+    if node.op == "div" and node.args[1].op == "num" and node.args[1].value not in (0, 0.0):
+        return False
+    if node.op == "neg":
+        return log2_clamps(node.args[0], -factor)
+    return not (in_range(node) or abs(factor) <= 1.0)
+
+
 _FINITE_OPS = {"add", "sub", "mul", "neg", "abs", "tanh", "sigmoid", "minimum", "maximum", "where",
                "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv", "mod"}
 

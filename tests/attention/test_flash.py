@@ -354,15 +354,22 @@ def test_a_causal_mask_kept_as_a_bool_buffer_skips_as_the_written_one(device):
     assert data_ranges(mod, [buffer], device, backward=True) == ranges("where(j <= i, s * 0.125, -inf)", backward=True)
 
 
-def test_a_padding_mask_skips_the_key_blocks_padded_in_every_batch(device):
+def test_a_padding_mask_skips_each_batchs_own_padding(device):
     pad = torch.zeros(2, 1, 1, 64, dtype=torch.bool, device=device)
     pad[0, ..., 40:] = True
     pad[1, ..., 48:] = True
-    table = data_ranges("where(t0, -inf, s * 0.125)", [pad], device)
-    assert table["kv_lo"] == [0] * 4 and table["kv_hi"] == [3] * 4     # block 3 is padding in both batches
-    assert table["full_lo"] == [0] * 4 and table["full_hi"] == [2] * 4   # block 2 is padding in batch 0 only
+    table = flash.block_ranges(score_mod.parse("where(t0, -inf, s * 0.125)"), 64, 64, 16, 16, torch.device(device),
+                               False, [pad])
+    assert (table.tab_b, table.tab_h) == (1, 0)          # a table per batch, shared by the heads
+    assert table.kv_lo.tolist() == [[0] * 4] * 2
+    assert table.kv_hi.tolist() == [[3] * 4, [3] * 4]    # batch 0: keys 40-47 live in block 2; block 3 skipped
+    assert table.full_lo.tolist() == [[0] * 4] * 2
+    assert table.full_hi.tolist() == [[2] * 4, [3] * 4]  # block 2 is masked in batch 0 only
     table = data_ranges("where(t0, -inf, s * 0.125)", [pad], device, backward=True)
-    assert table["q_lo"] == [0, 0, 0, 0] and table["q_hi"] == [4, 4, 4, 0]
+    assert table["q_lo"] == [[0] * 4] * 2 and table["q_hi"] == [[4, 4, 4, 0], [4, 4, 4, 0]]
+    pad[1, ..., 32:] = True                              # batch 1 pads blocks 2 and 3
+    table = data_ranges("where(t0, -inf, s * 0.125)", [pad], device)
+    assert table["kv_hi"] == [[3] * 4, [2] * 4] and table["full_hi"] == [[2] * 4, [2] * 4]
 
 
 FORWARD_RANGES = ("kv_lo", "kv_hi", "full_lo", "full_hi")
@@ -441,6 +448,25 @@ def test_masks_given_as_data_skip_blocks_and_match_eager(device, case, skip, mon
     sm = score_mod.parse(mod)
     assert sm.skips_blocks and flash._plan_for(q, v, extra, sm, False).skip == (skip or not sm.dead_reads_tensors)
     check_against_eager(q, k, v, extra, mod, modify)
+
+
+@pytest.mark.parametrize("dead_row", [False, True])
+def test_a_mask_per_batch_and_head_under_grouped_query_heads_matches_eager(device, dead_row, monkeypatch):
+    # a table per (batch, query head); dk/dv sums the query heads of a group, each over its own ranges
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    q, k, v = inputs(device, torch.float32, B=2, Hq=4, Hkv=2, L=52, S=60, E=8)
+    i, j = torch.arange(52, device=device)[:, None], torch.arange(60, device=device)[None, :]
+    width = torch.tensor([4, 9, 17, 60, 30, 2, 11, 25], device=device).view(2, 4, 1, 1)
+    keep = (j <= i) & (i - j < width)                 # a causal window of its own width per batch and head
+    if dead_row:
+        keep = keep.clone()
+        keep[1, 2, 7] = False                         # batch 1, head 2: a row with nothing live (NaN, as eager)
+    table = flash.block_ranges(score_mod.parse("where(t0, s * 0.25, -inf)"), 52, 60, 16, 16, torch.device(device),
+                               False, [keep])
+    assert (table.tab_b, table.tab_h) == (4, 1) and table.kv_lo.shape == (8, 4)
+    assert table.kv_lo[0].tolist() == [0, 0, 1, 2] and table.kv_lo[3].tolist() == [0] * 4   # width 4 and 60
+    check_against_eager(q, k, v, [keep], "where(t0, s * 0.25, -inf)",
+                        lambda s, i_, j_: torch.where(keep, s * 0.25, NEG_INF), equal_nan=dead_row)
 
 
 @pytest.mark.parametrize("mod,live", [
