@@ -22,8 +22,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeW
 FORWARD_OP = "mini_inductor.flash_attention_forward.default"
 BACKWARD_OP = "mini_inductor.flash_attention_backward.default"
 NEG_INF = float("-inf")
-TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=5e-3, rtol=5e-3)}
-GRAD_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2)}
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=5e-3, rtol=5e-3),
+       torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+GRAD_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
+            torch.bfloat16: dict(atol=6e-2, rtol=6e-2)}
 
 
 @pytest.fixture(autouse=True)
@@ -187,6 +189,35 @@ def test_float16_causal_with_soft_capping(device):
     check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=softcap, block_mask=mask),
                         qkv(device, torch.float16, E=16))
     assert_one_flash_call("tanh")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_causal_mask_or_none_in_16_bits_is_atens_sdpa(device, dtype, masked):
+    # what SDPA's flash kernel computes is sent to it (as for attention written out), forward and backward
+    mask = create_block_mask(causal, None, None, 40, 40, device=device) if masked else None
+    got, _ = check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask, scale=0.3),
+                                 qkv(device, dtype, L=40, E=16))
+    (record,) = metrics.attention
+    assert record.target == "sdpa" and record.mod == ("where(i >= j, s * 0.3, -inf)" if masked else "s * 0.3")
+    graphs = metrics.compiled_graphs
+    assert graphs and not [r.name for r in graphs if r.ran_eagerly]
+    calls = [op for r in graphs for op in list(r.extern_calls) + list(r.fallback_ops)]
+    assert calls and all("scaled_dot_product" in op for op in calls), calls
+    assert got.is_contiguous()
+
+
+def test_grouped_query_heads_or_another_key_length_keep_the_generated_kernel(device):
+    # SDPA would need enable_gqa, and its is_causal aligns the mask differently where L != S
+    mask = create_block_mask(causal, None, None, 20, 20, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask, enable_gqa=True),
+                        qkv(device, torch.float16, Hq=4, Hkv=2, E=16))
+    assert_one_flash_call("where(i >= j, ")
+    torch._dynamo.reset()
+    metrics.reset()
+    mask = create_block_mask(causal, None, None, 20, 28, device=device)
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, block_mask=mask), qkv(device, torch.float16, S=28, E=16))
+    assert_one_flash_call("where(i >= j, ")
 
 
 def test_a_cast_to_float16_in_the_score_mod_rounds_as_eager(device):
