@@ -45,7 +45,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
     if hit is not None:
-        return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options), before, first),
+        return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
                                traced, metrics.compiled_graphs[first:])
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
@@ -54,7 +54,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
     return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
-                                                          options), before, first),
+                                                          options, traced), before, first),
                            traced, metrics.compiled_graphs[first:])
 
 

@@ -109,9 +109,11 @@ class GraphArtifact(_ArtifactBase):  # type: ignore[misc,valid-type]
 
 
 def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str | None,
-         options: dict | None) -> Callable:
+         options: dict | None, traced=None) -> Callable:
     """`compiled` (what the backend returns for `gm`), recorded for Dynamo's cache when torch's switch is on
-    and the graph qualifies; then wrapped so that its first call writes the entries."""
+    and the graph qualifies; then wrapped so that its first call writes the entries. `traced`: the
+    backend's _AsTraced, whose graph (Dynamo's, before attention fusion rewrote `gm`) is the one kept,
+    for a new process to run as traced (forward-mode AD) or compile again."""
     if not cfg.dynamo_cache:
         return compiled
     backend_id = getattr(gm, "_backend_id", None)   # set by Dynamo only while it keeps a package
@@ -123,7 +125,7 @@ def keep(gm, compiled: Callable, cfg: Config, front_key: str | None, mode: str |
     reason = _why_not(gm, front_key)
     if reason is None:
         try:
-            graph = pickle.dumps(_detached(gm))
+            graph = pickle.dumps(_detached(traced.as_module() if traced is not None else gm))
             content = {"format": FORMAT, "front_key": front_key, "compiler": compiler_hash(cfg),
                        "mode": mode, "options": dict(options) if options else None,
                        "num_inputs": sum(1 for n in gm.graph.nodes if n.op == "placeholder"),
@@ -250,6 +252,7 @@ class _Reloaded:
         self.content = content
         self.rebuilt_from: str | None = None      # "front cache" or "compile"
         self._run: Callable = self._first_call
+        self._kept: torch.fx.GraphModule | None = None
 
     def __call__(self, *args: Any) -> Any:
         return self._run(*args)
@@ -271,7 +274,8 @@ class _Reloaded:
                     schedule_log.info("%s: rebuilt from Dynamo's cache and the front cache entry in %.3f s "
                                       "(no Dynamo tracing, no AOT autograd)", self.backend_id,
                                       time.perf_counter() - began)
-                    return served
+                    from ..backend import _ForwardADAware   # (the compile path's backend wraps its own)
+                    return _ForwardADAware(served, self._kept_graph_call)
                 reason = "its front cache entry or the compiled graph it names cannot be loaded"
         except Exception as e:  # noqa: BLE001  (fall back to a compile rather than fail the call)
             reason = f"{type(e).__name__}: {e}"
@@ -281,6 +285,12 @@ class _Reloaded:
         # the backend by its registered name (mini_inductor's import registered it): no import of backend.py
         backend = lookup_backend("mini_inductor")
         return backend(self._kept_graph(), args, content.get("mode"), content.get("options"))
+
+    def _kept_graph_call(self, *args: Any) -> Any:
+        """The kept Dynamo graph run as traced (forward-mode AD's path), unpickled at its first use."""
+        if self._kept is None:
+            self._kept = self._kept_graph()
+        return self._kept(*args)
 
     def _kept_graph(self) -> torch.fx.GraphModule:
         """The Dynamo graph the entry keeps, unpickled only once its hash matched."""

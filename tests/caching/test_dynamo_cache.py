@@ -203,6 +203,26 @@ def test_a_reloaded_graph_is_rebuilt_from_the_front_cache_without_compiling(tmp_
     torch.testing.assert_close(out, cold_out)
 
 
+def test_a_reloaded_graph_carries_forward_mode_tangents_as_eager(tmp_path, monkeypatch):
+    # served from the front cache, it runs the kept Dynamo graph as traced while a dual level is open
+    import torch.autograd.forward_ad as fwAD
+    x, y, tangent = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
+    _, artifact = _kept_artifact(tmp_path, monkeypatch, x, y)
+    reloaded = artifact.after_deserialization()
+    with torch.no_grad(), fwAD.dual_level():
+        with pytest.warns(UserWarning, match="forward-mode AD"):
+            (out,) = reloaded(fwAD.make_dual(x, tangent), y)
+        got = fwAD.unpack_dual(out)
+        want = fwAD.unpack_dual(_norm_mul(fwAD.make_dual(x, tangent), y))
+        assert got.tangent is not None
+        torch.testing.assert_close(got.tangent, want.tangent)
+        torch.testing.assert_close(got.primal, want.primal)
+    assert reloaded.rebuilt_from == "front cache"
+    with torch.no_grad():
+        (plain,) = reloaded(x, y)
+    torch.testing.assert_close(plain.clone(), _norm_mul(x, y))
+
+
 @pytest.mark.parametrize("damage", ["front entry removed", "compiler changed"])
 def test_a_reloaded_graph_that_cannot_be_rebuilt_is_compiled_again_not_run_stale(tmp_path, monkeypatch, caplog,
                                                                                  damage):
