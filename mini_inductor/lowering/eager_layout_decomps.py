@@ -1,14 +1,16 @@
 """Decompositions wrapped to end in eager's layout (decompositions.py adds them to the table AOT autograd
 traces with): batch norm's, pointwise ops' (a decomposition may expand a broadcast operand before its
 first op, heaviside, which then orders the dims by it), slice/select/diagonal scatters' (self's layout),
-masked_fill's and adaptive average pooling's. What eager's layout is comes from eager_strides.py.
+masked_fill's, adaptive average pooling's, and on the CPU max unpooling's and roll's. What eager's layout
+is comes from eager_strides.py.
 """
 from __future__ import annotations
 
 import torch
 
-from .eager_strides import (_BATCH_NORMS, _batch_norm_output_format, _is_pointwise, _same_where_observable,
-                            _static, _traced_batch_norm_format, as_iterated, elementwise_strides)
+from .eager_strides import (_BATCH_NORMS, _batch_norm_output_format, _fake_mode, _hint, _is_pointwise,
+                            _same_where_observable, _static, _suggest_memory_format, _traced_batch_norm_format,
+                            as_iterated, elementwise_strides)
 
 aten = torch.ops.aten
 
@@ -27,7 +29,92 @@ def decompositions(table: dict) -> dict:
             out[target] = _elementwise_in_eager_layout(None, decomp, _self_only)
         elif getattr(target, "overloadpacket", None) is aten.masked_fill:
             out[target] = _contiguous_result(decomp)
+        elif target is aten.max_unpool2d.default:
+            out[target] = _unpool_in_eager_layout(decomp)
+        elif target is aten.roll.default:
+            out[target] = _roll_in_eager_layout(decomp)
     return out
+
+
+def _roll_in_eager_layout(decomp):
+    """roll's decomposition (an index_select: a contiguous result) followed, on the CPU, by a copy into
+    the layout of eager's CPU kernel, which rolls one dim as a cat of two narrows (roll_cpu), so its
+    result is laid out as that cat's (channels last for a channels-last input; fuzz seed 5014 prog 26),
+    and several dims one after the other. Eager's CUDA kernel's result is contiguous, as the
+    decomposition's. A dynamic graph's layout is decided on the traced sizes, as batch norm's."""
+    def run(self, shifts, dims=(), *args, **kwargs):
+        result = decomp(self, shifts, dims, *args, **kwargs)
+        if not isinstance(result, torch.Tensor) or self.device.type != "cpu" or self.dim() < 2:
+            return result
+        want = _stand_in_strides(self, lambda t: _eager_cpu_roll(t, list(shifts), list(dims)))
+        if want is None or _same_where_observable(result, want):
+            return result
+        return _permuted_copy(result, want)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
+    return run
+
+
+def _eager_cpu_roll(t: torch.Tensor, shifts: list, dims: list) -> torch.Tensor:
+    """ATen's roll_cpu (and roll_common) on a meta tensor: for its result's layout."""
+    if t.numel() == 0:
+        return t.clone()
+    if len(dims) == 0 and len(shifts) == 1:
+        return _eager_cpu_roll(t.contiguous().view(-1), shifts, [0]).view(t.shape)
+    if len(shifts) != 1 or len(dims) != 1:
+        return _eager_cpu_roll(_eager_cpu_roll(t, shifts[:1], dims[:1]), shifts[1:], dims[1:])
+    dim = dims[0]
+    size = t.shape[dim]
+    start = (size - shifts[0]) % size
+    return torch.cat([t.narrow(dim, start, size - start), t.narrow(dim, 0, start)], dim)
+
+
+def _stand_in_strides(x: torch.Tensor, fn) -> list | None:
+    """The strides of `fn` of a meta stand-in of `x` at its traced sizes (deciding on the SymInts would
+    guard on them), outside the trace; None where a size has no hint or `fn` raises."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            stand_in = torch.empty_strided([_hint(n) for n in x.shape], [_hint(st) for st in x.stride()],
+                                           dtype=x.dtype, device="meta")
+            return list(fn(stand_in).stride())
+    except Exception:   # noqa: BLE001  (a size without a hint: the decomposition's layout stays)
+        return None
+
+
+def _unpool_in_eager_layout(decomp):
+    """max_unpool2d's decomposition (an index_put into contiguous zeros) followed by a copy into the
+    input's suggested memory format where that is channels last, on the CPU: eager's CPU kernel
+    allocates a 4-D output so (fuzz seed 5000 prog 17: a channels-last input's unpooling came back
+    contiguous); its CUDA kernel, like the decomposition, allocates it contiguous. A dynamic graph's
+    format is decided on the traced sizes, as batch norm's."""
+    def run(self, indices, output_size, *args, **kwargs):
+        result = decomp(self, indices, output_size, *args, **kwargs)
+        if not isinstance(result, torch.Tensor) or self.device.type != "cpu" or self.dim() != 4:
+            return result
+        if _suggested_format(self) is not torch.channels_last:
+            return result
+        return aten.clone.default(result, memory_format=torch.channels_last)
+    run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
+    return run
+
+
+def _suggested_format(x: torch.Tensor):
+    """suggest_memory_format of `x`; of a stand-in at its traced sizes where they are symbolic (deciding
+    on the SymInts would guard on them); None where a size has no hint."""
+    if _static([x]):
+        return _suggest_memory_format(x)
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    mode = _fake_mode([x])
+    if mode is None:
+        return None
+    try:
+        with _disable_current_modes(), mode:   # not traced into the graph being decomposed
+            return _suggest_memory_format(torch.empty_strided(
+                [_hint(n) for n in x.shape], [_hint(st) for st in x.stride()], dtype=x.dtype, device=x.device))
+    except Exception:   # noqa: BLE001  (a size without a hint: the decomposition's layout stays)
+        return None
 
 
 def _contiguous_result(decomp):

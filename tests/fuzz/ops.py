@@ -24,6 +24,9 @@ from typing import Callable
 
 FAMILY_WEIGHTS = {"pointwise": 3, "binary": 3, "convert": 1, "reduction": 2, "norm": 1.5, "view": 3,
                   "indexing": 2.5, "scan": 1, "sort": 1, "matmul": 1.5, "inplace": 2, "attention": 0.6,
+                  # max, average, adaptive and Lp pools, unpooling (ops_pool.py); added in session 42, which
+                  # moved every seed's draws (a new nonzero weight changes what each random draw picks)
+                  "pooling": 0.8,
                   # Python int and float arguments (ops_scalar.py): off unless asked for (`--weight scalar=3`);
                   # last and 0, so that the other families' draws, and every seed's programs, stay as they were
                   "scalar": 0}
@@ -302,8 +305,9 @@ def _attention(c):
 
 
 # the shape, indexing, scan, sort, matmul and in-place rows (registered after these, in this order),
-# then the scalar family's
+# then the pooling family's and the scalar family's
 from . import ops_shape  # noqa: E402,F401
+from . import ops_pool  # noqa: E402,F401
 from . import ops_scalar  # noqa: E402,F401
 
 _BY_FAMILY: dict[str, list[OpSpec]] = {}

@@ -18,7 +18,8 @@ import dataclasses
 import re
 
 # Input layouts: how the tensor handed to the function is made from a dense base tensor.
-LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset")
+# "channels_last" (4-D only; the pooling family asks for it): dense with the channels innermost.
+LAYOUTS = ("contiguous", "transposed", "strided", "expanded", "offset", "channels_last")
 
 VAR = re.compile(r"\b[xv]\d+\b")
 SCALARS = ("int", "float")    # dtypes of Python-number arguments
@@ -79,7 +80,8 @@ class InputSpec:
 
     def view_suffix(self) -> str:
         return {"contiguous": "", "transposed": ".transpose(-2, -1)", "strided": "[..., ::2]",
-                "expanded": f".expand{self.shape}", "offset": f"[1:].view{tuple(self.shape)}"}[self.layout]
+                "expanded": f".expand{self.shape}", "offset": f"[1:].view{tuple(self.shape)}",
+                "channels_last": ".contiguous(memory_format=torch.channels_last)"}[self.layout]
 
     def source(self) -> str:
         """A line building this input from the generator `g` on `device`."""
