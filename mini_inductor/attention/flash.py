@@ -145,7 +145,8 @@ def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str,
     return out.to(q.dtype).contiguous(), torch.stack([m, torch.log2(total)], dim=2).contiguous()
 
 
-def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str, empty_rows_zero: bool = False):
+def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str, empty_rows_zero: bool = False,
+                       grad_lse: Tensor | None = None):
     """(dq, dk, dv) by the formulas the kernels use, on materialized matrices (an op's implementation
     runs below autograd: no autograd here). NaN where eager's autograd has NaN; with `empty_rows_zero`
     a row with no live score contributes nothing (its P is 0)."""
@@ -157,6 +158,8 @@ def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod
     p = _softmax(score, empty_rows_zero)
     dp = dout.float() @ v.float().repeat_interleave(group, dim=1).transpose(-1, -2)
     dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
+    if grad_lse is not None:   # d log-sum-exp / d score is P (times log2(e) for base 2)
+        dscore = dscore + p * lse_gradient(grad_lse)[..., None]
     grad = score_mod.gradient(sm.tree)
     ds = (torch.as_tensor(score_mod.evaluate(grad, {**env, "g": dscore})).float().expand(B, Hq, L, S)
           if grad is not None else torch.zeros_like(s))
@@ -555,7 +558,8 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
 
 
 def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extra,
-                    sm: score_mod.ScoreMod, empty_rows_zero: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                    sm: score_mod.ScoreMod, empty_rows_zero: bool = False,
+                    grad_lse: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
     tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
@@ -585,6 +589,8 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
         module.flash_bwd_delta[(-(-L // dq_m), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
                                                         BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
                                                         num_warps=dq_meta["num_warps"])
+        if grad_lse is not None:   # dS = P (dP - delta) + P g = P (dP - (delta - g))
+            delta.sub_(lse_gradient(grad_lse))
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
                                                       qfull_lo, qfull_hi, *tab,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v),
@@ -603,7 +609,24 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
 _SCHEMA_FWD = ("(Tensor q, Tensor k, Tensor v, Tensor[] extra, str mod, bool empty_rows_zero=False)"
                " -> (Tensor, Tensor)")
 _SCHEMA_BWD = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod,"
-               " bool empty_rows_zero=False) -> (Tensor, Tensor, Tensor)")
+               " bool empty_rows_zero=False, Tensor? grad_lse=None) -> (Tensor, Tensor, Tensor)")
+
+
+def base2_lse(lse: Tensor, mod: str) -> Tensor:
+    """The rows' log-sum-exp in base 2 [B, H, L], what flex attention's higher-order op returns as its LSE
+    (flex_attention() scales it by ln 2 for the user), from the forward op's [B, H, 2, L] (each row's
+    max, in log2 units or, where score_mod.log2_clamps, the score's own; log2 of its sum). Either way
+    its gradient g reaches the second part whole, which `lse_gradient` reads back."""
+    m, log2_sum = lse.select(2, 0), lse.select(2, 1)
+    if score_mod.log2_clamps(score_mod.parse(mod).tree):
+        return m * score_mod.LOG2E + log2_sum
+    return m + log2_sum
+
+
+def lse_gradient(grad_lse: Tensor) -> Tensor:
+    """What the LSE's gradient adds to each row's d loss / d score, over P (d log2-sum-exp / d score =
+    P · log2(e)), from the forward op's LSE gradient, where the LSE was read only through `base2_lse`."""
+    return grad_lse.select(2, 1).float() * score_mod.LOG2E
 
 
 @torch.library.custom_op("mini_inductor::flash_attention_forward", mutates_args=(), schema=_SCHEMA_FWD)
@@ -622,16 +645,16 @@ def _forward_fake(q, k, v, extra, mod, empty_rows_zero=False):
 
 
 @torch.library.custom_op("mini_inductor::flash_attention_backward", mutates_args=(), schema=_SCHEMA_BWD)
-def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False):
+def flash_attention_backward(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False, grad_lse=None):
     sm = _check(q, k, v, extra, mod)
     if q.numel() == 0 or k.numel() == 0 or v.numel() == 0 or not _uses_triton(q):
-        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod, empty_rows_zero)
+        dq, dk, dv = reference_backward(grad_out, q, k, v, extra, mod, empty_rows_zero, grad_lse)
         return dq.contiguous(), dk.contiguous(), dv.contiguous()
-    return triton_backward(grad_out, q, k, v, out, lse, extra, sm, empty_rows_zero)
+    return triton_backward(grad_out, q, k, v, out, lse, extra, sm, empty_rows_zero, grad_lse)
 
 
 @torch.library.register_fake("mini_inductor::flash_attention_backward")
-def _backward_fake(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False):
+def _backward_fake(grad_out, q, k, v, out, lse, extra, mod, empty_rows_zero=False, grad_lse=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -640,14 +663,17 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, *extra)
     ctx.mod, ctx.empty_rows_zero = mod, empty_rows_zero
-    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)   # an LSE nothing reads has no gradient, not one of zeros
 
 
 def _backward(ctx, grad_out, grad_lse):
-    # the LSE is an internal output (non-differentiable): only the attention output has a gradient
+    # the LSE has a gradient only where flex attention's rewrite returns it (read through base2_lse)
     q, k, v, out, lse, *extra = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    lse_args = () if grad_lse is None else (grad_lse,)
     dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod,
-                                                                  ctx.empty_rows_zero)
+                                                                  ctx.empty_rows_zero, *lse_args)
     grads = (dq, dk, dv, [None] * len(extra), None)
     # the dispatcher drops a trailing argument equal to its default (empty_rows_zero=False): one None
     # for each input the call was given (needs_input_grad has the inputs' structure)

@@ -28,8 +28,10 @@ operation whose eager result is float16 or bfloat16 is rounded to it (f16, bf16)
 nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are not read: eager applies
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
-Anything else (a captured tensor indexed by a computed index, an op outside the expression language, a
-captured tensor requiring grad, the lse or max-scores output read, a kernel option not known here) is
+The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as the higher-order op
+returns it (flash.base2_lse), with its gradient. Anything else (a captured tensor indexed by a computed index, an op outside the
+expression language, a captured tensor requiring grad, the max-scores output read, a kernel option not
+known here) is
 left as written and recorded as a near miss with its reason, as match.py records them.
 """
 from __future__ import annotations
@@ -414,6 +416,7 @@ class _FlexCall:
     sym_scale: object = None          # the scale as a SymFloat (guarded on its value), or None
     shapes: str = ""
     sdpa: tuple | None = None         # (scale, is_causal) where F.scaled_dot_product_attention computes it
+    lse_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 1): the log-sum-exp read
 
 
 def _hop_args(node) -> dict:
@@ -443,13 +446,13 @@ def _analyse(gm, node) -> _FlexCall:
     q, k, v = a["query"], a["key"], a["value"]
     if not all(isinstance(x, torch.fx.Node) and isinstance(value_of(x), torch.Tensor) for x in (q, k, v)):
         raise NearMiss("q, k or v is not a tensor of the graph")
-    outputs = []
+    outputs, lse_outputs = [], []
     for user in node.users:
-        if user.op == "call_function" and user.target is operator.getitem and user.args[1] == 0:
-            outputs.append(user)
-        elif user.op == "call_function" and user.target is operator.getitem and user.args[1] in (1, 2):
-            raise NearMiss(f"the {'log-sum-exp (return_lse=True)' if user.args[1] == 1 else 'max scores'} "
-                           "output is used: the flash-attention op returns the attention only")
+        if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (0, 1):
+            (outputs if user.args[1] == 0 else lse_outputs).append(user)
+        elif user.op == "call_function" and user.target is operator.getitem and user.args[1] == 2:
+            raise NearMiss("the max scores output is used: the flash-attention op returns the attention and "
+                           "the log-sum-exp only")
         else:
             raise NearMiss(f"flex_attention's outputs are used as {describe_op(user)}")
     qv, kv, vv = value_of(q), value_of(k), value_of(v)
@@ -504,7 +507,8 @@ def _analyse(gm, node) -> _FlexCall:
     except score_mod.ModError as e:
         raise NearMiss(f"the modification {mod!r} is outside the contract: {e}") from None
     shapes = f"q {list(qv.shape)}, k {list(kv.shape)}, v {list(vv.shape)}"
-    return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes, _sdpa_form(expr, qv, kv))
+    return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes,
+                     None if lse_outputs else _sdpa_form(expr, qv, kv), lse_outputs)
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:
@@ -573,6 +577,13 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
             scale, causal = call.sdpa
             result = emit("call_function", F.scaled_dot_product_attention, q, k, v, is_causal=causal, scale=scale)
             result = emit("call_method", "contiguous", result)   # (CUDA's kernels return [B, L, H, E]'s layout)
+        elif call.lse_outputs:   # the forward op itself, for its LSE, as the higher-order op's (base 2)
+            from .flash import base2_lse
+            extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
+            both = emit("call_function", torch.ops.mini_inductor.flash_attention_forward.default, q, k, v, extras,
+                        call.mod, True)
+            result = emit("call_function", operator.getitem, both, 0)
+            lse = emit("call_function", base2_lse, emit("call_function", operator.getitem, both, 1), call.mod)
         else:
             extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
             result = emit("call_function", target, q, k, v, extras, call.mod, True)
@@ -582,6 +593,9 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
         raise
     for out in call.outputs:
         out.replace_all_uses_with(result)
+        gm.graph.erase_node(out)
+    for out in call.lse_outputs:
+        out.replace_all_uses_with(lse)
         gm.graph.erase_node(out)
     _erase_dead(gm.graph, [node])
     for attr in [a for a in gm.graph.nodes if a.op == "get_attr" and not a.users]:

@@ -288,12 +288,43 @@ def test_a_tensor_indexed_by_a_computed_index_is_a_near_miss(device):
     assert_near_miss("computed index")
 
 
-def test_return_lse_is_a_near_miss(device):
-    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, return_lse=True), backend="mini_inductor")
-    q, k, v = qkv(device)
-    for got, want in zip(compiled(q, k, v), flex_attention(q, k, v, return_lse=True)):
-        torch.testing.assert_close(got, want, **TOL[torch.float32])
-    assert_near_miss("log-sum-exp")
+def alibi_slopes(device, heads=2):
+    return torch.tensor([0.5, 0.25, 0.125, 0.0625][:heads], device=device)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal_fp16", "alibi", "empty_rows"])
+def test_return_lse_is_the_forward_ops_own_with_its_gradient(device, case):
+    # the natural-log LSE from the kernel's (max, log2 sum); its gradient adds P·g to the scores'
+    slopes = alibi_slopes(device)
+    dtype, L, score_mod, mask_mod = torch.float32, 20, None, None
+    if case == "causal_fp16":
+        dtype, mask_mod = torch.float16, causal
+    elif case == "alibi":        # float32 slopes: scores kept in natural units (score_mod.log2_clamps)
+        score_mod = lambda s, b, h, i, j: s + slopes[h] * (j - i)   # noqa: E731
+    elif case == "empty_rows":   # queries 0-4 see no key: LSE -inf, output 0, no gradient
+        mask_mod = lambda b, h, i, j: j <= i - 5                    # noqa: E731
+    mask = create_block_mask(mask_mod, None, None, L, L, device=device) if mask_mod else None
+
+    def attend(q, k, v):
+        out, lse = flex_attention(q, k, v, score_mod=score_mod, block_mask=mask, return_lse=True)
+        return out * 1.0, lse
+
+    inputs = qkv(device, dtype, E=16)
+    compiled = torch.compile(attend, backend="mini_inductor")
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    ref_leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    (got, got_lse), (want, want_lse) = compiled(*leaves), attend(*ref_leaves)
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    torch.testing.assert_close(got_lse, want_lse, **TOL[torch.float32])
+    assert got_lse.dtype == want_lse.dtype == torch.float32 and got_lse.stride() == want_lse.stride()
+    if case == "empty_rows":
+        assert (got_lse[:, :, :5] == NEG_INF).all()
+    gen = torch.Generator().manual_seed(1)
+    up, up_lse = (torch.randn(t.shape, generator=gen).to(t) for t in (want, want_lse))
+    grads = torch.autograd.grad((got, got_lse), leaves, (up, up_lse))
+    for name, g, e in zip("qkv", grads, torch.autograd.grad((want, want_lse), ref_leaves, (up, up_lse))):
+        torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[dtype])
+    assert_one_flash_call()
 
 
 def test_a_captured_tensor_requiring_grad_is_a_near_miss(device):
