@@ -514,9 +514,11 @@ def _analyse(gm, node) -> _FlexCall:
 def _sdpa_form(expr, qv, kv) -> tuple | None:
     """(scale, is_causal) where ATen's scaled_dot_product_attention computes the call as eager flex
     does (its flash kernel: float16 or bfloat16, as many key heads as query heads, a causal mask only
-    where L == S, so no row is empty and flex's zeros for one never arise), else None."""
+    where L == S, so no row is empty and flex's zeros for one never arise; keys of q's own batch, as an
+    expanded one may send SDPA to its math kernel), else None."""
     form = sdpa_form(expr)
-    if form is None or qv.dtype not in (torch.float16, torch.bfloat16) or not known_eq(qv.shape[1], kv.shape[1]):
+    if form is None or qv.dtype not in (torch.float16, torch.bfloat16) or not known_eq(qv.shape[1], kv.shape[1]) \
+            or not known_eq(qv.shape[0], kv.shape[0]):
         return None
     if form[1] and not known_eq(qv.shape[2], kv.shape[2]):
         return None
