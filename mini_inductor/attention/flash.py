@@ -378,8 +378,8 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
                        backward: bool, extra) -> BlockTable:
     """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
     tensors once and give the tables of every batch and head they vary along (the backward's query
-    ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most, the
-    first a zero fill."""
+    ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
+    zero fill first where the fully-masked-row rule applies), two for a forward with -inf fills."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
     n_b, n_h = _table_shape(extra, {f"t{n}" for n in read})
@@ -394,9 +394,12 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     module = _table_kernel(sm, kinds, tuple(axes))
     need_rows = backward or sm.finite_fill
     rows = tables * L if need_rows else 0
-    counts = torch.zeros(tables + rows, dtype=torch.int32, device=device)   # DEAD [bh], then ROW_LIVE [bh, row]
-    dead, row_live = counts[:tables], counts[tables:] if need_rows else counts
     flags = torch.empty(tables, n_m, n_n, dtype=torch.int8, device=device)
+    if need_rows:
+        counts = torch.zeros(tables + rows, dtype=torch.int32, device=device)   # DEAD [bh], then ROW_LIVE [bh, row]
+        dead, row_live = counts[:tables], counts[tables:]
+    else:
+        dead = row_live = flags   # (not read)
     ranges = torch.empty(tables * (4 * n_m + 4 * n_n), dtype=torch.int32, device=device)
     with _launch_context_of(device):
         module.block_flags[(n_m, n_n, tables)](flags, row_live, *as4, *strides, n_h, L, S, n_m, n_n,
@@ -404,7 +407,7 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         if need_rows:
             module.dead_rows[(-(-L // 1024), tables)](row_live, dead, L, BLOCK=1024)
         module.block_ranges[(n_m + (n_n if backward else 0), tables)](
-            flags, dead, ranges, n_m, n_n, N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n))
+            flags, dead, ranges, n_m, n_n, N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n), HAS_DEAD=need_rows)
     kv_parts = ranges[:4 * tables * n_m].view(4, tables, n_m).unbind(0)
     q_parts = ranges[4 * tables * n_m:].view(4, tables, n_n).unbind(0) if backward else kv_parts   # (unread)
     return _table((*kv_parts, *q_parts), n_b, n_h)

@@ -460,13 +460,17 @@ def block_spans(live, whole, index, count, dead):
 
 
 @triton.jit
-def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr):
+def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr, HAS_DEAD: tl.constexpr):
     # RANGES: kv_lo, kv_hi, full_lo, full_hi ([tables, n_m] each), then q_lo, q_hi, qfull_lo,
-    # qfull_hi ([tables, n_n] each, BACKWARD); program_id(1) is the table's batch and head
+    # qfull_hi ([tables, n_n] each, BACKWARD); program_id(1) is the table's batch and head. Without
+    # HAS_DEAD (no row rule: a forward with -inf fills), DEAD is not read (nor zero-filled before)
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     tables = tl.num_programs(1)
-    dead = tl.load(DEAD + bh)
+    if HAS_DEAD:
+        dead = tl.load(DEAD + bh)
+    else:
+        dead = tl.full([], 0, tl.int32)
     flags_bh = FLAGS + bh * n_m * n_n
     if pid < n_m:
         pn = tl.arange(0, N_N)
