@@ -12,7 +12,6 @@ import functools
 import time
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
 from torch._dynamo import disable
 from torch._dynamo.utils import counters, flatten_graph_inputs
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -23,11 +22,11 @@ from .caching import PROCESS, dynamo_cache, front_cache
 from .config import for_compile
 from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
-from .errors import warn_at_user_frame
 from .lowering.decompositions import decomposition_table, undo_split_fma
 from .lowering.early_decompositions import early_decompositions_checked
 from .pipeline import compile_graph
 from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
+from .runtime.forward_ad import ForwardADAware
 
 
 def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
@@ -38,14 +37,14 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     before = None
     if isinstance(gm, torch.fx.GraphModule):
         undo_split_fma(gm)   # AdamW's addcmul_ rounded as eager rounds it
-    traced = _AsTraced(gm)   # Dynamo's graph as traced, for what must run it eagerly (_ForwardADAware)
+    traced = _AsTraced(gm)   # Dynamo's graph as traced, for what must run it eagerly (ForwardADAware)
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
         before = _fuse_attention(gm, example_inputs, traced, cfg.attention_data_masks)
     first = len(metrics.compiled_graphs)
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
     hit = front.load()
     if hit is not None:
-        return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
+        return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
                                traced, metrics.compiled_graphs[first:])
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
@@ -53,7 +52,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     compiled = _through_aot_autograd(gm, example_inputs, compilers)
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
-    return _ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
+    return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
                                                           options, traced), before, first),
                            traced, metrics.compiled_graphs[first:])
 
@@ -81,29 +80,6 @@ class _AsTraced:
 
     def __call__(self, *args):
         return self.as_module()(*args)
-
-
-class _ForwardADAware:
-    """The compiled graph, run as traced, eagerly, while a forward-mode AD level is open
-    (`torch.autograd.forward_ad.dual_level`): generated kernels compute on the primal values alone and
-    would return no tangent (Inductor's do the same), where eager's ops carry the tangents through.
-    Dynamo compiles a function once for plain and dual inputs alike, so the check is at each call (an
-    attribute read); the first eager run warns."""
-
-    def __init__(self, compiled, traced: _AsTraced, records=()):
-        self.compiled, self.eager = compiled, disable(traced, reason="run as traced for forward-mode AD")
-        self.records = list(records)
-        self.warned = False
-
-    def __call__(self, *args):
-        if _forward_ad._current_level < 0:
-            return self.compiled(*args)
-        if not self.warned:
-            self.warned = True
-            names = ", ".join(r.name for r in self.records) or "a graph served from a cache"
-            warn_at_user_frame(f"mini_inductor: {names} runs eagerly while a forward-mode AD level is open "
-                               "(torch.autograd.forward_ad): generated kernels carry no tangents")
-        return self.eager(*args)
 
 
 def _fuse_attention(gm, example_inputs, traced: _AsTraced, data_masks: bool = True):

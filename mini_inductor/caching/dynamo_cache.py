@@ -50,6 +50,7 @@ from torch._dynamo.backends.registry import lookup_backend
 
 from . import files, front_cache, graph_cache
 from ..config import Config, for_compile
+from ..runtime.forward_ad import ForwardADAware
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -274,8 +275,7 @@ class _Reloaded:
                     schedule_log.info("%s: rebuilt from Dynamo's cache and the front cache entry in %.3f s "
                                       "(no Dynamo tracing, no AOT autograd)", self.backend_id,
                                       time.perf_counter() - began)
-                    from ..backend import _ForwardADAware   # (the compile path's backend wraps its own)
-                    return _ForwardADAware(served, self._kept_graph_call)
+                    return ForwardADAware(served, self._kept_graph_call)   # (the compile path's backend wraps its own)
                 reason = "its front cache entry or the compiled graph it names cannot be loaded"
         except Exception as e:  # noqa: BLE001  (fall back to a compile rather than fail the call)
             reason = f"{type(e).__name__}: {e}"

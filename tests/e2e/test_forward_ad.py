@@ -1,6 +1,6 @@
 """Forward-mode AD (torch.autograd.forward_ad) through a compiled function: while a dual level is open
-the graph runs as Dynamo traced it, eagerly, so tangents come out as eager's (backend.py
-_ForwardADAware); generated kernels would compute the primal alone and return no tangent."""
+the graph runs as Dynamo traced it, eagerly, so tangents come out as eager's
+(runtime/forward_ad.py); generated kernels would compute the primal alone and return no tangent."""
 import warnings
 
 import pytest
