@@ -447,7 +447,9 @@ def _analyse(gm, node) -> _FlexCall:
     if not all(isinstance(x, torch.fx.Node) and isinstance(value_of(x), torch.Tensor) for x in (q, k, v)):
         raise NearMiss("q, k or v is not a tensor of the graph")
     outputs, lse_outputs = [], []
-    for user in node.users:
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem and _unread(user):
+            continue   # an output nothing reads (the lse of `out, _ = flex_attention(..., return_lse=True)`)
         if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (0, 1):
             (outputs if user.args[1] == 0 else lse_outputs).append(user)
         elif user.op == "call_function" and user.target is operator.getitem and user.args[1] == 2:
@@ -525,6 +527,20 @@ def _sdpa_form(expr, qv, kv) -> tuple | None:
     return form
 
 
+_SCALINGS = (operator.mul, operator.truediv, torch.mul)   # flex_attention() scales the LSE it returns by ln 2
+
+
+def _unread(node: torch.fx.Node) -> bool:
+    """Whether nothing reads `node`'s value: no users, or only scalings of it that nothing reads."""
+    return all(u.op == "call_function" and u.target in _SCALINGS and _unread(u) for u in node.users)
+
+
+def _erase_unread(graph, node: torch.fx.Node) -> None:
+    for user in list(node.users):
+        _erase_unread(graph, user)
+    graph.erase_node(node)
+
+
 def _extra_view(emit, node, index: tuple, extents: dict, size_of):
     """The captured tensor `node` indexed by `index` as a tensor broadcasting to [B, Hq, L, S]: ints
     selected, the indexed dims permuted to b, h, i, j order, cut to the score's extent, size-1 dims
@@ -599,6 +615,8 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
     for out in call.lse_outputs:
         out.replace_all_uses_with(lse)
         gm.graph.erase_node(out)
+    for unread in [u for u in node.users if u.op == "call_function" and u.target is operator.getitem and _unread(u)]:
+        _erase_unread(gm.graph, unread)
     _erase_dead(gm.graph, [node])
     for attr in [a for a in gm.graph.nodes if a.op == "get_attr" and not a.users]:
         gm.graph.erase_node(attr)

@@ -207,6 +207,18 @@ def test_a_causal_mask_or_none_in_16_bits_is_atens_sdpa(device, dtype, masked):
     assert got.is_contiguous()
 
 
+def test_an_lse_asked_for_but_not_read_still_lets_sdpa_compute_it(device):
+    # `out, _ = flex_attention(..., return_lse=True)`: the LSE (and flex_attention()'s ln 2 scaling of
+    # it) is dead in Dynamo's graph, so nothing needs the flash op's own LSE
+    def attend(q, k, v):
+        out, _ = flex_attention(q, k, v, return_lse=True)
+        return out
+    check_against_eager(attend, qkv(device, torch.float16, L=24, E=16))
+    (record,) = metrics.attention
+    assert record.target == "sdpa", record.describe()
+    assert not [r.name for r in metrics.compiled_graphs if r.ran_eagerly]
+
+
 def test_grouped_query_heads_or_another_key_length_keep_the_generated_kernel(device):
     # SDPA would need enable_gqa, and its is_causal aligns the mask differently where L != S
     mask = create_block_mask(causal, None, None, 20, 20, device=device)
