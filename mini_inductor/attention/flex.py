@@ -29,10 +29,10 @@ nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are no
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
 The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as the higher-order op
-returns it (flash.base2_lse), with its gradient. Anything else (a captured tensor indexed by a computed index, an op outside the
-expression language, a captured tensor requiring grad, the max-scores output read, a kernel option not
-known here) is
-left as written and recorded as a near miss with its reason, as match.py records them.
+returns it (flash.base2_lse), with its gradient. Anything else (a captured tensor indexed by a computed
+index, an op outside the expression language, a captured tensor requiring grad, the max-scores output
+read, a kernel option not known here) is left as written and recorded as a near miss with its reason,
+as match.py records them.
 """
 from __future__ import annotations
 
@@ -591,19 +591,18 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
                 sizes[axis] = emit("call_method", "size", source, dim)
             return sizes[axis]
         extents = {"b": qv.shape[0], "h": qv.shape[1], "i": qv.shape[2], "j": kv.shape[2]}
-        if call.sdpa is not None:
+        extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
+        if call.sdpa is not None:   # (no extras: SDPA's form reads none)
             scale, causal = call.sdpa
             result = emit("call_function", F.scaled_dot_product_attention, q, k, v, is_causal=causal, scale=scale)
             result = emit("call_method", "contiguous", result)   # (CUDA's kernels return [B, L, H, E]'s layout)
         elif call.lse_outputs:   # the forward op itself, for its LSE, as the higher-order op's (base 2)
             from .flash import base2_lse
-            extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
             both = emit("call_function", torch.ops.mini_inductor.flash_attention_forward.default, q, k, v, extras,
                         call.mod, True)
             result = emit("call_function", operator.getitem, both, 0)
             lse = emit("call_function", base2_lse, emit("call_function", operator.getitem, both, 1), call.mod)
         else:
-            extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
             result = emit("call_function", target, q, k, v, extras, call.mod, True)
         result = _with_layout_of(emit, result, value_of(node)[0])
     except BaseException:

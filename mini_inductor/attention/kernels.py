@@ -15,8 +15,8 @@ Block sizes, dtypes and the dot's precision are constexprs: Triton specializes t
 The LSE is kept as its two parts, each row's max m and log2 of its sum l, in base 2: m + log2(l)
 in one float loses log2(l) where the scores are near float32's lowest (a row all filled with
 finfo.min). The backward recomputes P = exp2((mod(s)·log2(e) − m) − log2(l)) (for a modification
-score_mod.log2_clamps names, m is mod(s)'s own max and P = exp2((mod(s) − m)·log2(e) − log2(l))); d loss / d s is
-the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
+score_mod.log2_clamps names, m is mod(s)'s own max and P = exp2((mod(s) − m)·log2(e) − log2(l)));
+d loss / d s is the modification's gradient expression applied to dS = P · (dP − delta). Masked-out positions (past
 L or S) get P = 0 and dS = 0 explicitly, since the expression may be NaN on the zero padding.
 With block skipping, a per-block table (flash.py) gives each program the range of blocks it visits,
 and the forward, dq and dk/dv run it as three loops: masked blocks, whole blocks (no dead score: the
@@ -171,7 +171,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     units = " * LOG2E" if natural else ""
 
     def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
-        """mod(s) · log2(e) (mod(s) when `natural`) as Triton, broadcast to `shape` when it would not be already."""
+        """mod(s) · log2(e) (mod(s) when `natural`) as Triton, broadcast to `shape` when it would not be
+        already."""
         used_names = score_mod.variables(tree)
         along = set().union(*(set(axes.get(n, n)) for n in used_names if n in axes or n in ("i", "j")))
         full = "s" in used_names or along >= {"i", "j"}
@@ -180,8 +181,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
         return f"({score_mod.triton_source(scaled, names, kinds)}).to(tl.float32){pad}"
 
     def fwd_loop(start: str, stop: str, tree: score_mod.Node) -> str:
-        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8, tree, hoisted=row_fixed), score=score2("[BLOCK_M, BLOCK_N]", tree),
-                               units=units)
+        return FWD_LOOP.format(start=start, stop=stop, loads=loads(8, tree, hoisted=row_fixed),
+                               score=score2("[BLOCK_M, BLOCK_N]", tree), units=units)
 
     def dq_loop(start: str, stop: str, tree: score_mod.Node) -> str:
         grad_tree = score_mod.gradient(tree)
@@ -205,8 +206,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     # per-row bias) in the forward and dq, per key block (a padding mask) in dk/dv
     row_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"i"}]
     col_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"j"}]
-    hoist_rows = "".join("\n    " + line for line in tensor_loads(row_fixed, axes).splitlines()) if row_fixed else ""
-    hoist_cols = "".join("\n        " + line for line in tensor_loads(col_fixed, axes).splitlines()) if col_fixed else ""
+    hoist_rows = "\n" + textwrap.indent(tensor_loads(row_fixed, axes), " " * 4) if row_fixed else ""
+    hoist_cols = "\n" + textwrap.indent(tensor_loads(col_fixed, axes), " " * 8) if col_fixed else ""
 
     common = ", ".join(extras + ["RANGE_LO", "RANGE_HI"])
     strides = ", ".join(extra_strides) + ("," if extra_strides else "")

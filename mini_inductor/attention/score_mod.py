@@ -417,13 +417,27 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
     A finite value stays finite: finfo(float32).min times log2(e) would be -inf in float32, and a row
     filled with it would give NaN where eager's finite fill gives uniform weights. A folded constant
     is clamped to float32's range; a computed value times the factor is, unless it was -inf."""
+    return _log2_scaled(node, factor, [])
+
+
+def log2_clamps(node: Node, factor: float = LOG2E) -> bool:
+    """Whether log2_scaled(node, factor) clamps a computed value (one not shown to stay within float32
+    times the factor)."""
+    clamped: list = []
+    _log2_scaled(node, factor, clamped)
+    return bool(clamped)
+
+
+def _log2_scaled(node: Node, factor: float, clamped: list) -> Node:
+    """log2_scaled, appending to `clamped` each computed value it clamps."""
     if node.op == "num":
         value = float(node.value) * factor
         if abs(value) > FLOAT32_MAX and math.isfinite(float(node.value)):   # (a double here: no inf yet)
             value = math.copysign(FLOAT32_MAX, value)
         return num(value)
     if node.op == "where":
-        return Node("where", (node.args[0], log2_scaled(node.args[1], factor), log2_scaled(node.args[2], factor)))
+        return Node("where", (node.args[0], _log2_scaled(node.args[1], factor, clamped),
+                              _log2_scaled(node.args[2], factor, clamped)))
     if node.op == "mul" and node.args[1].op == "num" and isinstance(node.args[1].value, (int, float)):
         return Node("mul", (node.args[0], num(float(node.args[1].value) * factor)))
     if node.op == "mul" and node.args[0].op == "num":
@@ -431,30 +445,14 @@ def log2_scaled(node: Node, factor: float = LOG2E) -> Node:
     if node.op == "div" and node.args[1].op == "num" and node.args[1].value not in (0, 0.0):
         return Node("mul", (node.args[0], num(factor / float(node.args[1].value))))
     if node.op == "neg":
-        return log2_scaled(node.args[0], -factor)
+        return _log2_scaled(node.args[0], -factor, clamped)
     if in_range(node) or abs(factor) <= 1.0:   # (a score times log2(e) stays within float32)
         return Node("mul", (node, num(factor)))
     # a data tensor (an additive mask of finfo.min): -inf only where the value itself gives -inf
+    clamped.append(node)
     saturated = Node("maximum", (Node("mul", (node, num(factor))), num(-FLOAT32_MAX)))
     infinite = num(-math.inf if factor > 0 else math.inf)
     return Node("where", (Node("eq", (node, infinite)), num(-math.inf), saturated))
-
-
-def log2_clamps(node: Node, factor: float = LOG2E) -> bool:
-    """Whether log2_scaled(node, factor) clamps a computed value (one not shown to stay within float32
-    times the factor): it walks the same cases."""
-    if node.op == "num":
-        return False
-    if node.op == "where":
-        return log2_clamps(node.args[1], factor) or log2_clamps(node.args[2], factor)
-    if node.op == "mul" and (node.args[1].op == "num" and isinstance(node.args[1].value, (int, float))
-                             or node.args[0].op == "num"):
-        return False
-    if node.op == "div" and node.args[1].op == "num" and node.args[1].value not in (0, 0.0):
-        return False
-    if node.op == "neg":
-        return log2_clamps(node.args[0], -factor)
-    return not (in_range(node) or abs(factor) <= 1.0)
 
 
 _FINITE_OPS = {"add", "sub", "mul", "neg", "abs", "tanh", "sigmoid", "minimum", "maximum", "where",
