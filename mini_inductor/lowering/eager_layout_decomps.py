@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .eager_strides import (_BATCH_NORMS, _batch_norm_output_format, _fake_mode, _hint, _is_pointwise,
+from .eager_strides import (_BATCH_NORMS, _batch_norm_output_format, _hint, _is_pointwise,
                             _same_where_observable, _static, _suggest_memory_format, _traced_batch_norm_format,
                             as_iterated, elementwise_strides)
 
@@ -69,7 +69,12 @@ def _eager_cpu_roll(t: torch.Tensor, shifts: list, dims: list) -> torch.Tensor:
 
 
 def _stand_in_strides(x: torch.Tensor, fn) -> list | None:
-    """The strides of `fn` of a meta stand-in of `x` at its traced sizes (deciding on the SymInts would
+    """The strides of `fn` of a stand-in of `x` (`_on_stand_in`)."""
+    return _on_stand_in(x, lambda t: list(fn(t).stride()))
+
+
+def _on_stand_in(x: torch.Tensor, fn):
+    """`fn` of a meta stand-in of `x` at its traced sizes and strides (deciding on the SymInts would
     guard on them), outside the trace; None where a size has no hint or `fn` raises."""
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -77,7 +82,7 @@ def _stand_in_strides(x: torch.Tensor, fn) -> list | None:
         with _disable_current_modes():
             stand_in = torch.empty_strided([_hint(n) for n in x.shape], [_hint(st) for st in x.stride()],
                                            dtype=x.dtype, device="meta")
-            return list(fn(stand_in).stride())
+            return fn(stand_in)
     except Exception:   # noqa: BLE001  (a size without a hint: the decomposition's layout stays)
         return None
 
@@ -100,21 +105,9 @@ def _unpool_in_eager_layout(decomp):
 
 
 def _suggested_format(x: torch.Tensor):
-    """suggest_memory_format of `x`; of a stand-in at its traced sizes where they are symbolic (deciding
-    on the SymInts would guard on them); None where a size has no hint."""
-    if _static([x]):
-        return _suggest_memory_format(x)
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    mode = _fake_mode([x])
-    if mode is None:
-        return None
-    try:
-        with _disable_current_modes(), mode:   # not traced into the graph being decomposed
-            return _suggest_memory_format(torch.empty_strided(
-                [_hint(n) for n in x.shape], [_hint(st) for st in x.stride()], dtype=x.dtype, device=x.device))
-    except Exception:   # noqa: BLE001  (a size without a hint: the decomposition's layout stays)
-        return None
+    """suggest_memory_format of `x`; of a stand-in at its traced sizes where they are symbolic; None
+    where a size has no hint."""
+    return _suggest_memory_format(x) if _static([x]) else _on_stand_in(x, _suggest_memory_format)
 
 
 def _contiguous_result(decomp):
