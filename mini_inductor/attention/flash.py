@@ -256,22 +256,34 @@ class BlockTable:
 
 
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                 backward: bool, extra=()) -> BlockTable:
+                 backward: bool, extra=(), q_block_m: int | None = None) -> BlockTable:
     """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
     range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
     the module docstring); for the forward too where a masked score may be a finite fill (such a row
     is eager's average over every key).
 
+    `q_block_m` (a multiple of block_m; block_m if None): the query blocks of q_lo..qfull_hi, where
+    dk/dv steps over taller query blocks than dq (backward_config, dq_config): one table serves both.
+
     Where the extra tensors decide which scores are dead (a mask given as data), the table is built
     from their values on every call (in a CUDA graph, by every replay), one per batch and head the
     tensors vary along: a padding mask's batch skips its own padding."""
+    q_block_m = q_block_m or block_m
+    assert q_block_m % block_m == 0, (q_block_m, block_m)
     if sm.dead_reads_tensors:
-        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra)
-    key = (sm.text, L, S, block_m, block_n, device, backward)
+        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra, q_block_m)
+    key = (sm.text, L, S, block_m, block_n, device, backward, q_block_m)
     hit = _RANGES.get(key)
     if hit is not None:
         return hit
-    build = functools.partial(_block_ranges, sm, L, S, block_m, block_n, device, backward)
+
+    def build() -> BlockTable:
+        table = _block_ranges(sm, L, S, block_m, block_n, device, backward)
+        if q_block_m == block_m:
+            return table
+        taller = _block_ranges(sm, L, S, q_block_m, block_n, device, backward)
+        return dataclasses.replace(table, q_lo=taller.q_lo, q_hi=taller.q_hi, qfull_lo=taller.qfull_lo,
+                                   qfull_hi=taller.qfull_hi)
     if device.type != "cuda":
         table = build()
     elif torch.cuda.is_current_stream_capturing():
@@ -375,12 +387,16 @@ def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                       backward: bool, extra) -> BlockTable:
+                       backward: bool, extra, q_block_m: int | None = None) -> BlockTable:
     """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
     tensors once and give the tables of every batch and head they vary along (the backward's query
     ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
-    zero fill first where the fully-masked-row rule applies), two for a forward with -inf fills."""
+    zero fill first where the fully-masked-row rule applies), two for a forward with -inf fills. The
+    query ranges of taller blocks (`q_block_m`) merge the flags of block_m's, so dq's table and dk/dv's
+    are one build (before, a backward built two: eight launches)."""
+    q_block_m = q_block_m or block_m
     n_m, n_n = -(-L // block_m), -(-S // block_n)
+    n_mq = -(-L // q_block_m)
     read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
     n_b, n_h = _table_shape(extra, {f"t{n}" for n in read})
     tables = n_b * n_h
@@ -407,7 +423,8 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         if need_rows:
             module.dead_rows[(-(-L // 1024), tables)](row_live, dead, L, BLOCK=1024)
         module.block_ranges[(n_m + (n_n if backward else 0), tables)](
-            flags, dead, ranges, n_m, n_n, N_M=next_power_of_2(n_m), N_N=next_power_of_2(n_n), HAS_DEAD=need_rows)
+            flags, dead, ranges, n_m, n_n, n_mq, N_M=next_power_of_2(n_mq), N_N=next_power_of_2(n_n),
+            MERGE=q_block_m // block_m, HAS_DEAD=need_rows)
     kv_parts = ranges[:4 * tables * n_m].view(4, tables, n_m).unbind(0)
     q_parts = ranges[4 * tables * n_m:].view(4, tables, n_n).unbind(0) if backward else kv_parts   # (unread)
     return _table((*kv_parts, *q_parts), n_b, n_h)
@@ -515,6 +532,9 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     dq = None
     if backward:
         dq_m, dq_n, dq_warps, dq_stages = dq_config(max(block_e, block_ev), dtype, on_gpu)
+        # the backward's one block table (block_ranges' q_block_m) needs dk/dv's key blocks to be dq's
+        # and its query blocks a whole number of dq's
+        assert dq_n == bn and bm % dq_m == 0, ((bm, bn), (dq_m, dq_n))
         dq = (dq_m, dq_n, dict(meta, BLOCK_M=dq_m, BLOCK_N=dq_n, num_warps=dq_warps, num_stages=dq_stages))
     return LaunchPlan(module, bm, bn, meta, skip, dq)
 
@@ -575,11 +595,10 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     dk = torch.empty(B, Hkv, S, E, dtype=k.dtype, device=k.device)
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     if plan.skip:
-        table = block_ranges(sm, L, S, bm, bn, q.device, True, extra)
+        # one table: its query ranges in dk/dv's query blocks (whole numbers of dq's; see _plan)
+        table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=bm)
         q_lo, q_hi = table.q_lo, table.q_hi      # per key block of dk/dv, in its query blocks
         qfull_lo, qfull_hi = table.qfull_lo, table.qfull_hi   # ... and inside those, its whole ones
-        if (dq_m, dq_n) != (bm, bn):
-            table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra)
         kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks
         full_lo, full_hi = table.full_lo, table.full_hi   # ... and inside those, its whole ones
         tab = (table.tab_b, table.tab_h)

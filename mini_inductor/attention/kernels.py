@@ -461,10 +461,13 @@ def block_spans(live, whole, index, count, dead):
 
 
 @triton.jit
-def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.constexpr, HAS_DEAD: tl.constexpr):
+def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, n_mq, N_M: tl.constexpr, N_N: tl.constexpr, MERGE: tl.constexpr,
+                 HAS_DEAD: tl.constexpr):
     # RANGES: kv_lo, kv_hi, full_lo, full_hi ([tables, n_m] each), then q_lo, q_hi, qfull_lo,
-    # qfull_hi ([tables, n_n] each, BACKWARD); program_id(1) is the table's batch and head. Without
-    # HAS_DEAD (no row rule: a forward with -inf fills), DEAD is not read (nor zero-filled before)
+    # qfull_hi ([tables, n_n] each, BACKWARD), these in query blocks MERGE times taller than FLAGS'
+    # (n_mq of them, N_M its power of 2: dk/dv's blocks, where dq's are FLAGS'); program_id(1) is the
+    # table's batch and head. Without HAS_DEAD (no row rule: a forward with -inf fills), DEAD is not
+    # read (nor zero-filled before)
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     tables = tl.num_programs(1)
@@ -487,8 +490,13 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, N_M: tl.constexpr, N_N: tl.const
         # vectors of another length (N_M) than the first branch's (N_N)
         pid_n = pid - n_m
         pm = tl.arange(0, N_M)
-        col_flags = tl.load(flags_bh + pm * n_n + pid_n, mask=pm < n_m, other=0).to(tl.int32)
-        q_lo, q_hi, qfull_lo, qfull_hi = block_spans((col_flags & 1) != 0, (col_flags & 2) != 0, pm, n_m, dead)
+        # a taller block is live where one of its FLAGS blocks is, whole where all are (a block past
+        # the last query reads as whole and not live: no score of it is valid)
+        fine = pm[:, None] * MERGE + tl.arange(0, MERGE)[None, :]
+        col_flags = tl.load(flags_bh + fine * n_n + pid_n, mask=fine < n_m, other=2).to(tl.int32)
+        live_q = tl.max(col_flags & 1, 1) != 0
+        whole_q = (tl.min(col_flags & 2, 1) != 0) & live_q
+        q_lo, q_hi, qfull_lo, qfull_hi = block_spans(live_q, whole_q, pm, n_mq, dead)
         out_q = RANGES + 4 * tables * n_m + bh * n_n + pid_n
         tl.store(out_q, q_lo)
         tl.store(out_q + tables * n_n, q_hi)

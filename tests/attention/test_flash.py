@@ -86,13 +86,14 @@ def test_modifications_of_i_and_j_match_eager_forward_and_backward(device, case)
 @pytest.mark.parametrize("case", ["causal", "sliding_window", "plain", "padding", "gqa"])
 def test_dq_with_blocks_of_its_own_matches_eager(device, case, monkeypatch):
     # the dq kernel steps over keys, dk/dv over queries: each takes its own blocks (flash.dq_config),
-    # and then a table of its own; here dk/dv's blocks are 16 x 32 and dq's 32 x 16
+    # and one table serves both, its query ranges in dk/dv's taller blocks; here dk/dv's blocks are
+    # 32 (64 on the GPU) x 16 and dq's 16 x 16, as the GPU's 128 x 64 and 64 x 64 in 16-bit types
     if device == "cuda":
-        monkeypatch.setattr(flash, "backward_config", lambda *a: (32, 64, 4, 2))
-        monkeypatch.setattr(flash, "dq_config", lambda *a: (64, 32, 4, 2))
+        monkeypatch.setattr(flash, "backward_config", lambda *a: (64, 32, 4, 2))
+        monkeypatch.setattr(flash, "dq_config", lambda *a: (32, 32, 4, 2))
     else:
-        monkeypatch.setattr(flash, "backward_config", lambda *a: (16, 32, 1, 1))
-        monkeypatch.setattr(flash, "dq_config", lambda *a: (32, 16, 1, 1))
+        monkeypatch.setattr(flash, "backward_config", lambda *a: (32, 16, 1, 1))
+        monkeypatch.setattr(flash, "dq_config", lambda *a: (16, 16, 1, 1))
     monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
     flash._plan.cache_clear()
     plan_dq = []
@@ -296,6 +297,19 @@ def ranges(mod, L=64, S=64, backward=False):
     return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
 
 
+def test_a_static_table_gives_query_ranges_in_taller_blocks_and_every_config_allows_one_table():
+    # a backward's one table: dq's key ranges in its blocks, dk/dv's query ranges in its taller ones
+    sm = score_mod.parse("where(j <= i, s * 0.125, -inf)")
+    table = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), True, q_block_m=32)
+    assert table.kv_hi.tolist() == [1, 2, 3, 4] and table.q_lo.tolist() == [0, 0, 1, 1]
+    assert table.qfull_lo.tolist() == [1, 1, 2, 2] and table.qfull_hi.tolist() == [2, 2, 2, 2]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for E in (16, 64, 100, 128, 256):
+            for skip in (False, True):
+                for on_gpu in (False, True):   # _plan asserts dk/dv's blocks are whole numbers of dq's
+                    flash._plan("where(j <= i, s, -inf)", (), E, E, dtype, on_gpu, False, True, skip, ())
+
+
 def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks_and_masks_only_its_diagonal():
     assert score_mod.parse("where(j <= i, s * 0.125, -inf)").skips_blocks
     table = ranges("where(j <= i, s * 0.125, -inf)")
@@ -393,11 +407,15 @@ def test_the_table_kernel_gives_the_table_torch_computes_from_the_whole_grid(dev
               [torch.randn(52, 60, generator=gen, device="cpu").to(device), rand(2, 1, 52, 1) > 0.1])]
     for mod, extra in cases:
         sm = score_mod.parse(mod)
-        for bm, bn in ((16, 16), (32, 16)):
+        # (16, 16) with q ranges in blocks of 32 and 64: dk/dv's taller query blocks read from dq's table
+        for bm, bn, q_bm in ((16, 16, 16), (32, 16, 32), (16, 16, 32), (16, 16, 64)):
             want = flash._block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra)
-            got = flash._data_block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra)
-            for name in FORWARD_RANGES + (("q_lo", "q_hi", "qfull_lo", "qfull_hi") if backward else ()):
+            want_q = flash._block_ranges(sm, 52, 60, q_bm, bn, torch.device(device), backward, extra)
+            got = flash._data_block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra, q_bm)
+            for name in FORWARD_RANGES:
                 assert getattr(got, name).tolist() == getattr(want, name).tolist(), (mod, bm, bn, name)
+            for name in ("q_lo", "q_hi", "qfull_lo", "qfull_hi") if backward else ():
+                assert getattr(got, name).tolist() == getattr(want_q, name).tolist(), (mod, bm, bn, q_bm, name)
 
 
 def test_a_row_of_finite_fills_only_makes_the_forward_visit_every_block(device):

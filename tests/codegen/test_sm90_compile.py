@@ -31,7 +31,9 @@ def test_block_tables_from_mask_data_compile_with_fewer_query_blocks_than_key_bl
     keep = torch.ones(52, 60, dtype=torch.bool).tril()
     with launches() as seen:
         for mod, extra in (("where(t0, -inf, s * 0.125)", [pad]), (f"where(t0, s, {FILL!r})", [keep])):
-            flash._data_block_ranges(score_mod.parse(mod), 52, 60, 32, 16, torch.device("cpu"), True, extra)
+            for q_block_m in (32, 64):   # dk/dv's query blocks as dq's, and twice as tall
+                flash._data_block_ranges(score_mod.parse(mod), 52, 60, 32, 16, torch.device("cpu"), True, extra,
+                                         q_block_m)
     names = compile_all(seen)
     assert {n.split()[0] for n in names} == {"block_flags", "dead_rows", "block_ranges"}
 
