@@ -197,7 +197,7 @@ def forward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, skips: bool =
     return 64, 32, 4, 2
 
 
-def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, index_skips: bool = False) -> tuple[int, int, int, int]:
+def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, narrow_band: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the dk/dv kernel: a program holds BLOCK_N keys and
     steps over the queries BLOCK_M at a time. Head dims up to 64 in 16-bit types: timed on an H200,
     the whole backward with dq's config kept (session 33, `flash_configs --configs`), (128, 64, 4, 2)
@@ -207,16 +207,35 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, index_skips:
     bf16, L 2048) the two were level (0.873 against 0.868 ms). In the attention sweep (fp16, the
     same call) it took padding's fwd+bwd from 0.287 to 0.271 ms (L 1024) and 3.093 to 2.836 (L 4096),
     ALiBi's from 0.269 to 0.257 and 3.411 to 3.182, but the sliding window's up from 0.159 to 0.178 and
-    0.551 to 0.614: a narrow band of live scores wastes more of a taller block. So a mod whose dead
-    blocks i and j alone decide (`index_skips`: causal, a window) keeps (64, 64, 4, 3) until a rule
-    that tells a band from a triangle has been timed (causal alone runs in SDPA)."""
+    0.551 to 0.614: a narrow band of live scores wastes more of a taller block. So a mask of i and j
+    whose live queries per key block span a narrow band (`narrow_band`, see `narrow_band`: a window of
+    256) keeps (64, 64, 4, 3); a triangle (causal, with ALiBi or a soft cap) takes the taller blocks."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
         return 32, 32, 8, 1
     if block_e <= 64:
-        return (64, 64, 4, 3) if index_skips else (128, 64, 4, 2)
+        return (64, 64, 4, 3) if narrow_band else (128, 64, 4, 2)
     return 64, 64, 8, 2
+
+
+# a key block's live queries spanning fewer query blocks of 64 than this, on average, make a narrow
+# band (backward_config): a window of 256 spans about 5, a causal triangle at L 1024 8.5
+NARROW_BAND_BLOCKS = 8
+
+
+@functools.lru_cache(maxsize=256)
+def narrow_band(mod: str, L: int, S: int, block: int = 64) -> bool:
+    """Whether the scores a mask of i and j (no extra tensors) leaves live span, per key block, fewer
+    than NARROW_BAND_BLOCKS query blocks on average, judged at the blocks' centres (a heuristic: either
+    answer computes the same result)."""
+    sm = score_mod.parse(mod)
+    rows, cols = torch.arange(block // 2, L + block // 2, block), torch.arange(block // 2, S + block // 2, block)
+    env = {"i": rows.clamp(max=L - 1)[:, None], "j": cols.clamp(max=S - 1)[None, :], "L": L, "S": S}
+    live = ~torch.as_tensor(score_mod.dead_mask(sm.tree, env)).expand(len(rows), len(cols))
+    index = torch.arange(len(rows))[:, None]
+    spans = (torch.where(live, index + 1, 0).amax(0) - torch.where(live, index, len(rows)).amin(0)).clamp(min=0)
+    return bool(spans.float().mean() < NARROW_BAND_BLOCKS)
 
 
 def dq_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int, int, int]:
@@ -393,11 +412,14 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
     zero fill first where the fully-masked-row rule applies), two for a forward with -inf fills. The
     query ranges of taller blocks (`q_block_m`) merge the flags of block_m's, so dq's table and dk/dv's
-    are one build (before, a backward built two: eight launches)."""
+    are one build (before, a backward built two: eight launches). A mask the same for every query (a
+    padding mask of keys) has its flags computed for the first query block only, which the others
+    read; likewise for keys."""
     q_block_m = q_block_m or block_m
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     n_mq = -(-L // q_block_m)
-    read = [n for n in range(len(extra)) if f"t{n}" in score_mod.dead_names(sm.tree)]
+    names = score_mod.dead_names(sm.tree)
+    read = [n for n in range(len(extra)) if f"t{n}" in names]
     n_b, n_h = _table_shape(extra, {f"t{n}" for n in read})
     tables = n_b * n_h
     as4 = [t.to(device).reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in extra]
@@ -408,9 +430,14 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         axes.append(_axes(stride, L, S))
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
     module = _table_kernel(sm, kinds, tuple(axes))
+    # the flags of one query (key) block stand for all where the mask is the same along i (j): a
+    # block's valid scores are then those of the first block, or a subset of their rows (columns)
+    along_i = "i" in names or any("i" in axes[n] for n in read)
+    along_j = "j" in names or any("j" in axes[n] for n in read)
+    f_m, f_n = (n_m if along_i else 1), (n_n if along_j else 1)
     need_rows = backward or sm.finite_fill
     rows = tables * L if need_rows else 0
-    flags = torch.empty(tables, n_m, n_n, dtype=torch.int8, device=device)
+    flags = torch.empty(tables, f_m, f_n, dtype=torch.int8, device=device)
     if need_rows:
         counts = torch.zeros(tables + rows, dtype=torch.int32, device=device)   # DEAD [bh], then ROW_LIVE [bh, row]
         dead, row_live = counts[:tables], counts[tables:]
@@ -418,13 +445,14 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
         dead = row_live = flags   # (not read)
     ranges = torch.empty(tables * (4 * n_m + 4 * n_n), dtype=torch.int32, device=device)
     with _launch_context_of(device):
-        module.block_flags[(n_m, n_n, tables)](flags, row_live, *as4, *strides, n_h, L, S, n_m, n_n,
+        module.block_flags[(f_m, f_n, tables)](flags, row_live, *as4, *strides, n_h, L, S, f_m, f_n,
                                                BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
-        if need_rows:
-            module.dead_rows[(-(-L // 1024), tables)](row_live, dead, L, BLOCK=1024)
+        if need_rows:   # the rows of the first query block stand for all where the mask is the same along i
+            checked = L if along_i else min(L, block_m)
+            module.dead_rows[(-(-checked // 1024), tables)](row_live, dead, L, checked, BLOCK=1024)
         module.block_ranges[(n_m + (n_n if backward else 0), tables)](
-            flags, dead, ranges, n_m, n_n, n_mq, N_M=next_power_of_2(n_mq), N_N=next_power_of_2(n_n),
-            MERGE=q_block_m // block_m, HAS_DEAD=need_rows)
+            flags, dead, ranges, n_m, n_n, n_mq, f_m * f_n, f_n if along_i else 0, 1 if along_j else 0,
+            N_M=next_power_of_2(n_mq), N_N=next_power_of_2(n_n), MERGE=q_block_m // block_m, HAS_DEAD=need_rows)
     kv_parts = ranges[:4 * tables * n_m].view(4, tables, n_m).unbind(0)
     q_parts = ranges[4 * tables * n_m:].view(4, tables, n_n).unbind(0) if backward else kv_parts   # (unread)
     return _table((*kv_parts, *q_parts), n_b, n_h)
@@ -518,12 +546,12 @@ DATA_SKIP_MIN_SCORES: int | None = 2 ** 26
 
 @functools.lru_cache(maxsize=1024)
 def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
-          backward: bool, skip: bool, axes: tuple[str, ...]) -> LaunchPlan:
+          backward: bool, skip: bool, axes: tuple[str, ...], narrow: bool = False) -> LaunchPlan:
+    """`narrow`: a backward's mask of i and j leaves a narrow band (see narrow_band)."""
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
-        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu,
-                                                skip and not sm.dead_reads_tensors)   # index_skips
+        bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu, narrow)
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
@@ -550,8 +578,9 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
     if extra_strides is None:
         extra_strides = _extra_args(extra, (B, Hq, L, S), q.device)[1]
     axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
+    narrow = backward and skip and not sm.dead_reads_tensors and narrow_band(sm.text, L, S)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
-                 torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes)
+                 torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes, narrow)
 
 
 def _axes(stride, L: int, S: int) -> str:

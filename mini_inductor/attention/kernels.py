@@ -436,10 +436,11 @@ def block_flags(FLAGS, ROW_LIVE, {extras}{strides}n_h, len_q, len_k, n_m, n_n,
 
 
 @triton.jit
-def dead_rows(ROW_LIVE, DEAD, len_q, BLOCK: tl.constexpr):
+def dead_rows(ROW_LIVE, DEAD, len_q, n_rows, BLOCK: tl.constexpr):
+    # the first n_rows rows of each table's len_q
     bh = tl.program_id(1)
     index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    alive = tl.load(ROW_LIVE + bh.to(tl.int64) * len_q + index, mask=index < len_q, other=1)
+    alive = tl.load(ROW_LIVE + bh.to(tl.int64) * len_q + index, mask=index < n_rows, other=1)
     found = tl.max((alive == 0).to(tl.int32), 0)
     tl.atomic_max(DEAD + bh, found, mask=found > 0)
 
@@ -461,13 +462,14 @@ def block_spans(live, whole, index, count, dead):
 
 
 @triton.jit
-def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, n_mq, N_M: tl.constexpr, N_N: tl.constexpr, MERGE: tl.constexpr,
-                 HAS_DEAD: tl.constexpr):
+def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, n_mq, f_tab, f_m, f_n, N_M: tl.constexpr, N_N: tl.constexpr,
+                 MERGE: tl.constexpr, HAS_DEAD: tl.constexpr):
     # RANGES: kv_lo, kv_hi, full_lo, full_hi ([tables, n_m] each), then q_lo, q_hi, qfull_lo,
     # qfull_hi ([tables, n_n] each, BACKWARD), these in query blocks MERGE times taller than FLAGS'
     # (n_mq of them, N_M its power of 2: dk/dv's blocks, where dq's are FLAGS'); program_id(1) is the
-    # table's batch and head. Without HAS_DEAD (no row rule: a forward with -inf fills), DEAD is not
-    # read (nor zero-filled before)
+    # table's batch and head. FLAGS' strides: f_tab a table, f_m a query block, f_n a key block (0
+    # along a dim the mask is the same for). Without HAS_DEAD (no row rule: a forward with -inf
+    # fills), DEAD is not read (nor zero-filled before)
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     tables = tl.num_programs(1)
@@ -475,10 +477,10 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, n_mq, N_M: tl.constexpr, N_N: tl
         dead = tl.load(DEAD + bh)
     else:
         dead = tl.full([], 0, tl.int32)
-    flags_bh = FLAGS + bh * n_m * n_n
+    flags_bh = FLAGS + bh * f_tab
     if pid < n_m:
         pn = tl.arange(0, N_N)
-        flags = tl.load(flags_bh + pid * n_n + pn, mask=pn < n_n, other=0).to(tl.int32)
+        flags = tl.load(flags_bh + pid * f_m + pn * f_n, mask=pn < n_n, other=0).to(tl.int32)
         kv_lo, kv_hi, full_lo, full_hi = block_spans((flags & 1) != 0, (flags & 2) != 0, pn, n_n, dead)
         out = RANGES + bh * n_m + pid
         tl.store(out, kv_lo)
@@ -493,7 +495,7 @@ def block_ranges(FLAGS, DEAD, RANGES, n_m, n_n, n_mq, N_M: tl.constexpr, N_N: tl
         # a taller block is live where one of its FLAGS blocks is, whole where all are (a block past
         # the last query reads as whole and not live: no score of it is valid)
         fine = pm[:, None] * MERGE + tl.arange(0, MERGE)[None, :]
-        col_flags = tl.load(flags_bh + fine * n_n + pid_n, mask=fine < n_m, other=2).to(tl.int32)
+        col_flags = tl.load(flags_bh + fine * f_m + pid_n * f_n, mask=fine < n_m, other=2).to(tl.int32)
         live_q = tl.max(col_flags & 1, 1) != 0
         whole_q = (tl.min(col_flags & 2, 1) != 0) & live_q
         q_lo, q_hi, qfull_lo, qfull_hi = block_spans(live_q, whole_q, pm, n_mq, dead)

@@ -310,6 +310,16 @@ def test_a_static_table_gives_query_ranges_in_taller_blocks_and_every_config_all
                     flash._plan("where(j <= i, s, -inf)", (), E, E, dtype, on_gpu, False, True, skip, ())
 
 
+def test_a_window_is_a_narrow_band_and_a_causal_triangle_is_not():
+    # dk/dv's taller query blocks pay off over a triangle, not a band (flash.backward_config)
+    window, causal = "where((j <= i) & (i - j < 256), s, -inf)", "where(j <= i, s * 0.125 + (j - i) * 0.5, -inf)"
+    assert flash.narrow_band(window, 4096, 4096) and flash.narrow_band(window, 1024, 1024)
+    assert not flash.narrow_band(causal, 4096, 4096) and not flash.narrow_band(causal, 1024, 1024)
+    assert flash.narrow_band(causal, 256, 256)   # 4 query blocks in all
+    assert flash.backward_config(64, torch.float16, True, True)[:2] == (64, 64)
+    assert flash.backward_config(64, torch.float16, True, False)[:2] == (128, 64)
+
+
 def test_a_causal_mask_visits_only_the_lower_triangle_of_blocks_and_masks_only_its_diagonal():
     assert score_mod.parse("where(j <= i, s * 0.125, -inf)").skips_blocks
     table = ranges("where(j <= i, s * 0.125, -inf)")
@@ -404,7 +414,10 @@ def test_the_table_kernel_gives_the_table_torch_computes_from_the_whole_grid(dev
              ("where(t0 & t1, s, -inf)", [~pad, rand(2, 2, 52, 60) > 0.2]),
              (f"where(t0, s, {FILL32!r})", [keep]), ("where(t0, s, -inf)", [keep]),
              ("where(t1, where(j <= i, s + t0, -inf), -inf)",
-              [torch.randn(52, 60, generator=gen, device="cpu").to(device), rand(2, 1, 52, 1) > 0.1])]
+              [torch.randn(52, 60, generator=gen, device="cpu").to(device), rand(2, 1, 52, 1) > 0.1]),
+             # the same for every key (its flags computed for the first key block only), rows all dead
+             ("where(t0, s, -inf)", [rand(2, 1, 52, 1) > 0.3]), (f"where(t0, s, {FILL32!r})", [rand(52, 1) > 0.3]),
+             ("where(t0, s, -inf)", [rand(2, 1, 52, 1) > -1.0])]
     for mod, extra in cases:
         sm = score_mod.parse(mod)
         # (16, 16) with q ranges in blocks of 32 and 64: dk/dv's taller query blocks read from dq's table
