@@ -32,7 +32,8 @@ Choices, and why:
   then has NaN in dv for every key of that head (the row of P is NaN) and, through an additive mask,
   in dq and dk; a `where` mask passes 0 instead. The kernels get the same by recomputing P from the
   -inf row max (NaN) and running the modification's gradient as autograd would (score_mod.gradient);
-  when such a row exists, the backward visits every block, as eager touches every key.
+  when such a row exists, the backward visits every block, as eager touches every key (with
+  empty_rows_zero it need not: the row has no gradient).
   With `empty_rows_zero` (flex attention's rewrite, flex.py) such a row gives 0 and no gradient, as
   eager flex attention's does: the forward divides its zeros by 1, the backward reads the row's
   (max, log2 sum) = (-inf, -inf) as (+inf, 0), so P = 0 there (kernels.py `row_stats`).
@@ -275,11 +276,12 @@ class BlockTable:
 
 
 def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                 backward: bool, extra=(), q_block_m: int | None = None) -> BlockTable:
+                 backward: bool, extra=(), q_block_m: int | None = None, empty_rows_zero: bool = False) -> BlockTable:
     """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
     range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
     the module docstring); for the forward too where a masked score may be a finite fill (such a row
-    is eager's average over every key).
+    is eager's average over every key). Not with `empty_rows_zero` (flex attention's), where such a
+    row has no gradient, unless the fill is finite.
 
     `q_block_m` (a multiple of block_m; block_m if None): the query blocks of q_lo..qfull_hi, where
     dk/dv steps over taller query blocks than dq (backward_config, dq_config): one table serves both.
@@ -290,17 +292,17 @@ def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: 
     q_block_m = q_block_m or block_m
     assert q_block_m % block_m == 0, (q_block_m, block_m)
     if sm.dead_reads_tensors:
-        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra, q_block_m)
-    key = (sm.text, L, S, block_m, block_n, device, backward, q_block_m)
+        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra, q_block_m, empty_rows_zero)
+    key = (sm.text, L, S, block_m, block_n, device, backward, q_block_m, empty_rows_zero)
     hit = _RANGES.get(key)
     if hit is not None:
         return hit
 
     def build() -> BlockTable:
-        table = _block_ranges(sm, L, S, block_m, block_n, device, backward)
+        table = _block_ranges(sm, L, S, block_m, block_n, device, backward, empty_rows_zero=empty_rows_zero)
         if q_block_m == block_m:
             return table
-        taller = _block_ranges(sm, L, S, q_block_m, block_n, device, backward)
+        taller = _block_ranges(sm, L, S, q_block_m, block_n, device, backward, empty_rows_zero=empty_rows_zero)
         return dataclasses.replace(table, q_lo=taller.q_lo, q_hi=taller.q_hi, qfull_lo=taller.qfull_lo,
                                    qfull_hi=taller.qfull_hi)
     if device.type != "cuda":
@@ -336,7 +338,7 @@ def _table_shape(extra, read) -> tuple[int, int]:
 
 
 def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                  backward: bool, extra=()) -> BlockTable:
+                  backward: bool, extra=(), empty_rows_zero: bool = False) -> BlockTable:
     """The table from the whole score grid, with torch (chunk by chunk): for masks of i, j, L and S,
     once per shape; with extra tensors, the reference the table kernel is tested against (a table
     per batch and head they vary along)."""
@@ -369,9 +371,10 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     full_lo, full_hi = _whole_run(whole, index_n, kv_hi)
     q_lo, q_hi = _span(live.transpose(1, 2), index_m)
     qfull_lo, qfull_hi = _whole_run(whole.transpose(1, 2), index_m, q_hi)
-    if backward or sm.finite_fill:
+    rows_rule = sm.finite_fill or (backward and not empty_rows_zero)   # see block_ranges
+    if rows_rule:
         kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
-    if backward:
+    if backward and rows_rule:
         q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
     parts = (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)
     return _table(parts, n_b, n_h)
@@ -406,7 +409,7 @@ def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                       backward: bool, extra, q_block_m: int | None = None) -> BlockTable:
+                       backward: bool, extra, q_block_m: int | None = None, empty_rows_zero: bool = False) -> BlockTable:
     """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
     tensors once and give the tables of every batch and head they vary along (the backward's query
     ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
@@ -435,7 +438,7 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     along_i = "i" in names or any("i" in axes[n] for n in read)
     along_j = "j" in names or any("j" in axes[n] for n in read)
     f_m, f_n = (n_m if along_i else 1), (n_n if along_j else 1)
-    need_rows = backward or sm.finite_fill
+    need_rows = sm.finite_fill or (backward and not empty_rows_zero)   # the row rule (block_ranges)
     rows = tables * L if need_rows else 0
     flags = torch.empty(tables, f_m, f_n, dtype=torch.int8, device=device)
     if need_rows:
@@ -598,7 +601,7 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
     lse = torch.empty(B, Hq, 2, L, dtype=torch.float32, device=q.device)
     if plan.skip:
-        table = block_ranges(sm, L, S, bm, bn, q.device, False, extra)
+        table = block_ranges(sm, L, S, bm, bn, q.device, False, extra, empty_rows_zero=empty_rows_zero)
         ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi, table.tab_b, table.tab_h)
     else:
         ranges = (lse,) * 4 + (0, 0)   # not read
@@ -625,7 +628,8 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     dv = torch.empty(B, Hkv, S, Ev, dtype=v.dtype, device=v.device)
     if plan.skip:
         # one table: its query ranges in dk/dv's query blocks (whole numbers of dq's; see _plan)
-        table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=bm)
+        table = block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=bm,
+                             empty_rows_zero=empty_rows_zero)
         q_lo, q_hi = table.q_lo, table.q_hi      # per key block of dk/dv, in its query blocks
         qfull_lo, qfull_hi = table.qfull_lo, table.qfull_hi   # ... and inside those, its whole ones
         kv_lo, kv_hi = table.kv_lo, table.kv_hi  # per query block of dq, in its key blocks

@@ -200,10 +200,13 @@ def _zero_rows_expected(q, k, v, modify):
     return (p @ v.float()).to(q.dtype)
 
 
+@pytest.mark.parametrize("shift", [4, 20])
 @pytest.mark.parametrize("path", ["kernels", "reference", "data_table"])
-def test_empty_rows_zero_gives_zero_and_zero_gradients_for_rows_with_nothing_live(device, path, monkeypatch):
-    # rows 0..3 see no key by an index mask, row 9 none by a padding tensor: 0 and no NaN anywhere,
-    # forward and backward, by the kernels (with their block tables), and by the torch reference
+def test_empty_rows_zero_gives_zero_and_zero_gradients_for_rows_with_nothing_live(device, path, shift, monkeypatch):
+    # rows 0..shift-1 see no key by an index mask, row 9 none by a padding tensor: 0 and no NaN
+    # anywhere, forward and backward, by the kernels (with their block tables), and by the torch
+    # reference; with shift 20 the first query block has no live score at all. Such rows have no
+    # gradient, so the backward's table skips as the forward's does (no fully-masked-row rule)
     if path == "reference":
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         device = "cpu"
@@ -212,24 +215,28 @@ def test_empty_rows_zero_gives_zero_and_zero_gradients_for_rows_with_nothing_liv
     dead = torch.zeros(1, 1, 40, 1, dtype=torch.bool, device=device)
     dead[..., 9, :] = True
     if path == "data_table":
-        mod, extra = "where(t0, -inf, where(j <= i - 4, s * 0.25, -inf))", [dead]
+        mod, extra = f"where(t0, -inf, where(j <= i - {shift}, s * 0.25, -inf))", [dead]
     else:
-        mod, extra = "where(j <= i - 4, s * 0.25 + t0, -inf)", [torch.where(dead, NEG_INF, 0.0)]
+        mod, extra = f"where(j <= i - {shift}, s * 0.25 + t0, -inf)", [torch.where(dead, NEG_INF, 0.0)]
 
     def modify(s, i, j):
-        return torch.where(j <= i - 4, s * 0.25, NEG_INF).masked_fill(dead, NEG_INF)
+        return torch.where(j <= i - shift, s * 0.25, NEG_INF).masked_fill(dead, NEG_INF)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out = torch.ops.mini_inductor.flash_attention(*leaves, extra, mod, True)
     ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     expected = _zero_rows_expected(*ref_leaves, modify)
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
-    assert (out[:, :, :4] == 0).all() and (out[:, :, 9] == 0).all()
+    assert (out[:, :, :shift] == 0).all() and (out[:, :, 9] == 0).all()
     upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), device="cpu").to(device)
     grads = torch.autograd.grad(out, leaves, upstream)
     for name, g, e in zip("qkv", grads, torch.autograd.grad(expected, ref_leaves, upstream)):
         assert not g.isnan().any(), name
         torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
-    assert (grads[0][:, :, :4] == 0).all() and (grads[0][:, :, 9] == 0).all()
+    assert (grads[0][:, :, :shift] == 0).all() and (grads[0][:, :, 9] == 0).all()
+    if path != "reference":
+        table = flash.block_ranges(score_mod.parse(mod), 40, 40, 16, 16, torch.device(device), True, extra,
+                                   empty_rows_zero=True)
+        assert table.kv_hi.reshape(-1, 3)[0].tolist()[0] < 3, table   # not widened to every key block
 
 
 def test_float32_respects_allow_tf32(device):
