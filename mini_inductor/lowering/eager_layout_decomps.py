@@ -41,17 +41,41 @@ def _roll_in_eager_layout(decomp):
     the layout of eager's CPU kernel, which rolls one dim as a cat of two narrows (roll_cpu), so its
     result is laid out as that cat's (channels last for a channels-last input; fuzz seed 5014 prog 26),
     and several dims one after the other. Eager's CUDA kernel's result is contiguous, as the
-    decomposition's. A dynamic graph's layout is decided on the traced sizes, as batch norm's."""
+    decomposition's. A dynamic graph's layout is decided on the traced sizes and shifts, as batch
+    norm's, with a guard where it turns on a symbol: a shift that is a multiple of its dim's size
+    makes the cat's second narrow empty, and the result contiguous (fuzz seed 5606 prog 3: traced at
+    size 2, shift -2; called at size 3)."""
     def run(self, shifts, dims=(), *args, **kwargs):
         result = decomp(self, shifts, dims, *args, **kwargs)
         if not isinstance(result, torch.Tensor) or self.device.type != "cpu" or self.dim() < 2:
             return result
-        want = _stand_in_strides(self, lambda t: _eager_cpu_roll(t, list(shifts), list(dims)))
-        if want is None or _same_where_observable(result, want):
+        shifts, dims = list(shifts), list(dims)
+        hinted = [_hint(n) for n in shifts]
+        want = _stand_in_strides(self, lambda t: _eager_cpu_roll(t, hinted, dims))
+        if want is None:
+            return result
+        _guard_whole_turns(self, shifts, dims, hinted, want)
+        if _same_where_observable(result, want):
             return result
         return _permuted_copy(result, want)
     run.__name__ = f"{getattr(decomp, '__name__', 'decomposition')}_in_eager_layout"
     return run
+
+
+def _guard_whole_turns(x: torch.Tensor, shifts: list, dims: list, hinted: list, want: list) -> None:
+    """Guards, for each symbolic roll of one dim whose layout `want` would change had its shift been
+    a whole number of turns (or not), on whether it is one."""
+    if len(dims) != len(shifts):
+        return
+    for k, (shift, dim) in enumerate(zip(shifts, dims)):
+        size = x.shape[dim]
+        if isinstance(shift, int) and isinstance(size, int) or _hint(size) < 2:
+            continue   # static, or a dim of one element (every shift a whole number of turns)
+        whole = (_hint(size) - hinted[k]) % _hint(size) == 0
+        flipped = hinted[:k] + [0 if not whole else 1] + hinted[k + 1:]
+        other = _stand_in_strides(x, lambda t: _eager_cpu_roll(t, flipped, dims))
+        if other is not None and other != want:
+            bool((size - shift) % size == 0)   # a guard: Dynamo re-checks it, a change recompiles
 
 
 def _eager_cpu_roll(t: torch.Tensor, shifts: list, dims: list) -> torch.Tensor:

@@ -378,3 +378,29 @@ def test_variance_over_a_slice_by_an_int_argument_is_generated_at_every_length()
     # (Dynamo compiles a second graph for the slice's other guards; each is dynamic and all generated)
     assert all(g.dynamic_symbols and g.dynamic_fallback is None and not g.fallback_ops for g in graphs), \
         [g.summary() for g in graphs]
+
+
+# ── roll by an int argument; a roll whose layout turns on a size ───────────────────────────────
+
+@pytest.mark.parametrize("case", ["flattened", "channels_last"])
+def test_a_roll_by_an_int_argument_compiles_once(case):
+    # fuzz seed 5606 prog 9: the CPU layout of roll's result was worked out on the symbolic shift
+    # outside the trace (a SymInt not tracked by its tracer); now on its traced value
+    if case == "flattened":
+        x = torch.randint(-4, 5, (2, 1, 2))
+        compiled_once(lambda x, k: x.roll(k // 2) + 1, [(x, k) for k in (5, 2, 7, -3)])
+    else:
+        y = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+        compiled_once(lambda y, k: y.roll(k, 3) * 2, [(y, k) for k in (2, 3, -4)])
+
+
+def test_a_roll_whose_eager_layout_turns_on_a_size_is_guarded(device):
+    # fuzz seed 5606 prog 3: eager's CPU roll of a channels-last input is a cat of two narrows, channels
+    # last, but contiguous where the shift is a whole number of turns (the second narrow empty): traced at
+    # size 2 with shift -2 it was contiguous and stayed so at size 3. A guard on the shift's turns now
+    # makes Dynamo recompile there (one graph on the GPU, whose roll is contiguous either way)
+    def fn(x, k):
+        return torch.roll(x, -2, 0) * k
+    calls = [(torch.randn(shape).contiguous(memory_format=torch.channels_last), 2)   # -2 turns whole at size 2
+             for shape in ((2, 3, 1, 4), (3, 2, 1, 4), (4, 3, 1, 2), (2, 5, 1, 3))]
+    compiled_once(fn, calls, graphs=2 if device == "cpu" else 1)
