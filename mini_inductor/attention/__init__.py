@@ -42,5 +42,6 @@ The contract between them:
     "where((j <= i) & (i - j < 256), s * 0.125, -inf)", "s * 0.125 + f16(t0 * (j - i))" (ALiBi).
 """
 
-# registers torch.ops.mini_inductor.flash_attention (and its forward and backward ops) on import
-from . import flash  # noqa: E402,F401
+# registers torch.ops.mini_inductor.flash_attention (and its forward and backward ops, and the extra
+# tensors' gradient op) on import
+from . import extra_grads, flash  # noqa: E402,F401

@@ -10,6 +10,7 @@ The contract (attention/__init__.py) fixes what the op computes; this module dec
                                                                 log2 of its sum, in base 2, apart
     flash_attention_backward(dout, q, k, v, out, lse, extra, mod) -> (dq, dk, dv)
 
+and, for a float extra tensor that requires grad, flash_attention_extra_backward (extra_grads.py),
 each with a last optional argument `empty_rows_zero` (False; flex attention's rewrite passes True), so
 the forward graph holds the kernel that also returns the log-sum-exp and the backward graph the
 backward kernels: nothing is recomputed but the scores, which is the point of flash attention. All
@@ -146,6 +147,18 @@ def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str,
     return out.to(q.dtype).contiguous(), torch.stack([m, torch.log2(total)], dim=2).contiguous()
 
 
+def reference_dscore(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod,
+                     empty_rows_zero: bool = False, grad_lse: Tensor | None = None):
+    """(s, the names' values, P, d loss / d mod(s)) on the materialized [B, Hq, L, S] matrices, in float32."""
+    s, score, env = _reference_scores(q, k, extra, sm)
+    p = _softmax(score, empty_rows_zero)
+    dp = dout.float() @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1).transpose(-1, -2)
+    dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
+    if grad_lse is not None:   # d log-sum-exp / d score is P (times log2(e) for base 2)
+        dscore = dscore + p * lse_gradient(grad_lse)[..., None]
+    return s, env, p, dscore
+
+
 def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod: str, empty_rows_zero: bool = False,
                        grad_lse: Tensor | None = None):
     """(dq, dk, dv) by the formulas the kernels use, on materialized matrices (an op's implementation
@@ -155,12 +168,7 @@ def reference_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extra, mod
     B, Hq, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     group = Hq // Hkv
-    s, score, env = _reference_scores(q, k, extra, sm)
-    p = _softmax(score, empty_rows_zero)
-    dp = dout.float() @ v.float().repeat_interleave(group, dim=1).transpose(-1, -2)
-    dscore = p * (dp - (p * dp).sum(-1, keepdim=True))
-    if grad_lse is not None:   # d log-sum-exp / d score is P (times log2(e) for base 2)
-        dscore = dscore + p * lse_gradient(grad_lse)[..., None]
+    s, env, p, dscore = reference_dscore(dout, q, k, v, extra, sm, empty_rows_zero, grad_lse)
     grad = score_mod.gradient(sm.tree)
     ds = (torch.as_tensor(score_mod.evaluate(grad, {**env, "g": dscore})).float().expand(B, Hq, L, S)
           if grad is not None else torch.zeros_like(s))
@@ -641,11 +649,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     strides_qkvdo = [*q.stride(), *k.stride(), *v.stride(), *dout.stride()]
     module = plan.module
     with _launch_context(q):
-        module.flash_bwd_delta[(-(-L // dq_m), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
-                                                        BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
-                                                        num_warps=dq_meta["num_warps"])
-        if grad_lse is not None:   # dS = P (dP - delta) + P g = P (dP - (delta - g))
-            delta.sub_(lse_gradient(grad_lse))
+        backward_delta(plan, out, dout, delta, grad_lse)
         module.flash_bwd_dkdv[(-(-S // bn), B * Hkv)](q, k, v, dout, lse, delta, dk, dv, *tensors, q_lo, q_hi,
                                                       qfull_lo, qfull_hi, *tab,
                                                       *strides_qkvdo, *strides, *_sizes(q, k, v),
@@ -654,6 +658,18 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                                                      *strides_qkvdo, *strides, *_sizes(q, k, v),
                                                      EMPTY_ROWS_ZERO=empty_rows_zero, **dq_meta)
     return dq, dk, dv
+
+
+def backward_delta(plan: LaunchPlan, out: Tensor, dout: Tensor, delta: Tensor, grad_lse: Tensor | None) -> None:
+    """delta [B, H, L] = rowsum(dO * out), less the LSE's gradient where it has one (dS = P (dP - delta)
+    + P g = P (dP - (delta - g)))."""
+    B, Hq, L, Ev = out.shape
+    dq_m, _, dq_meta = plan.dq
+    plan.module.flash_bwd_delta[(-(-L // dq_m), B * Hq)](out, dout, delta, *out.stride(), *dout.stride(), Hq, L, Ev,
+                                                         BLOCK_M=dq_m, BLOCK_EV=plan.meta["BLOCK_EV"],
+                                                         num_warps=dq_meta["num_warps"])
+    if grad_lse is not None:
+        delta.sub_(lse_gradient(grad_lse))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -729,7 +745,13 @@ def _backward(ctx, grad_out, grad_lse):
     lse_args = () if grad_lse is None else (grad_lse,)
     dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod,
                                                                   ctx.empty_rows_zero, *lse_args)
-    grads = (dq, dk, dv, [None] * len(extra), None)
+    # a float extra tensor that requires grad (a learnable bias, a slope): its own op (extra_grads.py)
+    needs = ctx.needs_input_grad[3] if len(ctx.needs_input_grad) > 3 else False
+    needs = list(needs) if isinstance(needs, (list, tuple)) else [needs] * len(extra)
+    extra_grads = [torch.ops.mini_inductor.flash_attention_extra_backward(
+        grad_out, q, k, v, out, lse, extra, ctx.mod, n, ctx.empty_rows_zero, *lse_args)
+        if needs[n] and t.is_floating_point() else None for n, t in enumerate(extra)]
+    grads = (dq, dk, dv, extra_grads, None)
     # the dispatcher drops a trailing argument equal to its default (empty_rows_zero=False): one None
     # for each input the call was given (needs_input_grad has the inputs' structure)
     return grads + (None,) * (len(ctx.needs_input_grad) - len(grads))

@@ -29,10 +29,11 @@ nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are no
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
 The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as the higher-order op
-returns it (flash.base2_lse), with its gradient. Anything else (a captured tensor indexed by a computed
-index, an op outside the expression language, a captured tensor requiring grad, the max-scores output
-read, a kernel option not known here) is left as written and recorded as a near miss with its reason,
-as match.py records them.
+returns it (flash.base2_lse), with its gradient. A captured float tensor that requires grad (a learned
+bias table, ALiBi slopes as parameters) gets its gradient from the op (extra_grads.py). Anything else
+(a captured tensor indexed by a computed index, an op outside the expression language, the max-scores
+output read, a kernel option not known here) is left as written and recorded as a near miss with its
+reason, as match.py records them.
 """
 from __future__ import annotations
 
@@ -391,8 +392,6 @@ class _Extras:
         if len(c.index) < c.rank:
             return c
         value = value_of(c.node)
-        if value.requires_grad and torch.is_grad_enabled():     # (Dynamo guards the graph on grad mode)
-            raise NearMiss(f"{c.node.name} requires grad: the flash-attention op gives extra tensors no gradient")
         if value.dtype not in (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64):
             raise NearMiss(f"{c.node.name} is {value.dtype}: extra tensors are bool, int32, int64 or 16/32-bit floats")
         names = [a for a in c.index if isinstance(a, str)]

@@ -11,6 +11,8 @@ Block sizes, dtypes and the dot's precision are constexprs: Triton specializes t
     flash_bwd_dkdv   grid (key blocks, B*Hkv)    dk, dv of one key block, summed over the query heads
                                                  of its group (no atomics)
     flash_bwd_dq     grid (query blocks, B*Hq)   dq of one query block
+    flash_bwd_dt<n>  grid (query blocks, B*Hq)   the gradient of float extra tensor t<n> (a learnable
+                                                 bias, a slope), where its caller asks for it
 
 The LSE is kept as its two parts, each row's max m and log2 of its sum l, in base 2: m + log2(l)
 in one float loses log2(l) where the scores are near float32's lowest (a row all filled with
@@ -117,6 +119,26 @@ DQ_LOOP = KEY_BLOCKS + '''\
         dscore = p * (dp - delta[:, None])
         ds = tl.where(valid, {grad}, 0.0)
         dq = mm_acc(ds.to(k_t.dtype), tl.trans(k_t), dq, DOT, PRECISION)
+'''
+
+
+# one pass of an extra tensor's gradient (flash_bwd_dt<n>): {grad} is d mod / d t<n> times dS, summed into
+# DT over the dims it broadcasts along: in registers along the keys a program walks, else by atomics
+DT_LOOP = KEY_BLOCKS + '''\
+        v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
+        qk = mm(q, k_t, DOT, PRECISION)
+        {loads}
+        valid = (row < len_q) & (col < len_k)
+        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
+        dp = mm(do, v_t, DOT, PRECISION)
+        dscore = p * (dp - delta[:, None])
+        dt = tl.where(valid, {grad}, 0.0)
+        if DT_I and DT_J:
+            tl.atomic_add(dt_base + row * dt_i + col * dt_j, dt, mask=valid)
+        elif DT_J:
+            tl.atomic_add(dt_base + cols * dt_j, tl.sum(dt, 0), mask=cols < len_k)
+        else:
+            dt_rows += tl.sum(dt, 1)
 '''
 
 
@@ -354,6 +376,39 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI, tab_b,
     {dq_range}
 {dq_loops}    tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
              mask=(row < len_q) & (e[None, :] < dim))
+'''
+    for n in used:
+        grad_tree = score_mod.gradient(sm.tree, wrt=f"t{n}") if kinds[f"t{n}"] == "float" else None
+        if grad_tree is None:
+            continue
+        dt_loops = DT_LOOP.format(start="lo", stop="hi", loads=loads(8, sm.tree, grad_tree, hoisted=row_fixed),
+                                  score=score2("[BLOCK_M, BLOCK_N]"), units=units,
+                                  grad=score_mod.triton_source(grad_tree, names, {**kinds, "g": "float"}))
+        source += f'''
+
+@triton.jit
+def flash_bwd_dt{n}(Q, K, V, DO, LSE, DELTA, DT, {common}, FULL_LO, FULL_HI, tab_b, tab_h,
+                 sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
+                 sdo_b, sdo_h, sdo_i, sdo_e, {strides} dt_b, dt_h, dt_i, dt_j,
+                 {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr, DT_I: tl.constexpr, DT_J: tl.constexpr):
+    # the gradient of extra tensor t{n}, into float32 DT (strides dt_*: 0 along a dim it broadcasts
+    # along; DT_I, DT_J: it varies along the queries, the keys); a program's query block as dq's
+{query_block}
+    do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
+                 mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
+    m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
+    l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+    m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
+    delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
+    k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
+    v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
+    dt_base = DT + bid.to(tl.int64) * dt_b + hid.to(tl.int64) * dt_h
+    dt_rows = tl.zeros([BLOCK_M], tl.float32)
+    {dq_range}
+{dt_loops}    if DT_I and not DT_J:
+        tl.atomic_add(dt_base + rows * dt_i, dt_rows, mask=rows < len_q)
+    elif not DT_I and not DT_J:
+        tl.atomic_add(dt_base, tl.sum(dt_rows, 0))
 '''
     if even_e:
         source = source.replace(" & (e[None, :] < dim)", "").replace(" & (e[:, None] < dim)", "")

@@ -346,8 +346,6 @@ def _analyse(out, gm) -> _Found | None:
             raise NearMiss(f"{extra.name} is changed in place after the attention: the flash-attention op "
                            "reads it again in the backward")
         value = value_of(extra)
-        if value.requires_grad and torch.is_grad_enabled():     # (Dynamo guards the graph on grad mode)
-            raise NearMiss(f"{extra.name} requires grad: the flash-attention op gives extra tensors no gradient")
         shape = tuple(value.shape)
         if len(shape) > rank or any(not (known_eq(a, 1) or known_eq(a, b))
                                     for a, b in zip(shape[::-1], shape_of(z)[::-1])):

@@ -348,59 +348,63 @@ def _mul(a: Node, b: Node) -> Node:
     return fold(Node("mul", (a, b)))
 
 
-def gradient(node: Node, upstream: Node = var("g")) -> Node | None:
-    """d loss / d s as an expression of `upstream` (d loss / d node) and the names of `node`; None when
-    `node` does not depend on s. Each rule is the formula autograd uses for that op in eager."""
+def gradient(node: Node, upstream: Node = var("g"), wrt: str = "s") -> Node | None:
+    """d loss / d `wrt` (the score s, or an extra tensor t0, t1, ...) as an expression of `upstream`
+    (d loss / d node) and the names of `node`; None when `node` does not depend on it. Each rule is
+    the formula autograd uses for that op in eager."""
     if node.op == "var":
-        return upstream if node.value == "s" else None
-    if "s" not in variables(node):
+        return upstream if node.value == wrt else None
+    if wrt not in variables(node):
         return None
+
+    def d(x: Node | None, up: Node) -> Node | None:
+        return gradient(x, up, wrt) if x is not None else None
     a = node.args[0]
     b = node.args[1] if len(node.args) > 1 else None
     g = upstream
     zero = num(0.0)
     if node.op == "add":
-        return _add(gradient(a, g), gradient(b, g))
+        return _add(d(a, g), d(b, g))
     if node.op == "sub":
-        return _add(gradient(a, g), gradient(b, Node("neg", (g,))))
+        return _add(d(a, g), d(b, Node("neg", (g,))))
     if node.op == "neg":
-        return gradient(a, Node("neg", (g,)))
+        return d(a, Node("neg", (g,)))
     if node.op == "mul":
-        return _add(gradient(a, _mul(g, b)), gradient(b, _mul(g, a)))
+        return _add(d(a, _mul(g, b)), d(b, _mul(g, a)))
     if node.op == "div":
-        return _add(gradient(a, Node("div", (g, b))),
-                    gradient(b, Node("div", (Node("mul", (Node("neg", (g,)), a)), Node("mul", (b, b))))))
+        return _add(d(a, Node("div", (g, b))),
+                    d(b, Node("div", (Node("mul", (Node("neg", (g,)), a)), Node("mul", (b, b))))))
     if node.op == "floordiv":
         return None   # piecewise constant: autograd gives zeros
     if node.op == "mod":
-        return _add(gradient(a, g), gradient(b, Node("mul", (Node("neg", (g,)), Node("floordiv", (a, b))))))
+        return _add(d(a, g), d(b, Node("mul", (Node("neg", (g,)), Node("floordiv", (a, b))))))
     if node.op == "where":
-        return _add(gradient(node.args[1], Node("where", (a, g, zero))),
-                    gradient(node.args[2], Node("where", (a, zero, g))))
+        return _add(d(node.args[1], Node("where", (a, g, zero))),
+                    d(node.args[2], Node("where", (a, zero, g))))
     if node.op in ROUNDINGS:   # a cast: its gradient is the upstream gradient, cast back
-        return gradient(a, g)
+        return d(a, g)
     if node.op == "tanh":
-        return gradient(a, Node("mul", (g, Node("sub", (num(1.0), Node("mul", (node, node)))))))
+        return d(a, Node("mul", (g, Node("sub", (num(1.0), Node("mul", (node, node)))))))
     if node.op == "exp":
-        return gradient(a, Node("mul", (g, node)))
+        return d(a, Node("mul", (g, node)))
     if node.op == "log":
-        return gradient(a, Node("div", (g, a)))
+        return d(a, Node("div", (g, a)))
     if node.op == "sigmoid":
-        return gradient(a, Node("mul", (Node("mul", (g, Node("sub", (num(1.0), node)))), node)))
+        return d(a, Node("mul", (Node("mul", (g, Node("sub", (num(1.0), node)))), node)))
     if node.op == "sqrt":
-        return gradient(a, Node("div", (g, Node("mul", (num(2.0), node)))))
+        return d(a, Node("div", (g, Node("mul", (num(2.0), node)))))
     if node.op == "abs":
         sign = Node("where", (Node("gt", (a, num(0))), num(1.0),
                               Node("where", (Node("lt", (a, num(0))), num(-1.0), zero))))
-        return gradient(a, Node("mul", (g, sign)))
+        return d(a, Node("mul", (g, sign)))
     if node.op in ("minimum", "maximum"):
         # the tie splits the gradient in halves; the losing side gets 0 (NaN counts as winning)
         half = Node("mul", (g, num(0.5)))
         a_loses = Node("gt" if node.op == "minimum" else "lt", (a, b))
         b_loses = Node("lt" if node.op == "minimum" else "gt", (a, b))
         tie = Node("eq", (a, b))
-        return _add(gradient(a, Node("where", (tie, half, Node("where", (a_loses, zero, g))))),
-                    gradient(b, Node("where", (tie, half, Node("where", (b_loses, zero, g))))))
+        return _add(d(a, Node("where", (tie, half, Node("where", (a_loses, zero, g))))),
+                    d(b, Node("where", (tie, half, Node("where", (b_loses, zero, g))))))
     return None   # comparisons and bool operators: no gradient flows through them
 
 

@@ -74,7 +74,8 @@ EXTERN_OPS = {
 # mini_inductor's own library ops (attention/flash.py), by name: they exist once that module is imported,
 # which the lowering does not depend on
 EXTERN_LIBRARY_OPS = frozenset({"mini_inductor::flash_attention", "mini_inductor::flash_attention_forward",
-                                "mini_inductor::flash_attention_backward"})
+                                "mini_inductor::flash_attention_backward",
+                                "mini_inductor::flash_attention_extra_backward"})
 
 
 def is_extern_op(target) -> bool:

@@ -339,12 +339,35 @@ def test_return_lse_is_the_forward_ops_own_with_its_gradient(device, case):
     assert_one_flash_call()
 
 
-def test_a_captured_tensor_requiring_grad_is_a_near_miss(device):
-    bias = torch.zeros(2, device=device, requires_grad=True)
-    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[h]),
-                             backend="mini_inductor")
-    compiled(*qkv(device))
-    assert_near_miss("requires grad")
+@pytest.mark.parametrize("case", ["per_head", "table", "per_key_masked", "slope"])
+def test_a_captured_tensor_requiring_grad_gets_eagers_gradient(device, case):
+    # a learnable bias (per head, a [H, L, S] table, per key under a causal mask) and ALiBi's slopes as
+    # parameters: their gradients come from the op's extra-gradient kernel (attention/extra_grads.py)
+    gen = torch.Generator().manual_seed(3)
+    shape = {"per_head": (2,), "table": (2, 20, 20), "per_key_masked": (20,), "slope": (2,)}[case]
+    param = torch.randn(shape, generator=gen).to(device).requires_grad_()
+    mods = {"per_head": lambda s, b, h, i, j: s + param[h],
+            "table": lambda s, b, h, i, j: s * 0.5 + param[h, i, j],
+            "per_key_masked": lambda s, b, h, i, j: torch.where(i >= j, s + param[j], -float("inf")),
+            "slope": lambda s, b, h, i, j: s + param[h] * (j - i)}
+    mask = create_block_mask(causal, None, None, 20, 20, device=device) if case == "slope" else None
+
+    def attend(q, k, v, p):
+        return flex_attention(q, k, v, score_mod=mods[case], block_mask=mask)
+    compiled = torch.compile(attend, backend="mini_inductor")
+    inputs = [t.requires_grad_() for t in qkv(device)]
+    got = compiled(*inputs, param)
+    upstream = torch.randn(got.shape, generator=gen).to(got)
+    grads = torch.autograd.grad(got, [*inputs, param], upstream)
+    ref_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    want = attend(*ref_inputs, param)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    for name, g, e in zip(("q", "k", "v", "param"), grads, torch.autograd.grad(want, [*ref_inputs, param], upstream)):
+        torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
+    record = metrics.attention[0]
+    assert record.target == "flash", record.describe()
+    extern = [op for r in metrics.compiled_graphs for op in r.extern_calls]
+    assert "mini_inductor.flash_attention_extra_backward.default" in extern, extern
 
 
 def test_an_unknown_kernel_option_is_a_near_miss(device):

@@ -53,6 +53,23 @@ def test_flash_attention_kernels_compile_forward_and_backward(dtype, monkeypatch
     assert {"flash_fwd", "flash_bwd_delta", "flash_bwd_dkdv", "flash_bwd_dq", "block_ranges"} <= names
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_extra_tensor_gradient_kernels_compile(dtype, monkeypatch):
+    # flash_bwd_dt<n> for a bias along queries and keys (atomics of a tile), along keys (of a row),
+    # along queries and along neither (summed in registers, one atomic add of a vector, of a scalar)
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=gen).to(dtype) for _ in range(3))
+    mod = "where(j <= i, s * 0.25 + t0 + t1 * (j - i) + t2 + t3, -inf)"
+    extra = [torch.randn(shape, generator=gen).to(dtype).requires_grad_()
+             for shape in ((2, 40, 40), (1, 2, 1, 1), (40,), (40, 1))]
+    with launches() as seen:
+        out = torch.ops.mini_inductor.flash_attention(q, k, v, extra, mod)
+        out.float().sum().backward()
+    names = {n.split()[0] for n in compile_all(seen)}
+    assert {"flash_bwd_dt0", "flash_bwd_dt1", "flash_bwd_dt2", "flash_bwd_dt3"} <= names, names
+
+
 @pytest.mark.parametrize("mod, narrow", [("where(j <= i, s * 0.125 + t0, -inf)", True),   # skips, a narrow band
                                          ("where(j <= i, s * 0.125 + t0, -inf)", False),  # ... a triangle
                                          ("s * 0.125 + t0", False)])   # none skipped: dk/dv's taller blocks
