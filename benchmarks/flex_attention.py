@@ -1,6 +1,7 @@
 """FlexAttention (torch.nn.attention.flex_attention) compiled by Inductor and by mini_inductor. Not a test.
 
     PYTHONPATH=. python -m benchmarks flex_attention [--variants causal,window,alibi,softcap,document,padding]
+        (also alibi_learned: ALiBi with its slopes a parameter, whose gradient fwd+bwd computes)
         [--dtype float16] [--lengths 1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
         [--backends inductor,mini_inductor,flash] [--out FILE]
 
@@ -36,6 +37,9 @@ def _variant(name: str, length: int):
         return None, lambda b, h, i, j: (i >= j) & (i - j < WINDOW)
     if name == "alibi":
         slopes = 2.0 ** (-8.0 * torch.arange(1, HEADS + 1, device="cuda") / HEADS)
+        return (lambda s, b, h, i, j: s + slopes[h] * (j - i)), lambda b, h, i, j: i >= j
+    if name == "alibi_learned":   # the slopes a parameter: its gradient too (attention/extra_grads.py)
+        slopes = (2.0 ** (-8.0 * torch.arange(1, HEADS + 1, device="cuda") / HEADS)).requires_grad_()
         return (lambda s, b, h, i, j: s + slopes[h] * (j - i)), lambda b, h, i, j: i >= j
     if name == "softcap":
         return (lambda s, b, h, i, j: SOFTCAP * torch.tanh(s / SOFTCAP)), None
