@@ -108,8 +108,8 @@ FWD_LOOP = KEY_BLOCKS + '''\
 '''
 
 
-# one pass of dq: {grad} is the modification's gradient
-DQ_LOOP = KEY_BLOCKS + '''\
+# the head of a pass of dq (and of an extra tensor's gradient) over a query block's key blocks: dS
+DSCORE_PASS = KEY_BLOCKS + '''\
         v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
         qk = mm(q, k_t, DOT, PRECISION)
         {loads}
@@ -117,6 +117,10 @@ DQ_LOOP = KEY_BLOCKS + '''\
         p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
         dp = mm(do, v_t, DOT, PRECISION)
         dscore = p * (dp - delta[:, None])
+'''
+
+# one pass of dq: {grad} is the modification's gradient
+DQ_LOOP = DSCORE_PASS + '''\
         ds = tl.where(valid, {grad}, 0.0)
         dq = mm_acc(ds.to(k_t.dtype), tl.trans(k_t), dq, DOT, PRECISION)
 '''
@@ -124,14 +128,7 @@ DQ_LOOP = KEY_BLOCKS + '''\
 
 # one pass of an extra tensor's gradient (flash_bwd_dt<n>): {grad} is d mod / d t<n> times dS, summed into
 # DT over the dims it broadcasts along: in registers along the keys a program walks, else by atomics
-DT_LOOP = KEY_BLOCKS + '''\
-        v_t = tl.load(v_base + col * sv_j + ev[:, None] * sv_e, mask=(col < len_k) & (ev[:, None] < dim_v), other=0.0)
-        qk = mm(q, k_t, DOT, PRECISION)
-        {loads}
-        valid = (row < len_q) & (col < len_k)
-        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
-        dp = mm(do, v_t, DOT, PRECISION)
-        dscore = p * (dp - delta[:, None])
+DT_LOOP = DSCORE_PASS + '''\
         dt = tl.where(valid, {grad}, 0.0)
         if DT_I and DT_J:
             tl.atomic_add(dt_base + row * dt_i + col * dt_j, dt, mask=valid)
@@ -282,6 +279,16 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     ev = tl.arange(0, BLOCK_EV)
     q = tl.load(Q + bid.to(tl.int64) * sq_b + hid.to(tl.int64) * sq_h + row * sq_i + e[None, :] * sq_e,
                 mask=(row < len_q) & (e[None, :] < dim), other=0.0)'''
+    # then, in dq's kernel and an extra tensor gradient's, the rows' dO, statistics and delta
+    backward_rows = query_block + "\n" + '''\
+    do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
+                 mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
+    m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
+    l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
+    m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
+    delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
+    k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
+    v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h'''
     source = HEADER.format(mod=sm.text, log2e=score_mod.LOG2E) + f'''
 
 @triton.jit
@@ -363,15 +370,7 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI, tab_b,
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides}
                  {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr):
-{query_block}
-    do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
-                 mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
-    m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
-    l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
-    m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
-    delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
-    k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
-    v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
+{backward_rows}
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     {dq_range}
 {dq_loops}    tl.store(DQ + bh.to(tl.int64) * len_q * dim + row * dim + e[None, :], dq.to(DQ.dtype.element_ty),
@@ -393,15 +392,7 @@ def flash_bwd_dt{n}(Q, K, V, DO, LSE, DELTA, DT, {common}, FULL_LO, FULL_HI, tab
                  {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr, DT_I: tl.constexpr, DT_J: tl.constexpr):
     # the gradient of extra tensor t{n}, into float32 DT (strides dt_*: 0 along a dim it broadcasts
     # along; DT_I, DT_J: it varies along the queries, the keys); a program's query block as dq's
-{query_block}
-    do = tl.load(DO + bid.to(tl.int64) * sdo_b + hid.to(tl.int64) * sdo_h + row * sdo_i + ev[None, :] * sdo_e,
-                 mask=(row < len_q) & (ev[None, :] < dim_v), other=0.0)
-    m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
-    l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
-    m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
-    delta = tl.load(DELTA + bh.to(tl.int64) * len_q + rows, mask=rows < len_q, other=0.0)
-    k_base = K + bid.to(tl.int64) * sk_b + hkv.to(tl.int64) * sk_h
-    v_base = V + bid.to(tl.int64) * sv_b + hkv.to(tl.int64) * sv_h
+{backward_rows}
     dt_base = DT + bid.to(tl.int64) * dt_b + hid.to(tl.int64) * dt_h
     dt_rows = tl.zeros([BLOCK_M], tl.float32)
     {dq_range}
