@@ -745,12 +745,14 @@ def _backward(ctx, grad_out, grad_lse):
     lse_args = () if grad_lse is None else (grad_lse,)
     dq, dk, dv = torch.ops.mini_inductor.flash_attention_backward(grad_out, q, k, v, out, lse, extra, ctx.mod,
                                                                   ctx.empty_rows_zero, *lse_args)
-    # a float extra tensor that requires grad (a learnable bias, a slope): its own op (extra_grads.py)
+    # a float extra tensor that requires grad (a learnable bias, a slope): its own op (extra_grads.py);
+    # none for one the modification only compares (a learned gate as a mask), as eager gives none
+    from .extra_grads import has_gradient
     needs = ctx.needs_input_grad[3] if len(ctx.needs_input_grad) > 3 else False
     needs = list(needs) if isinstance(needs, (list, tuple)) else [needs] * len(extra)
     extra_grads = [torch.ops.mini_inductor.flash_attention_extra_backward(
         grad_out, q, k, v, out, lse, extra, ctx.mod, n, ctx.empty_rows_zero, *lse_args)
-        if needs[n] and t.is_floating_point() else None for n, t in enumerate(extra)]
+        if needs[n] and has_gradient(ctx.mod, extra, n) else None for n in range(len(extra))]
     grads = (dq, dk, dv, extra_grads, None)
     # the dispatcher drops a trailing argument equal to its default (empty_rows_zero=False): one None
     # for each input the call was given (needs_input_grad has the inputs' structure)
