@@ -93,7 +93,7 @@ for step in "${steps[@]}"; do
                    tests/e2e/test_scan_and_pooling.py tests/e2e/test_forward_ad.py tests/e2e/test_pooling_fuzz_found.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
         attention_tests) run attention_tests 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
                    tests/attention/test_flex.py tests/attention/test_flash.py tests/attention/test_match_to_flash.py \
-                   tests/attention/test_extra_grads.py -rfE --tb=short ;;
+                   tests/attention/test_extra_grads.py tests/attention/test_extra_grads_review.py -rfE --tb=short ;;
         flex_learned) run flex_learned 120 python3 -m benchmarks flex_attention --variants alibi,alibi_learned \
                    --modes fwdbwd --lengths 1024,4096 --out "$OUT/flex_learned.json" ;;
         flex) run flex 300 python3 -m benchmarks flex_attention --lengths 1024,4096 --out "$OUT/flex.json" ;;
