@@ -83,8 +83,28 @@ def install() -> None:
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_min_max_nan()
+    _patch_float_comparisons()
     _check_device_asserts()
     _INSTALLED = True
+
+
+def _patch_float_comparisons() -> None:
+    """A comparison of floats gave the interpreter's handle float data (binary_op casts its result to
+    the left operand's dtype), so `(t == 0.0) & (j <= i)` raised in numpy's bitwise_and (a flash
+    attention mask of a per-head float tensor; found by the review of session 43). Here it is bool
+    data of type int1, as on the GPU."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    def boolean(create):
+        def compare(self, lhs, rhs):
+            out = create(self, lhs, rhs)
+            return interpreter.TensorHandle(np.asarray(out.data).astype(bool), tl.int1)
+        return compare
+
+    for name in dir(interpreter.InterpreterBuilder):
+        if name.startswith("create_fcmp"):
+            setattr(interpreter.InterpreterBuilder, name, boolean(getattr(interpreter.InterpreterBuilder, name)))
 
 
 def _check_device_asserts() -> None:

@@ -455,6 +455,15 @@ def test_a_static_mask_with_a_finite_fill_skips_unless_a_row_is_all_fill():
                         lambda s, i, j: torch.where(j <= i - 20, s * 0.25, FILL32))
 
 
+def test_a_mask_of_a_float_tensor_compared_and_an_index_condition_matches_eager(device):
+    # (t0 == 0.0) & (j <= i) with a float per head: in the interpreter a float comparison's handle held
+    # float data, which numpy's bitwise_and refused (runtime/interpreter.py _patch_float_comparisons)
+    q, k, v = inputs(device, torch.float32, L=20)
+    gate = torch.tensor([0.0, 1.0], device=device).view(1, 2, 1, 1)
+    check_against_eager(q, k, v, [gate], "where((t0 == 0.0) & (j <= i), s * 0.25, -inf)",
+                        lambda s, i, j: torch.where((gate == 0.0) & (j <= i), s * 0.25, NEG_INF), equal_nan=True)
+
+
 def test_a_tensor_outside_the_mask_keeps_the_table_static():
     sm = score_mod.parse("where(j <= i, s + t0 * (j - i), -inf)")   # ALiBi under a causal mask
     assert sm.skips_blocks and not sm.dead_reads_tensors and not sm.finite_fill
