@@ -41,7 +41,10 @@ class _GatedAttention(torch.nn.Module):
         return s.softmax(-1) @ v
 
 
-def test_a_compiled_learned_gate_trains_as_eager(device):
+def test_a_compiled_learned_gate_trains_as_eager(device, monkeypatch):
+    if torch.cuda.is_available():   # float32 attention this small is left as written on a GPU (match.py)
+        from mini_inductor.attention import match
+        monkeypatch.setattr(match, "float32_left_as_written", lambda *args: None)
     model, ref = _GatedAttention().to(device), _GatedAttention().to(device)
     compiled = torch.compile(model, backend="mini_inductor")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
