@@ -695,6 +695,16 @@ def base2_lse(lse: Tensor, mod: str) -> Tensor:
     return m + log2_sum
 
 
+def base2_max(lse: Tensor, mod: str) -> Tensor:
+    """The rows' max modified score in base 2 [B, H, L] (contiguous), the higher-order op's max-scores
+    output (flex_attention() scales it by ln 2), from the forward op's [B, H, 2, L]; -inf for a row with
+    no live score. Eager marks it non-differentiable: detached here."""
+    m = lse.select(2, 0)
+    if score_mod.log2_clamps(score_mod.parse(mod).tree):
+        m = m * score_mod.LOG2E
+    return m.detach().contiguous()
+
+
 def lse_gradient(grad_lse: Tensor) -> Tensor:
     """What the LSE's gradient adds to each row's d loss / d score, over P (d log2-sum-exp / d score =
     P · log2(e)), from the forward op's LSE gradient, where the LSE was read only through `base2_lse`."""

@@ -29,10 +29,11 @@ nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are no
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
 The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as the higher-order op
-returns it (flash.base2_lse), with its gradient. A captured float tensor that requires grad (a learned
+returns it (flash.base2_lse), with its gradient; the rows' max scores (return_aux=AuxRequest(max_scores=True))
+are its row maxima, in base 2 too and with no gradient (flash.base2_max). A captured float tensor that requires grad (a learned
 bias table, ALiBi slopes as parameters) gets its gradient from the op (extra_grads.py). Anything else
-(a captured tensor indexed by a computed index, an op outside the expression language, the max-scores
-output read, a kernel option not known here) is left as written and recorded as a near miss with its
+(a captured tensor indexed by a computed index, an op outside the expression language, a kernel option
+not known here) is left as written and recorded as a near miss with its
 reason, as match.py records them.
 """
 from __future__ import annotations
@@ -416,6 +417,7 @@ class _FlexCall:
     shapes: str = ""
     sdpa: tuple | None = None         # (scale, is_causal) where F.scaled_dot_product_attention computes it
     lse_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 1): the log-sum-exp read
+    max_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 2): the rows' max scores read
 
 
 def _hop_args(node) -> dict:
@@ -445,15 +447,12 @@ def _analyse(gm, node) -> _FlexCall:
     q, k, v = a["query"], a["key"], a["value"]
     if not all(isinstance(x, torch.fx.Node) and isinstance(value_of(x), torch.Tensor) for x in (q, k, v)):
         raise NearMiss("q, k or v is not a tensor of the graph")
-    outputs, lse_outputs = [], []
+    outputs, lse_outputs, max_outputs = [], [], []
     for user in list(node.users):
         if user.op == "call_function" and user.target is operator.getitem and _unread(user):
             continue   # an output nothing reads (the lse of `out, _ = flex_attention(..., return_lse=True)`)
-        if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (0, 1):
-            (outputs if user.args[1] == 0 else lse_outputs).append(user)
-        elif user.op == "call_function" and user.target is operator.getitem and user.args[1] == 2:
-            raise NearMiss("the max scores output is used: the flash-attention op returns the attention and "
-                           "the log-sum-exp only")
+        if user.op == "call_function" and user.target is operator.getitem and user.args[1] in (0, 1, 2):
+            (outputs, lse_outputs, max_outputs)[user.args[1]].append(user)
         else:
             raise NearMiss(f"flex_attention's outputs are used as {describe_op(user)}")
     qv, kv, vv = value_of(q), value_of(k), value_of(v)
@@ -509,7 +508,7 @@ def _analyse(gm, node) -> _FlexCall:
         raise NearMiss(f"the modification {mod!r} is outside the contract: {e}") from None
     shapes = f"q {list(qv.shape)}, k {list(kv.shape)}, v {list(vv.shape)}"
     return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes,
-                     None if lse_outputs else _sdpa_form(expr, qv, kv), lse_outputs)
+                     None if lse_outputs or max_outputs else _sdpa_form(expr, qv, kv), lse_outputs, max_outputs)
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:
@@ -595,12 +594,14 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
             scale, causal = call.sdpa
             result = emit("call_function", F.scaled_dot_product_attention, q, k, v, is_causal=causal, scale=scale)
             result = emit("call_method", "contiguous", result)   # (CUDA's kernels return [B, L, H, E]'s layout)
-        elif call.lse_outputs:   # the forward op itself, for its LSE, as the higher-order op's (base 2)
-            from .flash import base2_lse
+        elif call.lse_outputs or call.max_outputs:   # the forward op itself, for its LSE or the rows' max,
+            from .flash import base2_lse, base2_max      # as the higher-order op's (base 2)
             both = emit("call_function", torch.ops.mini_inductor.flash_attention_forward.default, q, k, v, extras,
                         call.mod, True)
             result = emit("call_function", operator.getitem, both, 0)
-            lse = emit("call_function", base2_lse, emit("call_function", operator.getitem, both, 1), call.mod)
+            stats = emit("call_function", operator.getitem, both, 1)
+            lse = emit("call_function", base2_lse, stats, call.mod) if call.lse_outputs else None
+            rows_max = emit("call_function", base2_max, stats, call.mod) if call.max_outputs else None
         else:
             result = emit("call_function", target, q, k, v, extras, call.mod, True)
         result = _with_layout_of(emit, result, value_of(node)[0])
@@ -610,9 +611,11 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
     for out in call.outputs:
         out.replace_all_uses_with(result)
         gm.graph.erase_node(out)
-    for out in call.lse_outputs:
-        out.replace_all_uses_with(lse)
-        gm.graph.erase_node(out)
+    for outs, new in ((call.lse_outputs, lse if call.lse_outputs else None),
+                      (call.max_outputs, rows_max if call.max_outputs else None)):
+        for out in outs:
+            out.replace_all_uses_with(new)
+            gm.graph.erase_node(out)
     for unread in [u for u in node.users if u.op == "call_function" and u.target is operator.getitem and _unread(u)]:
         _erase_unread(gm.graph, unread)
     _erase_dead(gm.graph, [node])

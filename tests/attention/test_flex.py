@@ -348,6 +348,52 @@ def test_return_lse_is_the_forward_ops_own_with_its_gradient(device, case, monke
         assert_one_flash_call()
 
 
+@pytest.mark.parametrize("case", ["max_only", "with_lse", "alibi_empty_rows", "causal_fp16"])
+def test_the_max_scores_output_is_the_forward_ops_row_max(device, case, monkeypatch):
+    # return_aux=AuxRequest(max_scores=True): each row's max modified score (no gradient, as eager's),
+    # from the forward op's statistics, in natural units after flex_attention()'s ln 2 scaling
+    AuxRequest = getattr(flex_module, "AuxRequest", None)
+    if AuxRequest is None:
+        pytest.skip("this torch's flex_attention has no return_aux")
+    original = flex_module._apply_kernel_options
+
+    def allow_cpu_max(query, key, value, return_lse, kernel_options, return_aux=None):
+        # eager flex refuses max scores on the CPU in its options check only: its math computes them
+        wanted = return_aux is not None and return_aux.max_scores
+        options = original(query, key, value, return_lse, kernel_options,
+                           AuxRequest(lse=return_aux.lse) if wanted else return_aux)
+        options["OUTPUT_MAX"] = wanted
+        return options
+    monkeypatch.setattr(flex_module, "_apply_kernel_options", allow_cpu_max)
+    slopes = alibi_slopes(device)
+    dtype, score_mod, mask_mod = torch.float32, None, None
+    if case == "alibi_empty_rows":   # float32 slopes (scores in natural units) and rows 0-4 with nothing live
+        score_mod = lambda s, b, h, i, j: s + slopes[h] * (j - i)   # noqa: E731
+        mask_mod = lambda b, h, i, j: j <= i - 5                    # noqa: E731
+    elif case == "causal_fp16":
+        dtype, mask_mod = torch.float16, causal
+    mask = create_block_mask(mask_mod, None, None, 20, 20, device=device) if mask_mod else None
+    request = AuxRequest(lse=case == "with_lse", max_scores=True)
+
+    def attend(q, k, v):
+        out, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=mask, return_aux=request)
+        return (out * 1.0, aux.max_scores) + ((aux.lse,) if case == "with_lse" else ())
+
+    inputs = qkv(device, dtype, E=16)
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    got = torch.compile(attend, backend="mini_inductor")(*leaves)
+    want = attend(*[t.detach().clone().requires_grad_() for t in inputs])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float32 if g.dtype == torch.float32 else dtype])
+        assert g.dtype == w.dtype and g.stride() == w.stride()
+    assert not got[1].requires_grad and not want[1].requires_grad
+    if case == "alibi_empty_rows":
+        assert (got[1][:, :, :5] == NEG_INF).all()
+    got[0].sum().backward()   # the output's gradient still flows
+    assert all(t.grad is not None for t in leaves)
+    assert_one_flash_call()
+
+
 @pytest.mark.parametrize("case", ["per_head", "table", "per_key_masked", "slope"])
 def test_a_captured_tensor_requiring_grad_gets_eagers_gradient(device, case):
     # a learnable bias (per head, a [H, L, S] table, per key under a causal mask) and ALiBi's slopes as
