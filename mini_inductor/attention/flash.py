@@ -219,7 +219,9 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, narrow_band:
     ALiBi's from 0.269 to 0.257 and 3.411 to 3.182, but the sliding window's up from 0.159 to 0.178 and
     0.551 to 0.614: a narrow band of live scores wastes more of a taller block. So a mask of i and j
     whose live queries per key block span a narrow band (`narrow_band`, see `narrow_band`: a window of
-    256) keeps (64, 64, 4, 3); a triangle (causal, with ALiBi or a soft cap) takes the taller blocks."""
+    256) keeps (64, 64, 4, 3); a triangle (causal, with ALiBi or a soft cap) takes the taller blocks:
+    FlexAttention's ALiBi fwd+bwd (fp16, B 4, 16 heads, queued) went from 0.233 to 0.218 ms at L 1024
+    and 2.10 to 1.88 at L 4096 (H200, session 43; Inductor's 0.225 and 2.01 in the same runs)."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
@@ -422,7 +424,8 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
     tensors once and give the tables of every batch and head they vary along (the backward's query
     ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
-    zero fill first where the fully-masked-row rule applies), two for a forward with -inf fills. The
+    zero fill first where the fully-masked-row rule applies), two where it does not (a forward with
+    -inf fills, flex attention's backward). The
     query ranges of taller blocks (`q_block_m`) merge the flags of block_m's, so dq's table and dk/dv's
     are one build (before, a backward built two: eight launches). A mask the same for every query (a
     padding mask of keys) has its flags computed for the first query block only, which the others
