@@ -220,8 +220,9 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, narrow_band:
     0.551 to 0.614: a narrow band of live scores wastes more of a taller block. So a mask of i and j
     whose live queries per key block span a narrow band (`narrow_band`, see `narrow_band`: a window of
     256) keeps (64, 64, 4, 3); a triangle (causal, with ALiBi or a soft cap) takes the taller blocks:
-    FlexAttention's ALiBi fwd+bwd (fp16, B 4, 16 heads, queued) went from 0.233 to 0.218 ms at L 1024
-    and 2.10 to 1.88 at L 4096 (H200, session 43; Inductor's 0.225 and 2.01 in the same runs)."""
+    FlexAttention's ALiBi fwd+bwd (fp16, B 4, 16 heads, queued, H200) took 0.233 ms at L 1024 and 2.10 at
+    L 4096 in session 42's run, 0.218 and 1.88 in session 43's (Inductor's 0.225 and 2.00, 0.225 and
+    2.01 in the same runs)."""
     if not on_gpu:
         return 16, 16, 1, 1
     if dtype == torch.float32 or block_e > 128:
