@@ -278,7 +278,7 @@ def _attention(c):
     causal = rng.choice([f"torch.ones({n_rows}, {n_cols}, dtype=torch.bool, device={q}.device).tril()",
                          f"({cols}[None, :] <= {rows}[:, None])"])
     fill = rng.choice(['float("-inf")', f"torch.finfo({q}.dtype).min", "-1000.0", "-30.0"])
-    kind = rng.choice(["plain", "causal", "causal", "causal_data", "window", "padding", "bias", "softcap"])
+    kind = rng.choice(["plain", "causal", "causal", "causal_data", "window", "padding", "bias", "softcap", "gate"])
     if kind == "causal_data":
         # a mask held as data, GPT-2's `bias` buffer: a lower triangle of ones, larger than the scores and
         # sliced (read as `j <= i` under a guard), or with one entry above the diagonal set (data, t0)
@@ -301,6 +301,11 @@ def _attention(c):
         s = f"({s} + {bias})"
     elif kind == "softcap":
         s = f"(torch.tanh({s} / 4.0) * 4.0)"
+    elif kind == "gate":
+        # a float tensor read only through a comparison: under --autograd it requires grad and, as in
+        # eager, gets none (the flash op gave it zeros: session 43's review)
+        gate = c.new_input(rng.choice([(1, h, length, keys), (b, 1, 1, keys)]), dt)
+        s = f"{s}.masked_fill({gate} < -0.5, {fill})"
     return f"torch.softmax({s}, dim=-1) @ {v}" if rng.random() < 0.6 else f"{s}.softmax(-1).matmul({v})"
 
 
