@@ -29,12 +29,12 @@ nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are no
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
 The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as the higher-order op
-returns it (flash.base2_lse), with its gradient; the rows' max scores (return_aux=AuxRequest(max_scores=True))
-are its row maxima, in base 2 too and with no gradient (flash.base2_max). A captured float tensor that requires grad (a learned
-bias table, ALiBi slopes as parameters) gets its gradient from the op (extra_grads.py). Anything else
-(a captured tensor indexed by a computed index, an op outside the expression language, a kernel option
-not known here) is left as written and recorded as a near miss with its
-reason, as match.py records them.
+returns it (flash.base2_lse), with its gradient; the rows' max scores
+(return_aux=AuxRequest(max_scores=True)) are its row maxima, in base 2 too and with no gradient
+(flash.base2_max). A captured float tensor that requires grad (a learned bias table, ALiBi slopes as
+parameters) gets its gradient from the op (extra_grads.py). Anything else (a captured tensor indexed
+by a computed index, an op outside the expression language, a kernel option not known here) is left
+as written and recorded as a near miss with its reason, as match.py records them.
 """
 from __future__ import annotations
 
@@ -590,6 +590,7 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
             return sizes[axis]
         extents = {"b": qv.shape[0], "h": qv.shape[1], "i": qv.shape[2], "j": kv.shape[2]}
         extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
+        lse = rows_max = None   # the LSE and the rows' max, where read
         if call.sdpa is not None:   # (no extras: SDPA's form reads none)
             scale, causal = call.sdpa
             result = emit("call_function", F.scaled_dot_product_attention, q, k, v, is_causal=causal, scale=scale)
@@ -611,8 +612,7 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
     for out in call.outputs:
         out.replace_all_uses_with(result)
         gm.graph.erase_node(out)
-    for outs, new in ((call.lse_outputs, lse if call.lse_outputs else None),
-                      (call.max_outputs, rows_max if call.max_outputs else None)):
+    for outs, new in ((call.lse_outputs, lse), (call.max_outputs, rows_max)):
         for out in outs:
             out.replace_all_uses_with(new)
             gm.graph.erase_node(out)
