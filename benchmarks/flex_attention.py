@@ -1,7 +1,9 @@
 """FlexAttention (torch.nn.attention.flex_attention) compiled by Inductor and by mini_inductor. Not a test.
 
     PYTHONPATH=. python -m benchmarks flex_attention [--variants causal,window,alibi,softcap,document,padding]
-        (also alibi_learned: ALiBi with its slopes a parameter, whose gradient fwd+bwd computes)
+        (also alibi_learned: ALiBi with its slopes a parameter, whose gradient fwd+bwd computes;
+         relative: a causal mask and a relative-position bias per head, table[h, q_idx - kv_idx + L - 1],
+         T5's unbucketed; relative_learned: that table a parameter, its gradient computed too)
         [--dtype float16] [--lengths 1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
         [--backends inductor,mini_inductor,flash] [--out FILE]
 
@@ -41,6 +43,10 @@ def _variant(name: str, length: int):
     if name == "alibi_learned":   # the slopes a parameter: its gradient too (attention/extra_grads.py)
         slopes = (2.0 ** (-8.0 * torch.arange(1, HEADS + 1, device="cuda") / HEADS)).requires_grad_()
         return (lambda s, b, h, i, j: s + slopes[h] * (j - i)), lambda b, h, i, j: i >= j
+    if name in ("relative", "relative_learned"):   # read at a computed index (score_mod.Gather)
+        g = torch.Generator(device="cuda").manual_seed(1)
+        table = torch.randn(HEADS, 2 * length - 1, device="cuda", generator=g).requires_grad_(name != "relative")
+        return (lambda s, b, h, i, j: s + table[h, i - j + length - 1]), lambda b, h, i, j: i >= j
     if name == "softcap":
         return (lambda s, b, h, i, j: SOFTCAP * torch.tanh(s / SOFTCAP)), None
     if name == "document":

@@ -32,14 +32,20 @@ The contract between them:
       t0, t1, ... extra[n] at [b, h, i, j]: each extra tensor is broadcastable to [B, Hq, L, S]
                   (the op loads it through its strides, 0 for a broadcast dimension); bool, floating
                   or integer (a document id)
+      t0[e, ...]  extra[n] read at a computed index instead, one per dim of the tensor, each an affine
+                  integer expression of b, h, i, j, L and S: a relative-position table "t0[h, i - j + 63]"
+                  (the op loads it through strides too, negative along j here, and raises an IndexError
+                  where an index leaves the tensor on the [B, Hq, L, S] grid)
       L, S        the query and key lengths
     with float and int literals, `inf`, the operators + - * / // % unary -, comparisons, & | ~ (on
     bools), and the functions where(c, x, y), tanh, exp, log, sigmoid, abs, sqrt, minimum, maximum,
     and f16(x), bf16(x): x rounded to float16 or bfloat16 (a bias the model casts to the inputs' dtype).
-    Extra tensors get no gradient (the matcher does not match when one requires grad).
+    A float extra tensor that requires grad gets its gradient from the op's autograd formula
+    (extra_grads.py), summed over the scores that read each of its entries.
     Examples: "s * 0.125", "where(j <= i, s * 0.125, -inf)", "tanh(s * 0.125 / 50.0) * 50.0",
     "s * 0.125 + t0", "where(t0, -inf, s * 0.125)", "s * 0.125 - 0.5 * (i - j)",
-    "where((j <= i) & (i - j < 256), s * 0.125, -inf)", "s * 0.125 + f16(t0 * (j - i))" (ALiBi).
+    "where((j <= i) & (i - j < 256), s * 0.125, -inf)", "s * 0.125 + f16(t0 * (j - i))" (ALiBi),
+    "s * 0.125 + t0[h, i - j + S - 1]" (T5's relative-position bias, unbucketed).
 """
 
 # registers torch.ops.mini_inductor.flash_attention (and its forward and backward ops, and the extra

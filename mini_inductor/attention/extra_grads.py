@@ -43,7 +43,25 @@ def reference_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, extr
     _, env, _, dscore = flash.reference_dscore(dout, q, k, v, extra, sm, empty_rows_zero, grad_lse)
     full = torch.as_tensor(score_mod.evaluate(grad, {**env, "g": dscore}), device=q.device).float()
     full = full.expand(torch.broadcast_shapes(full.shape, dscore.shape))
-    return full.sum_to_size(t.shape).to(t.dtype).contiguous()
+    gather = next((g for g in sm.gathers if g.n == index), None)
+    if gather is None:
+        return full.sum_to_size(t.shape).to(t.dtype).contiguous()
+    # read at a computed index: each score's gradient is added at the index it read
+    where = tuple(torch.as_tensor(score_mod.evaluate(e, env), device=q.device).long().expand(full.shape)
+                  for e in _index_of(sm.tree, index))
+    dt = torch.zeros(t.shape, dtype=torch.float32, device=q.device)
+    return dt.index_put_(where, full, accumulate=True).to(t.dtype)
+
+
+def _index_of(tree: score_mod.Node, index: int) -> tuple:
+    """The index expressions `tree` reads extra tensor t<index> at (one per dim)."""
+    if tree.op == "index" and tree.args[0].value == f"t{index}":
+        return tree.args[1:]
+    for a in tree.args:
+        found = _index_of(a, index)
+        if found:
+            return found
+    return ()
 
 
 def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, extra,
@@ -51,15 +69,22 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
                           grad_lse: Tensor | None = None) -> Tensor:
     B, Hq, L, _ = q.shape
     S = k.shape[2]
-    tensors, strides = flash._extra_args(extra, (B, Hq, L, S), q.device)
+    tensors, strides = flash._extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = flash._plan_for(q, v, extra, sm, True, strides)
     dq_m, dq_n, dq_meta = plan.dq
     dout = dout.to(q.dtype)
     t = extra[index]
-    shape4 = (1,) * (4 - t.dim()) + tuple(t.shape)
-    dt = torch.zeros(shape4, dtype=torch.float32, device=q.device)
-    # its strides seen at [B, Hq, L, S]: 0 along the dims it broadcasts along (a size-1 dim)
-    dt_strides = [st if n > 1 else 0 for n, st in zip(shape4, dt.stride())]
+    gather = next((g for g in sm.gathers if g.n == index), None)
+    if gather is None:
+        shape4 = (1,) * (4 - t.dim()) + tuple(t.shape)
+        dt = torch.zeros(shape4, dtype=torch.float32, device=q.device)
+        # its strides seen at [B, Hq, L, S]: 0 along the dims it broadcasts along (a size-1 dim)
+        dt_strides = [st if n > 1 else 0 for n, st in zip(shape4, dt.stride())]
+        dt_base = dt
+    else:   # read at a computed index: DT's layout is t's (score_mod.Gather.layout)
+        dt = torch.zeros(t.shape, dtype=torch.float32, device=q.device)
+        offset, dt_strides = gather.layout(dt, L, S)
+        dt_base = flash.at_offset(dt, offset)
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     if plan.skip:
         table = flash.block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=plan.block_m,
@@ -70,10 +95,11 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
     with flash._launch_context(q):
         flash.backward_delta(plan, out, dout, delta, grad_lse)
         kernel = getattr(plan.module, f"flash_bwd_dt{index}")
-        kernel[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dt, *tensors, *ranges,
+        kernel[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dt_base, *tensors, *ranges,
                                         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *strides,
                                         *dt_strides, *flash._sizes(q, k, v), EMPTY_ROWS_ZERO=empty_rows_zero,
-                                        DT_I=shape4[2] > 1, DT_J=shape4[3] > 1, **dq_meta)
+                                        DT_I=dt_strides[2] != 0 and L > 1, DT_J=dt_strides[3] != 0 and S > 1,
+                                        **dq_meta)
     return dt.reshape(t.shape).to(t.dtype)
 
 

@@ -92,7 +92,11 @@ def _check(q: Tensor, k: Tensor, v: Tensor, extra, mod: str) -> score_mod.ScoreM
     if sm.tensors > len(extra):
         raise ValueError(f"flash_attention mod {mod!r} reads t{sm.tensors - 1}, but only {len(extra)} extra "
                          f"tensor(s) were given")
+    gathers = {g.n: g for g in sm.gathers}
     for n, t in enumerate(extra):
+        if n in gathers:   # read at a computed index: it must stay inside the tensor
+            gathers[n].check(t, B, Hq, L, k.shape[2], mod)
+            continue
         try:
             torch.broadcast_shapes(t.shape, (B, Hq, L, k.shape[2]))
         except RuntimeError:
@@ -343,9 +347,13 @@ def _grid_view(t: Tensor, rows: Tensor, cols: Tensor, L: int, S: int) -> Tensor:
     return t
 
 
-def _table_shape(extra, read) -> tuple[int, int]:
-    """(batches, heads) the extra tensors that `read` names (t0, t1, ...) vary along: 1 or B, 1 or H."""
-    as4 = [t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for n, t in enumerate(extra) if f"t{n}" in read]
+def _table_shape(extra, read, sm: score_mod.ScoreMod) -> tuple[int, int]:
+    """(batches, heads) the extra tensors that `read` names (t0, t1, ...) vary along: 1 or B, 1 or H.
+    (A tensor read at a computed index that decides which scores are dead is indexed by i, j, L and
+    S only: dead_names would hold b or h, and nothing would skip.)"""
+    gathered = {g.n for g in sm.gathers}
+    as4 = [t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for n, t in enumerate(extra)
+           if f"t{n}" in read and n not in gathered]
     return max([t.shape[0] for t in as4] or [1]), max([t.shape[1] for t in as4] or [1])
 
 
@@ -356,7 +364,8 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
     per batch and head they vary along)."""
     n_m, n_n = -(-L // block_m), -(-S // block_n)
     read = {f"t{n}": t for n, t in enumerate(extra) if f"t{n}" in score_mod.dead_names(sm.tree)}
-    n_b, n_h = _table_shape(extra, read)
+    n_b, n_h = _table_shape(extra, read, sm)
+    gathered = {f"t{g.n}" for g in sm.gathers}
     tables = n_b * n_h
     live = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)
     whole = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)   # no dead score among the valid ones
@@ -367,7 +376,8 @@ def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n:
         m1 = min(n_m, m0 + step)
         rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
         env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S,
-               **{name: _grid_view(t.to(device), rows, cols, L, S) for name, t in read.items()}}
+               **{name: t.to(device) if name in gathered else _grid_view(t.to(device), rows, cols, L, S)
+                  for name, t in read.items()}}
         dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device)
         dead = dead.reshape((1,) * (4 - dead.dim()) + tuple(dead.shape))
         dead = dead.expand(n_b, n_h, len(rows), len(cols)).reshape(tables, len(rows), len(cols))
@@ -436,12 +446,16 @@ def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, blo
     n_mq = -(-L // q_block_m)
     names = score_mod.dead_names(sm.tree)
     read = [n for n in range(len(extra)) if f"t{n}" in names]
-    n_b, n_h = _table_shape(extra, {f"t{n}" for n in read})
+    n_b, n_h = _table_shape(extra, {f"t{n}" for n in read}, sm)
     tables = n_b * n_h
-    as4 = [t.to(device).reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in extra]
-    strides, axes = [], []
-    for n, t in enumerate(as4):
-        stride = t.expand(n_b, n_h, L, S).stride() if n in read else (0, 0, 0, 0)
+    # the tensors that decide as the kernels read them (_extra_args), at [n_b, n_h, L, S]; the others unread
+    as4, strides, axes = [], [], []
+    for n, t in enumerate(extra):
+        if n in read:
+            (t,), stride = _extra_args([t], (n_b, n_h, L, S), device, sm, first=n)
+        else:
+            stride = (0, 0, 0, 0)
+        as4.append(t)
         strides.extend(stride)
         axes.append(_axes(stride, L, S))
     kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
@@ -509,14 +523,28 @@ def _precision(dtype: torch.dtype, allow_tf32: bool) -> str:
     return "ieee" if dtype == torch.float32 and not allow_tf32 else "tf32"
 
 
-def _extra_args(extra, shape, device) -> tuple[list[Tensor], list[int]]:
-    """The extra tensors on `device` and their strides seen at [B, Hq, L, S] (0 along broadcast dims)."""
+def _extra_args(extra, shape, device, sm: score_mod.ScoreMod, first: int = 0) -> tuple[list[Tensor], list[int]]:
+    """The extra tensors on `device` and their strides seen at [B, Hq, L, S] (0 along broadcast dims).
+    A tensor read at a computed index is passed as a one-element view at its index's offset, with the
+    strides of score_mod.Gather.layout (the op has checked the index stays inside it). `first`: the
+    number (t<first>) of extra[0]."""
+    gathers = {g.n: g for g in sm.gathers}
     tensors, strides = [], []
-    for t in extra:
+    for n, t in enumerate(extra, first):
         t = t.to(device) if t.device != device else t
-        tensors.append(t)
-        strides.extend(t.expand(shape).stride())
+        if n in gathers:
+            offset, along = gathers[n].layout(t, shape[2], shape[3])
+            tensors.append(at_offset(t, offset))
+            strides.extend(along)
+        else:
+            tensors.append(t)
+            strides.extend(t.expand(shape).stride())
     return tensors, strides
+
+
+def at_offset(t: Tensor, offset: int) -> Tensor:
+    """A one-element view of `t`'s storage `offset` elements past its first (a kernel's base pointer)."""
+    return t.as_strided((1,), (1,), t.storage_offset() + offset)
 
 
 def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
@@ -592,7 +620,7 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
     skip = sm.skips_blocks and (not sm.dead_reads_tensors or (DATA_SKIP_MIN_SCORES is not None
                                                               and B * Hq * L * S >= DATA_SKIP_MIN_SCORES))
     if extra_strides is None:
-        extra_strides = _extra_args(extra, (B, Hq, L, S), q.device)[1]
+        extra_strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)[1]
     axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
     narrow = backward and skip and not sm.dead_reads_tensors and narrow_band(sm.text, L, S)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
@@ -608,7 +636,7 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMo
                    empty_rows_zero: bool = False) -> tuple[Tensor, Tensor]:
     B, Hq, L, _ = q.shape
     S, Ev = k.shape[2], v.shape[3]
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = _plan_for(q, v, extra, sm, False, strides)
     bm, bn = plan.block_m, plan.block_n
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
@@ -630,7 +658,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                     grad_lse: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device)
+    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = _plan_for(q, v, extra, sm, True, strides)
     bm, bn = plan.block_m, plan.block_n          # dk/dv's blocks
     dq_m, dq_n, dq_meta = plan.dq                # dq's

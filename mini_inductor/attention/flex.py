@@ -32,9 +32,14 @@ The log-sum-exp output (return_lse=True) is the forward op's own, in base 2 as t
 returns it (flash.base2_lse), with its gradient; the rows' max scores
 (return_aux=AuxRequest(max_scores=True)) are its row maxima, in base 2 too and with no gradient
 (flash.base2_max). A captured float tensor that requires grad (a learned bias table, ALiBi slopes as
-parameters) gets its gradient from the op (extra_grads.py). Anything else (a captured tensor indexed
-by a computed index, an op outside the expression language, a kernel option not known here) is left
-as written and recorded as a near miss with its reason, as match.py records them.
+parameters) gets its gradient from the op (extra_grads.py). A captured tensor indexed by a computed
+index (`rel[h, q_idx - kv_idx + 63]`, T5's relative-position table; a diagonal `t[q_idx, q_idx]`) is
+an extra read at that index (`t0[h, i - j + 63]`, score_mod.Gather), where the index is affine in the
+indices and stays inside the tensor over the score grid; where it reaches below 0 (`bias[h, q_idx -
+kv_idx]` under a causal mask), as eager counts from the end, the tensor is doubled along that dim
+and read at the index plus its size (_wrapped_gathers). Anything else (an index read from data,
+an op outside the expression language, a kernel option not known here) is left as written and
+recorded as a near miss with its reason, as match.py records them.
 """
 from __future__ import annotations
 
@@ -317,11 +322,14 @@ class _SubgraphReader:
         for item in items:
             if isinstance(item, torch.fx.Node):
                 v = self._value(item, env)
-                if not (isinstance(v, _Expr) and v.expr[0] == "idx" and v.expr[1] in _INDEX_NAMES):
+                if isinstance(v, _Expr) and v.expr[0] == "idx" and v.expr[1] in _INDEX_NAMES:
+                    index.append(v.expr[1])
+                elif isinstance(v, _Expr) and v.dtype is not None and v.dtype != torch.bool \
+                        and not v.dtype.is_floating_point:
+                    index.append(v.expr)   # a computed index (q_idx - kv_idx + 63): read as a gather
+                else:
                     shown = render(v.expr) if isinstance(v, _Expr) else item.name
-                    raise NearMiss(f"{base.node.name} is indexed by a computed index, {shown}, in the {self.what}: "
-                                   "only b (batch), h, i (q_idx), j (kv_idx) or a number index a captured tensor")
-                index.append(v.expr[1])
+                    raise NearMiss(f"{base.node.name} is indexed by {shown}, not an integer index, in the {self.what}")
             elif isinstance(item, int) and not isinstance(item, bool):
                 index.append(item)
             else:
@@ -396,12 +404,35 @@ class _Extras:
         if value.dtype not in (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64):
             raise NearMiss(f"{c.node.name} is {value.dtype}: extra tensors are bool, int32, int64 or 16/32-bit floats")
         names = [a for a in c.index if isinstance(a, str)]
-        if len(set(names)) != len(names):
-            raise NearMiss(f"{c.node.name} is indexed twice by one index (its diagonal)")
-        key = (c.node, c.index)
+        if len(set(names)) != len(names) or any(isinstance(a, tuple) for a in c.index):
+            # a computed index, or one index twice (a diagonal): the tensor as it is, read at the index
+            # by the op (score_mod.Gather), `_analyse` checks it stays inside the tensor
+            index = tuple(("idx", a) if isinstance(a, str) else a if isinstance(a, tuple) else
+                          ("num", _nonnegative(c.node, d, a)) for d, a in enumerate(c.index))
+            key = (c.node, index)
+        else:
+            key = (c.node, c.index)
         if key not in self.specs:
             self.specs.append(key)
-        return _Expr(("t", self.specs.index(key)), value.dtype)
+        n = self.specs.index(key)
+        if key[1] is not c.index:
+            return _Expr(("gather", n, key[1]), value.dtype)
+        return _Expr(("t", n), value.dtype)
+
+
+def _nonnegative(node: torch.fx.Node, d: int, item: int) -> int:
+    """An int index of dim d of a captured tensor, a negative one counted from the end as eager's is."""
+    size = shape_of(node)[d]
+    if item >= 0:
+        return item
+    if not isinstance(size, int) or item + size < 0:
+        raise NearMiss(f"{node.name} is indexed by {item}, outside its dim {d} (or a symbolic one)")
+    return item + size
+
+
+def _gathered(index: tuple) -> bool:
+    """Whether an extra's index items (`_Extras.specs`) read it at a computed index."""
+    return any(isinstance(a, tuple) for a in index)
 
 
 # ── the call ─────────────────────────────────────────────────────────────────────────────────────
@@ -418,6 +449,7 @@ class _FlexCall:
     sdpa: tuple | None = None         # (scale, is_causal) where F.scaled_dot_product_attention computes it
     lse_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 1): the log-sum-exp read
     max_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 2): the rows' max scores read
+    doubled: dict = dataclasses.field(default_factory=dict)   # extra → the dims it is cat to itself along
 
 
 def _hop_args(node) -> dict:
@@ -506,9 +538,46 @@ def _analyse(gm, node) -> _FlexCall:
         score_mod.kind(parsed.tree, kinds)
     except score_mod.ModError as e:
         raise NearMiss(f"the modification {mod!r} is outside the contract: {e}") from None
+    wraps = _wrapped_gathers(parsed, extras.specs, (qv.shape[0], qv.shape[1], qv.shape[2], kv.shape[2]))
+    if wraps:
+        expr = _shift_gathers(expr, wraps)
+        mod = render(expr)
     shapes = f"q {list(qv.shape)}, k {list(kv.shape)}, v {list(vv.shape)}"
     return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes,
-                     None if lse_outputs or max_outputs else _sdpa_form(expr, qv, kv), lse_outputs, max_outputs)
+                     None if lse_outputs or max_outputs else _sdpa_form(expr, qv, kv), lse_outputs, max_outputs,
+                     {n: tuple(dims) for n, dims in wraps.items()})
+
+
+def _wrapped_gathers(parsed: score_mod.ScoreMod, specs: list, extents: tuple) -> dict[int, dict[int, int]]:
+    """Where a captured tensor's computed index reaches below 0 on the score grid (`bias[h, q_idx -
+    kv_idx]` under a causal mask): eager counts a negative index from the end, which the op reads as
+    the tensor doubled along that dim (`_rewrite` cats it to itself) at the index plus its size. Per
+    extra, {dim: size} of those dims. A NearMiss past the end, or below minus the size (eager raises).
+    Under dynamic shapes the comparisons guard on the sizes (Dynamo recompiles where they change)."""
+    wraps: dict[int, dict[int, int]] = {}
+    for g in parsed.gathers:
+        node = specs[g.n][0]
+        for d, size in enumerate(shape_of(node)):
+            lo, hi = g.index_range(d, *extents)
+            if lo < -size or hi >= size:
+                raise NearMiss(f"{node.name} is read at an index of dim {d} that runs from {lo} to {hi} over the "
+                               f"scores, outside its size {size}")
+            if lo < 0:
+                if not isinstance(size, int):
+                    raise NearMiss(f"{node.name} is read at a negative index of its dim {d}, of symbolic size")
+                wraps.setdefault(g.n, {})[d] = size
+    return wraps
+
+
+def _shift_gathers(e, wraps: dict[int, dict[int, int]]):
+    """The expression `e` with each wrapped index (_wrapped_gathers) moved up by its dim's size."""
+    if not isinstance(e, tuple):
+        return e
+    if e and e[0] == "gather" and e[1] in wraps:
+        dims = wraps[e[1]]
+        return ("gather", e[1], tuple(_binary("+", x, ("num", dims[d])) if d in dims else x
+                                      for d, x in enumerate(e[2])))
+    return tuple(_shift_gathers(x, wraps) for x in e)
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:
@@ -543,6 +612,8 @@ def _extra_view(emit, node, index: tuple, extents: dict, size_of):
     """The captured tensor `node` indexed by `index` as a tensor broadcasting to [B, Hq, L, S]: ints
     selected, the indexed dims permuted to b, h, i, j order, cut to the score's extent, size-1 dims
     where an index is not used."""
+    if _gathered(index):
+        return node   # read at a computed index: the tensor as it is (score_mod.Gather)
     x = node
     for d in reversed(range(len(index))):
         if isinstance(index[d], int):
@@ -590,6 +661,9 @@ def _rewrite(gm, node, call: _FlexCall, target) -> None:
             return sizes[axis]
         extents = {"b": qv.shape[0], "h": qv.shape[1], "i": qv.shape[2], "j": kv.shape[2]}
         extras = [_extra_view(emit, c, index, extents, size_of) for c, index in call.extras]
+        for n, dims in call.doubled.items():   # read at an index eager counts from the end (_wrapped_gathers)
+            for d in dims:
+                extras[n] = emit("call_function", torch.cat, [extras[n], extras[n]], d)
         lse = rows_max = None   # the LSE and the rows' max, where read
         if call.sdpa is not None:   # (no extras: SDPA's form reads none)
             scale, causal = call.sdpa

@@ -190,8 +190,8 @@ def static(*sizes) -> bool:
 
 
 # ── the modification as an expression ──────────────────────────────────────────────────────────
-# Trees of tuples: ("s",), ("t", n), ("num", value), ("idx", "i"), ("var", n), ("bin", op, a, b),
-# ("neg", a), ("not", a), ("call", name, (args...)).
+# Trees of tuples: ("s",), ("t", n), ("gather", n, items), ("num", value), ("idx", "i"), ("var", n),
+# ("bin", op, a, b), ("neg", a), ("not", a), ("call", name, (args...)).
 _TRUE, _FALSE = ("bin", "==", ("num", 0), ("num", 0)), ("bin", "!=", ("num", 0), ("num", 0))
 _PRECEDENCE = {"|": 2, "&": 3, "+": 4, "-": 4, "*": 5, "/": 5, "//": 5, "%": 5}
 _CMP = {"<", "<=", ">", ">=", "==", "!="}
@@ -222,6 +222,8 @@ def render(e) -> str:
         return "s"
     if kind == "t":
         return f"t{e[1]}"
+    if kind == "gather":   # ("gather", n, index items): t<n> read at a computed index
+        return f"t{e[1]}[{', '.join(render(x) for x in e[2])}]"
     if kind == "num":
         return _number_text(e[1])
     if kind == "idx":

@@ -15,6 +15,12 @@ not allowed); nothing is ever `eval`ed. From the checked tree:
                                         own scale where that is exact enough (the kernels use exp2)
     dead_mask(tree, env)                where the result is -inf whatever s is (block skipping)
     assume_live(tree)                   the expression where nothing is dead (a block's interior)
+
+An extra tensor is read at [b, h, i, j] through its broadcast strides (`t0`), or at an index computed
+from b, h, i, j, L and S (`t0[i - j + 63]`, `t0[h, j - i + S - 1]`: one index per dim of the tensor).
+A computed index must be affine, with integer coefficients: the op then reads the tensor through
+strides too (`Gather.layout`: along i and j they may be negative), so every kernel reads it as it
+reads a broadcast tensor, and the op checks once per call that the index stays inside the tensor.
 """
 from __future__ import annotations
 
@@ -61,6 +67,8 @@ class Node:
             return f"({self.args[0]} {'//' if self.op == 'floordiv' else '%'} {self.args[1]})"
         if self.op in ("neg", "not"):
             return f"({'-' if self.op == 'neg' else '~'}{self.args[0]})"
+        if self.op == "index":
+            return f"{self.args[0]}[{', '.join(map(str, self.args[1:]))}]"
         return f"{self.op}({', '.join(map(str, self.args))})"
 
 
@@ -87,6 +95,113 @@ class ScoreMod:
     skips_blocks: bool
     dead_reads_tensors: bool = False   # which scores are dead depends on the extra tensors' values
     finite_fill: bool = False          # a dead score may be a finite fill (finfo.min), not -inf
+    gathers: tuple["Gather", ...] = ()  # the extra tensors read at a computed index
+
+
+AFFINE_NAMES = ("b", "h", "i", "j", "L", "S")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gather:
+    """Extra tensor t<n> read at a computed index (`t0[i - j + 63]`): per dim of the tensor, the
+    index's integer coefficients of AFFINE_NAMES and its constant."""
+
+    n: int
+    dims: tuple[tuple[tuple[int, ...], int], ...]
+
+    def _parts(self, d: int, L: int, S: int) -> tuple[dict, int]:
+        coefs, const = self.dims[d]
+        c = dict(zip(AFFINE_NAMES, coefs))
+        return c, const + c["L"] * L + c["S"] * S
+
+    def index_range(self, d: int, B: int, H: int, L: int, S: int) -> tuple[int, int]:
+        """The least and greatest index of dim d over the score grid [B, H, L, S] (not empty)."""
+        c, lo = self._parts(d, L, S)
+        hi = lo
+        for name, extent in zip("bhij", (B, H, L, S)):
+            span = c[name] * (extent - 1)
+            lo, hi = lo + min(0, span), hi + max(0, span)
+        return lo, hi
+
+    def check(self, t: torch.Tensor, B: int, H: int, L: int, S: int, text: str) -> None:
+        """An IndexError where the index leaves `t` somewhere on the grid (eager's indexing raises)."""
+        if t.dim() != len(self.dims):
+            raise IndexError(f"flash_attention mod {text!r}: t{self.n} has {t.dim()} dims but is indexed by "
+                             f"{len(self.dims)}")
+        if B * H * L * S == 0:
+            return
+        for d in range(t.dim()):
+            lo, hi = self.index_range(d, B, H, L, S)
+            if lo < 0 or hi >= t.shape[d]:
+                raise IndexError(f"flash_attention mod {text!r}: t{self.n}'s index {d} runs from {lo} to {hi} "
+                                 f"over the scores [B, Hq, L, S] = {[B, H, L, S]}, outside its size "
+                                 f"{t.shape[d]}")
+
+    def layout(self, t: torch.Tensor, L: int, S: int) -> tuple[int, list[int]]:
+        """(offset, strides along b, h, i, j) in elements of `t`: t[index] is at
+        t's data + offset + b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3]."""
+        offset, strides = 0, [0, 0, 0, 0]
+        for d in range(len(self.dims)):
+            c, const = self._parts(d, L, S)
+            offset += const * t.stride(d)
+            for a, name in enumerate("bhij"):
+                strides[a] += c[name] * t.stride(d)
+        return offset, strides
+
+
+def affine(node: Node) -> dict[str, int] | None:
+    """`node` as integer coefficients of AFFINE_NAMES and "1" (the constant), or None where it is not
+    an affine integer expression of them."""
+    if node.op == "num":
+        v = node.value
+        return {"1": v} if isinstance(v, int) and not isinstance(v, bool) else None
+    if node.op == "var":
+        return {node.value: 1} if node.value in AFFINE_NAMES else None
+    parts = [affine(a) for a in node.args]
+    if any(p is None for p in parts):
+        return None
+    if node.op == "neg":
+        return {k: -v for k, v in parts[0].items()}
+    if node.op in ("add", "sub"):
+        sign = 1 if node.op == "add" else -1
+        out = dict(parts[0])
+        for k, v in parts[1].items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    if node.op == "mul":
+        for a, b in (parts, parts[::-1]):
+            if set(a) <= {"1"}:
+                return {k: v * a.get("1", 0) for k, v in b.items()}
+    return None
+
+
+def _gathers(tree: Node, text: str) -> tuple[Gather, ...]:
+    """The extra tensors `tree` reads at a computed index; a ModError where a tensor is also read
+    plainly or at another index (each extra tensor has one layout)."""
+    found: dict[int, Gather] = {}
+    plain: set[str] = set()
+
+    def walk(node: Node) -> None:
+        if node.op == "var" and _TENSOR_NAME.match(node.value):
+            plain.add(node.value)
+        if node.op != "index":
+            for a in node.args:
+                walk(a)
+            return
+        n = int(node.args[0].value[1:])
+        dims = []
+        for e in node.args[1:]:
+            walk(e)
+            c = affine(e)
+            dims.append((tuple(c.get(name, 0) for name in AFFINE_NAMES), c.get("1", 0)))
+        g = Gather(n, tuple(dims))
+        if found.setdefault(n, g) != g:
+            raise ModError(f"flash_attention mod {text!r}: t{n} is read at two different indices")
+    walk(tree)
+    clash = plain & {f"t{n}" for n in found}
+    if clash:
+        raise ModError(f"flash_attention mod {text!r}: {sorted(clash)[0]} is read both with and without an index")
+    return tuple(found[n] for n in sorted(found))
 
 
 class ModError(ValueError):
@@ -111,7 +226,7 @@ def parse(text: str) -> ScoreMod:
     tensors = {n for n in decides if _TENSOR_NAME.match(n)}
     skips = contains_dead_fill(tree) and decides <= {"i", "j", "L", "S"} | tensors
     return ScoreMod(text, tree, max(used) + 1 if used else 0, names, skips, skips and bool(tensors),
-                    skips and contains_dead_fill(tree, finite_only=True))
+                    skips and contains_dead_fill(tree, finite_only=True), _gathers(tree, text))
 
 
 class _Reader:
@@ -149,6 +264,16 @@ class _Reader:
                     raise self.fail(node, f"uses the comparison {type(op).__name__}, which is not allowed")
                 pairs.append(fold(Node(_COMPARE[type(op)], (left, right))))
             return functools.reduce(lambda a, c: fold(Node("and", (a, c))), pairs)
+        if isinstance(node, ast.Subscript):
+            if not (isinstance(node.value, ast.Name) and _TENSOR_NAME.match(node.value.id)):
+                raise self.fail(node, "indexes something other than an extra tensor (t0, t1, ...)")
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            index = [self.read(item) for item in items]
+            for item, e in zip(items, index):
+                if affine(e) is None:
+                    raise self.fail(item, "is not an index: an index is an affine integer expression of "
+                                          "b, h, i, j, L and S")
+            return Node("index", (var(node.value.id), *index))
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name not in FUNCTIONS:
@@ -228,6 +353,8 @@ def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
         if name in INDEX_NAMES or name in SIZE_NAMES:
             return "int"
         return tensor_kinds.get(name, "any")
+    if node.op == "index":
+        return tensor_kinds.get(node.args[0].value, "any")
     kinds = [kind(a, tensor_kinds) for a in node.args]
     if node.op in _COMPARE.values():
         return "bool"
@@ -284,6 +411,11 @@ def evaluate(node: Node, env: dict):
         return node.value
     if node.op == "var":
         return env[node.value]
+    if node.op == "index":   # (clamped: the grid's padding past L and S may reach outside the tensor)
+        t = env[node.args[0].value]
+        index = tuple(torch.as_tensor(evaluate(e, env), device=t.device).long().clamp(0, max(t.shape[d] - 1, 0))
+                      for d, e in enumerate(node.args[1:]))
+        return t[index]
     return _TORCH[node.op](*(evaluate(a, env) for a in node.args))
 
 
@@ -300,6 +432,8 @@ def triton_source(node: Node, names: dict[str, str], tensor_kinds: dict[str, str
             return repr(v)
         if n.op == "var":
             return names[n.value]
+        if n.op == "index":   # loaded through the strides of its Gather.layout, as a broadcast tensor is
+            return emit(n.args[0])
         kinds = [kind(a, tensor_kinds) for a in n.args]
         args = [emit(a) for a in n.args]
         if n.op in ("add", "sub", "mul", "div", "floordiv", "mod", "neg", "minimum", "maximum", "abs"):
@@ -352,8 +486,9 @@ def gradient(node: Node, upstream: Node = var("g"), wrt: str = "s") -> Node | No
     """d loss / d `wrt` (the score s, or an extra tensor t0, t1, ...) as an expression of `upstream`
     (d loss / d node) and the names of `node`; None when `node` does not depend on it. Each rule is
     the formula autograd uses for that op in eager."""
-    if node.op == "var":
-        return upstream if node.value == wrt else None
+    if node.op in ("var", "index"):   # (an index is an integer: it has no gradient)
+        name = node.value if node.op == "var" else node.args[0].value
+        return upstream if name == wrt else None
     if wrt not in variables(node):
         return None
 

@@ -18,7 +18,8 @@ def _eager(q, k, v, extra, mod, empty_rows_zero):
     Hq, L, S = q.shape[1], q.shape[2], k.shape[2]
     group = Hq // k.shape[1]
     s = q.float() @ k.float().repeat_interleave(group, 1).transpose(-1, -2)
-    env = {"s": s, "L": L, "S": S, "i": torch.arange(L, device=q.device)[:, None],
+    env = {"s": s, "L": L, "S": S, "b": torch.arange(q.shape[0], device=q.device).view(-1, 1, 1, 1),
+           "h": torch.arange(Hq, device=q.device).view(-1, 1, 1), "i": torch.arange(L, device=q.device)[:, None],
            "j": torch.arange(S, device=q.device)[None, :], **{f"t{n}": t for n, t in enumerate(extra)}}
     score = score_mod.evaluate(score_mod.parse(mod).tree, env).float()
     p = torch.softmax(score, -1)
@@ -44,6 +45,14 @@ CASES = {
                                                              ((2, 40, 36), None, True)], 40, 36, 2, 2, False),
     "empty_rows": ("where(j <= i - 20, s * 0.25 + t0, -inf)", [((2, 40, 40), None, True)], 40, 40, 2, 2, True),
     "two_learned": ("s * t1 + t0", [((40, 36), None, True), ((2, 1, 1), None, True)], 40, 36, 2, 2, False),
+    # read at a computed index (score_mod.Gather): a relative-position table, per head and per (b, h)
+    # row, a learned table beside a bool one that masks, both at indices the atomic adds collide on
+    "relative_bias": ("s * 0.25 + t0[i - j + 35]", [((75,), None, True)], 40, 36, 2, 2, False),
+    "head_relative_causal": ("where(j <= i, s * 0.25 + t0[h, i - j + 39], -inf)", [((2, 79), None, True)],
+                             40, 40, 2, 2, False),
+    "batch_head_rows": ("s * 0.25 + t0[b * 3 + h, i - j + 35]", [((5, 75), None, True)], 40, 36, 2, 2, False),
+    "gathered_mask": ("where(t1[i - j + 35], -inf, s * 0.25 + t0[h, 2 * j - i + 40])",
+                      [((2, 111), None, True), ((75,), torch.bool, False)], 40, 36, 2, 2, True),
 }
 
 

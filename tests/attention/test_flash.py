@@ -535,7 +535,10 @@ def test_the_unmasked_interior_drops_only_the_masking_dead_mask_reads(mod, live)
     ("s if j <= i else -inf", "where(c, x, y)"), ("(j <= i) and s", "& and |"), ("s.exp()", "'s.exp'"),
     ("__import__('os')", "'__import__'"), ("where(j <= i, s)", "3 positional"), ("s *", "not a Python expression"),
     ("j <= i", "a bool"), ("where(s, s, 0.0)", "not a bool"), ("tanh(x=s)", "1 positional"),
-    ("s * 'a'", "literals"), ("s * True", "literals"), ("s[0]", "Subscript"),
+    ("s * 'a'", "literals"), ("s * True", "literals"), ("s[0]", "other than an extra tensor"),
+    ("s + t0[i * j]", "'i * j' is not an index"), ("s + t0[i / 2]", "'i / 2' is not an index"),
+    ("s + t0[t1]", "'t1' is not an index"), ("s + t0[0:4]", "Slice"), ("s + t0[i] + t0", "with and without"),
+    ("s + t0[i] + t0[j]", "two different indices"),
 ])
 def test_a_modification_outside_the_contract_is_a_value_error_naming_the_piece(mod, piece):
     with pytest.raises(ValueError, match=None) as info:
@@ -746,3 +749,35 @@ def test_a_rounding_to_a_half_type_is_computed_as_eager_casts(device):
     q, k, v = inputs(device, torch.float32, L=20, E=8)
     check_against_eager(q, k, v, [slopes], "s * 0.25 + f16(t0 * (j - i))",
                         lambda s, i, j: s * 0.25 + (slopes * (j - i)).half().float())
+
+
+@pytest.mark.parametrize("mod,shape,message", [
+    ("s + t0[i - j + 18]", (39,), "t0's index 0 runs from -1 to 37"),          # below 0 at i 0, j 19
+    ("s + t0[i - j + 19]", (38,), "t0's index 0 runs from 0 to 38"),           # past the end at i 19, j 0
+    ("s + t0[h, i - j + 19]", (39,), "t0 has 1 dims but is indexed by 2"),
+    ("s + t0[2 * b + h, i]", (3, 20), "t0's index 0 runs from 0 to 3"),      # B 2, Hq 2
+])
+def test_a_computed_index_leaving_its_tensor_is_an_index_error(device, mod, shape, message):
+    q, k, v = (torch.randn(2, 2, 20, 8, device=device) for _ in range(3))
+    with pytest.raises(IndexError, match=None) as info:
+        torch.ops.mini_inductor.flash_attention(q, k, v, [torch.randn(shape, device=device)], mod, False)
+    assert message in str(info.value) and mod in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_gathered_int_table_masks_through_the_data_block_table(device, dtype, monkeypatch):
+    # an int tensor read at a computed index decides which scores are dead: the block table is built
+    # from its values (by the generated table kernel, which reads it through the same strides)
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 2, 40, 8, generator=gen).to(device=device, dtype=dtype) for _ in range(3))
+    band = (torch.arange(79) - 39).abs().to(device)      # |i - j|, read at i - j + 39
+    mod = "where(t0[i - j + 39] < 12, s * 0.3, -inf)"
+    got = torch.ops.mini_inductor.flash_attention(q, k, v, [band], mod, False)
+    i, j = torch.arange(40, device=device)[:, None], torch.arange(40, device=device)[None, :]
+    dense = ((i - j).abs() < 12)
+    want = torch.softmax((q.float() @ k.float().transpose(-1, -2) * 0.3).masked_fill(~dense, -math.inf), -1) @ v.float()
+    torch.testing.assert_close(got.float(), want, **({"atol": 2e-5, "rtol": 2e-5} if dtype == torch.float32 else
+                                                     {"atol": 5e-3, "rtol": 5e-3}))
+    sm = score_mod.parse(mod)
+    assert sm.dead_reads_tensors and flash._plan_for(q, v, [band], sm, False).skip

@@ -291,13 +291,74 @@ def assert_near_miss(reason_part: str):
                for r in metrics.compiled_graphs)
 
 
-def test_a_tensor_indexed_by_a_computed_index_is_a_near_miss(device):
-    rel = torch.randn(64, generator=torch.Generator().manual_seed(2)).to(device)
+def test_a_tensor_indexed_by_an_index_past_its_end_is_a_near_miss_and_raises_as_eager(device):
+    rel = torch.randn(39, generator=torch.Generator().manual_seed(2)).to(device)
 
     def relative(score, b, h, q_idx, kv_idx):
-        return score + rel[q_idx - kv_idx + 30]
-    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=relative), qkv(device), backward=False)
-    assert_near_miss("computed index")
+        return score + rel[q_idx - kv_idx + 30]   # up to 49
+    with pytest.raises(Exception) as eager_error:
+        flex_attention(*qkv(device), score_mod=relative)
+    with pytest.raises(type(eager_error.value)):
+        torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=relative), backend="mini_inductor")(*qkv(device))
+    assert_near_miss("runs from 11 to 49 over the scores, outside its size 39")
+
+
+# ── a captured tensor read at a computed index ───────────────────────────────────────────────────
+GATHER_CASES = {
+    # name: (the table's shape, the score_mod, the same written as eager computes its gradient, the mod's part)
+    "relative": ((39,), lambda p: lambda s, b, h, i, j: s + p[i - j + 19], None, "t0[i - j + 19]"),
+    "head_relative": ((2, 39), lambda p: lambda s, b, h, i, j: s * 0.5 + p[h, j - i + 19], None, "t0[h, j - i + 19]"),
+    # eager's backward of a chained index fails in torch itself ("idx shape ... must match value shape")
+    "chained": ((2, 39), lambda p: lambda s, b, h, i, j: s + p[h][i - j + 19] * 2,
+                lambda p: lambda s, b, h, i, j: s + p[h, i - j + 19] * 2, "t0[h, i - j + 19]"),
+    # negative indices, which eager counts from the end: the table doubled, read at the index plus 20
+    "causal_wrapped": ((2, 20), lambda p: lambda s, b, h, i, j: torch.where(i >= j, s + p[h, i - j], NEG_INF), None,
+                       "t0[h, i - j + 20]"),
+    "mask": ((39,), lambda p: lambda s, b, h, i, j: torch.where(p[i - j + 19] > 0, s, NEG_INF), None,
+             "t0[i - j + 19] > 0"),
+    "diagonal": ((20, 20), lambda p: lambda s, b, h, i, j: s + p[i, i] * (j - i), None, "t0[i, i]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GATHER_CASES))
+def test_a_captured_tensor_read_at_a_computed_index(device, case):
+    # T5-style relative position biases, learned: the op reads the table at q_idx - kv_idx + c through
+    # strides (score_mod.Gather; negative along one axis), and its gradient comes from the extra-gradient
+    # op's atomic adds (many scores add into one entry)
+    shape, make, make_eager, part = GATHER_CASES[case]
+    gen = torch.Generator().manual_seed(4)
+    param = torch.randn(shape, generator=gen).to(device).requires_grad_(case != "mask")
+
+    def attend(q, k, v, p, maker=make):
+        return flex_attention(q, k, v, score_mod=maker(p))
+    compiled = torch.compile(attend, backend="mini_inductor")
+    inputs = [t.requires_grad_() for t in qkv(device)]
+    got = compiled(*inputs, param)
+    record = assert_one_flash_call(part, backward=False) if case == "mask" else metrics.attention[0]
+    assert record.target == "flash" and part in record.mod, record.describe()
+    ref_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    want = attend(*ref_inputs, param, make_eager or make)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    upstream = torch.randn(got.shape, generator=gen).to(got)
+    leaves = [*inputs, param] if param.requires_grad else inputs
+    ref_leaves = [*ref_inputs, param] if param.requires_grad else ref_inputs
+    for name, g, e in zip(("q", "k", "v", "table"), torch.autograd.grad(got, leaves, upstream),
+                          torch.autograd.grad(want, ref_leaves, upstream)):
+        torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
+
+
+def test_a_relative_bias_under_dynamic_shapes_compiles_once(device):
+    rel = torch.randn(127, generator=torch.Generator().manual_seed(5)).to(device)
+
+    def attend(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + rel[i - j + 63])
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L in (20, 33):
+        q, k, v = qkv(device, L=L, seed=L)
+        torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), **TOL[torch.float32])
+    assert [r.name.split("_")[0] for r in metrics.compiled_graphs] == ["inference"]
+    assert all(r.dynamic_symbols for r in metrics.compiled_graphs)
+    assert_one_flash_call("t0[i - j + 63]", backward=False)
 
 
 def alibi_slopes(device, heads=2):
