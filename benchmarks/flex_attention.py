@@ -3,7 +3,8 @@
     PYTHONPATH=. python -m benchmarks flex_attention [--variants causal,window,alibi,softcap,document,padding]
         (also alibi_learned: ALiBi with its slopes a parameter, whose gradient fwd+bwd computes;
          relative: a causal mask and a relative-position bias per head, table[h, q_idx - kv_idx + L - 1],
-         T5's unbucketed; relative_learned: that table a parameter, its gradient computed too)
+         T5's unbucketed; relative_learned: that table a parameter, its gradient computed too;
+         relative_dense: the table expanded to a [H, L, S] bias beforehand, read as bias[h, q_idx, kv_idx])
         [--dtype float16] [--lengths 1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
         [--backends inductor,mini_inductor,flash] [--out FILE]
 
@@ -43,9 +44,13 @@ def _variant(name: str, length: int):
     if name == "alibi_learned":   # the slopes a parameter: its gradient too (attention/extra_grads.py)
         slopes = (2.0 ** (-8.0 * torch.arange(1, HEADS + 1, device="cuda") / HEADS)).requires_grad_()
         return (lambda s, b, h, i, j: s + slopes[h] * (j - i)), lambda b, h, i, j: i >= j
-    if name in ("relative", "relative_learned"):   # read at a computed index (score_mod.Gather)
+    if name in ("relative", "relative_learned", "relative_dense"):   # read at a computed index (score_mod.Gather)
         g = torch.Generator(device="cuda").manual_seed(1)
-        table = torch.randn(HEADS, 2 * length - 1, device="cuda", generator=g).requires_grad_(name != "relative")
+        table = torch.randn(HEADS, 2 * length - 1, device="cuda", generator=g).requires_grad_(name == "relative_learned")
+        if name == "relative_dense":   # the same bias expanded to [H, L, S] beforehand: a plain load per score
+            pos = torch.arange(length, device="cuda")
+            dense = table[:, pos[:, None] - pos[None, :] + length - 1].contiguous()
+            return (lambda s, b, h, i, j: s + dense[h, i, j]), lambda b, h, i, j: i >= j
         return (lambda s, b, h, i, j: s + table[h, i - j + length - 1]), lambda b, h, i, j: i >= j
     if name == "softcap":
         return (lambda s, b, h, i, j: SOFTCAP * torch.tanh(s / SOFTCAP)), None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..runtime.launch.autotune import next_power_of_2
 from . import flash, score_mod
 
 _SCHEMA = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod,"
@@ -85,6 +86,7 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
         dt = torch.zeros(t.shape, dtype=torch.float32, device=q.device)
         offset, dt_strides = gather.layout(dt, L, S)
         dt_base = flash.at_offset(dt, offset)
+    dt_i, dt_j = dt_strides[2] != 0 and L > 1, dt_strides[3] != 0 and S > 1   # it varies along i, j
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     if plan.skip:
         table = flash.block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=plan.block_m,
@@ -98,8 +100,8 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
         kernel[(-(-L // dq_m), B * Hq)](q, k, v, dout, lse, delta, dt_base, *tensors, *ranges,
                                         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *strides,
                                         *dt_strides, *flash._sizes(q, k, v), EMPTY_ROWS_ZERO=empty_rows_zero,
-                                        DT_I=dt_strides[2] != 0 and L > 1, DT_J=dt_strides[3] != 0 and S > 1,
-                                        **dq_meta)
+                                        DT_I=dt_i, DT_J=dt_j, DT_DIAG=dt_i and dt_j and dt_strides[3] == -dt_strides[2],
+                                        DIAGONALS=next_power_of_2(dq_m + dq_n - 1), **dq_meta)
     return dt.reshape(t.shape).to(t.dtype)
 
 

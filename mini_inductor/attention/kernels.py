@@ -130,7 +130,18 @@ DQ_LOOP = DSCORE_PASS + '''\
 # DT over the dims it broadcasts along: in registers along the keys a program walks, else by atomics
 DT_LOOP = DSCORE_PASS + '''\
         dt = tl.where(valid, {grad}, 0.0)
-        if DT_I and DT_J:
+        if DT_DIAG:
+            # the address depends on i - j only (a relative-position table read at i - j + c): each of
+            # the tile's BLOCK_M + BLOCK_N - 1 diagonals is summed first, one atomic add each (diagonal
+            # d holds column a - d + BLOCK_N - 1 of row a, and i - j = pid_m * BLOCK_M - start_n + d -
+            # BLOCK_N + 1)
+            src = tl.arange(0, BLOCK_M)[:, None] - diag[None, :] + (BLOCK_N - 1)
+            on = (src >= 0) & (src < BLOCK_N)
+            src = tl.where(on, src, 0)
+            sums = tl.sum(tl.where(on, tl.gather(dt, src, 1), 0.0), 0)
+            live = tl.sum(tl.where(on, tl.gather(valid.to(tl.int32), src, 1), 0), 0) > 0
+            tl.atomic_add(dt_base + (pid_m * BLOCK_M - start_n + diag - (BLOCK_N - 1)) * dt_i, sums, mask=live)
+        elif DT_I and DT_J:
             tl.atomic_add(dt_base + row * dt_i + col * dt_j, dt, mask=valid)
         elif DT_J:
             tl.atomic_add(dt_base + cols * dt_j, tl.sum(dt, 0), mask=cols < len_k)
@@ -389,12 +400,15 @@ def flash_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, {common}, FULL_LO, FULL_HI, tab_b,
 def flash_bwd_dt{n}(Q, K, V, DO, LSE, DELTA, DT, {common}, FULL_LO, FULL_HI, tab_b, tab_h,
                  sq_b, sq_h, sq_i, sq_e, sk_b, sk_h, sk_j, sk_e, sv_b, sv_h, sv_j, sv_e,
                  sdo_b, sdo_h, sdo_i, sdo_e, {strides} dt_b, dt_h, dt_i, dt_j,
-                 {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr, DT_I: tl.constexpr, DT_J: tl.constexpr):
+                 {sizes}, {consts}, EMPTY_ROWS_ZERO: tl.constexpr, DT_I: tl.constexpr, DT_J: tl.constexpr,
+                 DT_DIAG: tl.constexpr, DIAGONALS: tl.constexpr):
     # the gradient of extra tensor t{n}, into float32 DT (strides dt_*: 0 along a dim it broadcasts
-    # along; DT_I, DT_J: it varies along the queries, the keys); a program's query block as dq's
+    # along; DT_I, DT_J: it varies along the queries, the keys; DT_DIAG: along i - j only, dt_j =
+    # -dt_i; DIAGONALS: BLOCK_M + BLOCK_N - 1 to a power of 2); a program's query block as dq's
 {backward_rows}
     dt_base = DT + bid.to(tl.int64) * dt_b + hid.to(tl.int64) * dt_h
     dt_rows = tl.zeros([BLOCK_M], tl.float32)
+    diag = tl.arange(0, DIAGONALS)
     {dq_range}
 {dt_loops}    if DT_I and not DT_J:
         tl.atomic_add(dt_base + rows * dt_i, dt_rows, mask=rows < len_q)
