@@ -57,7 +57,8 @@
 #              L 1024 and 4096, fwd and fwd+bwd: Inductor, mini_inductor, SDPA's flash (causal) (300 s)
 #   flex_relative  the same for a causal relative-position bias per head (table[h, q_idx - kv_idx + L - 1]),
 #              fixed, learned, and expanded to [H, L, S] beforehand, against eager too (200 s);
-#              flex_learned: ALiBi with fixed and learned slopes, fwd+bwd (120 s)
+#              flex_learned: ALiBi with fixed and learned slopes, fwd+bwd (120 s); flex_profile: ALiBi
+#              and the relative biases' fwd+bwd at L 4096, mini_inductor's kernels by GPU time (200 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -100,6 +101,8 @@ for step in "${steps[@]}"; do
         flex_relative) run flex_relative 200 python3 -m benchmarks flex_attention \
                    --variants relative,relative_learned,relative_dense --lengths 1024,4096 \
                    --backends eager,inductor,mini_inductor --out "$OUT/flex_relative.json" ;;
+        flex_profile) run flex_profile 200 python3 -m benchmarks flex_attention --variants alibi,relative,relative_dense \
+                   --lengths 4096 --modes fwdbwd --backends mini_inductor --profile ;;
         flex_learned) run flex_learned 120 python3 -m benchmarks flex_attention --variants alibi,alibi_learned \
                    --modes fwdbwd --lengths 1024,4096 --out "$OUT/flex_learned.json" ;;
         flex) run flex 300 python3 -m benchmarks flex_attention --lengths 1024,4096 --out "$OUT/flex.json" ;;

@@ -6,7 +6,7 @@
          T5's unbucketed; relative_learned: that table a parameter, its gradient computed too;
          relative_dense: the table expanded to a [H, L, S] bias beforehand, read as bias[h, q_idx, kv_idx])
         [--dtype float16] [--lengths 1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
-        [--backends inductor,mini_inductor,flash] [--out FILE]
+        [--backends inductor,mini_inductor,flash] [--out FILE] [--profile]
 
 Each variant is a score_mod and/or mask_mod as users write them for flex_attention, with a block mask
 made once (create_block_mask), batch 4 x 16 heads. Inductor compiles flex_attention into its own
@@ -14,7 +14,8 @@ Triton template; mini_inductor rewrites it into its generated flash-attention ke
 or, where the modification is not one it can express, runs the op in ATen inside the compiled graph.
 `flash` is ATen's scaled_dot_product_attention where its flash kernel computes the variant (causal).
 Each row: median milliseconds per call, as `single/queued` (see benchmarks/attention_sweep.py), and
-whether the output matched the float32 result of eager flex_attention within 2e-2.
+whether the output matched the float32 result of eager flex_attention within 2e-2. `--profile`: then
+each row's GPU kernels, µs per call by kernel (torch.profiler over 10 calls).
 """
 from __future__ import annotations
 
@@ -82,7 +83,25 @@ def _call(backend: str, name: str, length: int):
     raise ValueError(backend)
 
 
-def measure(backend: str, name: str, dtype, length: int, head_dim: int, mode: str) -> dict | None:
+def _kernel_times(call, title: str, calls: int = 10) -> None:
+    """Each GPU kernel's time per call of `call`, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    by_name: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name.setdefault(e.name, []).append(e.device_time)
+    print(f"  kernels of {title} (µs per call, launches per call):")
+    for kname, times in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]:
+        print(f"    {sum(times) / calls:9.1f}  {len(times) / calls:4.1f}  {kname[:100]}")
+
+
+def measure(backend: str, name: str, dtype, length: int, head_dim: int, mode: str,
+            profile: bool = False) -> dict | None:
     run = _call(backend, name, length)
     if run is None:
         return None
@@ -103,6 +122,8 @@ def measure(backend: str, name: str, dtype, length: int, head_dim: int, mode: st
     correct = bool(torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2))
     t = bench(call, warmup=3, samples=10, flush_l2=True)
     queued = bench(call, warmup=1, samples=5, calls=10, queue_ahead=True)
+    if profile:
+        _kernel_times(call, f"{backend} {name} L={length} {mode}")
     return {"backend": backend, "variant": name, "dtype": str(dtype).split(".")[-1], "length": length,
             "head_dim": head_dim, "mode": mode, "ms": round(t.gpu_ms, 4), "queued_ms": round(queued.gpu_ms, 4),
             "correct": correct}
@@ -117,6 +138,7 @@ def main(argv=None) -> None:
     p.add_argument("--modes", default="fwd,fwdbwd")
     p.add_argument("--backends", default="inductor,mini_inductor,flash")
     p.add_argument("--out")
+    p.add_argument("--profile", action="store_true", help="each row's GPU kernels, µs per call")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/flex_attention.py needs a CUDA GPU")
@@ -127,7 +149,8 @@ def main(argv=None) -> None:
                 line = []
                 for backend in a.backends.split(","):
                     try:
-                        row = measure(backend, name, getattr(torch, a.dtype), length, a.head_dim, mode)
+                        row = measure(backend, name, getattr(torch, a.dtype), length, a.head_dim, mode,
+                                      a.profile)
                     except Exception as e:  # noqa: BLE001  (a row that fails is reported, the sweep goes on)
                         row = {"backend": backend, "variant": name, "length": length, "mode": mode,
                                "error": f"{type(e).__name__}: {str(e)[:300]}"}
