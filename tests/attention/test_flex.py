@@ -291,9 +291,9 @@ def assert_near_miss(reason_part: str):
                for r in metrics.compiled_graphs)
 
 
-def test_a_tensor_indexed_by_an_index_past_its_end_is_a_near_miss_and_raises_as_eager():
-    # on the CPU only: on CUDA eager's out-of-range index is a device-side assert, which leaves the
-    # process's CUDA context unusable for every later test
+def test_a_tensor_indexed_by_an_index_past_its_end_is_a_near_miss_and_raises_as_eager(device):
+    # on the CPU only (the fixture keeps the default device the CPU): on CUDA eager's out-of-range
+    # index is a device-side assert, which leaves the process's CUDA context unusable for later tests
     device = "cpu"
     rel = torch.randn(39, generator=torch.Generator().manual_seed(2)).to(device)
 
