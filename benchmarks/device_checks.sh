@@ -58,7 +58,8 @@
 #   flex_relative  the same for a causal relative-position bias per head (table[h, q_idx - kv_idx + L - 1]),
 #              fixed, learned, and expanded to [H, L, S] beforehand, against eager too (200 s);
 #              flex_learned: ALiBi with fixed and learned slopes, fwd+bwd (120 s); flex_profile: ALiBi
-#              and the relative biases' fwd+bwd at L 4096, mini_inductor's kernels by GPU time (200 s)
+#              and the relative biases' fwd+bwd at L 4096, mini_inductor's kernels by GPU time (200 s);
+#              flex_dkdv: the relative biases' fwd+bwd under three dk/dv configs (flash.PER_SCORE_DKDV, 3 x 90 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -101,8 +102,12 @@ for step in "${steps[@]}"; do
         flex_relative) run flex_relative 200 python3 -m benchmarks flex_attention \
                    --variants relative,relative_learned,relative_dense --lengths 1024,4096 \
                    --backends eager,inductor,mini_inductor --out "$OUT/flex_relative.json" ;;
-        flex_profile) run flex_profile 200 python3 -m benchmarks flex_attention --variants alibi,relative,relative_dense \
+        flex_profile) run flex_profile 200 python3 -m benchmarks flex_attention --variants alibi,relative,relative_learned,relative_dense \
                    --lengths 4096 --modes fwdbwd --backends mini_inductor --profile ;;
+        flex_dkdv) n=0; for cfg in "(64, 64, 4, 3)" "(128, 64, 8, 2)" "(64, 64, 4, 2)"; do n=$((n + 1))
+                   run flex_dkdv_$n 90 python3 -m benchmarks flex_attention --variants relative,relative_dense \
+                   --lengths 1024,4096 --modes fwdbwd --backends mini_inductor --profile \
+                   --flash-option "PER_SCORE_DKDV=$cfg"; done ;;
         flex_learned) run flex_learned 120 python3 -m benchmarks flex_attention --variants alibi,alibi_learned \
                    --modes fwdbwd --lengths 1024,4096 --out "$OUT/flex_learned.json" ;;
         flex) run flex 300 python3 -m benchmarks flex_attention --lengths 1024,4096 --out "$OUT/flex.json" ;;

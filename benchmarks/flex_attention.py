@@ -6,7 +6,7 @@
          T5's unbucketed; relative_learned: that table a parameter, its gradient computed too;
          relative_dense: the table expanded to a [H, L, S] bias beforehand, read as bias[h, q_idx, kv_idx])
         [--dtype float16] [--lengths 1024,4096] [--head-dim 64] [--modes fwd,fwdbwd]
-        [--backends inductor,mini_inductor,flash] [--out FILE] [--profile]
+        [--backends inductor,mini_inductor,flash] [--out FILE] [--profile] [--flash-option NAME=VALUE]
 
 Each variant is a score_mod and/or mask_mod as users write them for flex_attention, with a block mask
 made once (create_block_mask), batch 4 x 16 heads. Inductor compiles flex_attention into its own
@@ -139,7 +139,18 @@ def main(argv=None) -> None:
     p.add_argument("--backends", default="inductor,mini_inductor,flash")
     p.add_argument("--out")
     p.add_argument("--profile", action="store_true", help="each row's GPU kernels, µs per call")
+    p.add_argument("--flash-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="set mini_inductor.attention.flash.NAME to the Python literal VALUE first")
     a = p.parse_args(argv)
+    for option in a.flash_option:
+        import ast
+
+        from mini_inductor.attention import flash
+        name, value = option.split("=", 1)
+        if not hasattr(flash, name):
+            raise SystemExit(f"mini_inductor.attention.flash has no {name}")
+        setattr(flash, name, ast.literal_eval(value))
+        print(f"flash.{name} = {getattr(flash, name)!r}")
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/flex_attention.py needs a CUDA GPU")
     rows = []

@@ -236,6 +236,12 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, narrow_band:
     return 64, 64, 8, 2
 
 
+# dk/dv's (BLOCK_M, BLOCK_N, num_warps, num_stages) in 16-bit types where an extra tensor is loaded per
+# score (it varies along i and j: a [H, L, S] bias, a relative-position table read at i - j + c), or
+# None for backward_config's choice. Such a tile is a [BLOCK_N, BLOCK_M] load per step, which the
+# taller blocks hold in registers beside dk and dv. (Set by benchmarks/flex_attention.py --flash-option.)
+PER_SCORE_DKDV: tuple[int, int, int, int] | None = None
+
 # a key block's live queries spanning fewer query blocks of 64 than this, on average, make a narrow
 # band (backward_config): a window of 256 spans about 5, a causal triangle at L 1024 8.5
 NARROW_BAND_BLOCKS = 8
@@ -590,12 +596,16 @@ DATA_SKIP_MIN_SCORES: int | None = 2 ** 26
 
 @functools.lru_cache(maxsize=1024)
 def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype, on_gpu: bool, tf32: bool,
-          backward: bool, skip: bool, axes: tuple[str, ...], narrow: bool = False) -> LaunchPlan:
-    """`narrow`: a backward's mask of i and j leaves a narrow band (see narrow_band)."""
+          backward: bool, skip: bool, axes: tuple[str, ...], narrow: bool = False,
+          per_score_dkdv: tuple | None = None) -> LaunchPlan:
+    """`narrow`: a backward's mask of i and j leaves a narrow band (see narrow_band).
+    `per_score_dkdv`: PER_SCORE_DKDV (an argument so the cache tells its values apart)."""
     sm = score_mod.parse(mod)
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu, narrow)
+        if per_score_dkdv is not None and on_gpu and any(a == "ij" for a in axes) and dtype != torch.float32:
+            bm, bn, warps, stages = per_score_dkdv
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
@@ -624,7 +634,8 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
     axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
     narrow = backward and skip and not sm.dead_reads_tensors and narrow_band(sm.text, L, S)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
-                 torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes, narrow)
+                 torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes, narrow,
+                 PER_SCORE_DKDV)
 
 
 def _axes(stride, L: int, S: int) -> str:
