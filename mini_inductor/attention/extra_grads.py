@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..runtime.launch.autotune import next_power_of_2
-from . import flash, score_mod
+from . import flash, score_mod, tables
 
 _SCHEMA = ("(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor[] extra, str mod,"
            " int index, bool empty_rows_zero=False, Tensor? grad_lse=None) -> Tensor")
@@ -70,7 +70,7 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
                           grad_lse: Tensor | None = None) -> Tensor:
     B, Hq, L, _ = q.shape
     S = k.shape[2]
-    tensors, strides = flash._extra_args(extra, (B, Hq, L, S), q.device, sm)
+    tensors, strides = tables.extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = flash._plan_for(q, v, extra, sm, True, strides)
     dq_m, dq_n, dq_meta = plan.dq
     dout = dout.to(q.dtype)
@@ -85,11 +85,11 @@ def triton_extra_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
     else:   # read at a computed index: DT's layout is t's (score_mod.Gather.layout)
         dt = torch.zeros(t.shape, dtype=torch.float32, device=q.device)
         offset, dt_strides = gather.layout(dt, L, S)
-        dt_base = flash.at_offset(dt, offset)
+        dt_base = tables.at_offset(dt, offset)
     dt_i, dt_j = dt_strides[2] != 0 and L > 1, dt_strides[3] != 0 and S > 1   # it varies along i, j
     delta = torch.empty(B, Hq, L, dtype=torch.float32, device=q.device)
     if plan.skip:
-        table = flash.block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=plan.block_m,
+        table = tables.block_ranges(sm, L, S, dq_m, dq_n, q.device, True, extra, q_block_m=plan.block_m,
                                    empty_rows_zero=empty_rows_zero)
         ranges = (table.kv_lo, table.kv_hi, table.full_lo, table.full_hi, table.tab_b, table.tab_h)
     else:

@@ -43,7 +43,6 @@ Choices, and why:
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -52,16 +51,13 @@ import re
 import torch
 
 from ..config import current as current_config, interpreting
-from ..runtime.launch.autotune import next_power_of_2
 from . import score_mod
 from .kernels import kernel_source
+from .tables import axes_of, block_ranges, extra_args, launch_context_of
 
 Tensor = torch.Tensor
 
 _KERNELS: dict[tuple, object] = {}       # (mod, extra kinds, skip, even head dims) → the kernel module
-# (mod, L, S, BLOCK_M, BLOCK_N, device, backward) → block ranges; never evicted: a CUDA graph that
-# captured a launch reads its table's memory at every replay
-_RANGES: dict[tuple, tuple] = {}
 
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, extra=(), mod: str = "s * scale",
@@ -236,11 +232,16 @@ def backward_config(block_e: int, dtype: torch.dtype, on_gpu: bool, narrow_band:
     return 64, 64, 8, 2
 
 
-# dk/dv's (BLOCK_M, BLOCK_N, num_warps, num_stages) in 16-bit types where an extra tensor is loaded per
-# score (it varies along i and j: a [H, L, S] bias, a relative-position table read at i - j + c), or
-# None for backward_config's choice. Such a tile is a [BLOCK_N, BLOCK_M] load per step, which the
-# taller blocks hold in registers beside dk and dv. (Set by benchmarks/flex_attention.py --flash-option.)
-PER_SCORE_DKDV: tuple[int, int, int, int] | None = None
+# dk/dv's (BLOCK_M, BLOCK_N, num_warps, num_stages) in 16-bit types, head dims up to 64, where an extra
+# tensor is loaded per score (it varies along i and j: a [H, L, S] bias, a relative-position table read
+# at i - j + c), or None for backward_config's choice. Such a tile is a [BLOCK_N, BLOCK_M] load per
+# step beside dk and dv. Timed on an H200 (session 44, FlexAttention fp16, B 4, 16 heads, E 64, a
+# causal mask and a bias per head, fwd+bwd, queued ms; benchmarks/flex_attention.py --flash-option):
+# with backward_config's (128, 64, 4, 2) the dk/dv kernel took 4.47 ms of 7.09 at L 4096 for the table
+# read at i - j + L - 1, 2.86 of 4.59 for the same bias as a [H, L, S] tensor; with (64, 64, 4, 3) 1.76
+# of 4.39 and 1.83 of 3.56 (L 1024: 0.748 → 0.473 and 0.385); (64, 64, 4, 2) was level at L 4096 for
+# the table (4.39), slower for the tensor (3.80); (128, 64, 8, 2) slower than both (5.14, 4.75).
+PER_SCORE_DKDV: tuple[int, int, int, int] | None = (64, 64, 4, 3)
 
 # a key block's live queries spanning fewer query blocks of 64 than this, on average, make a narrow
 # band (backward_config): a window of 256 spans about 5, a causal triangle at L 1024 8.5
@@ -272,239 +273,6 @@ def dq_config(block_e: int, dtype: torch.dtype, on_gpu: bool) -> tuple[int, int,
     return backward_config(block_e, dtype, on_gpu)
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockTable:
-    """Which blocks of one (mod, L, S, block sizes) the kernels visit, in blocks (int32 on the device).
-
-    kv_lo, kv_hi     per query block: the key blocks holding a live score
-    full_lo, full_hi per query block, inside those: key blocks where no score is dead, so the forward
-                     runs the modification without its masking there (score_mod.assume_live)
-    q_lo, q_hi       per key block: the query blocks holding a live score (dk, dv)
-    qfull_lo, qfull_hi  per key block, inside those: the whole query blocks, which dk/dv runs unmasked
-    tab_b, tab_h     a mask given as data has a table per batch and head it varies along, each tensor
-                     [tables, blocks] (else [blocks]): batch b, head h read row b * tab_b + h * tab_h
-    """
-
-    kv_lo: Tensor
-    kv_hi: Tensor
-    full_lo: Tensor
-    full_hi: Tensor
-    q_lo: Tensor
-    q_hi: Tensor
-    qfull_lo: Tensor
-    qfull_hi: Tensor
-    tab_b: int = 0
-    tab_h: int = 0
-
-
-def block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                 backward: bool, extra=(), q_block_m: int | None = None, empty_rows_zero: bool = False) -> BlockTable:
-    """The blocks to visit; outside kv_lo..kv_hi (q_lo..q_hi) no score is live. For the backward, every
-    range is whole when some row is fully masked (eager's gradients then have NaN for every key; see
-    the module docstring); for the forward too where a masked score may be a finite fill (such a row
-    is eager's average over every key). Not with `empty_rows_zero` (flex attention's), where such a
-    row has no gradient, unless the fill is finite.
-
-    `q_block_m` (a multiple of block_m; block_m if None): the query blocks of q_lo..qfull_hi, where
-    dk/dv steps over taller query blocks than dq (backward_config, dq_config): one table serves both.
-
-    Where the extra tensors decide which scores are dead (a mask given as data), the table is built
-    from their values on every call (in a CUDA graph, by every replay), one per batch and head the
-    tensors vary along: a padding mask's batch skips its own padding."""
-    q_block_m = q_block_m or block_m
-    assert q_block_m % block_m == 0, (q_block_m, block_m)
-    if sm.dead_reads_tensors:
-        return _data_block_ranges(sm, L, S, block_m, block_n, device, backward, extra, q_block_m, empty_rows_zero)
-    key = (sm.text, L, S, block_m, block_n, device, backward, q_block_m, empty_rows_zero)
-    hit = _RANGES.get(key)
-    if hit is not None:
-        return hit
-
-    def build() -> BlockTable:
-        table = _block_ranges(sm, L, S, block_m, block_n, device, backward, empty_rows_zero=empty_rows_zero)
-        if q_block_m == block_m:
-            return table
-        taller = _block_ranges(sm, L, S, q_block_m, block_n, device, backward, empty_rows_zero=empty_rows_zero)
-        return dataclasses.replace(table, q_lo=taller.q_lo, q_hi=taller.q_hi, qfull_lo=taller.qfull_lo,
-                                   qfull_hi=taller.qfull_hi)
-    if device.type != "cuda":
-        table = build()
-    elif torch.cuda.is_current_stream_capturing():
-        # inside a CUDA graph's recording: built by the graph itself on every replay (a few tiny
-        # kernels), in its pool, and not kept (a kept tensor of the pool would outlive its recording)
-        return build()
-    else:
-        # kept for the process's life: not in a CUDA-graph tree's pool, where its warm-up run allocates
-        from ..runtime.cudagraphs.utils import outside_pool
-        with outside_pool(device.index if device.index is not None else torch.cuda.current_device()):
-            table = build()
-    _RANGES[key] = table
-    return table
-
-
-def _grid_view(t: Tensor, rows: Tensor, cols: Tensor, L: int, S: int) -> Tensor:
-    """An extra tensor (broadcasting to [B, H, L, S]) at the grid's rows and columns (clamped: the
-    padding past L and S is not valid anyway), as [B or 1, H or 1, rows or 1, cols or 1]."""
-    t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
-    if t.shape[2] > 1:
-        t = t.index_select(2, rows.clamp(max=L - 1))
-    if t.shape[3] > 1:
-        t = t.index_select(3, cols.clamp(max=S - 1))
-    return t
-
-
-def _table_shape(extra, read, sm: score_mod.ScoreMod) -> tuple[int, int]:
-    """(batches, heads) the extra tensors that `read` names (t0, t1, ...) vary along: 1 or B, 1 or H.
-    (A tensor read at a computed index that decides which scores are dead is indexed by i, j, L and
-    S only: dead_names would hold b or h, and nothing would skip.)"""
-    gathered = {g.n for g in sm.gathers}
-    as4 = [t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for n, t in enumerate(extra)
-           if f"t{n}" in read and n not in gathered]
-    return max([t.shape[0] for t in as4] or [1]), max([t.shape[1] for t in as4] or [1])
-
-
-def _block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                  backward: bool, extra=(), empty_rows_zero: bool = False) -> BlockTable:
-    """The table from the whole score grid, with torch (chunk by chunk): for masks of i, j, L and S,
-    once per shape; with extra tensors, the reference the table kernel is tested against (a table
-    per batch and head they vary along)."""
-    n_m, n_n = -(-L // block_m), -(-S // block_n)
-    read = {f"t{n}": t for n, t in enumerate(extra) if f"t{n}" in score_mod.dead_names(sm.tree)}
-    n_b, n_h = _table_shape(extra, read, sm)
-    gathered = {f"t{g.n}" for g in sm.gathers}
-    tables = n_b * n_h
-    live = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)
-    whole = torch.zeros(tables, n_m, n_n, dtype=torch.bool, device=device)   # no dead score among the valid ones
-    dead_row = torch.zeros(tables, 1, dtype=torch.bool, device=device)
-    cols = torch.arange(n_n * block_n, device=device)
-    step = max(1, (1 << 22) // (n_n * block_n * block_m * tables))   # query blocks per chunk: ~4M grid points
-    for m0 in range(0, n_m, step):
-        m1 = min(n_m, m0 + step)
-        rows = torch.arange(m0 * block_m, m1 * block_m, device=device)
-        env = {"i": rows[:, None], "j": cols[None, :], "L": L, "S": S,
-               **{name: t.to(device) if name in gathered else _grid_view(t.to(device), rows, cols, L, S)
-                  for name, t in read.items()}}
-        dead = torch.as_tensor(score_mod.dead_mask(sm.tree, env), device=device)
-        dead = dead.reshape((1,) * (4 - dead.dim()) + tuple(dead.shape))
-        dead = dead.expand(n_b, n_h, len(rows), len(cols)).reshape(tables, len(rows), len(cols))
-        valid = (rows[:, None] < L) & (cols[None, :] < S)
-        blocks = (tables, m1 - m0, block_m, n_n, block_n)
-        live[:, m0:m1] = (valid & ~dead).view(blocks).any(4).any(2)
-        whole[:, m0:m1] = (~valid | ~dead).view(blocks).all(4).all(2)
-        dead_row |= ((dead | ~valid)[..., :S].all(-1) & (rows < L)).any(-1, keepdim=True)
-    whole &= live
-
-    index_n, index_m = torch.arange(n_n, device=device), torch.arange(n_m, device=device)
-    kv_lo, kv_hi = _span(live, index_n)
-    full_lo, full_hi = _whole_run(whole, index_n, kv_hi)
-    q_lo, q_hi = _span(live.transpose(1, 2), index_m)
-    qfull_lo, qfull_hi = _whole_run(whole.transpose(1, 2), index_m, q_hi)
-    rows_rule = sm.finite_fill or (backward and not empty_rows_zero)   # see block_ranges
-    if rows_rule:
-        kv_lo, kv_hi = torch.where(dead_row, 0, kv_lo), torch.where(dead_row, n_n, kv_hi)
-    if backward and rows_rule:
-        q_lo, q_hi = torch.where(dead_row, 0, q_lo), torch.where(dead_row, n_m, q_hi)
-    parts = (kv_lo, kv_hi, full_lo, full_hi, q_lo, q_hi, qfull_lo, qfull_hi)
-    return _table(parts, n_b, n_h)
-
-
-def _table(parts, n_b: int, n_h: int) -> BlockTable:
-    """A BlockTable of the eight [tables, blocks] ranges: one table read by every batch and head as
-    [blocks]."""
-    tables = n_b * n_h
-    parts = [t.to(torch.int32).reshape(tables, -1) for t in parts]
-    if tables == 1:
-        return BlockTable(*(t[0] for t in parts))
-    return BlockTable(*parts, tab_b=n_h if n_b > 1 else 0, tab_h=1 if n_h > 1 else 0)
-
-
-def _whole_run(whole: Tensor, index: Tensor, hi: Tensor) -> tuple[Tensor, Tensor]:
-    """Per row of `whole` (blocks along its last dim): the run of whole blocks that a kernel runs
-    unmasked. It needs one run: otherwise (or with none) the range is empty, at `hi`."""
-    lo_w, hi_w = _span(whole, index)
-    run = whole.sum(-1) == hi_w - lo_w
-    lo_w, hi_w = torch.where(run & (hi_w > lo_w), lo_w, hi), torch.where(run, hi_w, hi)
-    return lo_w, torch.maximum(hi_w, lo_w)
-
-
-def _span(mask: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
-    """Per row of `mask` (blocks along its last dim): the first and one past the last set block; an
-    empty range at 0 where none is set."""
-    count = len(index)
-    hi = torch.where(mask, index + 1, 0).amax(-1)
-    lo = torch.minimum(torch.where(mask, index, count).amin(-1), hi)
-    return lo, hi
-
-
-def _data_block_ranges(sm: score_mod.ScoreMod, L: int, S: int, block_m: int, block_n: int, device: torch.device,
-                       backward: bool, extra, q_block_m: int | None = None, empty_rows_zero: bool = False) -> BlockTable:
-    """block_ranges for a mask given as data: the generated kernels of kernels.py table_source read the
-    tensors once and give the tables of every batch and head they vary along (the backward's query
-    ranges and the fully-masked-row rule included) in one int32 tensor: four launches at most (a
-    zero fill first where the fully-masked-row rule applies), two where it does not (a forward with
-    -inf fills, flex attention's backward). The
-    query ranges of taller blocks (`q_block_m`) merge the flags of block_m's, so dq's table and dk/dv's
-    are one build (before, a backward built two: eight launches). A mask the same for every query (a
-    padding mask of keys) has its flags computed for the first query block only, which the others
-    read; likewise for keys."""
-    q_block_m = q_block_m or block_m
-    n_m, n_n = -(-L // block_m), -(-S // block_n)
-    n_mq = -(-L // q_block_m)
-    names = score_mod.dead_names(sm.tree)
-    read = [n for n in range(len(extra)) if f"t{n}" in names]
-    n_b, n_h = _table_shape(extra, {f"t{n}" for n in read}, sm)
-    tables = n_b * n_h
-    # the tensors that decide as the kernels read them (_extra_args), at [n_b, n_h, L, S]; the others unread
-    as4, strides, axes = [], [], []
-    for n, t in enumerate(extra):
-        if n in read:
-            (t,), stride = _extra_args([t], (n_b, n_h, L, S), device, sm, first=n)
-        else:
-            stride = (0, 0, 0, 0)
-        as4.append(t)
-        strides.extend(stride)
-        axes.append(_axes(stride, L, S))
-    kinds = tuple("bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int" for t in extra)
-    module = _table_kernel(sm, kinds, tuple(axes))
-    # the flags of one query (key) block stand for all where the mask is the same along i (j): a
-    # block's valid scores are then those of the first block, or a subset of their rows (columns)
-    along_i = "i" in names or any("i" in axes[n] for n in read)
-    along_j = "j" in names or any("j" in axes[n] for n in read)
-    f_m, f_n = (n_m if along_i else 1), (n_n if along_j else 1)
-    need_rows = sm.finite_fill or (backward and not empty_rows_zero)   # the row rule (block_ranges)
-    rows = tables * L if need_rows else 0
-    flags = torch.empty(tables, f_m, f_n, dtype=torch.int8, device=device)
-    if need_rows:
-        counts = torch.zeros(tables + rows, dtype=torch.int32, device=device)   # DEAD [bh], then ROW_LIVE [bh, row]
-        dead, row_live = counts[:tables], counts[tables:]
-    else:
-        dead = row_live = flags   # (not read)
-    ranges = torch.empty(tables * (4 * n_m + 4 * n_n), dtype=torch.int32, device=device)
-    with _launch_context_of(device):
-        module.block_flags[(f_m, f_n, tables)](flags, row_live, *as4, *strides, n_h, L, S, f_m, f_n,
-                                               BLOCK_M=block_m, BLOCK_N=block_n, NEED_ROWS=need_rows)
-        if need_rows:   # the rows of the first query block stand for all where the mask is the same along i
-            checked = L if along_i else min(L, block_m)
-            module.dead_rows[(-(-checked // 1024), tables)](row_live, dead, L, checked, BLOCK=1024)
-        module.block_ranges[(n_m + (n_n if backward else 0), tables)](
-            flags, dead, ranges, n_m, n_n, n_mq, f_m * f_n, f_n if along_i else 0, 1 if along_j else 0,
-            N_M=next_power_of_2(n_mq), N_N=next_power_of_2(n_n), MERGE=q_block_m // block_m, HAS_DEAD=need_rows)
-    kv_parts = ranges[:4 * tables * n_m].view(4, tables, n_m).unbind(0)
-    q_parts = ranges[4 * tables * n_m:].view(4, tables, n_n).unbind(0) if backward else kv_parts   # (unread)
-    return _table((*kv_parts, *q_parts), n_b, n_h)
-
-
-def _table_kernel(sm: score_mod.ScoreMod, kinds: tuple[str, ...], axes: tuple[str, ...]):
-    key = ("table", sm.text, kinds, axes)
-    module = _KERNELS.get(key)
-    if module is None:
-        from ..caching.modules import load_module
-        from .kernels import table_source
-        module, _ = load_module(table_source(sm, kinds, axes), current_config().cache_dir)
-        _KERNELS[key] = module
-    return module
-
-
 def _kernels(sm: score_mod.ScoreMod, kinds: tuple[str, ...], skip: bool, even_e: bool, even_ev: bool,
              axes: tuple[str, ...]):
     key = (sm.text, kinds, skip, even_e, even_ev, axes)
@@ -529,40 +297,12 @@ def _precision(dtype: torch.dtype, allow_tf32: bool) -> str:
     return "ieee" if dtype == torch.float32 and not allow_tf32 else "tf32"
 
 
-def _extra_args(extra, shape, device, sm: score_mod.ScoreMod, first: int = 0) -> tuple[list[Tensor], list[int]]:
-    """The extra tensors on `device` and their strides seen at [B, Hq, L, S] (0 along broadcast dims).
-    A tensor read at a computed index is passed as a one-element view at its index's offset, with the
-    strides of score_mod.Gather.layout (the op has checked the index stays inside it). `first`: the
-    number (t<first>) of extra[0]."""
-    gathers = {g.n: g for g in sm.gathers}
-    tensors, strides = [], []
-    for n, t in enumerate(extra, first):
-        t = t.to(device) if t.device != device else t
-        if n in gathers:
-            offset, along = gathers[n].layout(t, shape[2], shape[3])
-            tensors.append(at_offset(t, offset))
-            strides.extend(along)
-        else:
-            tensors.append(t)
-            strides.extend(t.expand(shape).stride())
-    return tensors, strides
-
-
-def at_offset(t: Tensor, offset: int) -> Tensor:
-    """A one-element view of `t`'s storage `offset` elements past its first (a kernel's base pointer)."""
-    return t.as_strided((1,), (1,), t.storage_offset() + offset)
-
-
 def _sizes(q: Tensor, k: Tensor, v: Tensor) -> list[int]:
     return [q.shape[1], q.shape[1] // k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]]
 
 
 def _launch_context(q: Tensor):
-    return _launch_context_of(q.device)
-
-
-def _launch_context_of(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    return launch_context_of(q.device)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -604,8 +344,11 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu, narrow)
-        if per_score_dkdv is not None and on_gpu and any(a == "ij" for a in axes) and dtype != torch.float32:
-            bm, bn, warps, stages = per_score_dkdv
+        if per_score_dkdv is not None and on_gpu and any(a == "ij" for a in axes) and dtype != torch.float32 \
+                and max(block_e, block_ev) <= 64:
+            dq_m, dq_n = dq_config(max(block_e, block_ev), dtype, on_gpu)[:2]
+            if per_score_dkdv[1] == dq_n and per_score_dkdv[0] % dq_m == 0:   # (one table: see below)
+                bm, bn, warps, stages = per_score_dkdv
     else:
         bm, bn, warps, stages = forward_config(max(block_e, block_ev), dtype, on_gpu, skip)
     module = _kernels(sm, kinds, skip, E == block_e, Ev == block_ev, axes)
@@ -630,24 +373,19 @@ def _plan_for(q: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod, backward: boo
     skip = sm.skips_blocks and (not sm.dead_reads_tensors or (DATA_SKIP_MIN_SCORES is not None
                                                               and B * Hq * L * S >= DATA_SKIP_MIN_SCORES))
     if extra_strides is None:
-        extra_strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)[1]
-    axes = tuple(_axes(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
+        extra_strides = extra_args(extra, (B, Hq, L, S), q.device, sm)[1]
+    axes = tuple(axes_of(extra_strides[4 * n:4 * n + 4], L, S) for n in range(len(extra)))
     narrow = backward and skip and not sm.dead_reads_tensors and narrow_band(sm.text, L, S)
     return _plan(sm.text, kinds, q.shape[3], v.shape[3], q.dtype, q.device.type == "cuda",
                  torch.backends.cuda.matmul.allow_tf32 and q.is_cuda, backward, skip, axes, narrow,
                  PER_SCORE_DKDV)
 
 
-def _axes(stride, L: int, S: int) -> str:
-    """The score axes ("i", "j") along which an extra tensor, expanded to [B, H, L, S], varies."""
-    return ("i" if stride[2] != 0 and L > 1 else "") + ("j" if stride[3] != 0 and S > 1 else "")
-
-
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, extra, sm: score_mod.ScoreMod,
                    empty_rows_zero: bool = False) -> tuple[Tensor, Tensor]:
     B, Hq, L, _ = q.shape
     S, Ev = k.shape[2], v.shape[3]
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)
+    tensors, strides = extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = _plan_for(q, v, extra, sm, False, strides)
     bm, bn = plan.block_m, plan.block_n
     out = torch.empty(B, Hq, L, Ev, dtype=q.dtype, device=q.device)
@@ -669,7 +407,7 @@ def triton_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
                     grad_lse: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     B, Hq, L, E = q.shape
     Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
-    tensors, strides = _extra_args(extra, (B, Hq, L, S), q.device, sm)
+    tensors, strides = extra_args(extra, (B, Hq, L, S), q.device, sm)
     plan = _plan_for(q, v, extra, sm, True, strides)
     bm, bn = plan.block_m, plan.block_n          # dk/dv's blocks
     dq_m, dq_n, dq_meta = plan.dq                # dq's

@@ -12,7 +12,7 @@ import torch
 
 import mini_inductor  # noqa: F401  (the backend)
 from mini_inductor import metrics
-from mini_inductor.attention import flash, score_mod
+from mini_inductor.attention import flash, score_mod, tables
 
 # the interpreter computes 0/0 and log2(0) of fully masked (and padding) rows in numpy, which warns
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -234,7 +234,7 @@ def test_empty_rows_zero_gives_zero_and_zero_gradients_for_rows_with_nothing_liv
         torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
     assert (grads[0][:, :, :shift] == 0).all() and (grads[0][:, :, 9] == 0).all()
     if path != "reference":
-        table = flash.block_ranges(score_mod.parse(mod), 40, 40, 16, 16, torch.device(device), True, extra,
+        table = tables.block_ranges(score_mod.parse(mod), 40, 40, 16, 16, torch.device(device), True, extra,
                                    empty_rows_zero=True)
         assert table.kv_hi.reshape(-1, 3)[0].tolist()[0] < 3, table   # not widened to every key block
 
@@ -300,14 +300,14 @@ def test_without_triton_the_cpu_runs_the_torch_reference(monkeypatch, mod, modif
 # block skipping
 
 def ranges(mod, L=64, S=64, backward=False):
-    table = flash.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device("cpu"), backward)
+    table = tables.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device("cpu"), backward)
     return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
 
 
 def test_a_static_table_gives_query_ranges_in_taller_blocks_and_every_config_allows_one_table():
     # a backward's one table: dq's key ranges in its blocks, dk/dv's query ranges in its taller ones
     sm = score_mod.parse("where(j <= i, s * 0.125, -inf)")
-    table = flash.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), True, q_block_m=32)
+    table = tables.block_ranges(sm, 64, 64, 16, 16, torch.device("cpu"), True, q_block_m=32)
     assert table.kv_hi.tolist() == [1, 2, 3, 4] and table.q_lo.tolist() == [0, 0, 1, 1]
     assert table.qfull_lo.tolist() == [1, 1, 2, 2] and table.qfull_hi.tolist() == [2, 2, 2, 2]
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -369,7 +369,7 @@ FILL32 = torch.finfo(torch.float32).min
 
 def data_ranges(mod, extra, device, L=64, S=64, backward=False):
     # built by the table kernels on `device` (interpreted on the CPU, compiled on the GPU)
-    table = flash.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device(device), backward, extra)
+    table = tables.block_ranges(score_mod.parse(mod), L, S, 16, 16, torch.device(device), backward, extra)
     return {name: getattr(table, name).tolist() for name in ("kv_lo", "kv_hi", "full_lo", "full_hi", "q_lo", "q_hi")}
 
 
@@ -389,7 +389,7 @@ def test_a_padding_mask_skips_each_batchs_own_padding(device):
     pad = torch.zeros(2, 1, 1, 64, dtype=torch.bool, device=device)
     pad[0, ..., 40:] = True
     pad[1, ..., 48:] = True
-    table = flash.block_ranges(score_mod.parse("where(t0, -inf, s * 0.125)"), 64, 64, 16, 16, torch.device(device),
+    table = tables.block_ranges(score_mod.parse("where(t0, -inf, s * 0.125)"), 64, 64, 16, 16, torch.device(device),
                                False, [pad])
     assert (table.tab_b, table.tab_h) == (1, 0)          # a table per batch, shared by the heads
     assert table.kv_lo.tolist() == [[0] * 4] * 2
@@ -429,9 +429,9 @@ def test_the_table_kernel_gives_the_table_torch_computes_from_the_whole_grid(dev
         sm = score_mod.parse(mod)
         # (16, 16) with q ranges in blocks of 32 and 64: dk/dv's taller query blocks read from dq's table
         for bm, bn, q_bm in ((16, 16, 16), (32, 16, 32), (16, 16, 32), (16, 16, 64)):
-            want = flash._block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra)
-            want_q = flash._block_ranges(sm, 52, 60, q_bm, bn, torch.device(device), backward, extra)
-            got = flash._data_block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra, q_bm)
+            want = tables._block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra)
+            want_q = tables._block_ranges(sm, 52, 60, q_bm, bn, torch.device(device), backward, extra)
+            got = tables._data_block_ranges(sm, 52, 60, bm, bn, torch.device(device), backward, extra, q_bm)
             for name in FORWARD_RANGES:
                 assert getattr(got, name).tolist() == getattr(want, name).tolist(), (mod, bm, bn, name)
             for name in ("q_lo", "q_hi", "qfull_lo", "qfull_hi") if backward else ():
@@ -508,7 +508,7 @@ def test_a_mask_per_batch_and_head_under_grouped_query_heads_matches_eager(devic
     if dead_row:
         keep = keep.clone()
         keep[1, 2, 7] = False                         # batch 1, head 2: a row with nothing live (NaN, as eager)
-    table = flash.block_ranges(score_mod.parse("where(t0, s * 0.25, -inf)"), 52, 60, 16, 16, torch.device(device),
+    table = tables.block_ranges(score_mod.parse("where(t0, s * 0.25, -inf)"), 52, 60, 16, 16, torch.device(device),
                                False, [keep])
     assert (table.tab_b, table.tab_h) == (4, 1) and table.kv_lo.shape == (8, 4)
     assert table.kv_lo[0].tolist() == [0, 0, 1, 2] and table.kv_lo[3].tolist() == [0] * 4   # width 4 and 60
@@ -587,7 +587,7 @@ def test_extra_tensors_are_loaded_in_the_shape_they_vary_in_and_match_eager(devi
     mod = "s * 0.25 + t0 * (j - i) + t1 + t2 + t3"
     check_against_eager(q, k, v, t, mod, lambda s, i, j: s * 0.25 + t[0] * (j - i) + t[1] + t[2] + t[3])
     sm = score_mod.parse(mod)
-    assert [flash._axes(x.expand(2, 2, 20, 24).stride(), 20, 24) for x in t] == ["", "j", "i", "ij"]
+    assert [tables.axes_of(x.expand(2, 2, 20, 24).stride(), 20, 24) for x in t] == ["", "j", "i", "ij"]
     from mini_inductor.attention.kernels import kernel_source
     source = kernel_source(sm, ("float",) * 4, False, tensor_axes=("", "j", "i", "ij"))
     assert "t0 = tl.load(T0 + bid.to(tl.int64) * st0_b + hid.to(tl.int64) * st0_h)" in source

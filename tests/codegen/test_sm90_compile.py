@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import mini_inductor  # noqa: F401  (the backend)
 from mini_inductor import config
-from mini_inductor.attention import flash, score_mod
+from mini_inductor.attention import flash, score_mod, tables
 from sm90 import compile_all, launches
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="on the GPU the kernels compile where they run")
@@ -32,7 +32,7 @@ def test_block_tables_from_mask_data_compile_with_fewer_query_blocks_than_key_bl
     with launches() as seen:
         for mod, extra in (("where(t0, -inf, s * 0.125)", [pad]), (f"where(t0, s, {FILL!r})", [keep])):
             for q_block_m in (32, 64):   # dk/dv's query blocks as dq's, and twice as tall
-                flash._data_block_ranges(score_mod.parse(mod), 52, 60, 32, 16, torch.device("cpu"), True, extra,
+                tables._data_block_ranges(score_mod.parse(mod), 52, 60, 32, 16, torch.device("cpu"), True, extra,
                                          q_block_m)
     names = compile_all(seen)
     assert {n.split()[0] for n in names} == {"block_flags", "dead_rows", "block_ranges"}
@@ -70,11 +70,14 @@ def test_the_extra_tensor_gradient_kernels_compile(dtype, monkeypatch):
     assert {"flash_bwd_dt0", "flash_bwd_dt1", "flash_bwd_dt2", "flash_bwd_dt3"} <= names, names
 
 
-@pytest.mark.parametrize("mod, narrow", [("where(j <= i, s * 0.125 + t0, -inf)", True),   # skips, a narrow band
-                                         ("where(j <= i, s * 0.125 + t0, -inf)", False),  # ... a triangle
-                                         ("s * 0.125 + t0", False)])   # none skipped: dk/dv's taller blocks
+@pytest.mark.parametrize("mod, narrow, bias, taller", [
+    ("where(j <= i, s * 0.125 + t0, -inf)", True, (24,), False),      # skips, a narrow band
+    ("where(j <= i, s * 0.125 + t0, -inf)", False, (24,), True),      # ... a triangle: dk/dv's taller blocks
+    ("s * 0.125 + t0", False, (24,), True),                           # none skipped: taller too
+    ("where(j <= i, s * 0.125 + t0, -inf)", False, (24, 24), False),  # a bias per score: flash.PER_SCORE_DKDV
+    ("s * 0.125 + t0[i - j + 23]", False, (47,), False)])             # ... read at a computed index
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, mod, narrow, monkeypatch):
+def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, mod, narrow, bias, taller, monkeypatch):
     # on a GPU the plan differs: block sizes, warps and stages for the GPU, tl.dot in bfloat16 (the
     # interpreter's in float32) and TF32 for float32; the interpreter runs those launches here
     # (their numerics are not checked) so that their kernels compile as the GPU would
@@ -84,7 +87,7 @@ def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, mod, narro
     monkeypatch.setattr(flash, "narrow_band", lambda *a: narrow)   # at L 24 any mask is a narrow band
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 24, 64, generator=gen).to(dtype).requires_grad_() for _ in range(3))
-    bias = torch.randn(24, 24, generator=gen)
+    bias = torch.randn(bias, generator=gen)
     with launches() as seen:
         out = torch.ops.mini_inductor.flash_attention(q, k, v, [bias], mod)
         out.float().sum().backward()
@@ -94,7 +97,7 @@ def test_flash_attention_kernels_compile_with_the_gpus_configs(dtype, mod, narro
     assert len(names) >= 4
     dkdv = next(kw for fn, _, kw in seen if fn.__name__ == "flash_bwd_dkdv")
     if dtype != torch.float32:
-        assert dkdv["BLOCK_M"] == (64 if narrow else 128), dkdv
+        assert dkdv["BLOCK_M"] == (128 if taller else 64), dkdv
 
 
 class Block(nn.Module):
@@ -203,7 +206,7 @@ def test_pooling_backward_adaptive_max_pool_and_index_fill_kernels_compile(dynam
 
 def test_a_kernel_that_does_not_compile_fails_with_the_compilers_message():
     with launches() as seen:
-        flash._data_block_ranges(score_mod.parse("where(t0, -inf, s)"), 52, 60, 32, 16, torch.device("cpu"), False,
+        tables._data_block_ranges(score_mod.parse("where(t0, -inf, s)"), 52, 60, 32, 16, torch.device("cpu"), False,
                                  [torch.zeros(1, 1, 1, 60, dtype=torch.bool)])
     fn, args, kwargs = next(launch for launch in seen if launch[0].__name__ == "block_ranges")
     with pytest.raises(AssertionError, match="block_ranges .* does not compile for sm_90:\n(?s:.*)arange's arguments"):
