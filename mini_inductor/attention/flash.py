@@ -142,7 +142,8 @@ def reference_forward(q: Tensor, k: Tensor, v: Tensor, extra, mod: str,
     """(out, lse) on the materialized score matrix, in float32, as the contract reads."""
     _, score, _ = _reference_scores(q, k, extra, score_mod.parse(mod))
     out = _softmax(score, empty_rows_zero) @ v.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    m = score.amax(dim=-1) * score_mod.LOG2E
+    # (no keys: every row is empty, its max -inf, as amax would say if it took an empty dim)
+    m = score.amax(dim=-1) * score_mod.LOG2E if score.shape[-1] else score.new_full(score.shape[:-1], -math.inf)
     # a row with no live score: max -inf and log2 of its sum -inf, as the kernel stores them (not NaN)
     total = torch.exp2(score * score_mod.LOG2E - torch.where(m == -math.inf, 0.0, m)[..., None]).sum(-1)
     return out.to(q.dtype).contiguous(), torch.stack([m, torch.log2(total)], dim=2).contiguous()

@@ -58,7 +58,8 @@ from ..metrics import AttentionMatch
 from . import score_mod
 from .match import _Emitter, _erase_dead, flash_target
 from .modification import (_FALSE, _TRUE, ATTENTION_DTYPES, CASTS, SAME, NearMiss, _binary, _not, _where,
-                           arg, describe_op, known_eq, op_of, render, sdpa_form, shape_of, static, value_of)
+                           arg, describe_op, guarded_eq, known_eq, op_of, render, sdpa_form, shape_of, static,
+                           value_of)
 
 log = logging.getLogger("mini_inductor.attention")
 
@@ -425,7 +426,9 @@ def _nonnegative(node: torch.fx.Node, d: int, item: int) -> int:
     size = shape_of(node)[d]
     if item >= 0:
         return item
-    if not isinstance(size, int) or item + size < 0:
+    if not isinstance(size, int):   # a table made dynamic: specialized to its size (guarded)
+        size = int(guard_scalar(size))
+    if item + size < 0:
         raise NearMiss(f"{node.name} is indexed by {item}, outside its dim {d} (or a symbolic one)")
     return item + size
 
@@ -493,8 +496,10 @@ def _analyse(gm, node) -> _FlexCall:
     if not (qv.dtype == kv.dtype == vv.dtype) or qv.dtype not in ATTENTION_DTYPES:
         raise NearMiss(f"dtype {qv.dtype}, {kv.dtype}, {vv.dtype}: the flash-attention op takes float16, bfloat16 "
                        "or float32 (one dtype for q, k and v)")
-    if not (known_eq(kv.shape[0], vv.shape[0]) and known_eq(kv.shape[1], vv.shape[1])
-            and known_eq(kv.shape[2], vv.shape[2]) and known_eq(qv.shape[3], kv.shape[3])):
+    # (eager raises unless these are equal: a guard where they are symbols, as after a recompile that
+    # gave k and v sizes symbols of their own)
+    if not (guarded_eq(kv.shape[0], vv.shape[0]) and guarded_eq(kv.shape[1], vv.shape[1])
+            and guarded_eq(kv.shape[2], vv.shape[2]) and guarded_eq(qv.shape[3], kv.shape[3])):
         raise NearMiss("k and v do not fit q")
     if not (known_eq(kv.shape[0], qv.shape[0]) or known_eq(kv.shape[0], 1)):
         raise NearMiss(f"k's batch {kv.shape[0]} is neither q's {qv.shape[0]} nor 1")
@@ -562,10 +567,8 @@ def _wrapped_gathers(parsed: score_mod.ScoreMod, specs: list, extents: tuple) ->
             if lo < -size or hi >= size:
                 raise NearMiss(f"{node.name} is read at an index of dim {d} that runs from {lo} to {hi} over the "
                                f"scores, outside its size {size}")
-            if lo < 0:
-                if not isinstance(size, int):
-                    raise NearMiss(f"{node.name} is read at a negative index of its dim {d}, of symbolic size")
-                wraps.setdefault(g.n, {})[d] = size
+            if lo < 0:   # (a symbolic size, a table made dynamic, is specialized: its size is the shift)
+                wraps.setdefault(g.n, {})[d] = size if isinstance(size, int) else int(guard_scalar(size))
     return wraps
 
 
@@ -575,9 +578,16 @@ def _shift_gathers(e, wraps: dict[int, dict[int, int]]):
         return e
     if e and e[0] == "gather" and e[1] in wraps:
         dims = wraps[e[1]]
-        return ("gather", e[1], tuple(_binary("+", x, ("num", dims[d])) if d in dims else x
-                                      for d, x in enumerate(e[2])))
+        return ("gather", e[1], tuple(_shifted(x, dims[d]) if d in dims else x for d, x in enumerate(e[2])))
     return tuple(_shift_gathers(x, wraps) for x in e)
+
+
+def _shifted(x, by: int):
+    """The index expression `x` plus `by`, added into its constant where it ends with one."""
+    if x[0] == "bin" and x[1] in "+-" and x[3][0] == "num" and isinstance(x[3][1], int):
+        c = x[3][1] if x[1] == "+" else -x[3][1]
+        return ("bin", "+", x[2], ("num", c + by)) if c + by >= 0 else ("bin", "-", x[2], ("num", -(c + by)))
+    return _binary("+", x, ("num", by))
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:

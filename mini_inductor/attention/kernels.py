@@ -203,7 +203,7 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     def score2(shape: str, tree: score_mod.Node = sm.tree) -> str:
         """mod(s) · log2(e) (mod(s) when `natural`) as Triton, broadcast to `shape` when it would not be
         already."""
-        used_names = score_mod.variables(tree)
+        used_names = score_mod.loaded_names(tree)
         along = set().union(*(set(axes.get(n, n)) for n in used_names if n in axes or n in ("i", "j")))
         full = "s" in used_names or along >= {"i", "j"}
         pad = "" if full else f" + tl.zeros({shape}, tl.float32)"

@@ -315,6 +315,16 @@ def variables(node: Node) -> set[str]:
     return set().union(*(variables(a) for a in node.args)) if node.args else set()
 
 
+def loaded_names(node: Node) -> set[str]:
+    """The names whose values the generated code reads: `variables`, but a tensor read at a computed
+    index reads only the tensor (the index is in its strides: Gather.layout), not i or j."""
+    if node.op == "var":
+        return {node.value}
+    if node.op == "index":
+        return {node.args[0].value}
+    return set().union(*(loaded_names(a) for a in node.args)) if node.args else set()
+
+
 def contains_minus_inf(node: Node) -> bool:
     if node.op == "num":
         return node.value == -math.inf

@@ -781,3 +781,29 @@ def test_a_gathered_int_table_masks_through_the_data_block_table(device, dtype, 
                                                      {"atol": 5e-3, "rtol": 5e-3}))
     sm = score_mod.parse(mod)
     assert sm.dead_reads_tensors and flash._plan_for(q, v, [band], sm, False).skip
+
+
+def test_a_modification_of_a_gathered_table_alone_is_broadcast_to_the_block(device):
+    # no s, and a table that does not vary along its index (stride 0): the score is the loaded value,
+    # a scalar per program, which must still be a [BLOCK_M, BLOCK_N] block where S fills whole blocks
+    # (the review's repro: the index's i and j were taken as loaded along i and j)
+    L, S = 20, 32
+    q, k, v = (torch.randn(1, 1, n, 8, device=device) for n in (L, S, S))
+    table = torch.randn(1, device=device).expand(L + S - 1)
+    i, j = torch.arange(L, device=device)[:, None], torch.arange(S, device=device)[None, :]
+    want = torch.softmax(table[i - j + S - 1].expand(L, S), -1) @ v
+    got = torch.ops.mini_inductor.flash_attention(q, k, v, [table], "t0[i - j + S - 1]", False)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("empty_rows_zero", [False, True])
+def test_no_keys_gives_zeros_as_eager_softmax_does(device, empty_rows_zero):
+    q = torch.randn(2, 2, 5, 8, device=device, requires_grad=True)
+    k, v = (torch.randn(2, 2, 0, 8, device=device, requires_grad=True) for _ in range(2))
+    out = torch.ops.mini_inductor.flash_attention(q, k, v, [], "s * 0.3", empty_rows_zero)
+    want = torch.softmax(q @ k.transpose(-1, -2) * 0.3, -1) @ v
+    torch.testing.assert_close(out, want)
+    grads = torch.autograd.grad(out.sum(), [q, k, v])
+    for g, e in zip(grads, torch.autograd.grad(want.sum(), [q, k, v])):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g, e)

@@ -353,6 +353,22 @@ def test_a_captured_tensor_read_at_a_computed_index(device, case):
         torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
 
 
+def test_a_recompile_for_a_longer_length_still_reaches_the_flash_op(device):
+    # at L 70 the index i - j + 63 reaches -6: the first graph's guard fails, and the recompile has
+    # k's and v's lengths as a symbol of their own (equal: guarded) and the table's size symbolic
+    # (specialized: the wrapped index adds it), the review's repro
+    rel = torch.randn(2, 140, generator=torch.Generator().manual_seed(6)).to(device)
+
+    def attend(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + rel[h, i - j + 63])
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for L in (20, 70):
+        q, k, v = qkv(device, L=L, seed=L)
+        torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), **TOL[torch.float32])
+    assert [r.target for r in metrics.attention] == ["flash", "flash"], [r.describe() for r in metrics.attention]
+    assert "t0[h, i - j + 203]" in metrics.attention[1].mod
+
+
 def test_a_relative_bias_under_dynamic_shapes_compiles_once(device):
     rel = torch.randn(127, generator=torch.Generator().manual_seed(5)).to(device)
 
