@@ -37,9 +37,12 @@ index (`rel[h, q_idx - kv_idx + 63]`, T5's relative-position table; a diagonal `
 an extra read at that index (`t0[h, i - j + 63]`, score_mod.Gather), where the index is affine in the
 indices and stays inside the tensor over the score grid; where it reaches below 0 (`bias[h, q_idx -
 kv_idx]` under a causal mask), as eager counts from the end, the tensor is doubled along that dim
-and read at the index plus its size (_wrapped_gathers). Anything else (an index read from data,
-an op outside the expression language, a kernel option not known here) is left as written and
-recorded as a near miss with its reason, as match.py records them.
+and read at the index plus its size (_wrapped_gathers). A table indexed by another captured integer
+tensor's values (T5's `bias[bucket[q_idx - kv_idx + c], h]`, Swin's `table[index[q_idx, kv_idx], h]`)
+is composed in Dynamo's graph (`_Extras.compose`: index_select by the values, made during the analysis
+and taken out again on a near miss) and read at the inner tensor's index. Anything else (arithmetic
+on values read from data used as an index, an op outside the expression language, a kernel option not
+known here) is left as written and recorded as a near miss with its reason, as match.py records them.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ from ..fx_source import source_line
 from ..metrics import AttentionMatch
 from . import score_mod
 from .match import _Emitter, _erase_dead, flash_target
+from .flex_extras import (_Captured, _drop_unread, _Expr, _extra_view, _Extras, _shift_gathers,
+                          _wrapped_gathers)
 from .modification import (_FALSE, _TRUE, ATTENTION_DTYPES, CASTS, SAME, NearMiss, _binary, _not, _where,
                            arg, describe_op, guarded_eq, known_eq, op_of, render, sdpa_form, shape_of, static,
                            value_of)
@@ -72,7 +77,6 @@ KNOWN_KERNEL_OPTIONS = frozenset({
     "FLOAT32_PRECISION"})   # (float32 dots: the op follows torch.backends.cuda.matmul.allow_tf32 as eager does)
 _ARG_NAMES = ("query", "key", "value", "score_mod", "block_mask", "scale", "kernel_options",
               "score_mod_other_buffers", "mask_mod_other_buffers")
-_AXES = "bhij"                                  # the score's axes, in the order of [B, Hq, L, S]
 _INDEX_NAMES = ("b", "h", "i", "j")             # the submodules' index arguments: b, h, q_idx, kv_idx
 _ROUNDED = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _HALF_TYPES = tuple(_ROUNDED)
@@ -89,32 +93,6 @@ def has_flex_attention(gm: torch.fx.GraphModule) -> bool:
 
 
 # ── values of a submodule's nodes ────────────────────────────────────────────────────────────────
-@dataclasses.dataclass(frozen=True)
-class _Expr:
-    """A translated value: its expression (modification.py's tuples) and the dtype eager computes it in
-    (None for a Python number, whose `number` is kept for type promotion)."""
-
-    expr: tuple
-    dtype: torch.dtype | None
-    number: object = None
-
-    def promotes_as(self):
-        return self.number if self.dtype is None else torch.empty((), dtype=self.dtype)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Captured:
-    """A captured tensor (a node of Dynamo's graph), indexed so far by `index` (one item per leading dim:
-    an index name of _AXES, or an int)."""
-
-    node: torch.fx.Node
-    index: tuple = ()
-
-    @property
-    def rank(self) -> int:
-        return len(shape_of(self.node))
-
-
 def _number(x) -> _Expr:
     if isinstance(x, bool):
         return _Expr(_TRUE if x else _FALSE, torch.bool)
@@ -319,12 +297,16 @@ class _SubgraphReader:
         if not isinstance(base, _Captured):
             raise NearMiss(f"indexing {describe_op(node)} of a value that is not a captured tensor in the {self.what}")
         items = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
-        index = list(base.index)
+        index, tensor = list(base.index), base.node
         for item in items:
             if isinstance(item, torch.fx.Node):
                 v = self._value(item, env)
                 if isinstance(v, _Expr) and v.expr[0] == "idx" and v.expr[1] in _INDEX_NAMES:
                     index.append(v.expr[1])
+                elif isinstance(v, _Expr) and v.expr[0] in ("t", "gather") and v.dtype in (torch.int32, torch.int64):
+                    # indexed by another captured tensor's values (T5's bucket of i - j, Swin's index table)
+                    tensor = self.extras.compose(tensor, len(index), v.expr[1])
+                    index.extend(self.extras.items_of(v.expr[1]))
                 elif isinstance(v, _Expr) and v.dtype is not None and v.dtype != torch.bool \
                         and not v.dtype.is_floating_point:
                     index.append(v.expr)   # a computed index (q_idx - kv_idx + 63): read as a gather
@@ -335,9 +317,9 @@ class _SubgraphReader:
                 index.append(item)
             else:
                 raise NearMiss(f"{base.node.name} is indexed by {item!r} ({describe_op(node)}) in the {self.what}")
-        if len(index) > base.rank:
+        if len(index) > len(shape_of(tensor)):
             raise NearMiss(f"{base.node.name} is indexed by more indices than its {base.rank} dims")
-        return self.extras.resolve(_Captured(base.node, tuple(index)))
+        return self.extras.resolve(_Captured(tensor, tuple(index)))
 
 
 def _length_expr(expr, lengths: dict):
@@ -391,53 +373,6 @@ def _factory_value(node) -> _Expr | None:
     return _Expr(("num", float(fill) if value.dtype.is_floating_point else int(fill)), value.dtype)
 
 
-class _Extras:
-    """The captured tensors as the call's extra tensors, one per (tensor, indexing): `resolve` gives the
-    extra of a tensor indexed by all its dims (tN), else the partly indexed tensor."""
-
-    def __init__(self):
-        self.specs: list[tuple[torch.fx.Node, tuple]] = []
-
-    def resolve(self, c: _Captured):
-        if len(c.index) < c.rank:
-            return c
-        value = value_of(c.node)
-        if value.dtype not in (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64):
-            raise NearMiss(f"{c.node.name} is {value.dtype}: extra tensors are bool, int32, int64 or 16/32-bit floats")
-        names = [a for a in c.index if isinstance(a, str)]
-        if len(set(names)) != len(names) or any(isinstance(a, tuple) for a in c.index):
-            # a computed index, or one index twice (a diagonal): the tensor as it is, read at the index
-            # by the op (score_mod.Gather), `_analyse` checks it stays inside the tensor
-            index = tuple(("idx", a) if isinstance(a, str) else a if isinstance(a, tuple) else
-                          ("num", _nonnegative(c.node, d, a)) for d, a in enumerate(c.index))
-            key = (c.node, index)
-        else:
-            key = (c.node, c.index)
-        if key not in self.specs:
-            self.specs.append(key)
-        n = self.specs.index(key)
-        if key[1] is not c.index:
-            return _Expr(("gather", n, key[1]), value.dtype)
-        return _Expr(("t", n), value.dtype)
-
-
-def _nonnegative(node: torch.fx.Node, d: int, item: int) -> int:
-    """An int index of dim d of a captured tensor, a negative one counted from the end as eager's is."""
-    size = shape_of(node)[d]
-    if item >= 0:
-        return item
-    if not isinstance(size, int):   # a table made dynamic: specialized to its size (guarded)
-        size = int(guard_scalar(size))
-    if item + size < 0:
-        raise NearMiss(f"{node.name} is indexed by {item}, outside its dim {d} (or a symbolic one)")
-    return item + size
-
-
-def _gathered(index: tuple) -> bool:
-    """Whether an extra's index items (`_Extras.specs`) read it at a computed index."""
-    return any(isinstance(a, tuple) for a in index)
-
-
 # ── the call ─────────────────────────────────────────────────────────────────────────────────────
 @dataclasses.dataclass
 class _FlexCall:
@@ -477,7 +412,7 @@ def _submodule(gm, node, what: str):
     return sub
 
 
-def _analyse(gm, node) -> _FlexCall:
+def _analyse(gm, node, emit=None) -> _FlexCall:
     a = _hop_args(node)
     q, k, v = a["query"], a["key"], a["value"]
     if not all(isinstance(x, torch.fx.Node) and isinstance(value_of(x), torch.Tensor) for x in (q, k, v)):
@@ -523,7 +458,7 @@ def _analyse(gm, node) -> _FlexCall:
     if not isinstance(block_mask, (tuple, list)) or not block_mask:
         raise NearMiss("the block mask is not a tuple ending with the mask_mod")
 
-    extras = _Extras()
+    extras = _Extras(emit)
     s = ("s",) if float(scale) == 1.0 else ("bin", "*", ("s",), ("num", float(scale)))
     indices = [_Expr(("idx", n), torch.int64) for n in _INDEX_NAMES]
     lengths = {n.node.expr: name for name, n in (("S", kv.shape[2]), ("L", qv.shape[2]))
@@ -535,6 +470,7 @@ def _analyse(gm, node) -> _FlexCall:
     if score.dtype == torch.bool:
         raise NearMiss("the score_mod returns a bool")
     expr = _where(_condition(mask), score.expr, ("num", -math.inf))
+    expr = _drop_unread(expr, extras)
     mod = render(expr)
     try:
         parsed = score_mod.parse(mod)
@@ -551,43 +487,6 @@ def _analyse(gm, node) -> _FlexCall:
     return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes,
                      None if lse_outputs or max_outputs else _sdpa_form(expr, qv, kv), lse_outputs, max_outputs,
                      {n: tuple(dims) for n, dims in wraps.items()})
-
-
-def _wrapped_gathers(parsed: score_mod.ScoreMod, specs: list, extents: tuple) -> dict[int, dict[int, int]]:
-    """Where a captured tensor's computed index reaches below 0 on the score grid (`bias[h, q_idx -
-    kv_idx]` under a causal mask): eager counts a negative index from the end, which the op reads as
-    the tensor doubled along that dim (`_rewrite` cats it to itself) at the index plus its size. Per
-    extra, {dim: size} of those dims. A NearMiss past the end, or below minus the size (eager raises).
-    Under dynamic shapes the comparisons guard on the sizes (Dynamo recompiles where they change)."""
-    wraps: dict[int, dict[int, int]] = {}
-    for g in parsed.gathers:
-        node = specs[g.n][0]
-        for d, size in enumerate(shape_of(node)):
-            lo, hi = g.index_range(d, *extents)
-            if lo < -size or hi >= size:
-                raise NearMiss(f"{node.name} is read at an index of dim {d} that runs from {lo} to {hi} over the "
-                               f"scores, outside its size {size}")
-            if lo < 0:   # (a symbolic size, a table made dynamic, is specialized: its size is the shift)
-                wraps.setdefault(g.n, {})[d] = size if isinstance(size, int) else int(guard_scalar(size))
-    return wraps
-
-
-def _shift_gathers(e, wraps: dict[int, dict[int, int]]):
-    """The expression `e` with each wrapped index (_wrapped_gathers) moved up by its dim's size."""
-    if not isinstance(e, tuple):
-        return e
-    if e and e[0] == "gather" and e[1] in wraps:
-        dims = wraps[e[1]]
-        return ("gather", e[1], tuple(_shifted(x, dims[d]) if d in dims else x for d, x in enumerate(e[2])))
-    return tuple(_shift_gathers(x, wraps) for x in e)
-
-
-def _shifted(x, by: int):
-    """The index expression `x` plus `by`, added into its constant where it ends with one."""
-    if x[0] == "bin" and x[1] in "+-" and x[3][0] == "num" and isinstance(x[3][1], int):
-        c = x[3][1] if x[1] == "+" else -x[3][1]
-        return ("bin", "+", x[2], ("num", c + by)) if c + by >= 0 else ("bin", "-", x[2], ("num", -(c + by)))
-    return _binary("+", x, ("num", by))
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:
@@ -616,41 +515,6 @@ def _erase_unread(graph, node: torch.fx.Node) -> None:
     for user in list(node.users):
         _erase_unread(graph, user)
     graph.erase_node(node)
-
-
-def _extra_view(emit, node, index: tuple, extents: dict, size_of):
-    """The captured tensor `node` indexed by `index` as a tensor broadcasting to [B, Hq, L, S]: ints
-    selected, the indexed dims permuted to b, h, i, j order, cut to the score's extent, size-1 dims
-    where an index is not used."""
-    if _gathered(index):
-        return node   # read at a computed index: the tensor as it is (score_mod.Gather)
-    x = node
-    for d in reversed(range(len(index))):
-        if isinstance(index[d], int):
-            size = shape_of(x)[d]
-            pos = index[d] + size if index[d] < 0 else index[d]
-            if not isinstance(pos, int) or not (isinstance(size, int) and 0 <= pos < size):
-                raise NearMiss(f"{node.name} is indexed by {index[d]}, outside its dim {d} (or a symbolic one)")
-            x = emit("call_method", "select", x, d, pos)
-    names = [a for a in index if isinstance(a, str)]
-    order = sorted(range(len(names)), key=lambda d: _AXES.index(names[d]))
-    if order != list(range(len(names))):
-        x = emit("call_method", "permute", x, *order)
-    present = [names[d] for d in order]
-    for d, axis in enumerate(present):
-        size, want = shape_of(x)[d], extents[axis]
-        if known_eq(size, want) or known_eq(size, 1):
-            continue
-        if static(size, want):
-            if size < want:
-                raise NearMiss(f"{node.name}'s dim of {size} is indexed by {axis} up to {want}: out of range")
-            x = emit("call_method", "narrow", x, d, 0, want)
-        else:
-            x = emit("call_method", "narrow", x, d, 0, size_of(axis))
-    for p, axis in enumerate(_AXES):
-        if axis not in present:
-            x = emit("call_method", "unsqueeze", x, p)
-    return x
 
 
 def _rewrite(gm, node, call: _FlexCall, target) -> None:
@@ -733,8 +597,9 @@ def fuse_flex_attention(gm: torch.fx.GraphModule, graph: str) -> list[AttentionM
         return records
     for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop]:
         where, name = source_line(node), node.name
+        made = _Emitter(gm.graph, node, None)   # tensors the analysis makes (indexed by captured values)
         try:
-            call = _analyse(gm, node)
+            call = _analyse(gm, node, made)
             target = flash_target()
             if target is None:
                 raise NearMiss("no flash-attention op is registered (mini_inductor/attention/flash.py)")
@@ -742,9 +607,11 @@ def fuse_flex_attention(gm: torch.fx.GraphModule, graph: str) -> list[AttentionM
                 guard_scalar(call.sym_scale)
             _rewrite(gm, node, call, target)
         except NearMiss as e:
+            made.undo()
             records.append(AttentionMatch(graph, name, where, "", reason=f"flex_attention: {e}"))
             continue
         except Exception as e:  # noqa: BLE001  (a pass that finds attention never fails a compile)
+            made.undo()
             log.warning("mini_inductor: flex_attention at %s not replaced: %s: %s", name, type(e).__name__, e)
             records.append(AttentionMatch(graph, name, where, "",
                                           reason=f"flex_attention: internal error: {type(e).__name__}: {e}"))

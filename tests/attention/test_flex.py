@@ -323,7 +323,15 @@ GATHER_CASES = {
     "mask": ((39,), lambda p: lambda s, b, h, i, j: torch.where(p[i - j + 19] > 0, s, NEG_INF), None,
              "t0[i - j + 19] > 0"),
     "diagonal": ((20, 20), lambda p: lambda s, b, h, i, j: s + p[i, i] * (j - i), None, "t0[i, i]"),
+    # a table indexed by another captured tensor's values: T5's buckets of i - j, Swin's index table
+    # (composed in Dynamo's graph by index_select, so the op reads one table at an affine index)
+    "t5_buckets": ((8, 2), lambda p: (lambda bk: lambda s, b, h, i, j: s + p[bk[i - j + 19], h])(_BUCKETS.to(p.device)),
+                   None, "t0[i - j + 19, h]"),
+    "swin_index": ((8, 2), lambda p: (lambda ix: lambda s, b, h, i, j: s + p[ix[i, j], h])(_INDEX.to(p.device)),
+                   None, "t0[i, j, h]"),
 }
+_BUCKETS = (torch.arange(39) - 19).abs().clamp(max=7)        # |i - j| in 8 buckets, read at i - j + 19
+_INDEX = torch.randint(0, 8, (20, 20), generator=torch.Generator().manual_seed(9))
 
 
 @pytest.mark.parametrize("case", sorted(GATHER_CASES))
@@ -351,6 +359,19 @@ def test_a_captured_tensor_read_at_a_computed_index(device, case):
     for name, g, e in zip(("q", "k", "v", "table"), torch.autograd.grad(got, leaves, upstream),
                           torch.autograd.grad(want, ref_leaves, upstream)):
         torch.testing.assert_close(g, e, msg=lambda m: f"d{name}: {m}", **GRAD_TOL[torch.float32])
+
+
+def test_a_table_indexed_by_arithmetic_on_anothers_values_is_a_near_miss_and_leaves_the_graph_as_it_was(device):
+    # the composed table is made in Dynamo's graph during the analysis; the near miss takes it out again
+    table = torch.randn(8, 2, generator=torch.Generator().manual_seed(8)).to(device)
+    buckets = _BUCKETS.to(device)
+
+    def attend(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + table[buckets[i - j + 19] - 8, h])
+    torch.testing.assert_close(torch.compile(attend, backend="mini_inductor")(*qkv(device)), attend(*qkv(device)),
+                               **TOL[torch.float32])
+    (record,) = metrics.attention
+    assert record.target == "" and "is not an index" in record.reason, record.describe()
 
 
 def test_a_recompile_for_a_longer_length_still_reaches_the_flash_op(device):
