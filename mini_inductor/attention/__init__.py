@@ -38,7 +38,7 @@ The contract between them:
                   where an index leaves the tensor on the [B, Hq, L, S] grid)
       L, S        the query and key lengths
     with float and int literals, `inf`, the operators + - * / // % unary -, comparisons, & | ~ (on
-    bools), and the functions where(c, x, y), tanh, exp, log, sigmoid, abs, sqrt, minimum, maximum,
+    bools), and the functions where(c, x, y), tanh, exp, log, log1p, sigmoid, abs, sqrt, minimum, maximum,
     and f16(x), bf16(x): x rounded to float16 or bfloat16 (a bias the model casts to the inputs' dtype).
     A float extra tensor that requires grad gets its gradient from the op's autograd formula
     (extra_grads.py), summed over the scores that read each of its entries.

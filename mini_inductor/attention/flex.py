@@ -24,7 +24,9 @@ arguments are b, h, i, j; a captured tensor indexed by them (`bias[h]`, `doc[q_i
 an extra tensor tN, viewed in Dynamo's graph to broadcast against [B, Hq, L, S] (one extra per distinct
 indexing: `doc` as [1, 1, L, 1] and as [1, 1, 1, S]). What eager flex computes decides the reading:
 the score is float32 whatever the inputs' dtype (the submodule's fake values say otherwise), an
-operation whose eager result is float16 or bfloat16 is rounded to it (f16, bf16), and a row with
+operation whose eager result is float16 or bfloat16 is rounded to it (f16, bf16), relu and sign are
+written as wheres (relu's gradient 0 at 0, as eager's), a float to the power 2, 3 or 0.5 as products
+or sqrt, and a row with
 nothing live gives 0, not NaN (empty_rows_zero). The block mask's tensors are not read: eager applies
 the mask_mod at every position, and the op derives its own block table from the `mod`.
 
@@ -128,7 +130,10 @@ def _condition(v: _Expr) -> tuple:
 # the submodules' operators (by modification.op_of's names) and the contract's symbols for them
 _ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%"}
 _COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_FLOAT_FUNCTIONS = ("tanh", "exp", "log", "sigmoid", "sqrt")
+_FLOAT_FUNCTIONS = ("tanh", "exp", "log", "log1p", "sigmoid", "sqrt")
+# integer exponents of pow written as products, 0.5 as sqrt (eager's values and gradients alike)
+_POWERS = {1: lambda x: x, 2: lambda x: ("bin", "*", x, x), 3: lambda x: ("bin", "*", ("bin", "*", x, x), x),
+           0.5: lambda x: ("call", "sqrt", (x,))}
 
 
 class _SubgraphReader:
@@ -239,6 +244,22 @@ class _SubgraphReader:
             a = self._expr(args[0], env, node)
             dtype = a.dtype if a.dtype is not None and a.dtype.is_floating_point else torch.get_default_dtype()
             return _Expr(_rounded(("call", op, (a.expr,)), dtype), dtype)
+        if op == "relu":   # its gradient as eager's: 0 where x <= 0 (not maximum's half at the tie)
+            a = self._expr(args[0], env, node)
+            zero = ("num", 0.0 if a.dtype is None or a.dtype.is_floating_point else 0)
+            return _Expr(_where(_binary("<=", a.expr, ("num", 0)), zero, a.expr), a.dtype)
+        if op == "sign":
+            a = self._expr(args[0], env, node)
+            kind = float if a.dtype is None or a.dtype.is_floating_point else int
+            return _Expr(_where(_binary(">", a.expr, ("num", 0)), ("num", kind(1)),
+                                _where(_binary("<", a.expr, ("num", 0)), ("num", kind(-1)), ("num", kind(0)))), a.dtype)
+        if op == "pow":
+            a, e = self._expr(args[0], env, node), arg(node, 1, "exponent")
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or e not in _POWERS \
+                    or not (a.dtype is not None and a.dtype.is_floating_point):
+                raise NearMiss(f"{describe_op(node)} in the {self.what}: only a float to the power "
+                               f"{', '.join(map(str, _POWERS))} is read")
+            return _Expr(_rounded(_POWERS[e](a.expr), a.dtype), a.dtype)
         if op in ("minimum", "maximum"):
             a, b = self._expr(args[0], env, node), self._expr(arg(node, 1, "other"), env, node)
             return _Expr(("call", op, (a.expr, b.expr)), _promote(a, b))

@@ -68,6 +68,9 @@ _FUNCTIONS = {
     operator.getitem: "getitem", torch.unsqueeze: "unsqueeze", torch.amax: "amax", torch.sum: "sum",
     torch.transpose: "transpose", torch.permute: "permute", torch.repeat_interleave: "repeat_interleave",
     torch.reshape: "reshape", getattr: "getattr", torch.swapaxes: "transpose",
+    # (read by flex.py's score_mod reader; not in POINTWISE, so match.py leaves them as before)
+    torch.relu: "relu", F.relu: "relu", torch.sign: "sign", torch.pow: "pow", operator.pow: "pow",
+    torch.log1p: "log1p",
 }
 _METHOD_ALIASES = {"bmm": "matmul", "true_divide": "div", "subtract": "sub", "multiply": "mul",
                    "logical_not": "not", "bitwise_not": "not", "logical_and": "and", "bitwise_and": "and",
@@ -79,7 +82,8 @@ _METHOD_ALIASES.update({f"__{name}__": op for name, op in (
     ("invert", "not"), ("and", "and"), ("rand", "and"), ("or", "or"), ("ror", "or"), ("add", "add"),
     ("radd", "add"), ("sub", "sub"), ("mul", "mul"), ("rmul", "mul"), ("truediv", "div"),
     ("floordiv", "floordiv"), ("mod", "mod"), ("neg", "neg"), ("abs", "abs"), ("lt", "lt"), ("le", "le"),
-    ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne"), ("getitem", "getitem"), ("matmul", "matmul"))})
+    ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne"), ("getitem", "getitem"), ("matmul", "matmul"),
+    ("pow", "pow"))})
 CASTS = {"to", "type", "float", "half", "bfloat16", "bool", "int", "long", "double", "type_as"}
 SAME = {"contiguous", "clone", "detach"}
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "lt": "<",

@@ -36,7 +36,7 @@ LOG2E = 1.4426950408889634
 
 INDEX_NAMES = ("b", "h", "i", "j")
 SIZE_NAMES = ("L", "S")
-FUNCTIONS = {"where": 3, "tanh": 1, "exp": 1, "log": 1, "sigmoid": 1, "abs": 1, "sqrt": 1,
+FUNCTIONS = {"where": 3, "tanh": 1, "exp": 1, "log": 1, "log1p": 1, "sigmoid": 1, "abs": 1, "sqrt": 1,
              "minimum": 2, "maximum": 2, "f16": 1, "bf16": 1}
 ROUNDINGS = {"f16": torch.float16, "bf16": torch.bfloat16}   # x rounded to that type (kept in float32)
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -376,7 +376,7 @@ def kind(node: Node, tensor_kinds: dict[str, str]) -> str:
         if kinds[0] not in ("bool", "any"):
             raise ModError(f"flash_attention mod: the condition of {node} is not a bool")
         kinds = kinds[1:]
-    if node.op in ("tanh", "exp", "log", "sigmoid", "sqrt", "div", *ROUNDINGS):
+    if node.op in ("tanh", "exp", "log", "log1p", "sigmoid", "sqrt", "div", *ROUNDINGS):
         return "float"
     return "float" if "float" in kinds or "any" in kinds else "int"
 
@@ -409,7 +409,8 @@ _TORCH = {
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "where": torch.where, "minimum": _minimum, "maximum": _maximum,
     "tanh": _tensor_fn(_float_fn(torch.tanh)), "exp": _tensor_fn(_float_fn(torch.exp)),
-    "log": _tensor_fn(_float_fn(torch.log)), "sigmoid": _tensor_fn(_float_fn(torch.sigmoid)),
+    "log": _tensor_fn(_float_fn(torch.log)), "log1p": _tensor_fn(_float_fn(torch.log1p)),
+    "sigmoid": _tensor_fn(_float_fn(torch.sigmoid)),
     "sqrt": _tensor_fn(_float_fn(torch.sqrt)), "abs": _tensor_fn(torch.abs),
     **{name: _tensor_fn(_float_fn(lambda x, to=to: x.to(to).to(x.dtype))) for name, to in ROUNDINGS.items()},
 }
@@ -469,8 +470,8 @@ def triton_source(node: Node, names: dict[str, str], tensor_kinds: dict[str, str
             return f"triton_helpers.{n.op}({args[0]}, {args[1]})"
         if n.op == "abs":
             return f"tl.abs({args[0]})"
-        if n.op == "tanh":
-            return f"libdevice.tanh({floats[0]})"
+        if n.op in ("tanh", "log1p"):
+            return f"libdevice.{n.op}({floats[0]})"
         if n.op in ROUNDINGS:
             return f"({floats[0]}).to(tl.{str(ROUNDINGS[n.op]).split('.')[-1]}).to(tl.float32)"
         return f"tl.{n.op}({floats[0]})"   # exp, log, sigmoid, sqrt
@@ -534,6 +535,8 @@ def gradient(node: Node, upstream: Node = var("g"), wrt: str = "s") -> Node | No
         return d(a, Node("mul", (g, node)))
     if node.op == "log":
         return d(a, Node("div", (g, a)))
+    if node.op == "log1p":
+        return d(a, Node("div", (g, Node("add", (num(1.0), a)))))
     if node.op == "sigmoid":
         return d(a, Node("mul", (Node("mul", (g, Node("sub", (num(1.0), node)))), node)))
     if node.op == "sqrt":

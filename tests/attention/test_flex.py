@@ -281,6 +281,20 @@ def test_a_mask_offset_by_the_lengths_under_dynamic_shapes_reads_them_as_l_and_s
     assert_one_flash_call("where(j <= i + (S - L), ", backward=False)
 
 
+@pytest.mark.parametrize("case", ["relu", "square", "cube", "pow_half", "sign", "log1p"])
+def test_score_mods_written_with_relu_pow_sign_and_log1p(device, case):
+    # read as the language's where, products, sqrt and log1p, with eager's values and gradients (relu's
+    # is 0 where the score is 0, not maximum's half at the tie)
+    mods = {"relu": lambda s, b, h, i, j: torch.relu(s) - 1.0,
+            "square": lambda s, b, h, i, j: s - ((i - j).float() ** 2) * 0.01,
+            "cube": lambda s, b, h, i, j: s + torch.pow(s, 3) * 0.01,
+            "pow_half": lambda s, b, h, i, j: s - torch.pow((i - j).abs().float(), 0.5),
+            "sign": lambda s, b, h, i, j: s + torch.sign((i - j).float()) * 0.5,
+            "log1p": lambda s, b, h, i, j: s - torch.log1p((i - j).abs().float())}
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=mods[case]), qkv(device))
+    assert_one_flash_call()
+
+
 # ── left as written ──────────────────────────────────────────────────────────────────────────────
 def assert_near_miss(reason_part: str):
     """One flex attention, left as written with its reason: the higher-order op still runs (its graph
