@@ -345,7 +345,7 @@ def _plan(mod: str, kinds: tuple[str, ...], E: int, Ev: int, dtype: torch.dtype,
     block_e, block_ev = _pad(E), _pad(Ev)
     if backward:
         bm, bn, warps, stages = backward_config(max(block_e, block_ev), dtype, on_gpu, narrow)
-        if per_score_dkdv is not None and on_gpu and any(a == "ij" for a in axes) and dtype != torch.float32 \
+        if per_score_dkdv is not None and on_gpu and any("i" in a and "j" in a for a in axes) and dtype != torch.float32 \
                 and max(block_e, block_ev) <= 64:
             dq_m, dq_n = dq_config(max(block_e, block_ev), dtype, on_gpu)[:2]
             if per_score_dkdv[1] == dq_n and per_score_dkdv[0] % dq_m == 0:   # (one table: see below)

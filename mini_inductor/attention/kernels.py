@@ -140,11 +140,12 @@ DT_LOOP = DSCORE_PASS + '''\
             src = tl.where(on, src, 0)
             sums = tl.sum(tl.where(on, tl.gather(dt, src, 1), 0.0), 0)
             live = tl.sum(tl.where(on, tl.gather(valid.to(tl.int32), src, 1), 0), 0) > 0
-            tl.atomic_add(dt_base + (pid_m * BLOCK_M - start_n + diag - (BLOCK_N - 1)) * dt_i, sums, mask=live)
-        elif DT_I and DT_J:
-            tl.atomic_add(dt_base + row * dt_i + col * dt_j, dt, mask=valid)
+            tl.atomic_add(dt_base + (pid_m * BLOCK_M - start_n + diag - (BLOCK_N - 1)).to(tl.int64) * dt_i, sums,
+                          mask=live)
+        elif DT_I and DT_J:   # (offsets in int64 here: a table's may pass 2**31, and atomics dominate)
+            tl.atomic_add(dt_base + row.to(tl.int64) * dt_i + col.to(tl.int64) * dt_j, dt, mask=valid)
         elif DT_J:
-            tl.atomic_add(dt_base + cols * dt_j, tl.sum(dt, 0), mask=cols < len_k)
+            tl.atomic_add(dt_base + cols.to(tl.int64) * dt_j, tl.sum(dt, 0), mask=cols < len_k)
         else:
             dt_rows += tl.sum(dt, 1)
 '''
@@ -179,6 +180,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
     `even_e` / `even_ev`: the head dims are their block's width, so loads and stores mask rows only
     (a mask that varies along the contiguous dim would keep Triton from vectorizing them).
     `tensor_axes`: per extra tensor, the score axes it varies along ("ij", "i", "j" or ""; None: "ij"
+    for each; a "w" after them: its offsets along them reach 2**31 elements, so they are computed in
+    int64, tables.axes_of)
     for each). A tensor is loaded in that shape only: ALiBi's slopes are one value per program and
     iteration, a padding mask a row of keys, not a [BLOCK_M, BLOCK_N] gather of one address."""
     kinds = {f"t{n}": k for n, k in enumerate(tensor_kinds)}
@@ -234,8 +237,8 @@ def kernel_source(sm: ScoreMod, tensor_kinds: tuple[str, ...], skip_blocks: bool
 
     # tensors a loop does not move along, loaded once before it: per query block (ALiBi's slopes, a
     # per-row bias) in the forward and dq, per key block (a padding mask) in dk/dv
-    row_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"i"}]
-    col_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"j"}]
+    row_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"i", "w"}]
+    col_fixed = [n for n in used if set(axes[f"t{n}"]) <= {"j", "w"}]
     hoist_rows = "\n" + textwrap.indent(tensor_loads(row_fixed, axes), " " * 4) if row_fixed else ""
     hoist_cols = "\n" + textwrap.indent(tensor_loads(col_fixed, axes), " " * 8) if col_fixed else ""
 
@@ -411,7 +414,7 @@ def flash_bwd_dt{n}(Q, K, V, DO, LSE, DELTA, DT, {common}, FULL_LO, FULL_HI, tab
     diag = tl.arange(0, DIAGONALS)
     {dq_range}
 {dt_loops}    if DT_I and not DT_J:
-        tl.atomic_add(dt_base + rows * dt_i, dt_rows, mask=rows < len_q)
+        tl.atomic_add(dt_base + rows.to(tl.int64) * dt_i, dt_rows, mask=rows < len_q)
     elif not DT_I and not DT_J:
         tl.atomic_add(dt_base, tl.sum(dt_rows, 0))
 '''
@@ -428,8 +431,9 @@ def tensor_loads(used: list[int], axes: dict[str, str]) -> str:
     lines = []
     for n in used:
         along = axes[f"t{n}"]
+        row, col = ("row.to(tl.int64)", "col.to(tl.int64)") if "w" in along else ("row", "col")
         offset = [f"bid.to(tl.int64) * st{n}_b", f"hid.to(tl.int64) * st{n}_h"] + \
-            ([f"row * st{n}_i"] if "i" in along else []) + ([f"col * st{n}_j"] if "j" in along else [])
+            ([f"{row} * st{n}_i"] if "i" in along else []) + ([f"{col} * st{n}_j"] if "j" in along else [])
         mask = " & ".join((["(row < len_q)"] if "i" in along else []) + (["(col < len_k)"] if "j" in along else []))
         lines.append(f"t{n} = tl.load(T{n} + {' + '.join(offset)}" + (f", mask={mask}, other=0)" if mask else ")"))
     return "\n".join(lines) or "pass"

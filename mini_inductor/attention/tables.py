@@ -287,6 +287,14 @@ def launch_context_of(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
+# offsets along i and j (row * stride + col * stride) from this many elements on are computed in int64
+# (a [B, 1, L, S] mask at L = S = 46341 passes 2**31); the tests lower it to run that code at small sizes
+WIDE_OFFSETS_FROM = 2 ** 31
+
+
 def axes_of(stride, L: int, S: int) -> str:
-    """The score axes ("i", "j") along which an extra tensor, expanded to [B, H, L, S], varies."""
-    return ("i" if stride[2] != 0 and L > 1 else "") + ("j" if stride[3] != 0 and S > 1 else "")
+    """The score axes ("i", "j") along which an extra tensor, expanded to [B, H, L, S], varies, then "w"
+    where its offsets along them reach WIDE_OFFSETS_FROM elements (the kernels' int32 would wrap)."""
+    along = ("i" if stride[2] != 0 and L > 1 else "") + ("j" if stride[3] != 0 and S > 1 else "")
+    reach = abs(stride[2]) * (L - 1) * ("i" in along) + abs(stride[3]) * (S - 1) * ("j" in along)
+    return along + ("w" if along and reach >= WIDE_OFFSETS_FROM else "")

@@ -594,6 +594,9 @@ def test_extra_tensors_are_loaded_in_the_shape_they_vary_in_and_match_eager(devi
     assert "t1 = tl.load(T1 + bid.to(tl.int64) * st1_b + hid.to(tl.int64) * st1_h + col * st1_j, mask=(col < len_k)" in source
     assert "+ row * st2_i, mask=(row < len_q), other=0)" in source
     assert "+ row * st3_i + col * st3_j, mask=(row < len_q) & (col < len_k)" in source
+    wide = kernel_source(sm, ("float",) * 4, False, tensor_axes=("", "jw", "iw", "ijw"))
+    assert "+ row.to(tl.int64) * st3_i + col.to(tl.int64) * st3_j, mask=" in wide
+    assert "+ col.to(tl.int64) * st1_j, mask=(col < len_k)" in wide
 
 
 def test_a_causal_kernel_source_reads_its_block_table_and_a_plain_one_does_not():
@@ -807,3 +810,34 @@ def test_no_keys_gives_zeros_as_eager_softmax_does(device, empty_rows_zero):
     for g, e in zip(grads, torch.autograd.grad(want.sum(), [q, k, v])):
         assert g.shape == e.shape
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("mod,shapes", [
+    ("s * 0.25 + t0", [(2, 40, 36)]),                                   # a bias per score
+    ("where(t0, -inf, s * 0.25 + t1[h, i - j + 35])", [(2, 1, 40, 36), (2, 75)]),   # a mask from data, a table
+])
+def test_offsets_past_2_31_are_computed_in_int64(device, mod, shapes, monkeypatch):
+    # a [B, 1, L, S] mask at L = S = 46341 has offsets row * S past 2**31: int32 would wrap. The
+    # threshold lowered, the int64 code runs here (forward, block table, dq, dk/dv, the table's gradient)
+    monkeypatch.setattr(tables, "WIDE_OFFSETS_FROM", 1)
+    monkeypatch.setattr(flash, "DATA_SKIP_MIN_SCORES", 0)
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 2, n, 8, generator=gen).to(device).requires_grad_() for n in (40, 36, 36))
+    extra = [(torch.rand(s, generator=gen) > 0.8).to(device) if len(s) == 4 else
+             torch.randn(s, generator=gen).to(device).requires_grad_() for s in shapes]
+    assert tables.axes_of(extra[0].expand(2, 2, 40, 36).stride(), 40, 36).endswith("w")
+    out = torch.ops.mini_inductor.flash_attention(q, k, v, extra, mod, True)
+    leaves = [q, k, v] + [t for t in extra if t.requires_grad]
+    ref_leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    ref_extra = [ref_leaves[3] if t.requires_grad else t for t in extra]
+    env = {"s": ref_leaves[0] @ ref_leaves[1].transpose(-1, -2), "L": 40, "S": 36,
+           "b": torch.arange(2, device=device).view(2, 1, 1, 1), "h": torch.arange(2, device=device).view(1, 2, 1, 1),
+           "i": torch.arange(40, device=device).view(40, 1), "j": torch.arange(36, device=device).view(1, 36),
+           **{f"t{n}": t for n, t in enumerate(ref_extra)}}
+    score = score_mod.evaluate(score_mod.parse(mod).tree, env)
+    p = torch.softmax(score, -1)
+    want = torch.where((score == -math.inf).all(-1, keepdim=True), 0.0, p) @ ref_leaves[2]
+    torch.testing.assert_close(out, want, atol=2e-5, rtol=2e-5)
+    upstream = torch.randn(want.shape, generator=gen).to(device)
+    for g, e in zip(torch.autograd.grad(out, leaves, upstream), torch.autograd.grad(want, ref_leaves, upstream)):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
