@@ -65,7 +65,7 @@ from .match import _Emitter, _erase_dead, flash_target
 from .flex_extras import (_Captured, _drop_unread, _Expr, _extra_view, _Extras, _shift_gathers,
                           _wrapped_gathers)
 from .modification import (_FALSE, _TRUE, ATTENTION_DTYPES, CASTS, SAME, NearMiss, _binary, _not, _where,
-                           arg, describe_op, guarded_eq, known_eq, op_of, render, sdpa_form, shape_of, static,
+                           arg, describe_op, known_eq, op_of, render, sdpa_form, shape_of, static,
                            value_of)
 
 log = logging.getLogger("mini_inductor.attention")
@@ -326,8 +326,8 @@ class _SubgraphReader:
                     index.append(v.expr[1])
                 elif isinstance(v, _Expr) and v.expr[0] in ("t", "gather") and v.dtype in (torch.int32, torch.int64):
                     # indexed by another captured tensor's values (T5's bucket of i - j, Swin's index table)
-                    tensor = self.extras.compose(tensor, len(index), v.expr[1])
-                    index.extend(self.extras.items_of(v.expr[1]))
+                    tensor, inner_items = self.extras.compose(tensor, len(index), v.expr[1])
+                    index.extend(inner_items)
                 elif isinstance(v, _Expr) and v.dtype is not None and v.dtype != torch.bool \
                         and not v.dtype.is_floating_point:
                     index.append(v.expr)   # a computed index (q_idx - kv_idx + 63): read as a gather
@@ -409,6 +409,7 @@ class _FlexCall:
     lse_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 1): the log-sum-exp read
     max_outputs: list = dataclasses.field(default_factory=list)   # getitem(·, 2): the rows' max scores read
     doubled: dict = dataclasses.field(default_factory=dict)   # extra → the dims it is cat to itself along
+    decisions: _Extras | None = None  # its decisions on sizes, guarded once the call is rewritten
 
 
 def _hop_args(node) -> dict:
@@ -452,10 +453,12 @@ def _analyse(gm, node, emit=None) -> _FlexCall:
     if not (qv.dtype == kv.dtype == vv.dtype) or qv.dtype not in ATTENTION_DTYPES:
         raise NearMiss(f"dtype {qv.dtype}, {kv.dtype}, {vv.dtype}: the flash-attention op takes float16, bfloat16 "
                        "or float32 (one dtype for q, k and v)")
-    # (eager raises unless these are equal: a guard where they are symbols, as after a recompile that
-    # gave k and v sizes symbols of their own)
-    if not (guarded_eq(kv.shape[0], vv.shape[0]) and guarded_eq(kv.shape[1], vv.shape[1])
-            and guarded_eq(kv.shape[2], vv.shape[2]) and guarded_eq(qv.shape[3], kv.shape[3])):
+    extras = _Extras(emit, {"b": qv.shape[0], "h": qv.shape[1], "i": qv.shape[2], "j": kv.shape[2]})
+
+    def fit(a, b) -> bool:   # (eager raises unless equal: symbols of their own after a recompile are
+        return known_eq(a, b) or extras.decide(a == b)   # guarded equal where the call is rewritten)
+    if not (fit(kv.shape[0], vv.shape[0]) and fit(kv.shape[1], vv.shape[1]) and fit(kv.shape[2], vv.shape[2])
+            and fit(qv.shape[3], kv.shape[3])):
         raise NearMiss("k and v do not fit q")
     if not (known_eq(kv.shape[0], qv.shape[0]) or known_eq(kv.shape[0], 1)):
         raise NearMiss(f"k's batch {kv.shape[0]} is neither q's {qv.shape[0]} nor 1")
@@ -479,7 +482,6 @@ def _analyse(gm, node, emit=None) -> _FlexCall:
     if not isinstance(block_mask, (tuple, list)) or not block_mask:
         raise NearMiss("the block mask is not a tuple ending with the mask_mod")
 
-    extras = _Extras(emit)
     s = ("s",) if float(scale) == 1.0 else ("bin", "*", ("s",), ("num", float(scale)))
     indices = [_Expr(("idx", n), torch.int64) for n in _INDEX_NAMES]
     lengths = {n.node.expr: name for name, n in (("S", kv.shape[2]), ("L", qv.shape[2]))
@@ -500,14 +502,14 @@ def _analyse(gm, node, emit=None) -> _FlexCall:
         score_mod.kind(parsed.tree, kinds)
     except score_mod.ModError as e:
         raise NearMiss(f"the modification {mod!r} is outside the contract: {e}") from None
-    wraps = _wrapped_gathers(parsed, extras.specs, (qv.shape[0], qv.shape[1], qv.shape[2], kv.shape[2]))
+    wraps = _wrapped_gathers(parsed, extras, (qv.shape[0], qv.shape[1], qv.shape[2], kv.shape[2]))
     if wraps:
         expr = _shift_gathers(expr, wraps)
         mod = render(expr)
     shapes = f"q {list(qv.shape)}, k {list(kv.shape)}, v {list(vv.shape)}"
     return _FlexCall(q, k, v, mod, list(extras.specs), outputs, sym_scale, shapes,
                      None if lse_outputs or max_outputs else _sdpa_form(expr, qv, kv), lse_outputs, max_outputs,
-                     {n: tuple(dims) for n, dims in wraps.items()})
+                     {n: tuple(dims) for n, dims in wraps.items()}, extras)
 
 
 def _sdpa_form(expr, qv, kv) -> tuple | None:
@@ -627,6 +629,10 @@ def fuse_flex_attention(gm: torch.fx.GraphModule, graph: str) -> list[AttentionM
             if call.sym_scale is not None:   # a guard through Dynamo's ShapeEnv: another head dim recompiles
                 guard_scalar(call.sym_scale)
             _rewrite(gm, node, call, target)
+            call.decisions.guard_pending()
+            for made_node in reversed(made.created):   # the analysis's tensors the modification does not read
+                if not made_node.users:
+                    gm.graph.erase_node(made_node)
         except NearMiss as e:
             made.undo()
             records.append(AttentionMatch(graph, name, where, "", reason=f"flex_attention: {e}"))

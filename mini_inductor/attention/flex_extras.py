@@ -16,10 +16,9 @@ import operator
 
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import score_mod
-from .modification import NearMiss, _binary, known_eq, shape_of, static, value_of
+from .modification import NearMiss, _binary, known_eq, render, shape_of, static, value_of
 
 _AXES = "bhij"                                  # the score's axes, in the order of [B, Hq, L, S]
 
@@ -55,31 +54,82 @@ class _Extras:
     """The captured tensors as the call's extra tensors, one per (tensor, indexing): `resolve` gives the
     extra of a tensor indexed by all its dims (tN), else the partly indexed tensor."""
 
-    def __init__(self, emit=None):
+    def __init__(self, emit=None, extents: dict | None = None):
         self.specs: list[tuple[torch.fx.Node, tuple]] = []
         self.emit = emit   # a match._Emitter before the call: the tensors `compose` makes
+        self.extents = extents or {}   # the score grid's sizes by index name (b, h, i, j)
+        # decisions taken on sizes at their hints (SymBools), guarded only where the call is rewritten
+        # (`guard_pending`): a near miss leaves no guard, so Dynamo does not recompile for it
+        self.pending: list = []
+
+    def decide(self, cond) -> bool:
+        """`cond`, a bool or a SymBool over sizes, at its hint; a SymBool kept to be guarded."""
+        if isinstance(cond, torch.SymBool):
+            hint = cond.node.hint
+            if hint is None:
+                raise NearMiss("a size read from data (an unbacked symbol) decides how a captured tensor is read")
+            self.pending.append(cond)
+            return bool(hint)
+        return bool(cond)
+
+    def specialize(self, size) -> int:
+        """A size as its hint; a symbolic one kept to be guarded equal to it."""
+        if isinstance(size, int):
+            return size
+        hint = size.node.hint
+        if hint is None:
+            raise NearMiss("a captured tensor's size read from data (an unbacked symbol) would need a value")
+        self.decide(size == hint)
+        return int(hint)
+
+    def guard_pending(self) -> None:
+        """Guard every decision taken at a hint (the call is rewritten)."""
+        for cond in self.pending:
+            bool(cond)
 
     def items_of(self, n: int) -> tuple:
         """The index items of extra n, as a gather's (index names as ("idx", name), ints as numbers)."""
         return tuple(("idx", a) if isinstance(a, str) else ("num", a) if isinstance(a, int) else a
                      for a in self.specs[n][1])
 
-    def compose(self, outer: torch.fx.Node, d: int, n: int) -> torch.fx.Node:
-        """`outer` with its dim d indexed by the values of extra n (an integer tensor, as it is:
-        `_extra_view` is not applied), in Dynamo's graph: outer.index_select(d, values) with dim d
-        unflattened to the values' shape, a negative value counted from the end as eager's indexing
-        counts it. Its dims from d on are then indexed by extra n's index items."""
+    def compose(self, outer: torch.fx.Node, d: int, n: int) -> tuple[torch.fx.Node, tuple]:
+        """(`outer` with its dim d indexed by the values of extra n, the index items of its dims from d
+        on): in Dynamo's graph, outer.index_select(d, values) with dim d unflattened to the values'
+        shape, a negative value counted from the end as eager's indexing counts it. Only the part of
+        extra n the scores read takes part (`_read_region`): eager reads no other value, so another
+        out of range raises in neither. Extra n is an integer tensor, as it is (not `_extra_view`'s)."""
         if self.emit is None:
             raise NearMiss(f"{outer.name} is indexed by a captured tensor's values")
         inner = self.specs[n][0]
+        items = self.items_of(n)
+        inner, items = self._read_region(inner, items)
         size = shape_of(outer)[d]
         flat = self.emit("call_method", "reshape", inner, -1)
         flat = self.emit("call_function", torch.where, self.emit("call_function", operator.lt, flat, 0),
                          self.emit("call_function", operator.add, flat, size), flat)
         x = self.emit("call_method", "index_select", outer, d, flat)
-        if len(shape_of(inner)) != 1:
+        rank = len(shape_of(inner))
+        if rank == 0:     # a 0-d tensor's one value: the dim goes
+            x = self.emit("call_method", "squeeze", x, d)
+        elif rank > 1:
             x = self.emit("call_method", "unflatten", x, d, tuple(shape_of(inner)))
-        return x
+        return x, items
+
+    def _read_region(self, inner: torch.fx.Node, items: tuple) -> tuple[torch.fx.Node, tuple]:
+        """`inner` narrowed, dim by dim, to the indices `items` reach over the score grid, and the items
+        moved to match; as it is where a size is symbolic or an index leaves the dim (wrapped
+        indices: `_wrapped_gathers` decides those later)."""
+        shape = shape_of(inner)
+        ranges = [_item_range(item, self.extents) for item in items]
+        if not static(*shape) or any(r is None or r[0] < 0 or r[1] >= size for r, size in zip(ranges, shape)):
+            return inner, items
+        moved = []
+        for e, ((lo, hi), item) in enumerate(zip(ranges, items)):
+            if (lo, hi) != (0, shape[e] - 1):
+                inner = self.emit("call_method", "narrow", inner, e, lo, hi - lo + 1)
+            moved.append(item if lo == 0 else ("num", item[1] - lo) if item[0] == "num" else
+                         _binary("-", item, ("num", lo)))
+        return inner, tuple(moved)
 
     def resolve(self, c: _Captured):
         if len(c.index) < c.rank:
@@ -92,7 +142,7 @@ class _Extras:
             # a computed index, or one index twice (a diagonal): the tensor as it is, read at the index
             # by the op (score_mod.Gather), `_analyse` checks it stays inside the tensor
             index = tuple(("idx", a) if isinstance(a, str) else a if isinstance(a, tuple) else
-                          ("num", _nonnegative(c.node, d, a)) for d, a in enumerate(c.index))
+                          ("num", _nonnegative(c.node, d, a, self)) for d, a in enumerate(c.index))
             key = (c.node, index)
         else:
             key = (c.node, c.index)
@@ -104,13 +154,29 @@ class _Extras:
         return _Expr(("t", n), value.dtype)
 
 
-def _nonnegative(node: torch.fx.Node, d: int, item: int) -> int:
+def _item_range(item: tuple, extents: dict) -> tuple[int, int] | None:
+    """The least and greatest value of an index item (`_Extras.items_of`'s form) over the score grid of
+    `extents` (static sizes), or None."""
+    if item[0] == "num":
+        return (item[1], item[1]) if isinstance(item[1], int) else None
+    coefs = score_mod.affine_text(render(item))
+    if coefs is None or not static(*extents.values()) or len(extents) < 4:
+        return None
+    sizes = {"b": extents["b"], "h": extents["h"], "i": extents["i"], "j": extents["j"], "L": extents["i"],
+             "S": extents["j"]}
+    lo = hi = coefs.get("1", 0) + coefs.get("L", 0) * sizes["L"] + coefs.get("S", 0) * sizes["S"]
+    for name in "bhij":
+        span = coefs.get(name, 0) * (sizes[name] - 1)
+        lo, hi = lo + min(0, span), hi + max(0, span)
+    return lo, hi
+
+
+def _nonnegative(node: torch.fx.Node, d: int, item: int, extras: "_Extras") -> int:
     """An int index of dim d of a captured tensor, a negative one counted from the end as eager's is."""
     size = shape_of(node)[d]
     if item >= 0:
         return item
-    if not isinstance(size, int):   # a table made dynamic: specialized to its size (guarded)
-        size = int(guard_scalar(size))
+    size = extras.specialize(size)   # (a table made dynamic: its size, guarded where rewritten)
     if item + size < 0:
         raise NearMiss(f"{node.name} is indexed by {item}, outside its dim {d} (or a symbolic one)")
     return item + size
@@ -150,22 +216,23 @@ def _drop_unread(expr, extras: _Extras):
     return renumber(expr)
 
 
-def _wrapped_gathers(parsed: score_mod.ScoreMod, specs: list, extents: tuple) -> dict[int, dict[int, int]]:
+def _wrapped_gathers(parsed: score_mod.ScoreMod, extras: _Extras, extents: tuple) -> dict[int, dict[int, int]]:
     """Where a captured tensor's computed index reaches below 0 on the score grid (`bias[h, q_idx -
     kv_idx]` under a causal mask): eager counts a negative index from the end, which the op reads as
     the tensor doubled along that dim (`_rewrite` cats it to itself) at the index plus its size. Per
     extra, {dim: size} of those dims. A NearMiss past the end, or below minus the size (eager raises).
-    Under dynamic shapes the comparisons guard on the sizes (Dynamo recompiles where they change)."""
+    Under dynamic shapes the comparisons are decided at the sizes' hints and guarded where the call
+    is rewritten (`_Extras.decide`: Dynamo recompiles where they change)."""
     wraps: dict[int, dict[int, int]] = {}
     for g in parsed.gathers:
-        node = specs[g.n][0]
+        node = extras.specs[g.n][0]
         for d, size in enumerate(shape_of(node)):
             lo, hi = g.index_range(d, *extents)
-            if lo < -size or hi >= size:
+            if extras.decide(lo < -size) or extras.decide(hi >= size):
                 raise NearMiss(f"{node.name} is read at an index of dim {d} that runs from {lo} to {hi} over the "
                                f"scores, outside its size {size}")
-            if lo < 0:   # (a symbolic size, a table made dynamic, is specialized: its size is the shift)
-                wraps.setdefault(g.n, {})[d] = size if isinstance(size, int) else int(guard_scalar(size))
+            if extras.decide(lo < 0):   # (a symbolic size, a table made dynamic, is specialized: its size is the shift)
+                wraps.setdefault(g.n, {})[d] = extras.specialize(size)
     return wraps
 
 

@@ -135,20 +135,6 @@ def known_eq(a, b) -> bool:
         return False
 
 
-def guarded_eq(a, b) -> bool:
-    """a == b for sizes that must be equal for the call to be valid at all (eager raises otherwise):
-    statically known, or, for symbols whose hints agree, with a guard through the ShapeEnv (Dynamo
-    recompiles where they differ). False where they differ."""
-    if known_eq(a, b):
-        return True
-    if not all(isinstance(x, (int, torch.SymInt)) for x in (a, b)):
-        return False
-    try:
-        return bool(a == b)   # (a SymBool: evaluating it at its hint installs the guard)
-    except Exception:  # noqa: BLE001  (an unbacked size we cannot decide is not equal)
-        return False
-
-
 # ops that give a view of their input: a mutation through the view changes the input too
 _VIEWS = {"view", "reshape", "transpose", "permute", "expand", "unsqueeze", "squeeze", "narrow", "select",
           "flatten", "unflatten", "t", "getitem", "unbind", "split", "chunk", "as_strided", "view_as", "getattr"}

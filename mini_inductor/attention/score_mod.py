@@ -119,8 +119,8 @@ class Gather:
         c, lo = self._parts(d, L, S)
         hi = lo
         for name, extent in zip("bhij", (B, H, L, S)):
-            span = c[name] * (extent - 1)
-            lo, hi = lo + min(0, span), hi + max(0, span)
+            span = c[name] * (extent - 1)   # (its sign the coefficient's: no comparison of sizes, no guard)
+            lo, hi = (lo + span, hi) if c[name] < 0 else (lo, hi + span)
         return lo, hi
 
     def check(self, t: torch.Tensor, B: int, H: int, L: int, S: int, text: str) -> None:
@@ -173,6 +173,14 @@ def affine(node: Node) -> dict[str, int] | None:
             if set(a) <= {"1"}:
                 return {k: v * a.get("1", 0) for k, v in b.items()}
     return None
+
+
+def affine_text(text: str) -> dict[str, int] | None:
+    """The affine coefficients (`affine`) of an index expression written as text, or None."""
+    try:
+        return affine(_Reader(text).read(ast.parse(text.strip(), mode="eval").body))
+    except (SyntaxError, ModError):
+        return None
 
 
 def _gathers(tree: Node, text: str) -> tuple[Gather, ...]:

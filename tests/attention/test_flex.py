@@ -388,6 +388,37 @@ def test_a_table_indexed_by_arithmetic_on_anothers_values_is_a_near_miss_and_lea
     assert record.target == "" and "is not an index" in record.reason, record.describe()
 
 
+@pytest.mark.parametrize("case", ["swin_padded", "t5_sentinels", "zero_dim"])
+def test_a_composed_table_reads_only_what_eager_reads(device, case):
+    # entries of the index table the scores never reach may be out of range (a padded index table, a
+    # bucket table sized for longer sequences): eager reads them not, nor may the composition; a 0-d
+    # index tensor picks one row (the review's repros)
+    gen = torch.Generator().manual_seed(12)
+    table = torch.randn(8, 2, generator=gen).to(device)
+    idx = torch.full((32, 32), -100)
+    idx[:20, :20] = torch.randint(0, 8, (20, 20), generator=gen)
+    bk = (torch.arange(63) - 31).abs().clamp(max=7)
+    bk[0], bk[62] = 100, -100
+    idx, bk, c = idx.to(device), bk.to(device), torch.tensor(3).to(device)
+    mods = {"swin_padded": lambda s, b, h, i, j: s + table[idx[i, j], h],
+            "t5_sentinels": lambda s, b, h, i, j: s + table[bk[i - j + 31], h],
+            "zero_dim": lambda s, b, h, i, j: s + table[c, h] * (i - j)}
+    check_against_eager(lambda q, k, v: flex_attention(q, k, v, score_mod=mods[case]), qkv(device), backward=False)
+    assert_one_flash_call(backward=False)
+
+
+def test_a_near_miss_leaves_no_size_guard_behind(device):
+    # the analysis decides on sizes at their hints and guards them only where it rewrites the call: a
+    # near miss found after reading a table of dynamic size does not recompile for each size
+    def attend(q, k, v, rel):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + rel[-1, i - j + 19] + torch.sin(s))
+    compiled = torch.compile(attend, backend="mini_inductor", dynamic=True)
+    for n in (3, 4, 5, 6):
+        rel = torch.randn(n, 39, generator=torch.Generator().manual_seed(n)).to(device)
+        torch.testing.assert_close(compiled(*qkv(device), rel), attend(*qkv(device), rel), **TOL[torch.float32])
+    assert len(metrics.attention) == 1 and "sin" in metrics.attention[0].reason, metrics.attention
+
+
 def test_a_recompile_for_a_longer_length_still_reaches_the_flash_op(device):
     # at L 70 the index i - j + 63 reaches -6: the first graph's guard fails, and the recompile has
     # k's and v's lengths as a symbol of their own (equal: guarded) and the table's size symbolic
