@@ -113,6 +113,10 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                 runs: int = 2) -> Outcome:
     """`runs` calls of the compiled program at the traced sizes, then one at each of the program's other
     size sets (--dynamic: sizes.py), each compared with eager (and float64) at its own sizes."""
+    if "flex" in program.families():
+        # eager flex refuses a backward on the CPU; lifted for eager, compiled and aot_eager alike
+        from .ops_flex import allow_eager_cpu_backward
+        allow_eager_cpu_backward()
     make_inputs, f = load(program)
 
     def inputs_at(sizes: int) -> list:

@@ -29,7 +29,10 @@ FAMILY_WEIGHTS = {"pointwise": 3, "binary": 3, "convert": 1, "reduction": 2, "no
                   "pooling": 0.8,
                   # Python int and float arguments (ops_scalar.py): off unless asked for (`--weight scalar=3`);
                   # last and 0, so that the other families' draws, and every seed's programs, stay as they were
-                  "scalar": 0}
+                  "scalar": 0,
+                  # flex_attention calls with score_mod / mask_mod lambdas (ops_flex.py): off unless asked for
+                  # (`--weight flex=40`); last and 0, as scalar, so every seed's programs stay as they were
+                  "flex": 0}
 # `--weight FAMILY=W` (cli.py) passes its changes to the workers in the environment
 for _item in filter(None, os.environ.get("MINI_FUZZ_WEIGHTS", "").split(",")):
     _family, _, _weight = _item.partition("=")
@@ -310,10 +313,11 @@ def _attention(c):
 
 
 # the shape, indexing, scan, sort, matmul and in-place rows (registered after these, in this order),
-# then the pooling family's and the scalar family's
+# then the pooling family's, the scalar family's and the flex family's
 from . import ops_shape  # noqa: E402,F401
 from . import ops_pool  # noqa: E402,F401
 from . import ops_scalar  # noqa: E402,F401
+from . import ops_flex  # noqa: E402,F401
 
 _BY_FAMILY: dict[str, list[OpSpec]] = {}
 for _spec in OPS:

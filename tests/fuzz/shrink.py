@@ -246,6 +246,12 @@ if {matmul_tma}:       # found under --matmul-tma: every mm and addmm a template
     sys.path.insert(0, {root!r})
     from tests.fuzz.execute import matmul_tma
     matmul_tma()
+if {flex}:             # flex attention: eager's CPU backward allowed, its warnings off (tests/fuzz/ops_flex.py)
+    import warnings
+    import torch.nn.attention.flex_attention
+    torch.nn.attention.flex_attention._validate_device = lambda *args: None
+    warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+    warnings.filterwarnings("ignore", message="return_lse is deprecated")
 
 
 {source}
@@ -326,4 +332,5 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
                         dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1",
                         matmul_split=os.environ.get("MINI_FUZZ_MATMUL_SPLIT") == "1",
                         matmul_tma=os.environ.get("MINI_FUZZ_MATMUL_TMA") == "1",
+                        flex="flex" in program.families(),
                         root=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
