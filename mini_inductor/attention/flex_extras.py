@@ -160,15 +160,9 @@ def _item_range(item: tuple, extents: dict) -> tuple[int, int] | None:
     if item[0] == "num":
         return (item[1], item[1]) if isinstance(item[1], int) else None
     coefs = score_mod.affine_text(render(item))
-    if coefs is None or not static(*extents.values()) or len(extents) < 4:
+    if coefs is None or len(extents) < 4 or not static(*extents.values()):
         return None
-    sizes = {"b": extents["b"], "h": extents["h"], "i": extents["i"], "j": extents["j"], "L": extents["i"],
-             "S": extents["j"]}
-    lo = hi = coefs.get("1", 0) + coefs.get("L", 0) * sizes["L"] + coefs.get("S", 0) * sizes["S"]
-    for name in "bhij":
-        span = coefs.get(name, 0) * (sizes[name] - 1)
-        lo, hi = lo + min(0, span), hi + max(0, span)
-    return lo, hi
+    return score_mod.affine_range(coefs, extents["b"], extents["h"], extents["i"], extents["j"])
 
 
 def _nonnegative(node: torch.fx.Node, d: int, item: int, extras: "_Extras") -> int:

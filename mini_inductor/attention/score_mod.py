@@ -116,12 +116,8 @@ class Gather:
 
     def index_range(self, d: int, B: int, H: int, L: int, S: int) -> tuple[int, int]:
         """The least and greatest index of dim d over the score grid [B, H, L, S] (not empty)."""
-        c, lo = self._parts(d, L, S)
-        hi = lo
-        for name, extent in zip("bhij", (B, H, L, S)):
-            span = c[name] * (extent - 1)   # (its sign the coefficient's: no comparison of sizes, no guard)
-            lo, hi = (lo + span, hi) if c[name] < 0 else (lo, hi + span)
-        return lo, hi
+        coefs, const = self.dims[d]
+        return affine_range({**dict(zip(AFFINE_NAMES, coefs)), "1": const}, B, H, L, S)
 
     def check(self, t: torch.Tensor, B: int, H: int, L: int, S: int, text: str) -> None:
         """An IndexError where the index leaves `t` somewhere on the grid (eager's indexing raises)."""
@@ -173,6 +169,18 @@ def affine(node: Node) -> dict[str, int] | None:
             if set(a) <= {"1"}:
                 return {k: v * a.get("1", 0) for k, v in b.items()}
     return None
+
+
+def affine_range(coefs: dict[str, int], B, H, L, S) -> tuple:
+    """The least and greatest value of an affine index (`affine`'s coefficients) over the score grid
+    [B, H, L, S] (not empty; sizes may be symbolic: a span's sign is its coefficient's, so no size is
+    compared and no guard is added)."""
+    lo = hi = coefs.get("1", 0) + coefs.get("L", 0) * L + coefs.get("S", 0) * S
+    for name, extent in zip("bhij", (B, H, L, S)):
+        c = coefs.get(name, 0)
+        span = c * (extent - 1)
+        lo, hi = (lo + span, hi) if c < 0 else (lo, hi + span)
+    return lo, hi
 
 
 def affine_text(text: str) -> dict[str, int] | None:
