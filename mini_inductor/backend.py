@@ -19,7 +19,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import metrics
 from .caching import PROCESS, dynamo_cache, front_cache
-from .config import for_compile
+from .config import for_compile, interpreting
 from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
 from .lowering.decompositions import decomposition_table, undo_split_fma
@@ -27,6 +27,7 @@ from .lowering.early_decompositions import early_decompositions_checked
 from .pipeline import compile_graph
 from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
 from .runtime.forward_ad import ForwardADAware
+from .runtime.launch import compile_pool
 
 
 def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
@@ -46,6 +47,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     if hit is not None:
         return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
                                traced, metrics.compiled_graphs[first:])
+    _start_compile_workers(example_inputs, cfg)
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
                  for kind in ("forward", "backward", "inference")}
     began, first = time.perf_counter(), len(metrics.compiled_graphs)
@@ -55,6 +57,15 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
                                                           options, traced), before, first),
                            traced, metrics.compiled_graphs[first:])
+
+
+def _start_compile_workers(example_inputs, cfg) -> None:
+    """Start the Triton compile workers (runtime/launch/compile_pool.py) at a graph's first compile on
+    a CUDA device, so that they are ready when its kernels are (AOT autograd and lowering come first)."""
+    if not cfg.compile_workers or cfg.compile_threads <= 0 or interpreting():
+        return
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
+        compile_pool.warm(min(cfg.compile_threads, compile_pool.MAX_WORKERS))
 
 
 class _AsTraced:

@@ -37,6 +37,7 @@ MINI_INDUCTOR_* variable that is no option's (nor in OTHER_VARIABLES) gets a war
 | graph_cache          | MINI_INDUCTOR_GRAPH_CACHE        | True                             |
 | front_cache          | MINI_INDUCTOR_FRONT_CACHE        | True (read only when graph_cache is on) |
 | compile_threads      | MINI_INDUCTOR_COMPILE_THREADS    | CPUs, at most 32 (0: off)        |
+| compile_workers      | MINI_INDUCTOR_COMPILE_WORKERS    | True (False: kernels compile in this process's threads only) |
 | max_autotune         | MINI_INDUCTOR_MAX_AUTOTUNE       | False (True under mode="max-autotune") |
 | dynamo_cache         | MINI_INDUCTOR_DYNAMO_CACHE       | False (read at import: torch's caching precompile, process-wide) |
 | static_launch        | MINI_INDUCTOR_STATIC_LAUNCH      | True (False: Triton's own C launchers, built with gcc) |
@@ -155,6 +156,9 @@ class Config:
     # threads compiling a graph's Triton kernels ahead of its first call (GPU only); 0: each kernel
     # compiles at its first launch
     compile_threads: int = dataclasses.field(default_factory=_default_compile_threads)
+    # with compile_threads: those threads hand each kernel to one of as many worker processes, which
+    # compile side by side (a Triton compile holds the GIL for most of its time); GPU only
+    compile_workers: bool = True
     # benchmark a few block sizes / num_warps per kernel at its first call and keep the fastest
     # (on disk, under cache_dir/autotune); mode="max-autotune" turns it on; GPU only
     max_autotune: bool = False

@@ -14,9 +14,11 @@ GPU), and more. So CPU tests also hand the kernels they launch to the real compi
                                       errors, "" where it compiled (tests/fuzz/sm90.py)
     bind(fn, *args, **meta)           Triton's ASTSource for an sm_90 launch (its signature)
     ptx_of(seen)                      the PTX of each distinct launch (what a kernel's loads compile to)
+    libdevice_links(seen)             per distinct launch, (its label, how many times its compile linked
+                                      libdevice: 0 or 1)
 
-    python -m tests.sm90 JOBS.json [--ptx]   the subprocess: compiles the jobs, prints their errors (or
-                                             their PTX) as JSON
+    python -m tests.sm90 JOBS.json [--ptx|--links]   the subprocess: compiles the jobs, prints their
+                                                     errors (or their PTX, or libdevice links) as JSON
 """
 from __future__ import annotations
 
@@ -132,15 +134,26 @@ def ptx_of(seen, timeout: float = 600) -> list[str]:
     return compile_jobs(_distinct_jobs(seen), timeout, ptx=True)
 
 
-def compile_jobs(jobs: list[dict], timeout: float = 1800, ptx: bool = False) -> list[str]:
+def libdevice_links(seen, timeout: float = 600) -> list[tuple[str, int]]:
+    """(label, libdevice links) of each distinct launch of `seen`, compiled as compile_all does. A kernel
+    that calls any libdevice function has the library parsed and linked into it (57 ms of its compile
+    on the H200 machine, GIL held)."""
+    jobs = _distinct_jobs(seen)
+    links = compile_jobs(jobs, timeout, links=True)
+    return [(f"{job['name']} ({os.path.basename(job['path'])})", n) for job, n in zip(jobs, links)]
+
+
+def compile_jobs(jobs: list[dict], timeout: float = 1800, ptx: bool = False, links: bool = False) -> list:
     """Compile the jobs (see `launch_job`) for sm_90 in a process of its own, the interpreter off: for each,
-    "" or the compiler's error (with `ptx`, its PTX; a kernel that fails raises)."""
+    "" or the compiler's error (with `ptx`, its PTX; with `links`, how many times libdevice was linked
+    into it; a kernel that fails raises in both)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(jobs, f)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.sm90", f.name] + (["--ptx"] if ptx else []), cwd=ROOT,
+        flags = (["--ptx"] if ptx else []) + (["--links"] if links else [])
+        done = subprocess.run([sys.executable, "-m", "tests.sm90", f.name] + flags, cwd=ROOT,
                               env=env, timeout=timeout,
                               capture_output=True, text=True)
     finally:
@@ -150,9 +163,16 @@ def compile_jobs(jobs: list[dict], timeout: float = 1800, ptx: bool = False) -> 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _compile_jobs(path: str, ptx: bool = False) -> list[str]:
+def _compile_jobs(path: str, ptx: bool = False, links: bool = False) -> list:
     import triton
+    from triton._C.libtriton import llvm
     from triton.backends.compiler import GPUTarget
+
+    linked = []
+    if links:   # a kernel found in Triton's cache is not linked again
+        triton.knobs.compilation.always_compile = True
+    link = llvm.link_extern_libs
+    llvm.link_extern_libs = lambda *args: (linked.append(1), link(*args))[1]
 
     with open(path) as f:
         jobs = json.load(f)
@@ -169,10 +189,11 @@ def _compile_jobs(path: str, ptx: bool = False) -> list[str]:
             meta = {k: _decode(v) for k, v in job["kwargs"].items()}
             src = bind(getattr(module, job["name"]), *[_decode(a) for a in job["args"]], **meta)
             options = {k: meta[k] for k in ("num_warps", "num_stages") if k in meta}
+            linked.clear()
             compiled = triton.compile(src, target=GPUTarget(*TARGET), options=options)
-            errors.append(compiled.asm["ptx"] if ptx else "")
+            errors.append(compiled.asm["ptx"] if ptx else len(linked) if links else "")
         except Exception as e:  # noqa: BLE001  (each kernel's error is reported, the rest still compile)
-            if ptx:
+            if ptx or links:
                 raise
             errors.append(f"{type(e).__name__}: {e}"[:4000])
     return errors
@@ -181,4 +202,4 @@ def _compile_jobs(path: str, ptx: bool = False) -> list[str]:
 if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("tests/sm90.py compiles with Triton's compiler: run it without TRITON_INTERPRET")
-    print(json.dumps(_compile_jobs(sys.argv[1], ptx="--ptx" in sys.argv[2:])))
+    print(json.dumps(_compile_jobs(sys.argv[1], ptx="--ptx" in sys.argv[2:], links="--links" in sys.argv[2:])))

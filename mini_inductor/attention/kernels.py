@@ -98,8 +98,8 @@ FWD_LOOP = KEY_BLOCKS + '''\
         m_new = tl.maximum(m_i, tl.max(score, 1))
         # a row with nothing live yet subtracts 0, not -inf (-inf - -inf is NaN)
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2((m_i - m_use){units})
-        p = tl.math.exp2((score - m_use[:, None]){units})
+        alpha = triton_helpers.exp2((m_i - m_use){units})
+        p = triton_helpers.exp2((score - m_use[:, None]){units})
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * sv_j + ev[None, :] * sv_e,
                     mask=(cols[:, None] < len_k) & (ev[None, :] < dim_v), other=0.0)
@@ -114,7 +114,7 @@ DSCORE_PASS = KEY_BLOCKS + '''\
         qk = mm(q, k_t, DOT, PRECISION)
         {loads}
         valid = (row < len_q) & (col < len_k)
-        p = tl.where(valid, tl.math.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
+        p = tl.where(valid, triton_helpers.exp2(({score} - m2[:, None]){units} - l2[:, None]), 0.0)
         dp = mm(do, v_t, DOT, PRECISION)
         dscore = p * (dp - delta[:, None])
 '''
@@ -162,7 +162,7 @@ DKDV_LOOP = '''\
             m2 = tl.load(LSE + bh.to(tl.int64) * 2 * len_q + rows, mask=rows < len_q, other=0.0)
             l2 = tl.load(LSE + (bh.to(tl.int64) * 2 + 1) * len_q + rows, mask=rows < len_q, other=0.0)
             m2, l2 = row_stats(m2, l2, EMPTY_ROWS_ZERO)
-            p = tl.where(valid, tl.math.exp2(({score} - m2[None, :]){units} - l2[None, :]), 0.0)
+            p = tl.where(valid, triton_helpers.exp2(({score} - m2[None, :]){units} - l2[None, :]), 0.0)
             do = tl.load(do_base + rows[:, None] * sdo_i + ev[None, :] * sdo_e,
                          mask=(rows[:, None] < len_q) & (ev[None, :] < dim_v), other=0.0)
             dv = mm_acc(p.to(do.dtype), do, dv, DOT, PRECISION)

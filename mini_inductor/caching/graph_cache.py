@@ -38,7 +38,7 @@ FORMAT = 1
 # Options that do not change the generated module (where it is written, how it is compiled, run or
 # debugged): cudagraph_* options are read by the runtime when the CompiledGraph is built again.
 _NO_CODE_EFFECT = frozenset({"debug_dir", "cache_dir", "fallback_on_error", "graph_cache", "front_cache",
-                             "compile_threads", "cudagraphs", "dynamo_cache", "static_launch"})
+                             "compile_threads", "compile_workers", "cudagraphs", "dynamo_cache", "static_launch"})
 # GraphRecord fields an entry carries over to the record of a graph served from the cache.
 _RECORD_FIELDS = ("nodes_before_fusion", "nodes_after_fusion", "kernel_names", "extern_calls",
                   "planned_peak_bytes", "estimated_bytes_moved", "graphed_workspace_bytes")

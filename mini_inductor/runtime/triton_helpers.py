@@ -1,11 +1,18 @@
 """Triton device functions that generated kernels call (eager's semantics where Triton's differ), and
-`checked_jit`, the decorator of a kernel that checks its indices."""
+`checked_jit`, the decorator of a kernel that checks its indices.
+
+Imports Triton only: compile worker processes (launch/compile_worker.py) load this file by itself."""
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from triton.runtime.jit import JITFunction
 
-from ..config import interpreting
+
+def interpreting() -> bool:
+    """config.interpreting(), which this file cannot import (see above)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 class _CheckedJIT(JITFunction):
@@ -15,9 +22,11 @@ class _CheckedJIT(JITFunction):
     of the kernel (eager wraps int32 arithmetic, Philox's key schedule wraps by design). Inductor
     compiles every kernel this way."""
 
+    # the compile options `run` adds (precompile.py binds a kernel's arguments as `run` does)
+    run_defaults = {"sanitize_overflow": False}
+
     def run(self, *args, grid, warmup, **kwargs):
-        kwargs.setdefault("sanitize_overflow", False)
-        return super().run(*args, grid=grid, warmup=warmup, **kwargs)
+        return super().run(*args, grid=grid, warmup=warmup, **dict(self.run_defaults, **kwargs))
 
 
 def checked_jit(fn=None, **kwargs):
@@ -168,7 +177,7 @@ def div_floor_float(a, b):
     mod = libdevice.fmod(a, b)
     div = (a - mod) / b
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
-    floored = tl.floor(div)
+    floored = floor(div)
     floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
     zero = tl.where((a / b) < 0, -0.0, 0.0)
     return tl.where(b == 0, a / b, tl.where(div != 0, floored, zero))
@@ -185,6 +194,106 @@ def round_tf32(x):
         rounded = (((bits + 0x1000) >> 13) << 13).to(tl.float32, bitcast=True)
         x = tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded)
     return x
+
+
+# float32 math as the single PTX instruction libdevice compiles it to, without libdevice. A kernel
+# that calls any libdevice function has the whole library parsed and linked into it: 57 ms of each
+# such kernel's compile on the H200 machine's host (30 ms on the CPU machine), with the GIL held, so
+# that concurrent compiles wait for it (compile_pool.py). rsqrt and exp2 give libdevice's own
+# instructions (Triton compiles libdevice with flush-to-zero: rsqrt.approx.ftz, ex2.approx.ftz);
+# sqrt is sqrt.rn, correctly rounded as eager's (libdevice's was sqrt.approx.ftz), floor and ceil
+# keep denormals as eager does (libdevice's flushed them: floor(-1e-40) gave -0.0, eager -1.0);
+# trunc and round are libdevice's instructions. Other dtypes take the libdevice functions. Under
+# Triton's interpreter, which cannot run inline assembly, they are the tl and libdevice functions.
+
+if interpreting():
+    @triton.jit
+    def exp2(x):
+        return tl.exp2(x)
+
+    @triton.jit
+    def rsqrt(x):
+        return tl.rsqrt(x)
+
+    @triton.jit
+    def sqrt(x):
+        return tl.sqrt(x)
+
+    @triton.jit
+    def floor(x):
+        return tl.floor(x)
+
+    @triton.jit
+    def ceil(x):
+        return tl.ceil(x)
+
+    @triton.jit
+    def trunc(x):
+        return libdevice.trunc(x)
+
+    @triton.jit
+    def nearbyint(x):
+        return libdevice.nearbyint(x)
+else:
+    @triton.jit
+    def exp2(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return tl.exp2(x)
+
+    @triton.jit
+    def rsqrt(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("rsqrt.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return tl.rsqrt(x)
+
+    @triton.jit
+    def sqrt(x):
+        if x.dtype == tl.float32:
+            return tl.sqrt_rn(x)
+        else:
+            return tl.sqrt(x)
+
+    @triton.jit
+    def floor(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("cvt.rmi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return tl.floor(x)
+
+    @triton.jit
+    def ceil(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("cvt.rpi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return tl.ceil(x)
+
+    @triton.jit
+    def trunc(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("cvt.rzi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return libdevice.trunc(x)
+
+    @triton.jit
+    def nearbyint(x):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("cvt.rni.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+        else:
+            return libdevice.nearbyint(x)
+
+
+@triton.jit
+def isinf(x):
+    return tl.abs(x) == float("inf")
 
 
 # erf and tanh of float32 without branches. libdevice's erff and tanhf branch per element on |x| (two
@@ -219,7 +328,7 @@ def erf32(x):
     q = q * b + 0.15371811389923096
     q = q * b + 0.9160510301589966
     q = q * b + 0.6283658146858215
-    large = 1.0 - tl.exp2(-(q * b + b))
+    large = 1.0 - exp2(-(q * b + b))
     # NaN takes `small` (NaN): `large` is finite at NaN on the GPU, whose min.f32 returns the non-NaN operand
     y = tl.where(a >= 1.0, large, small)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000
@@ -238,7 +347,7 @@ def tanh32(x):
     p = p * t + 0.13332794606685638
     p = p * t - 0.333333283662796
     small = (a * t) * p + a
-    large = 1.0 - 2.0 / (tl.exp2(a * 2.8853900817779268) + 1.0)
+    large = 1.0 - 2.0 / (exp2(a * 2.8853900817779268) + 1.0)
     y = tl.where(a >= 0.625, large, small)   # NaN takes `small`, NaN (as in erf32)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000
     return (y.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import mini_inductor  # noqa: F401  (the backend)
 from mini_inductor import config
 from mini_inductor.attention import flash, score_mod, tables
-from sm90 import compile_all, launches
+from sm90 import compile_all, launches, libdevice_links
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="on the GPU the kernels compile where they run")
 
@@ -315,3 +315,30 @@ def test_sort_and_topk_kernels_compile_for_every_dtype_block_and_a_dynamic_lengt
         torch.compile(lambda x: torch.topk(x, 3, largest=False), backend="mini_inductor")(dyn)
     names = compile_all(seen)
     assert len(names) >= 8 and all("_per_" in n or "_poi_" in n for n in names), names
+
+
+def test_norms_gelus_softmax_and_rounding_kernels_compile_without_linking_libdevice():
+    # triton_helpers' float32 exp2, rsqrt, sqrt, floor, ceil, trunc, round and isinf are PTX
+    # instructions: a kernel made of them has no libdevice parsed and linked into it (57 ms of its
+    # compile on the H200 machine, with the GIL held). log1p is libdevice's own: linked.
+    def f(x, w, b, h):
+        n = F.layer_norm(x, (64,), w, b)
+        return (F.gelu(n, approximate="tanh"), F.gelu(n), torch.softmax(x, -1), torch.rsqrt(x.abs() + 1),
+                torch.sqrt(x.abs()) + torch.exp2(x), torch.floor(x) + torch.ceil(x) + torch.trunc(x) + torch.round(x),
+                torch.isinf(x / x.abs().amax()), F.layer_norm(h.float(), (64,)).half())
+
+    def g(x):
+        return torch.log1p(x.abs()) * 3
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 64, generator=gen)
+    args = (x, torch.randn(64, generator=gen), torch.randn(64, generator=gen), x.half())
+    found = {}
+    for fn, fn_args in ((f, args), (g, (x,))):
+        with launches() as seen:
+            torch._dynamo.reset()
+            got = torch.compile(fn, backend="mini_inductor")(*fn_args)
+        for a, e in zip(got if isinstance(got, tuple) else [got], fn(*fn_args) if fn is f else [fn(*fn_args)]):
+            torch.testing.assert_close(a, e, atol=2e-3, rtol=2e-3)
+        found[fn.__name__] = libdevice_links(seen)
+    assert len(found["f"]) >= 2 and all(n == 0 for _, n in found["f"]), found["f"]
+    assert found["g"] and all(n == 1 for _, n in found["g"]), found["g"]

@@ -33,7 +33,7 @@ from ...caching import kernel_store
 from ...caching.files import KERNELS
 from ...config import interpreting
 from ..scratch import scratch_allocator
-from . import static_launch
+from . import compile_pool, static_launch
 from .autotune import Autotuner
 from .precompile import precompile, triton_launcher
 
@@ -213,14 +213,15 @@ def prepare_kernels(module, name: str, cfg, record) -> None:
     seconds into `record`; under max-autotune, tune each at its first launch (autotune.py)."""
     if interpreting():
         return
-    began = time.perf_counter()
+    began, served = time.perf_counter(), compile_pool.stats["served"]
     reloaded, compiled = precompile(module, cfg.compile_threads, os.path.join(cfg.cache_dir, KERNELS),
-                                    static=cfg.static_launch)
-    took = time.perf_counter() - began
+                                    static=cfg.static_launch, workers=cfg.compile_workers)
+    took, served = time.perf_counter() - began, compile_pool.stats["served"] - served
     if compiled:
         record.stage_seconds["kernel compile"] = took
-        schedule_log.info("%s: %d Triton kernels compiled on %d threads in %.2f s%s", name, compiled,
-                          cfg.compile_threads, took, f" ({reloaded} more reloaded)" if reloaded else "")
+        schedule_log.info("%s: %d Triton kernels compiled on %d threads%s in %.2f s%s", name, compiled,
+                          cfg.compile_threads, f" ({served} in worker processes)" if served else "", took,
+                          f" ({reloaded} more reloaded)" if reloaded else "")
     elif reloaded:
         record.stage_seconds["kernel load"] = took
         schedule_log.info("%s: %d compiled Triton kernels reloaded from the cache in %.2f s", name, reloaded, took)

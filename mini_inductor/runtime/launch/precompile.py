@@ -41,7 +41,7 @@ import torch
 from ...caching import kernel_store
 from ...config import interpreting
 from ..module_spec import KernelLaunch
-from . import static_launch
+from . import compile_pool, static_launch
 
 log = logging.getLogger("mini_inductor.schedule")
 
@@ -187,14 +187,16 @@ _driver_ready = threading.Event()
 setup_times: dict[str, float] = {}
 
 
-def precompile(module, threads: int, store_dir: str | None = None, static: bool | None = None) -> tuple[int, int]:
+def precompile(module, threads: int, store_dir: str | None = None, static: bool | None = None,
+               workers: bool = False) -> tuple[int, int]:
     """Make every kernel `module.KERNEL_LAUNCHES` names ready before the first call: (reloaded, compiled).
 
     A specialization `store_dir` remembers (caching/kernel_store.py) is rebuilt from Triton's cache
     files directly; the rest compile on `threads` threads (none when threads is 0: they compile at
     their first launch) and are remembered for the next process. Kernels with the same code (a second
     name in the module) and repeated launch specs are one job. `static`: the static_launch option (None:
-    the global config's).
+    the global config's). `workers`: hand the kernels to the compile pool's processes where it runs
+    (the compile_workers option; compile_pool.py).
     """
     launches = getattr(module, "KERNEL_LAUNCHES", None)
     if interpreting() or not launches or getattr(module, "_mini_inductor_precompiled", False):
@@ -219,7 +221,8 @@ def precompile(module, threads: int, store_dir: str | None = None, static: bool 
         wait_for_triton_setup()   # they compile at their first launch, which needs Triton's hash
     if pending and threads > 0:
         with torch.cuda.device(device):
-            done = compile_all(pending, threads, static)
+            done = compile_all(pending, threads, static, getattr(module, "__file__", None),
+                               compile_pool.running() if workers else None)
         for job, kernel in zip(pending, done):
             if kernel is not None:
                 compiled += 1
@@ -291,28 +294,45 @@ def triton_launcher(kernel):
 
 
 def launcher_source(job: CompileJob, device: int):
-    """(a key, the ASTSource Triton will compile) for `job`; None where this Triton's internals differ.
+    """(a key, the ASTSource Triton will compile, its options, its target) for `job`; None where this
+    Triton's internals differ.
 
     Triton builds a kernel's C launcher with the host compiler (0.3 s on the H100 machine, on a cold
     cache) only after the kernel itself has compiled, from nothing but the kernel's signature and
     constants. Those come from Triton's own argument binding, done here the way `warmup` does it, so
     the launcher can build at the same time as the kernel, and kernels with one signature share a build.
+    The same binding is what a compile worker needs (compile_pool.py).
     """
     try:
         from triton.runtime.jit import MockTensor
         from triton import knobs
         fn = job.fn
-        _, _, _, backend, binder = fn.device_caches[device]
-        kwargs = dict(job.kwargs, debug=job.kwargs.get("debug", fn.debug) or knobs.runtime.debug,
+        _, _, target, backend, binder = fn.device_caches[device]
+        kwargs = dict(getattr(fn, "run_defaults", {}), **job.kwargs)
+        kwargs = dict(kwargs, debug=kwargs.get("debug", fn.debug) or knobs.runtime.debug,
                       instrumentation_mode=knobs.compilation.instrumentation_mode)
         bound, specialization, options = binder(*map(MockTensor.wrap_dtype, job.args), **kwargs)
-        _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
         src = fn.ASTSource(fn, signature, constexprs, attrs)
         key = (tuple(src.signature.values()), tuple(sorted((k, repr(v)) for k, v in src.constants.items())))
-        return key, src
+        return key, src, options, target
     except Exception as e:  # noqa: BLE001  (the launcher then builds after the kernel, as Triton does)
         log.debug("no launcher ahead for %s: %s: %s", getattr(job.fn, "__name__", job.fn), type(e).__name__, e)
         return None
+
+
+def _worker_request(job: CompileJob, found, module_file: str | None):
+    """What a compile worker needs to compile `job` (compile_worker.py), or None where it cannot: a
+    kernel not defined in the generated module's own file (the attention kernels of the package)."""
+    if found is None or not module_file:
+        return None
+    code = getattr(getattr(job.fn, "fn", None), "__code__", None)
+    if code is None or os.path.abspath(code.co_filename) != os.path.abspath(module_file):
+        return None
+    from triton import knobs
+    _, src, options, target = found
+    return (module_file, job.fn.fn.__name__, target, src.signature, src.constants, src.attrs,
+            options.__dict__, knobs.cache.dir)
 
 
 def _build_launcher(src) -> None:
@@ -344,12 +364,15 @@ def _build_launcher(src) -> None:
         log.debug("building a launcher ahead failed: %s: %s", type(e).__name__, e)
 
 
-def compile_all(jobs: list[CompileJob], threads: int, static: bool = False) -> list[Any]:
+def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, module_file: str | None = None,
+                pool: compile_pool.Pool | None = None) -> list[Any]:
     """Compile `jobs` concurrently on the current CUDA device; the compiled kernels, None where one failed.
 
     `static`: jobs load their kernels for torch's static launcher where it takes them, and no C launcher
     is built ahead for a signature it takes (should a kernel's metadata rule it out after all, e.g.
     scratch memory, its job builds Triton's launcher after compiling, as without the option).
+    With a `pool` (compile_pool.py), each kernel defined in `module_file` compiles in a worker process
+    first; its job then finds it in Triton's cache.
     A failure is only logged: the kernel's real launch compiles it again and raises a proper error.
     """
     if not jobs:
@@ -359,31 +382,52 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False) -> l
     # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
     device = torch.cuda.current_device()
     sources: dict[tuple, Any] = {}       # one launcher build per distinct launcher source
+    requests = []
     for job in jobs:
         caches = getattr(job.fn, "device_caches", None)
         if caches is not None:   # each kernel's per-device cache (a defaultdict): made here, not racing in the threads
             _ = caches[device]
         job.static = static
         found = launcher_source(job, device)
+        requests.append(_worker_request(job, found, module_file) if pool is not None else None)
         if found is not None and static and static_launch.signature_supported(found[1].signature):
             continue            # torch's launcher will launch it: no gcc build for Triton's
         if found is not None:
             sources.setdefault(found[0], found[1])
             job.launcher = found[0]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(jobs) + len(sources))),
-                                               thread_name_prefix="mini_inductor_compile") as pool:
+                                               thread_name_prefix="mini_inductor_compile") as pool_threads:
         # Launcher builds go first in the queue: a compile job waits for its launcher only after its
         # own compile, by when the build it waits for has been taken by a thread.
-        builds = {key: pool.submit(_build_launcher, src) for key, src in sources.items()}
+        builds = {key: pool_threads.submit(_build_launcher, src) for key, src in sources.items()}
         for job in jobs:
             job.launcher = builds.get(job.launcher)
         wait_for_triton_setup()   # the compiles need Triton's hash; the launcher builds above do not
 
-        def run(job):
+        def run(job, request):
+            answer = pool.compile(request) if request is not None else None
             with torch.cuda.device(device):
-                return job()
-        futures = [pool.submit(run, job) for job in jobs]
+                kernel = job()
+            if answer is not None:
+                _count(job, answer, kernel)
+            return kernel
+        futures = [pool_threads.submit(run, job, request) for job, request in zip(jobs, requests)]
         return [_result(f, job) for f, job in zip(futures, jobs)]
+
+
+def _count(job: CompileJob, answer: tuple, kernel) -> None:
+    """compile_pool.stats after a job a worker compiled first."""
+    done, detail, _ = answer
+    outcome = "failed" if not done else "served" if getattr(kernel, "hash", None) == detail else "recompiled"
+    with _count_lock:
+        compile_pool.stats[outcome] += 1
+    if outcome == "failed":
+        log.debug("compile worker failed on %s (compiled here instead): %s", job.fn.__name__, detail)
+    elif outcome == "recompiled":
+        log.debug("compile worker's %s had another cache key: compiled here again", job.fn.__name__)
+
+
+_count_lock = threading.Lock()
 
 
 _failures_reported = [0]

@@ -1,0 +1,93 @@
+"""A Triton compile worker process (compile_pool.py starts them; run by path, not as a module).
+
+    python compile_worker.py TRITON_HELPERS_PATH
+
+Only Triton is imported here (0.2 s), not torch or this package: a worker is ready well before a
+first graph's kernels are generated. It reads requests from stdin and answers on stdout, each a
+pickle behind its 4-byte little-endian length:
+
+    request: (path, name, target, signature, constexprs, attrs, options, cache_dir)
+    answer:  (True, the compiled kernel's hash, seconds) or (False, "Error: message", seconds)
+
+`path` is a generated module's file and `name` one of its kernels. The worker compiles only that
+function's definition, read from the file with its line numbers (Triton's cache key includes the
+source and its first line), in a namespace holding what generated kernels use: triton, tl,
+libdevice, math and triton_helpers. A kernel that needs anything else fails here with a NameError,
+and the process that asked compiles it itself. The compiled kernel lands in Triton's cache under
+`cache_dir`, where the asking process's own compile of the same specialization finds it.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import math
+import pickle
+import struct
+import sys
+import time
+
+
+def _load_helpers(path: str):
+    """The package's triton_helpers, loaded from its file under its own module name (the package's
+    other modules import torch; triton_helpers imports only Triton)."""
+    name = "mini_inductor.runtime.triton_helpers"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Kernels:
+    """The kernels of generated modules, each defined once from its file."""
+
+    def __init__(self, helpers):
+        import triton
+        import triton.language as tl
+        from triton.language.extra import libdevice
+        self.base = {"triton": triton, "tl": tl, "libdevice": libdevice, "math": math, "triton_helpers": helpers}
+        self.found: dict[tuple[str, str], object] = {}
+
+    def get(self, path: str, name: str):
+        key = (path, name)
+        if key not in self.found:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=path)
+            node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+            if node is None:
+                raise LookupError(f"no function {name} in {path}")
+            namespace = dict(self.base, __name__=f"mini_inductor_worker_{abs(hash(path))}")
+            # the definition alone, compiled from the file's own lines: inspect (and so Triton's source
+            # and first line of the kernel) reads them back from `path`
+            exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), namespace)
+            self.found[key] = namespace[name]
+        return self.found[key]
+
+
+def serve(stdin, stdout, helpers_path: str) -> None:
+    import triton
+    from triton.compiler import ASTSource
+    kernels = _Kernels(_load_helpers(helpers_path))
+    while True:
+        header = stdin.read(4)
+        if len(header) < 4:
+            return   # the asking process closed the pipe (or exited)
+        request = pickle.loads(stdin.read(struct.unpack("<I", header)[0]))
+        path, name, target, signature, constexprs, attrs, options, cache_dir = request
+        began = time.perf_counter()
+        try:
+            triton.knobs.cache.dir = cache_dir
+            fn = kernels.get(path, name)
+            kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+            answer = (True, kernel.hash, time.perf_counter() - began)
+        except BaseException as e:  # noqa: BLE001  (reported to the asking process, which compiles it)
+            answer = (False, f"{type(e).__name__}: {e}"[:2000], time.perf_counter() - began)
+        data = pickle.dumps(answer)
+        stdout.write(struct.pack("<I", len(data)) + data)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr   # whatever Triton prints stays off the answers' pipe
+    serve(sys.stdin.buffer, out, sys.argv[1])
