@@ -95,6 +95,8 @@ def main() -> None:
         for g in metrics.compiled_graphs:
             stages = ", ".join(f"{k} {v:.3f}" for k, v in g.stage_seconds.items())
             print(f"{g.name}: backend {g.compile_seconds:.3f} s, cache {g.cache or 'none'}; {stages}")
+        from mini_inductor.runtime.launch import compile_pool
+        print(f"kernels by compile workers: {compile_pool.stats}")
     for key in () if a.no_profile else ("cumulative", "tottime"):
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)

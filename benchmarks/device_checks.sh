@@ -178,6 +178,13 @@ for step in "${steps[@]}"; do
         train_interleaved) run train_interleaved 90 python3 -m benchmarks dynamic_shapes --cases train_interleaved \
                                --backends inductor_reduce_overhead,mini_inductor,mini_inductor_copy_grads ;;
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
+        compile_ab) run compile_ab 300 bash -c 'for m in ${AB_MODELS:-hf_gpt2 hf_vit}; do for w in 1 0 1 0; do d=$(mktemp -d);
+                   echo "== $m compile_workers=$w"; MINI_INDUCTOR_COMPILE_WORKERS=$w TRITON_CACHE_DIR=$d/t \
+                   MINI_INDUCTOR_CACHE_DIR=$d/m python3 -m benchmarks.compile_profile --model $m --dtype float32 \
+                   --no-profile 2>&1 | grep -E "^first call|backend|compile workers"; done; d=$(mktemp -d);
+                   echo "== $m inductor_reduce_overhead"; TRITON_CACHE_DIR=$d/t TORCHINDUCTOR_CACHE_DIR=$d/i \
+                   python3 -m benchmarks.compile_profile --model $m --dtype float32 --no-profile \
+                   --backend inductor_reduce_overhead 2>&1 | grep -E "^first call"; done' ;;   # first calls, fresh caches
         *) echo "unknown step $step" >> "$summary" ;;
     esac
 done

@@ -15,6 +15,7 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
+from triton.runtime.cache import triton_key
 
 MODULE = '''import math
 import torch
@@ -72,12 +73,12 @@ def main(workdir: str) -> None:
         fn = getattr(module, name)
         options = backend.parse_options({"num_warps": 4, "debug": fn.debug})
         answer = pool.compile((path, fn.fn.__name__, target, signature, constexprs, attrs, options.__dict__,
-                               cache_dir))
+                               cache_dir, triton_key()))
         hits.clear()
         here = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
         print(json.dumps({"kernel": name, "answer": answer, "hash": here.hash, "cache_hit": hits == [True],
                           "asm": sorted(here.asm)}))
-    missing = pool.compile((path, "no_such_kernel", target, {}, {}, {}, {}, cache_dir))
+    missing = pool.compile((path, "no_such_kernel", target, {}, {}, {}, {}, cache_dir, ""))
     print(json.dumps({"kernel": "no_such_kernel", "answer": missing}))
     # a worker that dies: its request gets no answer (the caller compiles), and a new worker serves the next
     for worker in list(pool.workers):
@@ -85,7 +86,7 @@ def main(workdir: str) -> None:
         worker.proc.wait()
     signature, constexprs, attrs = SIGNATURES["triton_poi_fused_tanh_0"]
     request = (path, "triton_poi_fused_tanh_0", target, signature, {(3,): 512}, attrs,
-               backend.parse_options({"num_warps": 4}).__dict__, cache_dir)
+               backend.parse_options({"num_warps": 4}).__dict__, cache_dir, "")
     print(json.dumps({"after_kill": [pool.compile(request) is None for _ in range(2)],
                       "then": pool.compile(request)[0], "workers": len(pool.workers)}))
     pool.close()

@@ -29,7 +29,7 @@ log = logging.getLogger("mini_inductor.schedule")
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_worker.py")
 _HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "triton_helpers.py")
 
-MAX_WORKERS = 16   # each holds Triton's modules (about 100 MB)
+MAX_WORKERS = 8    # each holds Triton's modules (about 100 MB)
 # served: compiled by a worker and found in Triton's cache here; recompiled: compiled by a worker, yet
 # this process compiled again (another cache key); failed: the worker raised or died
 stats = {"served": 0, "recompiled": 0, "failed": 0}

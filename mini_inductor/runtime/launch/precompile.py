@@ -330,9 +330,10 @@ def _worker_request(job: CompileJob, found, module_file: str | None):
     if code is None or os.path.abspath(code.co_filename) != os.path.abspath(module_file):
         return None
     from triton import knobs
+    from triton.runtime.cache import triton_key
     _, src, options, target = found
     return (module_file, job.fn.fn.__name__, target, src.signature, src.constants, src.attrs,
-            options.__dict__, knobs.cache.dir)
+            options.__dict__, knobs.cache.dir, triton_key())
 
 
 def _build_launcher(src) -> None:
