@@ -85,3 +85,18 @@ def test_a_fresh_graph_has_every_kernel_compiled_by_a_worker_and_matches_eager(t
 def test_with_compile_workers_off_no_kernel_goes_to_a_worker(tmp_path, monkeypatch):
     counts, _ = _fresh_compile(tmp_path, monkeypatch, workers=False)
     assert counts == {"served": 0, "recompiled": 0, "failed": 0}
+
+
+def test_a_forked_child_does_not_use_its_parents_workers(monkeypatch):
+    pool = compile_pool.Pool(1)
+    monkeypatch.setattr(compile_pool, "_pool", [pool])
+    try:
+        assert compile_pool.running() is pool
+        pid = os.fork()
+        if pid == 0:   # a DataLoader worker, say: the parent's pipes are not its to write
+            os._exit(0 if compile_pool.running() is None else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert compile_pool.running() is pool
+    finally:
+        pool.close()

@@ -65,6 +65,7 @@ class Pool:
 
     def __init__(self, size: int):
         self.size = size
+        self.pid = os.getpid()   # a forked child (a DataLoader worker) must not share the workers' pipes
         self.idle: queue.Queue = queue.Queue()
         self.workers: list[_Worker] = []
         self.started = threading.Event()
@@ -133,6 +134,8 @@ def warm(size: int) -> Pool | None:
     if size <= 0:
         return None
     with _lock:
+        if _pool and _pool[0].pid != os.getpid():
+            _pool.clear()      # forked: the parent's workers answer the parent
         if not _pool:
             _pool.append(Pool(size))
             atexit.register(_pool[0].close)
@@ -140,4 +143,5 @@ def warm(size: int) -> Pool | None:
 
 
 def running() -> Pool | None:
-    return _pool[0] if _pool else None
+    """The pool this process started, if any (not one a forked parent started)."""
+    return _pool[0] if _pool and _pool[0].pid == os.getpid() else None
