@@ -41,6 +41,9 @@ def test_a_kernel_a_worker_compiled_is_a_cache_hit_here_with_the_same_hash_and_f
         assert "cubin" in row["asm"]
     missing = next(r for r in rows if r.get("kernel") == "no_such_kernel")
     assert missing["answer"][0] is False and missing["answer"][1].startswith("LookupError: no function no_such_kernel")
+    other = next(r for r in rows if r.get("kernel") == "other_triton")
+    assert other["answer"][0] is False and "ImportError: the asking process runs the Triton of" in other["answer"][1]
+    assert next(r for r in rows if "unpicklable" in r) == {"unpicklable": [None] * 4, "workers": 2, "idle": 2}
     # both workers killed: their two requests get no answer (the caller compiles), replacements serve on
     killed = next(r for r in rows if "after_kill" in r)
     assert killed == {"after_kill": [True, True], "then": True, "workers": 2}

@@ -40,11 +40,15 @@ class _Worker:
         # compiled kernels, never interpreted ones (the pool is not used under the interpreter; a test
         # running under it may still start one)
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        # this process's module path, so that the worker imports the same Triton (the worker also checks)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # stderr shared (Triton's warnings and IR dumps); a session of its own, so that Ctrl-C in the
+        # terminal stops the compile in this process, not every worker
         self.proc = subprocess.Popen([sys.executable, "-u", _WORKER, _HELPERS], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, env=env)
+                                     stdout=subprocess.PIPE, close_fds=True, env=env, start_new_session=True)
 
-    def ask(self, request) -> tuple:
-        data = pickle.dumps(request)
+    def ask(self, data: bytes) -> tuple:
+        """The answer to a pickled request; any error means the worker is lost."""
         self.proc.stdin.write(struct.pack("<I", len(data)) + data)
         self.proc.stdin.flush()
         header = self.proc.stdout.read(4)
@@ -71,6 +75,7 @@ class Pool:
         self.started = threading.Event()
         self.lock = threading.Lock()
         self.replaced = 0
+        self.closed = False
         threading.Thread(target=self._start, name="mini_inductor_compile_pool", daemon=True).start()
 
     def _start(self) -> None:
@@ -79,26 +84,31 @@ class Pool:
                 worker = _Worker()
                 self.workers.append(worker)
                 self.idle.put(worker)
-        except OSError as e:   # no processes to spare: the kernels compile in threads, as before
+        except Exception as e:  # noqa: BLE001  (no processes to spare: the kernels compile in threads, as before)
             log.debug("starting compile workers failed: %s", e)
         finally:
             self.started.set()
 
     def compile(self, request) -> tuple | None:
         """(True, hash, seconds), (False, error, seconds), or None where no worker could take it."""
+        try:
+            data = pickle.dumps(request)
+        except Exception as e:  # noqa: BLE001  (a value the request cannot carry: this process compiles it)
+            log.debug("a compile request could not be pickled: %s: %s", type(e).__name__, e)
+            return None
         self.started.wait()
         worker = None
         while worker is None:
-            if not self.workers:
+            if not self.workers or self.closed:
                 return None
             try:
                 worker = self.idle.get(timeout=0.5)
             except queue.Empty:
                 continue
         try:
-            answer = worker.ask(request)
-        except (OSError, EOFError, pickle.PickleError) as e:
-            log.debug("compile worker lost: %s", e)
+            answer = worker.ask(data)
+        except Exception as e:  # noqa: BLE001  (a broken pipe, a worker that died, an unreadable answer)
+            log.debug("compile worker lost: %s: %s", type(e).__name__, e)
             worker.close()
             self._replace(worker)
             return None
@@ -115,12 +125,13 @@ class Pool:
             self.replaced += 1
             try:
                 worker = _Worker()
-            except OSError:
+            except Exception:  # noqa: BLE001
                 return
             self.workers.append(worker)
         self.idle.put(worker)
 
     def close(self) -> None:
+        self.closed = True
         for worker in self.workers:
             worker.close()
 

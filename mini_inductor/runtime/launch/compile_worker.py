@@ -6,7 +6,7 @@ Only Triton is imported here (0.2 s), not torch or this package: a worker is rea
 first graph's kernels are generated. It reads requests from stdin and answers on stdout, each a
 pickle behind its 4-byte little-endian length:
 
-    request: (path, name, target, signature, constexprs, attrs, options, cache_dir, triton_key)
+    request: (path, name, target, signature, constexprs, attrs, options, cache_dir, triton_key, triton_file)
     answer:  (True, the compiled kernel's hash, seconds) or (False, "Error: message", seconds)
 
 `path` is a generated module's file and `name` one of its kernels. The worker compiles only that
@@ -16,7 +16,9 @@ libdevice, math and triton_helpers. A kernel that needs anything else fails here
 and the process that asked compiles it itself. The compiled kernel lands in Triton's cache under
 `cache_dir`, where the asking process's own compile of the same specialization finds it.
 `triton_key` is the asking process's hash of Triton's files (part of every cache key), which a worker
-would otherwise compute at its first compile (2.5 to 3.9 s on the H100 machine).
+would otherwise compute at its first compile (2.5 to 3.9 s on the H100 machine). The key is only
+taken from a process whose Triton is this worker's own (`triton_file`, its triton/__init__.py);
+another Triton is an answer of failure.
 """
 from __future__ import annotations
 
@@ -69,18 +71,22 @@ class _Kernels:
 def serve(stdin, stdout, helpers_path: str) -> None:
     import triton
     from triton.compiler import ASTSource
+    import os
     from triton.runtime import cache
     kernels = _Kernels(_load_helpers(helpers_path))
+    own_key, own_file = cache.triton_key, os.path.realpath(triton.__file__)
     while True:
         header = stdin.read(4)
         if len(header) < 4:
             return   # the asking process closed the pipe (or exited)
         request = pickle.loads(stdin.read(struct.unpack("<I", header)[0]))
-        path, name, target, signature, constexprs, attrs, options, cache_dir, key = request
+        path, name, target, signature, constexprs, attrs, options, cache_dir, key, triton_file = request
         began = time.perf_counter()
-        if key:
-            cache.triton_key = lambda: key   # read by cache.get_cache_key through the module's globals
+        # read by cache.get_cache_key through the module's globals
+        cache.triton_key = (lambda: key) if key else own_key
         try:
+            if os.path.realpath(triton_file) != own_file:
+                raise ImportError(f"the asking process runs the Triton of {triton_file}, this worker {own_file}")
             triton.knobs.cache.dir = cache_dir
             fn = kernels.get(path, name)
             kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)

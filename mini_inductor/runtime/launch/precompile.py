@@ -221,8 +221,9 @@ def precompile(module, threads: int, store_dir: str | None = None, static: bool 
         wait_for_triton_setup()   # they compile at their first launch, which needs Triton's hash
     if pending and threads > 0:
         with torch.cuda.device(device):
-            done = compile_all(pending, threads, static, getattr(module, "__file__", None),
-                               compile_pool.running() if workers else None)
+            from triton import knobs   # (with always_compile, a worker's compile would be done again here)
+            pool = compile_pool.running() if workers and not knobs.compilation.always_compile else None
+            done = compile_all(pending, threads, static, getattr(module, "__file__", None), pool)
         for job, kernel in zip(pending, done):
             if kernel is not None:
                 compiled += 1
@@ -329,11 +330,12 @@ def _worker_request(job: CompileJob, found, module_file: str | None):
     code = getattr(getattr(job.fn, "fn", None), "__code__", None)
     if code is None or os.path.abspath(code.co_filename) != os.path.abspath(module_file):
         return None
-    from triton import knobs
-    from triton.runtime.cache import triton_key
+    import triton
     _, src, options, target = found
+    # the last but one, Triton's key, is filled in when the job runs, after Triton's setup thread has
+    # computed it (two threads would each hash Triton's files)
     return (module_file, job.fn.fn.__name__, target, src.signature, src.constants, src.attrs,
-            options.__dict__, knobs.cache.dir, triton_key())
+            options.__dict__, triton.knobs.cache.dir, None, triton.__file__)
 
 
 def _build_launcher(src) -> None:
@@ -406,7 +408,10 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, modu
         wait_for_triton_setup()   # the compiles need Triton's hash; the launcher builds above do not
 
         def run(job, request):
-            answer = pool.compile(request) if request is not None else None
+            answer = None
+            if request is not None:
+                from triton.runtime.cache import triton_key
+                answer = pool.compile(request[:-2] + (triton_key(), request[-1]))
             with torch.cuda.device(device):
                 kernel = job()
             if answer is not None:
