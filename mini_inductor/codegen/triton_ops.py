@@ -443,13 +443,12 @@ class TritonOps:
     def square(self, a): return self._unary("{a} * {a}", a)
     def relu(self, a): return self._unary("tl.where({a} < 0, 0, {a})", a)
     def exp(self, a): return self._unary("tl.exp({a})", a)
-    # exp2, sqrt, rsqrt, floor, ceil, trunc, round and isinf: triton_helpers' float32 forms, which
-    # compile without linking libdevice into the kernel (a 57 ms part of its compile on the H200 machine)
-    def exp2(self, a): return self._unary("triton_helpers.exp2({a})", a)
+    # exp2, sqrt, rsqrt, floor, ceil, trunc and round: PTX instructions for float32 on the GPU (PTX_F32)
+    def exp2(self, a): return self._unary(_ptx_f32("exp2", a), a)
     def log(self, a): return self._unary("tl.log({a})", a)
     def log2(self, a): return self._unary("tl.log2({a})", a)
-    def sqrt(self, a): return self._unary("triton_helpers.sqrt({a})", a)
-    def rsqrt(self, a): return self._unary("triton_helpers.rsqrt({a})", a)
+    def sqrt(self, a): return self._unary(_ptx_f32("sqrt", a), a)
+    def rsqrt(self, a): return self._unary(_ptx_f32("rsqrt", a), a)
     def sin(self, a): return self._unary("tl.sin({a})", a)
     def cos(self, a): return self._unary("tl.cos({a})", a)
     def sigmoid(self, a): return self._unary("tl.sigmoid({a})", a)
@@ -462,10 +461,10 @@ class TritonOps:
         if a.dtype == torch.float32 and BRANCHLESS_MATH:
             return self._unary("triton_helpers.tanh32({a})", a)
         return self._unary("libdevice.tanh({a})", a)
-    def floor(self, a): return self._unary("triton_helpers.floor({a})", a) if a.dtype.is_floating_point else a
-    def ceil(self, a): return self._unary("triton_helpers.ceil({a})", a) if a.dtype.is_floating_point else a
-    def trunc(self, a): return self._unary("triton_helpers.trunc({a})", a) if a.dtype.is_floating_point else a
-    def round(self, a): return self._unary("triton_helpers.nearbyint({a})", a) if a.dtype.is_floating_point else a
+    def floor(self, a): return self._unary(_ptx_f32("floor", a), a) if a.dtype.is_floating_point else a
+    def ceil(self, a): return self._unary(_ptx_f32("ceil", a), a) if a.dtype.is_floating_point else a
+    def trunc(self, a): return self._unary(_ptx_f32("trunc", a), a) if a.dtype.is_floating_point else a
+    def round(self, a): return self._unary(_ptx_f32("round", a), a) if a.dtype.is_floating_point else a
 
     def sign(self, a):
         t = tl_dtype(a.dtype)
@@ -728,6 +727,27 @@ _REDUCE = {
     "min": "triton_helpers.min2({v}, 1)[:, None]",
     "any": "(tl.max({v}.to(tl.int8), 1) != 0)[:, None]",
 }
+
+# float32 math on the GPU as one PTX instruction each (triton_helpers.ptx_f32), not through libdevice,
+# which a kernel calling any of its functions has parsed and linked in (57 ms of its compile on the H200
+# machine, GIL held). exp2 and rsqrt are libdevice's own instructions (flush-to-zero, as Triton compiles
+# libdevice); sqrt is sqrt.rn, correctly rounded as eager's (libdevice's was sqrt.approx.ftz); floor
+# and ceil keep denormals as eager does (libdevice's flushed them: floor(-1e-40) gave -0.0, eager
+# -1.0); trunc and round are libdevice's instructions. The entry after each: what other dtypes get
+# (and what triton_helpers.INTERPRETED runs for the instruction under Triton's interpreter).
+PTX_F32 = {"exp2": ("ex2.approx.ftz.f32", "tl.exp2"), "rsqrt": ("rsqrt.approx.ftz.f32", "tl.rsqrt"),
+           "sqrt": ("sqrt.rn.f32", "tl.sqrt"), "floor": ("cvt.rmi.f32.f32", "tl.floor"),
+           "ceil": ("cvt.rpi.f32.f32", "tl.ceil"), "trunc": ("cvt.rzi.f32.f32", "libdevice.trunc"),
+           "round": ("cvt.rni.f32.f32", "libdevice.nearbyint")}
+
+
+def _ptx_f32(op: str, a) -> str:
+    """The unary format of `op` for the value `a` (PTX_F32)."""
+    instruction, other = PTX_F32[op]
+    if a.dtype == torch.float32:
+        return f'triton_helpers.ptx_f32({{a}}, "{instruction} $0, $1;")'
+    return other + "({a})"
+
 
 # float32 erf and tanh from triton_helpers (erf32, tanh32: no branch per element), not libdevice's erff and
 # tanhf (H200, fp16 GELU over 50M elements: 0.0579 ms against 0.0680; benchmarks/gelu_variants.py, and

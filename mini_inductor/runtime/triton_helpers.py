@@ -177,7 +177,7 @@ def div_floor_float(a, b):
     mod = libdevice.fmod(a, b)
     div = (a - mod) / b
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
-    floored = floor(div)
+    floored = tl.floor(div)
     floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
     zero = tl.where((a / b) < 0, -0.0, 0.0)
     return tl.where(b == 0, a / b, tl.where(div != 0, floored, zero))
@@ -196,99 +196,36 @@ def round_tf32(x):
     return x
 
 
-# float32 math as the single PTX instruction libdevice compiles it to, without libdevice. A kernel
-# that calls any libdevice function has the whole library parsed and linked into it: 57 ms of each
-# such kernel's compile on the H200 machine's host (30 ms on the CPU machine), with the GIL held, so
-# that concurrent compiles wait for it (compile_pool.py). rsqrt and exp2 give libdevice's own
-# instructions (Triton compiles libdevice with flush-to-zero: rsqrt.approx.ftz, ex2.approx.ftz);
-# sqrt is sqrt.rn, correctly rounded as eager's (libdevice's was sqrt.approx.ftz), floor and ceil
-# keep denormals as eager does (libdevice's flushed them: floor(-1e-40) gave -0.0, eager -1.0);
-# trunc and round are libdevice's instructions. Other dtypes take the libdevice functions. Under
-# Triton's interpreter, which cannot run inline assembly, they are the tl and libdevice functions.
+# float32 math as single PTX instructions, without libdevice. A kernel that calls any libdevice
+# function has the whole library parsed and linked into it: 57 ms of each such kernel's compile on
+# the H200 machine's host (30 ms on the CPU machine), with the GIL held, so that concurrent compiles
+# wait for it (compile_pool.py). codegen/triton_ops.py `PTX_F32` emits `ptx_f32` for float32 values;
+# tanh32, erf32 and the flash kernels call `exp2`, libdevice's own instruction (Triton compiles
+# libdevice with flush-to-zero: ex2.approx.ftz). Triton's interpreter cannot run inline assembly: there
+# each instruction is the tl or libdevice function it stands for (INTERPRETED).
+INTERPRETED = {"ex2.approx.ftz.f32": "exp2", "rsqrt.approx.ftz.f32": "rsqrt", "sqrt.rn.f32": "sqrt",
+               "cvt.rmi.f32.f32": "floor", "cvt.rpi.f32.f32": "ceil", "cvt.rzi.f32.f32": "libdevice.trunc",
+               "cvt.rni.f32.f32": "libdevice.nearbyint"}
 
 if interpreting():
     @triton.jit
-    def exp2(x):
-        return tl.exp2(x)
-
-    @triton.jit
-    def rsqrt(x):
-        return tl.rsqrt(x)
-
-    @triton.jit
-    def sqrt(x):
-        return tl.sqrt(x)
-
-    @triton.jit
-    def floor(x):
-        return tl.floor(x)
-
-    @triton.jit
-    def ceil(x):
-        return tl.ceil(x)
-
-    @triton.jit
-    def trunc(x):
-        return libdevice.trunc(x)
-
-    @triton.jit
-    def nearbyint(x):
-        return libdevice.nearbyint(x)
+    def ptx_f32(x, ASM: tl.constexpr):
+        # the function read at each call: runtime/interpreter.py replaces libdevice's after this import
+        name = INTERPRETED[getattr(ASM, "value", ASM).split()[0]]
+        return getattr(libdevice, name[len("libdevice."):])(x) if name.startswith("libdevice.") else getattr(tl, name)(x)
 else:
     @triton.jit
-    def exp2(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return tl.exp2(x)
+    def ptx_f32(x, ASM: tl.constexpr):
+        """`ASM` ("instruction $0, $1;") applied to each float32 element of x."""
+        return tl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
 
-    @triton.jit
-    def rsqrt(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("rsqrt.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return tl.rsqrt(x)
 
-    @triton.jit
-    def sqrt(x):
-        if x.dtype == tl.float32:
-            return tl.sqrt_rn(x)
-        else:
-            return tl.sqrt(x)
-
-    @triton.jit
-    def floor(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("cvt.rmi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return tl.floor(x)
-
-    @triton.jit
-    def ceil(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("cvt.rpi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return tl.ceil(x)
-
-    @triton.jit
-    def trunc(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("cvt.rzi.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return libdevice.trunc(x)
-
-    @triton.jit
-    def nearbyint(x):
-        if x.dtype == tl.float32:
-            return tl.inline_asm_elementwise("cvt.rni.f32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                             is_pure=True, pack=1)
-        else:
-            return libdevice.nearbyint(x)
+@triton.jit
+def exp2(x):
+    if x.dtype == tl.float32:
+        return ptx_f32(x, "ex2.approx.ftz.f32 $0, $1;")
+    else:
+        return tl.exp2(x)
 
 
 @triton.jit
