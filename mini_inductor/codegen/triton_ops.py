@@ -360,7 +360,7 @@ class TritonOps:
         if isinstance(other, CSEVar):
             return self.k.emit(f"tl.where({mask}, {value}, {other})", value.dtype)
         if value.dtype == torch.bool:
-            lit = "1" if other else "0"
+            lit = "True" if other else "False"   # 1 would make the value int32 (a looped reduction's accumulator too)
         elif value.dtype.is_floating_point:
             lit = _float_literal(float(other))
         else:

@@ -342,3 +342,21 @@ def test_norms_gelus_softmax_and_rounding_kernels_compile_without_linking_libdev
         found[fn.__name__] = libdevice_links(seen)
     assert len(found["f"]) >= 2 and all(n == 0 for _, n in found["f"]), found["f"]
     assert found["g"] and all(n == 1 for _, n in found["g"]), found["g"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_looped_any_over_a_bool_padded_with_true_compiles(dynamic):
+    # fuzz seed 4512 (--autograd --dynamic), program 88: the pad's `other` was the literal 1, which
+    # turned the bool into int32 and the looped reduction's bool accumulator with it; Triton refuses a
+    # loop-carried variable that changes type (the interpreter ran it)
+    def f(x):
+        return F.pad(torch.isnan(x) | (x > 0), (2, 0, 1, 0), value=True).any(0)
+    x = torch.randn(3000, 5)
+    x[::7] = float("nan")
+    with launches() as seen:
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=dynamic)
+        for rows in (3000, 2500):
+            torch.testing.assert_close(compiled(x[:rows]), f(x[:rows]))
+    names = compile_all(seen)
+    assert any("red" in n for n in names), names
