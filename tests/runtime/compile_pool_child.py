@@ -53,6 +53,12 @@ SIGNATURES = {
 }
 
 
+def request(path, name, target, signature, constexprs, attrs, options, cache_dir, key, triton_file) -> dict:
+    """A compile worker's request (compile_worker.py), as precompile._worker_request makes it."""
+    return dict(path=path, name=name, target=target, signature=signature, constexprs=constexprs, attrs=attrs,
+                options=options, cache_dir=cache_dir, triton_key=key, triton_file=triton_file)
+
+
 def main(workdir: str) -> None:
     from mini_inductor.runtime.launch import compile_pool
     cache_dir = os.path.join(workdir, "triton_cache")
@@ -72,34 +78,34 @@ def main(workdir: str) -> None:
     for name, (signature, constexprs, attrs) in SIGNATURES.items():
         fn = getattr(module, name)
         options = backend.parse_options({"num_warps": 4, "debug": fn.debug})
-        answer = pool.compile((path, fn.fn.__name__, target, signature, constexprs, attrs, options.__dict__,
-                               cache_dir, triton_key(), triton.__file__))
+        answer = pool.compile(request(path, fn.fn.__name__, target, signature, constexprs, attrs, options.__dict__,
+                                      cache_dir, triton_key(), triton.__file__))
         hits.clear()
         here = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
         print(json.dumps({"kernel": name, "answer": answer, "hash": here.hash, "cache_hit": hits == [True],
                           "asm": sorted(here.asm)}))
-    missing = pool.compile((path, "no_such_kernel", target, {}, {}, {}, {}, cache_dir, "", triton.__file__))
+    missing = pool.compile(request(path, "no_such_kernel", target, {}, {}, {}, {}, cache_dir, "", triton.__file__))
     print(json.dumps({"kernel": "no_such_kernel", "answer": missing}))
     # another Triton in the asking process: refused (its key would stamp this worker's binaries)
     signature, constexprs, attrs = SIGNATURES["triton_poi_fused_tanh_0"]
-    other = pool.compile((path, "triton_poi_fused_tanh_0", target, signature, {(3,): 256}, attrs,
-                          backend.parse_options({"num_warps": 4}).__dict__, cache_dir, triton_key(),
-                          "/elsewhere/triton/__init__.py"))
+    other = pool.compile(request(path, "triton_poi_fused_tanh_0", target, signature, {(3,): 256}, attrs,
+                                 backend.parse_options({"num_warps": 4}).__dict__, cache_dir, triton_key(),
+                                 "/elsewhere/triton/__init__.py"))
     print(json.dumps({"kernel": "other_triton", "answer": other}))
     # requests that cannot be pickled get no answer, and leave every worker in the pool (twice the
     # workers' number of them)
-    unpicklable = [pool.compile((path, "triton_poi_fused_tanh_0", target, signature, {(3,): lambda: 0}, attrs,
-                                 {}, cache_dir, "", triton.__file__)) for _ in range(4)]
+    unpicklable = [pool.compile(request(path, "triton_poi_fused_tanh_0", target, signature, {(3,): lambda: 0},
+                                        attrs, {}, cache_dir, "", triton.__file__)) for _ in range(4)]
     print(json.dumps({"unpicklable": unpicklable, "workers": len(pool.workers), "idle": pool.idle.qsize()}))
     # a worker that dies: its request gets no answer (the caller compiles), and a new worker serves the next
     for worker in list(pool.workers):
         worker.proc.kill()
         worker.proc.wait()
     signature, constexprs, attrs = SIGNATURES["triton_poi_fused_tanh_0"]
-    request = (path, "triton_poi_fused_tanh_0", target, signature, {(3,): 512}, attrs,
-               backend.parse_options({"num_warps": 4}).__dict__, cache_dir, "", triton.__file__)
-    print(json.dumps({"after_kill": [pool.compile(request) is None for _ in range(2)],
-                      "then": pool.compile(request)[0], "workers": len(pool.workers)}))
+    again = request(path, "triton_poi_fused_tanh_0", target, signature, {(3,): 512}, attrs,
+                    backend.parse_options({"num_warps": 4}).__dict__, cache_dir, "", triton.__file__)
+    print(json.dumps({"after_kill": [pool.compile(again) is None for _ in range(2)],
+                      "then": pool.compile(again)[0], "workers": len(pool.workers)}))
     pool.close()
 
 

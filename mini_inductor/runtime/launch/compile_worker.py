@@ -6,7 +6,8 @@ Only Triton is imported here (0.2 s), not torch or this package: a worker is rea
 first graph's kernels are generated. It reads requests from stdin and answers on stdout, each a
 pickle behind its 4-byte little-endian length:
 
-    request: (path, name, target, signature, constexprs, attrs, options, cache_dir, triton_key, triton_file)
+    request: a dict of path, name, target, signature, constexprs, attrs, options, cache_dir,
+             triton_key and triton_file
     answer:  (True, the compiled kernel's hash, seconds) or (False, "Error: message", seconds)
 
 `path` is a generated module's file and `name` one of its kernels. The worker compiles only that
@@ -80,16 +81,17 @@ def serve(stdin, stdout, helpers_path: str) -> None:
         if len(header) < 4:
             return   # the asking process closed the pipe (or exited)
         request = pickle.loads(stdin.read(struct.unpack("<I", header)[0]))
-        path, name, target, signature, constexprs, attrs, options, cache_dir, key, triton_file = request
+        r = request
         began = time.perf_counter()
         # read by cache.get_cache_key through the module's globals
-        cache.triton_key = (lambda: key) if key else own_key
+        cache.triton_key = (lambda key=r["triton_key"]: key) if r["triton_key"] else own_key
         try:
-            if os.path.realpath(triton_file) != own_file:
-                raise ImportError(f"the asking process runs the Triton of {triton_file}, this worker {own_file}")
-            triton.knobs.cache.dir = cache_dir
-            fn = kernels.get(path, name)
-            kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+            if os.path.realpath(r["triton_file"]) != own_file:
+                raise ImportError(f"the asking process runs the Triton of {r['triton_file']}, this worker {own_file}")
+            triton.knobs.cache.dir = r["cache_dir"]
+            fn = kernels.get(r["path"], r["name"])
+            kernel = triton.compile(ASTSource(fn, r["signature"], r["constexprs"], r["attrs"]), target=r["target"],
+                                    options=r["options"])
             answer = (True, kernel.hash, time.perf_counter() - began)
         except BaseException as e:  # noqa: BLE001  (reported to the asking process, which compiles it)
             answer = (False, f"{type(e).__name__}: {e}"[:2000], time.perf_counter() - began)

@@ -332,10 +332,11 @@ def _worker_request(job: CompileJob, found, module_file: str | None):
         return None
     import triton
     _, src, options, target = found
-    # the last but one, Triton's key, is filled in when the job runs, after Triton's setup thread has
-    # computed it (two threads would each hash Triton's files)
-    return (module_file, job.fn.fn.__name__, target, src.signature, src.constants, src.attrs,
-            options.__dict__, triton.knobs.cache.dir, None, triton.__file__)
+    # triton_key is filled in when the job runs, after Triton's setup thread has computed it (two
+    # threads would each hash Triton's files)
+    return dict(path=module_file, name=job.fn.fn.__name__, target=target, signature=src.signature,
+                constexprs=src.constants, attrs=src.attrs, options=options.__dict__,
+                cache_dir=triton.knobs.cache.dir, triton_file=triton.__file__)
 
 
 def _build_launcher(src) -> None:
@@ -411,7 +412,7 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, modu
             answer = None
             if request is not None:
                 from triton.runtime.cache import triton_key
-                answer = pool.compile(request[:-2] + (triton_key(), request[-1]))
+                answer = pool.compile(dict(request, triton_key=triton_key()))
             with torch.cuda.device(device):
                 kernel = job()
             if answer is not None:
