@@ -131,6 +131,8 @@ def save_adopted(nodes, grads) -> None:
     (`ref.baseline`) and the holders known, one scan of Python's objects looks for the others (a view
     of `.grad`) for every such storage at once; they move with the known ones, so that tensors sharing
     a storage keep sharing one."""
+    if not _any_adopted_held(nodes):
+        return
     items, holders, unexplained = [], [], {}
     for node in nodes:
         for i in node.adopted:
@@ -150,6 +152,23 @@ def save_adopted(nodes, grads) -> None:
         move_out_of_pool(list({id(t): t for t in holders}.values()))
     for node, i in items:
         node.adopted_moved(i)
+
+
+def _any_adopted_held(nodes) -> bool:
+    """Whether any adopted output of `nodes` may be live (`adopted_live`), in one loop: the usual
+    step ends with none held, and the question is asked of every parameter's gradient. A False is
+    exact; a True may not be (an output whose liveness also reads its `extra`: a rebuilt one)."""
+    uses = torch._C._storage_Use_Count
+    for node in nodes:
+        refs = node.outputs_refs
+        cached = getattr(node, "cached_outputs", None)   # (a warmup node has none)
+        for i in node.adopted:
+            ref = refs[i]
+            if uses(ref.ref.cdata) > ref.baseline:
+                return True
+            if ref.extra is not None and not (cached and cached[i] is not None):
+                return True
+    return False
 
 
 def _recorded_holders(node, i: int, grads) -> list:
@@ -369,9 +388,8 @@ class GraphNode:
         if not ptrs_equal(inputs, self.ptrs, self.managed_idxs):
             return Check.MANAGED_MOVED
         path = self.path_refs
-        for d, i in self.dead_before:
-            if is_live(path[d][i]):
-                return Check.DEAD_BEFORE_LIVE
+        if self.dead_before and _any_live(path, self.dead_before):
+            return Check.DEAD_BEFORE_LIVE
         if not ptrs_equal(inputs, self.ptrs, self.nonmanaged_static_idxs):
             if not self.rerecord_on_static_move:
                 raise RuntimeError(self.mismatch_text(Check.STATIC_MOVED, inputs))
@@ -381,9 +399,8 @@ class GraphNode:
         for i in self.managed_idxs:
             if i not in self.preserved:   # kept alive until the aliasing output is rebuilt on it
                 inputs[i] = None
-        for d, i in self.dead_after:
-            if is_live(path[d][i]):
-                raise RuntimeError(DEALLOC_MISMATCH)
+        if self.dead_after and _any_live(path, self.dead_after):
+            raise RuntimeError(DEALLOC_MISMATCH)
         return Check.SUCCESS
 
     def other_static_tensor(self, status: Check, inputs: list) -> bool:
@@ -437,36 +454,38 @@ class GraphNode:
             self._build_cached_outputs()
         cached = self.cached_outputs
         refs = self.outputs_refs
+        adopted, handed = self.adopted, self.handed
+        pins = 2 if self.pinned else 0   # a backward's pins: two references to each cached output not adopted
+        refcount, uses = sys.getrefcount, torch._C._storage_Use_Count
         outs: list = []
         storages: dict[int, torch.UntypedStorage] = {}
         # a cached output's liveness (StorageRef.alive with _only_tree_holds as its `extra`) written
-        # out here, without two Python calls an output: a training step checks tens of them
+        # out here, without two Python calls an output: a training step checks tens of them. The
+        # references a cached output has when only the tree holds it: the cached list, `c`,
+        # getrefcount's argument, the pins, and the C++ side's when it holds one; anything more (the
+        # caller kept the tensor, or a view of its storage) means this replay overwrites it.
         for i, kind in enumerate(self.kinds):
+            c = cached[i]
+            if c is not None:
+                ref = refs[i]
+                if i in adopted:   # a new tensor object each replay, that autograd may adopt
+                    if refcount(c) != 3 + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
+                        c = self._retire_cached(i)
+                    c = c.detach()
+                    handed[i] = weakref.ref(c)
+                else:
+                    if refcount(c) != 3 + pins + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
+                        c = self._retire_cached(i)
+                    if c.requires_grad or c._backward_hooks is not None or c.grad is not None:
+                        _fresh_autograd_state(c)
+                outs.append(c)
+                continue
             k = kind[0]
             if k == _VALUE:
                 outs.append(kind[1])
                 continue
             if k == _STATIC:
                 outs.append(self.static_outputs[i])
-                continue
-            if cached[i] is not None:
-                # checked before any local name refers to it: the refcount counts the list's reference,
-                # getrefcount's argument, the pins and the C++ side's when it holds one; anything more
-                # (the caller kept the tensor, or a view of its storage) means this replay overwrites it
-                # (the pins read each time: a backward's retire below pins every cached output)
-                ref = refs[i]
-                pins = 2 if self.pinned and i not in self.adopted else 0
-                if (sys.getrefcount(cached[i]) != 2 + pins + (cached[i]._use_count() > 1)
-                        or torch._C._storage_Use_Count(ref.ref.cdata) > ref.baseline):
-                    t = self._retire_cached(i)
-                else:
-                    t = cached[i]
-                if i in self.adopted:   # a new tensor object each replay, that autograd may adopt
-                    t = t.detach()
-                    self.handed[i] = weakref.ref(t)
-                else:
-                    _fresh_autograd_state(t)
-                outs.append(t)
                 continue
             meta = self.metas[i]
             if k == _FRESH:
@@ -477,7 +496,7 @@ class GraphNode:
                 cdata = self.path_refs[kind[1]][kind[2]].cdata()
                 st = torch.UntypedStorage._new_with_weak_ptr(cdata) if cdata is not None else storage_at(meta)
             storages[i] = st
-            self.outputs_refs[i].swap(st)
+            refs[i].swap(st)
             outs.append(tensor_on(meta, st))
         return outs
 
@@ -629,8 +648,7 @@ class GraphNode:
         return [path[d][i] for d, i in self.live_after if is_live(path[d][i])]
 
     def all_outputs_dead(self) -> bool:
-        path = self.path_refs
-        return not any(is_live(path[d][i]) for d, i in self.live_after)
+        return not _any_live(self.path_refs, self.live_after)
 
     def dead_since_recording(self) -> list[int]:
         path = self.path_refs
@@ -650,9 +668,22 @@ class GraphNode:
                 yield from c.all_nodes()
 
 
+def _any_live(path: list, pairs: list) -> bool:
+    """Whether any output of the path at (level, index) `pairs` is live: `is_live` written out for the
+    checks every call makes, the storage's use count (the cheaper question) asked first."""
+    uses = torch._C._storage_Use_Count
+    for d, i in pairs:
+        r = path[d][i]
+        if r is not None and (uses(r.ref.cdata) > r.baseline or (r.extra is not None and not r.extra())):
+            return True
+    return False
+
+
 def _fresh_autograd_state(t: torch.Tensor) -> None:
     """A reused output object hands over no hooks, gradient or requires_grad the user gave the last
-    iteration's output (autograd sets its own on the new result)."""
+    iteration's output (autograd sets its own on the new result). Called where the output requires
+    grad, has hooks or a gradient (`_rebuild_outputs` asks first: most outputs have none of them; a
+    post-accumulate hook needs requires_grad to be registered)."""
     if t._backward_hooks is not None:
         t._backward_hooks = None   # register_hook makes a new OrderedDict (it keeps a weak reference to it)
     if t.is_leaf:

@@ -339,11 +339,13 @@ class TreeManager:
     def _try_end_execution(self) -> bool:
         if self.current is None or self.state == "recording":
             return self.current is None
-        if self._new_generation_allowed() or self.current.all_outputs_dead():
+        if self._new_generation_allowed():
             self._save_adopted(self._path_nodes())
-            self._set_current(None)
-            return True
-        return False
+        elif not self.current.all_outputs_dead():
+            return False
+        # (all dead: so are the adopted gradients, outputs like the others, and nothing is left to move)
+        self._set_current(None)
+        return True
 
     def _save_adopted(self, nodes) -> None:
         """Adopted gradients of `nodes` still held move out of the pool before it is written again."""
@@ -560,7 +562,8 @@ MAX_GRADIENT_SOURCES = 64
 def note_gradient_source(device: int, edges) -> None:
     """A backward call whose parameters' gradients autograd adopts in the pool: its autograd node's
     edges (gradients.current_backward_edges)."""
-    manager = get_manager(device)
+    box = _containers.get(device)   # (one dict read, atomic: no lock on the per-call path)
+    manager = box.manager if box is not None else None
     if manager is not None:
         if len(manager.gradient_sources) >= MAX_GRADIENT_SOURCES:   # a path that never ends: the oldest
             del manager.gradient_sources[0]                          # go (their holders are found by a scan)
@@ -570,8 +573,11 @@ def note_gradient_source(device: int, edges) -> None:
 def backward_ran(device: int | None) -> None:
     """A backward ran (graphed or not): no forward of that device (of every device, when the
     backward's device is unknown) waits for its backward any more."""
-    with _lock:
-        boxes = [_containers.get(device)] if device is not None else list(_containers.values())
+    if device is not None:
+        boxes = [_containers.get(device)]   # (one dict read, atomic: no lock on the per-call path)
+    else:
+        with _lock:
+            boxes = list(_containers.values())
     for box in boxes:
         if box is not None and box.manager is not None:
             box.manager.set_to_running_backward()

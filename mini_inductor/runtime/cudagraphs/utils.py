@@ -383,19 +383,21 @@ class FunctionInfo:
     adoptable: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
-        self._static = frozenset(self.static_idxs)   # (membership tests on every call: sizes_key)
+        self._static = frozenset(self.static_idxs)
+        self._keyed: tuple[int, ...] = ()   # the inputs sizes_key reads, for calls of `_keyed_n` inputs
+        self._keyed_n = -1
 
     def sizes_key(self, inputs: list) -> tuple | None:
         """What a recording of a dynamic function is specialized to: its ints and its tensors' shapes
         (but the static inputs', which never change: parameters are most of a partition's inputs, and
-        the tree asks for the key on every call)."""
+        the tree asks for the key on every call). A shape is its torch.Size, a tuple."""
         if not self.dynamic:
             return None
-        static = self._static
-        if not static:
-            return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in inputs)
-        return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x
-                     for i, x in enumerate(inputs) if i not in static)
+        if self._keyed_n != len(inputs):
+            self._keyed_n = len(inputs)
+            self._keyed = tuple(i for i in range(len(inputs)) if i not in self._static)
+        keyed = self._keyed
+        return tuple(inputs[i].shape if isinstance(inputs[i], torch.Tensor) else inputs[i] for i in keyed)
 
     def trace_of(self, i: int) -> str | None:
         return self.output_traces[i] if self.output_traces and i < len(self.output_traces) else None
