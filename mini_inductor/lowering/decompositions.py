@@ -31,6 +31,9 @@ _KEEP_WHOLE = {aten.var_mean.correction, aten.var.correction,
                aten.take.default,  # lowered as an indirect load (its decomposition reads a size from data)
                aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,  # a gather (torch's: index_put)
                aten.addmm.default,  # lowered as mm + epilogue (torch's decomposition computes it in fp32)
+               # views lowered whole (view_lowerings.py): their decompositions, through torch's refs, cost
+               # 64 ms of the 0.9 s AOT autograd took over ViT-B/16's 133 of them (CPU machine)
+               aten.t.default, aten.transpose.int,
                # attention stays one library call (its decompositions also change output strides)
                aten._scaled_dot_product_flash_attention_for_cpu.default,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
