@@ -462,21 +462,25 @@ class GraphNode:
         # a cached output's liveness (StorageRef.alive with _only_tree_holds as its `extra`) written
         # out here, without two Python calls an output: a training step checks tens of them. The
         # references a cached output has when only the tree holds it: the cached list, `c`,
-        # getrefcount's argument, the pins, and the C++ side's when it holds one; anything more (the
+        # getrefcount's argument (`cached[i]`, a new reference on every Python: a local's may be
+        # borrowed from 3.14), the pins, and the C++ side's when it holds one; anything more (the
         # caller kept the tensor, or a view of its storage) means this replay overwrites it.
         for i, kind in enumerate(self.kinds):
             c = cached[i]
             if c is not None:
                 ref = refs[i]
                 if i in adopted:   # a new tensor object each replay, that autograd may adopt
-                    if refcount(c) != 3 + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
+                    if refcount(cached[i]) != 3 + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
                         c = self._retire_cached(i)
+                        pins = 2 if self.pinned else 0
                     c = c.detach()
                     handed[i] = weakref.ref(c)
                 else:
-                    if refcount(c) != 3 + pins + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
+                    if refcount(cached[i]) != 3 + pins + (c._use_count() > 1) or uses(ref.ref.cdata) > ref.baseline:
                         c = self._retire_cached(i)
-                    if c.requires_grad or c._backward_hooks is not None or c.grad is not None:
+                        pins = 2 if self.pinned else 0   # (a backward's retire pins every cached output)
+                    if c.requires_grad or c._backward_hooks is not None or c.grad is not None \
+                            or getattr(c, "_post_accumulate_grad_hooks", None):
                         _fresh_autograd_state(c)
                 outs.append(c)
                 continue
@@ -682,8 +686,9 @@ def _any_live(path: list, pairs: list) -> bool:
 def _fresh_autograd_state(t: torch.Tensor) -> None:
     """A reused output object hands over no hooks, gradient or requires_grad the user gave the last
     iteration's output (autograd sets its own on the new result). Called where the output requires
-    grad, has hooks or a gradient (`_rebuild_outputs` asks first: most outputs have none of them; a
-    post-accumulate hook needs requires_grad to be registered)."""
+    grad, has hooks or a gradient (`_rebuild_outputs` asks first: most outputs have none of them).
+    A post-accumulate hook outlives requires_grad_(False), and would fire again once the output
+    requires grad anew."""
     if t._backward_hooks is not None:
         t._backward_hooks = None   # register_hook makes a new OrderedDict (it keeps a weak reference to it)
     if t.is_leaf:

@@ -384,8 +384,8 @@ class FunctionInfo:
 
     def __post_init__(self) -> None:
         self._static = frozenset(self.static_idxs)
-        self._keyed: tuple[int, ...] = ()   # the inputs sizes_key reads, for calls of `_keyed_n` inputs
-        self._keyed_n = -1
+        # the inputs sizes_key reads, for calls of n inputs: (n, positions), one tuple (threads share it)
+        self._keyed: tuple[int, tuple[int, ...]] = (-1, ())
 
     def sizes_key(self, inputs: list) -> tuple | None:
         """What a recording of a dynamic function is specialized to: its ints and its tensors' shapes
@@ -393,10 +393,10 @@ class FunctionInfo:
         the tree asks for the key on every call). A shape is its torch.Size, a tuple."""
         if not self.dynamic:
             return None
-        if self._keyed_n != len(inputs):
-            self._keyed_n = len(inputs)
-            self._keyed = tuple(i for i in range(len(inputs)) if i not in self._static)
-        keyed = self._keyed
+        n, keyed = self._keyed
+        if n != len(inputs):
+            keyed = tuple(i for i in range(len(inputs)) if i not in self._static)
+            self._keyed = (len(inputs), keyed)
         return tuple(inputs[i].shape if isinstance(inputs[i], torch.Tensor) else inputs[i] for i in keyed)
 
     def trace_of(self, i: int) -> str | None:
