@@ -15,7 +15,6 @@ import torch
 from torch._dynamo import disable
 from torch._dynamo.utils import counters, flatten_graph_inputs
 from torch._functorch.aot_autograd import aot_module_simplified
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import metrics
 from .caching import PROCESS, dynamo_cache, front_cache
@@ -24,6 +23,7 @@ from .debug import trace as debug_trace
 from .debug.logs import follow_torch_logs
 from .lowering.decompositions import decomposition_table, undo_split_fma
 from .lowering.early_decompositions import early_decompositions_checked
+from .partition import min_cut_partition
 from .pipeline import compile_graph
 from .runtime.cudagraphs.trees import reset as reset_cudagraph_trees
 from .runtime.forward_ad import ForwardADAware
@@ -146,8 +146,8 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
 
     This is what torch's `torch._dynamo.backends.common.aot_autograd` helper does, less its
     debug-logging context: that context's module imports most of Inductor, which cost 0.5-0.8 s of
-    every first call on the H100 machine (cold or warm) for a backend that uses none of it. (A
-    training graph still pays it: the min-cut partitioner's CSE pass imports Inductor's pattern matcher.)
+    every first call on the H100 machine (cold or warm) for a backend that uses none of it. The
+    partitioner's own CSE would import Inductor's pattern matcher too: partition.py does that CSE.
     """
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         return flatten_graph_inputs(gm, example_inputs,
@@ -169,7 +169,7 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
                 bw_compiler=backward_compiler,
                 inference_compiler=compilers["inference"],
                 decompositions=decomposition_table(),
-                partition_fn=min_cut_rematerialization_partition,
+                partition_fn=min_cut_partition,
             )
     except Exception:
         counters["aot_autograd"]["not_ok"] += 1
