@@ -86,15 +86,18 @@ def test_the_joint_graph_cse_gives_torchs_graph(case, dynamic):
     assert merged > 0 or case == "resnet_batch_norm", "nothing merged: the case tests nothing"
 
 
-def test_a_training_compile_imports_no_inductor_lowering():
+def test_neither_an_inference_nor_a_training_compile_imports_inductors_lowerings():
     # torch's partitioner CSE imports torch._inductor.pattern_matcher, which imports Inductor's lowerings
     # and templates: about a second of every process's first training compile
     code = ("import sys, json, torch, mini_inductor\n"
             "from mini_inductor.examples import MLPWithNorm\n"
+            "heavy = ('torch._inductor.pattern_matcher', 'torch._inductor.lowering')\n"
+            "with torch.no_grad():\n"
+            "    torch.compile(MLPWithNorm(16, 32, 2), backend='mini_inductor')(torch.randn(4, 16))\n"
+            "inference = [n for n in heavy if n in sys.modules]\n"
             "m = torch.compile(MLPWithNorm(16, 32, 2), backend='mini_inductor')\n"
             "m(torch.randn(4, 16)).sum().backward()\n"
-            "print('RESULT ' + json.dumps([n for n in ('torch._inductor.pattern_matcher', 'torch._inductor.lowering')"
-            " if n in sys.modules]))\n")
+            "print('RESULT ' + json.dumps(inference + [n for n in heavy if n in sys.modules]))\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
