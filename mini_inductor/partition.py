@@ -11,7 +11,8 @@ tests/lowering/test_joint_cse.py):
 
   - a node is merged into an earlier one with the same target and the same arguments (earlier
     nodes standing for merged ones; a constant's type counts, so 1, 1.0 and True differ; a symbolic
-    number counts as its expression node),
+    number counts as its expression node), where a float is its exact value: torch's CSE takes
+    `x * -0.0` for `x * 0.0` (they compare equal), so that 1 / (x * -0.0) gave +inf (torch 2.13),
   - but not across a mutation (each mutating op starts a new region: an op whose schema says it
     writes, an `out=` call, or a Python callable named like an in-place op),
   - and never: placeholders, outputs, get_attr nodes, random ops (torch's list), `aten.empty`,
@@ -127,6 +128,8 @@ def _canonical(value, env: dict) -> Any:
         return ("dict", tuple((k, _canonical(v, env)) for k, v in value.items()))
     if isinstance(value, slice):
         return ("slice", _canonical((value.start, value.stop, value.step), env))
+    if isinstance(value, (float, complex)):
+        return (type(value), repr(value))   # -0.0 is not 0.0 here (x * -0.0 is not x * 0.0), NaN is NaN
     try:
         hash(value)
     except TypeError:

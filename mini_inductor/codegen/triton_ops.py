@@ -115,6 +115,21 @@ def _float_literal(v: float) -> str:
     return repr(float(v))
 
 
+# Triton makes every float constant equal to 0 its null value, +0.0 (`tl.full([1], -0.0, ...)` and a -0.0
+# operand are +0.0: semantic.scalar_constant), and its unary minus is 0 - x (+0.0 for x = +0.0): so
+# -0.0 is written as its bits, and a float's negation as x * -1, to keep eager's sign of zero
+_SIGN_BIT = {torch.float16: ("tl.int16", -2 ** 15), torch.bfloat16: ("tl.int16", -2 ** 15),
+             torch.float32: ("tl.int32", -2 ** 31), torch.float64: ("tl.int64", -2 ** 63)}
+
+
+def _negative_zero(v: float, dtype: torch.dtype) -> str | None:
+    """-0.0 of `dtype` as a Triton expression when `v` is -0.0, else None."""
+    if v != 0 or math.copysign(1.0, v) > 0 or dtype not in _SIGN_BIT:
+        return None
+    int_type, bits = _SIGN_BIT[dtype]
+    return f"tl.full([1], {bits}, {int_type}).to({tl_dtype(dtype)}, bitcast=True)"
+
+
 def _both_bool(a, b) -> bool:
     return getattr(a, "dtype", None) == torch.bool and getattr(b, "dtype", None) == torch.bool
 
@@ -261,6 +276,8 @@ class TritonOps:
         if dtype == torch.bool:
             lit = "1" if value else "0"
         elif dtype.is_floating_point:
+            if (zero := _negative_zero(float(value), dtype)) is not None:
+                return self.k.emit(zero, dtype)
             lit = _float_literal(float(value))
         else:
             lit = str(int(value))
@@ -362,7 +379,7 @@ class TritonOps:
         if value.dtype == torch.bool:
             lit = "True" if other else "False"   # 1 would make the value int32 (a looped reduction's accumulator too)
         elif value.dtype.is_floating_point:
-            lit = _float_literal(float(other))
+            lit = _negative_zero(float(other), value.dtype) or _float_literal(float(other))
         else:
             lit = str(int(other))
         return self.k.emit(f"tl.where({mask}, {value}, {lit})", value.dtype)
@@ -437,7 +454,9 @@ class TritonOps:
         return self._binary("tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, triton_helpers.minimum({a}, {b})))",
                             a, b)
 
-    def neg(self, a): return self._unary("-{a}", a)
+    def neg(self, a):   # (a float's as x * -1: Triton's -x is 0 - x, +0.0 where eager gives -0.0)
+        return self._unary("{a} * -1" if getattr(a, "dtype", None) is not None and a.dtype.is_floating_point
+                           else "-{a}", a)
     def abs(self, a): return self._unary("tl.abs({a})", a)
     def reciprocal(self, a): return self._unary("1 / {a}", a)
     def square(self, a): return self._unary("{a} * {a}", a)

@@ -131,3 +131,25 @@ def test_duplicates_merge_within_a_mutation_region_only_and_random_ops_never():
     assert targets == ["aten.sin.default", "aten.add_.Tensor", "aten.sin.default", "aten.mul.Tensor",
                        "aten.mul.Tensor", "aten.rand_like.default", "aten.rand_like.default"]
     assert _listing(ours) == _listing(fx_graph_cse(_graph_with_a_mutation()))
+
+
+def test_a_negative_zero_constant_is_not_merged_with_zero():
+    # torch's CSE merges x * -0.0 into x * 0.0 (the two compare equal): 1 / (x * -0.0) then gives +inf
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(aten.mul.Tensor, (x, 0.0))
+    b = g.call_function(aten.mul.Tensor, (x, -0.0))
+    g.output((g.call_function(aten.reciprocal.default, (a,)), g.call_function(aten.reciprocal.default, (b,))))
+    merged = torch.fx.GraphModule(torch.nn.Module(), joint_graph_cse(g))
+    pos, neg = merged(torch.ones(2))
+    assert pos.tolist() == [float("inf")] * 2 and neg.tolist() == [float("-inf")] * 2
+
+
+def test_a_training_graph_keeps_the_sign_of_zero_as_eager():
+    f = lambda x: (1 / (x * 0.0) + x, 1 / (x * -0.0) + x)   # noqa: E731
+    x = torch.ones(3, requires_grad=True)
+    expected = f(x)
+    got = torch.compile(f, backend="mini_inductor")(x)
+    for e, g in zip(expected, got):
+        assert torch.equal(e, g)
