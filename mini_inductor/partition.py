@@ -39,9 +39,14 @@ try:
     from torch._higher_order_ops.auto_functionalize import AutoFunctionalized as _AUTO_FUNCTIONALIZED
 except ImportError:   # (no such op in this torch: nothing is one)
     _AUTO_FUNCTIONALIZED = ()
-# a Python callable that writes in place by its name: one trailing underscore (`add_`), a dotted
-# in-place method (`x_.y`), or the words set, enter, exit or seed
-_IN_PLACE_NAME = re.compile(r"(?<!_)(_$|_[.]|(\b|_)(set|enter|exit|seed)(\b|_))(?!_)")
+_STATEFUL_WORDS = frozenset({"set", "enter", "exit", "seed"})
+
+
+def _named_in_place(name: str) -> bool:
+    """A Python callable or method that may write in place, by its name: a trailing underscore (`add_`),
+    an underscore before a dot, or set, enter, exit or seed as a word of it (`manual_seed`). Wider than
+    torch's rule where they differ (a dunder name counts here): a region too many only merges less."""
+    return name.endswith("_") or "_." in name or not _STATEFUL_WORDS.isdisjoint(re.split(r"[\W_]+", name))
 
 
 def min_cut_partition(joint_module: fx.GraphModule, joint_inputs, **kwargs):
@@ -85,7 +90,7 @@ def _mutates(node: fx.Node) -> bool:
         return False
     if node.op in ("call_function", "call_method"):
         name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        if _IN_PLACE_NAME.search(name):
+        if _named_in_place(name):
             return True
     return node.kwargs.get("out") is not None
 

@@ -166,22 +166,17 @@ def start_torch_imports() -> None:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001  (Dynamo imports it itself when it needs it)
             log.debug("importing %s ahead failed: %s: %s", name, type(e).__name__, e)
-    try:
-        from torch._dynamo import funcname_cache
-    except Exception as e:  # noqa: BLE001  (a private torch helper: Dynamo tokenizes them itself then)
-        log.debug("tokenizing torch's sources ahead: no funcname_cache: %s: %s", type(e).__name__, e)
-        funcname_cache = None
 
     def work():
         try:
+            from torch._dynamo import funcname_cache   # (imported with Dynamo already: no new logger)
             for source in TOKENIZED_TORCH_SOURCES:
                 funcname_cache.get_funcname(os.path.join(os.path.dirname(torch.__file__), source), 0)
         except Exception as e:  # noqa: BLE001  (a private torch helper: Dynamo tokenizes them itself then)
             log.debug("tokenizing torch's sources ahead failed: %s: %s", type(e).__name__, e)
         setup_times["imports"] = time.perf_counter()
 
-    thread = threading.Thread(target=work if funcname_cache is not None else (lambda: None),
-                              name="mini_inductor_torch_imports", daemon=True)
+    thread = threading.Thread(target=work, name="mini_inductor_torch_imports", daemon=True)
     _import_thread.append(thread)
     thread.start()
 
