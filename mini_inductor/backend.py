@@ -1,7 +1,7 @@
 """The torch.compile entry: modes, options, AOT autograd wiring, reset.
 
     torch.compile(m, backend="mini_inductor", mode=..., options={...})
-      → the front cache (caching/front_cache.py): an inference graph compiled before, without AOT autograd
+      → the front cache (caching/front_cache.py): a graph compiled before, without AOT autograd
       → AOT autograd (decompositions: lowering/decompositions.py; the min-cut partitioner)
       → pipeline.compile_graph for each inference, forward and backward graph it produces
 """
@@ -42,7 +42,7 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     if cfg.attention_fusion != "off":    # before the front cache: its key is the rewritten graph's
         before = _fuse_attention(gm, example_inputs, traced, cfg.attention_data_masks)
     first = len(metrics.compiled_graphs)
-    front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd (inference graphs)
+    front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd
     hit = front.load()
     if hit is not None:
         return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
@@ -153,7 +153,11 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         return flatten_graph_inputs(gm, example_inputs,
                                     functools.partial(_through_aot_autograd, compilers=compilers))
     counters["aot_autograd"]["total"] += 1
-    backward = compilers["backward"]
+    forward, backward = compilers["forward"], compilers["backward"]
+
+    def forward_compiler(*args, **kwargs):
+        _no_donated_buffers()
+        return forward(*args, **kwargs)
 
     def backward_compiler(*args, **kwargs):
         # Dynamo must neither trace the backward compile nor the backward it returns (both run inside
@@ -165,7 +169,7 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         with early_decompositions_checked(), _rng_saved_in_the_graph():   # refused dtypes reach the table whole
             compiled = aot_module_simplified(
                 gm, example_inputs,
-                fw_compiler=compilers["forward"],
+                fw_compiler=forward_compiler,
                 bw_compiler=backward_compiler,
                 inference_compiler=compilers["inference"],
                 decompositions=decomposition_table(),
@@ -176,6 +180,17 @@ def _through_aot_autograd(gm, example_inputs, compilers: dict):
         raise
     counters["aot_autograd"]["ok"] += 1
     return disable(compiled, reason="mini_inductor's generated graph")
+
+
+def _no_donated_buffers() -> None:
+    """AOT autograd lists the saved tensors a backward may write into (donated buffers: Inductor reuses
+    their memory) and then refuses `backward(retain_graph=True)` on any later step. mini_inductor's
+    backward never writes into its inputs (codegen/wrapper.py reuses only buffers it allocated), so the
+    list is emptied, in place: the forward's context and AOT autograd's outer metadata share it."""
+    ctx = torch._guards.TracingContext.try_get()
+    donated = getattr(getattr(ctx, "fw_metadata", None), "bw_donated_idxs", None)
+    if donated:
+        donated.clear()
 
 
 def _rng_saved_in_the_graph():

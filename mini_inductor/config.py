@@ -150,7 +150,7 @@ class Config:
     # compiled graphs are kept under cache_dir/graphs and reused by later processes (no lowering,
     # scheduling or codegen on a warm start)
     graph_cache: bool = True
-    # with graph_cache: inference graphs are also kept under cache_dir/front, keyed by the Dynamo graph,
+    # with graph_cache: graphs are also kept under cache_dir/front, keyed by the Dynamo graph,
     # so that a warm start skips AOT autograd too (front_cache.py); False keeps only the ATen-graph level
     front_cache: bool = True
     # threads compiling a graph's Triton kernels ahead of its first call (GPU only); 0: each kernel

@@ -14,7 +14,8 @@ functions that need it):
                       conv_layout decides fp32 graphs (the timing itself: lowering/layout_timing.py)
 Compiled graphs, above the runtime and the compiler:
     graph_cache.py    keyed on the ATen graph: a new process skips lowering, scheduling and codegen
-    front_cache.py    keyed on Dynamo's graph: a hit skips AOT autograd as well (inference graphs)
+    front_cache.py    keyed on Dynamo's graph: a hit skips AOT autograd as well (inference graphs, and
+                      training graphs through front_autograd.py)
     dynamo_cache.py   torch's Dynamo cache (opt-in): a hit skips Dynamo's tracing as well
     lookup.py         memory, then disk: `from_memory`, `rebuild` (the one way from an entry back to a
                       CompiledGraph), `keep`

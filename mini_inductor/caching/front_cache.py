@@ -1,4 +1,4 @@
-"""The second level of the on-disk cache: a Dynamo graph → its compiled inference graph, no AOT autograd.
+"""The second level of the on-disk cache: a Dynamo graph → its compiled graphs, no AOT autograd.
 
 graph_cache.py keys a compiled graph on the ATen graph, which only AOT autograd (fake-tensor tracing,
 functionalization, decompositions) can produce: a warm start still pays for AOT autograd. This level
@@ -8,6 +8,11 @@ keys on the graph the backend receives from Dynamo, so that a hit calls no AOT a
     forward = front.load()                     # a hit: the callable Dynamo gets; None: a miss
     compilers = {kind: front.watch(kind, compiler) ...}   # sees what AOT autograd compiles
     front.store()                              # after AOT autograd: an entry, when one is safe
+
+A training graph (grad mode on and an input that requires grad) gets a training entry: its forward and
+backward graphs and AOT autograd's metadata, from which a hit builds AOT autograd's autograd.Function
+with torch's own code (front_autograd.py). It is written at the first backward, when AOT autograd
+compiles the backward graph.
 
 A graph that takes a Python number as a 0-d tensor gets no key (AOT autograd may specialize on its
 value, with a guard a hit would not add). An entry is written only when AOT autograd made exactly one
@@ -24,6 +29,7 @@ hashes (versions, options). The entry names the ATen-graph entry (graph_cache.py
 generated module:
 
     cache_dir/front/ab/ab12….json  →  {"graph_key": …, "static_input_idxs": […], "num_outputs": …}
+                                      or {"kind": "training", "forward": {…}, "backward": {…}, "metadata": …}
                                       (behind a content hash line: files.py)
 """
 from __future__ import annotations
@@ -45,7 +51,7 @@ from ..debug import trace as debug_trace
 from ..debug import wants_debug_files
 from ..runtime import CompiledGraph
 from ..runtime.interpreter import install as install_interpreter_shims
-from . import files, graph_cache, lookup
+from . import files, front_autograd, graph_cache, lookup
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -91,6 +97,9 @@ class _Compiled:
     kind: str
     reason: str | None = None          # why it cannot have a front entry; None: it can
     entry: FrontEntry | None = None
+    part: front_autograd.GraphPart | None = None   # a training graph's (forward or backward)
+    meta: Any = None                   # a forward's AOT autograd metadata
+    inputs_to_detach: tuple[int, ...] = ()   # a backward's
 
 
 class Front:
@@ -105,6 +114,8 @@ class Front:
         self.params: list[torch.Tensor] = []    # the gm's own parameters and buffers, before the inputs
         self.num_inputs = self.num_outputs = 0   # as AOT autograd counts them: parameters and buffers first
         self.compiled: list[_Compiled] = []
+        self.training = False                    # grad mode on and an input requires grad: a training entry
+        self.stored = False                      # store() ran (a training entry is written at the backward)
         if not (cfg.graph_cache and cfg.front_cache):
             self.reason = "off"
             return
@@ -176,9 +187,10 @@ class Front:
                 return f"{name} is passed twice"
             seen.add(id(x))
             parts.append(f"{name}: {type(x).__name__} {graph_cache.tensor_meta(x)} requires_grad={x.requires_grad} "
-                         f"conj={x.is_conj()} neg={x.is_neg()} inference={x.is_inference()}")
-        if torch.is_grad_enabled() and any(x.requires_grad for _, x in named):
-            return "autograd is needed (an input requires grad and grad mode is on)"
+                         f"leaf={x.is_leaf} conj={x.is_conj()} neg={x.is_neg()} inference={x.is_inference()}")
+        self.training = torch.is_grad_enabled() and any(x.requires_grad for _, x in named)
+        if self.training and front_autograd.compiled_autograd_on():
+            return "compiled autograd is on (it traces the backward's FX graph, which an entry does not hold)"
         self.params = [*params.values(), *buffers.values()]
         self.num_inputs = len(named)
         self.key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -189,7 +201,7 @@ class Front:
         """The callable Dynamo gets, from the entry and the ATen-graph entry it names; None on a miss."""
         if self.key is None:
             return None
-        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began)
+        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began, training=self.training)
 
     # ── a miss: watch AOT autograd, then write ────────────────────────────────────────────────
     def watch(self, kind: str, compiler: Callable) -> Callable:
@@ -201,6 +213,8 @@ class Front:
             compiled = compiler(gm, example_inputs, *args, **kwargs)
             try:
                 self.compiled.append(self._observe(kind, gm, example_inputs, compiled))
+                if kind == "backward" and self.stored:   # AOT autograd's lazy backward: after store()
+                    self._store_training()
             except Exception as e:  # noqa: BLE001  (a cache never fails a compile)
                 self.compiled.append(_Compiled(kind, f"cannot inspect it ({type(e).__name__}: {e})"))
             return compiled
@@ -208,7 +222,7 @@ class Front:
 
     def _observe(self, kind: str, gm, example_inputs, compiled) -> _Compiled:
         if kind != "inference":
-            return _Compiled(kind, f"AOT autograd made a {kind} graph")
+            return self._observe_training(kind, gm, compiled)
         if type(compiled) is not CompiledGraph:
             return _Compiled(kind, f"the inference graph became a {type(compiled).__name__}")
         if compiled.constants or compiled.generator_idxs or compiled.sizes_key is not None:
@@ -233,10 +247,65 @@ class Front:
                            tuple(compiled.static_input_idxs))
         return _Compiled(kind, None, entry)
 
+    def _observe_training(self, kind: str, gm, compiled) -> _Compiled:
+        if not self.training:
+            return _Compiled(kind, f"AOT autograd made a {kind} graph for a graph compiled without autograd")
+        part, reason = front_autograd.observe(kind, gm, compiled)
+        reason = reason or _aten_graph_reason(gm)
+        if reason is not None:
+            return _Compiled(kind, reason)
+        ctx = torch._guards.TracingContext.try_get()
+        if kind == "backward":   # the forward's metadata (the lazy backward compiles under the forward's context)
+            forward = next((c for c in self.compiled if c.kind == "forward"), None)
+            if forward is None or forward.meta is None:
+                return _Compiled(kind, "no forward graph with metadata before it")
+            return _Compiled(kind, None, part=part, inputs_to_detach=front_autograd.inputs_to_detach(gm, forward.meta))
+        meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+        reason = runtime_wrapping(meta)
+        if reason is None and getattr(ctx, "fakify_first_call", False):
+            reason = "the first call returns fake outputs (fakify_first_call)"
+        if reason is None and torch._C._is_any_autocast_enabled():
+            reason = "autocast is on"
+        if reason is None and len(meta.output_info) != self.num_outputs:
+            reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
+        return _Compiled(kind, reason, part=part, meta=meta if reason is None else None)
+
+    def _store_training(self) -> str | None:
+        """A training entry once AOT autograd compiled a forward and its backward; its path, or None."""
+        kinds = [c.kind for c in self.compiled]
+        if kinds == ["forward"]:
+            return None     # the backward is compiled at the first backward: written then
+        reason = next((c.reason for c in self.compiled if c.reason), None)
+        if reason is None and kinds != ["forward", "backward"]:
+            reason = f"AOT autograd compiled {kinds}, not one forward and one backward graph"
+        if reason is None:
+            forward, backward = self.compiled
+            reason = front_autograd.metadata_reason(forward.meta)
+            missing = [p.graph for p in (forward.part, backward.part)
+                       if not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, p.graph_key))]
+            reason = reason or (f"the ATen-graph entry of {missing[0]} was not written" if missing else None)
+        if reason is not None:
+            schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
+            self.compiled = [_Compiled("done", reason)]   # nothing more to write for this graph
+            return None
+        entry = front_autograd.TrainingEntry(forward.part, backward.part, self.num_inputs, self.num_outputs,
+                                             backward.inputs_to_detach, front_autograd.pack_metadata(forward.meta))
+        self.compiled = [_Compiled("done", "written")]
+        path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
+        if path:
+            schedule_log.info("%s, %s: front cache training entry written at %s (a warm start skips AOT autograd)",
+                              forward.part.graph, backward.part.graph, path)
+        return path
+
     def store(self) -> str | None:
-        """After AOT autograd returned: write the entry when the call qualifies; its path, or None."""
+        """After AOT autograd returned: write the entry when the call qualifies; its path, or None
+        (a training entry is written later, once the backward is compiled)."""
         if self.key is None:
             return None
+        self.stored = True
+        if self.training:
+            self._store_training()
+            return None     # Dynamo's cache (dynamo_cache.py) keeps inference graphs only
         kinds = [c.kind for c in self.compiled]
         if kinds != ["inference"]:
             reason = f"AOT autograd compiled {kinds or 'nothing'}, not one inference graph"
@@ -256,11 +325,17 @@ class Front:
 
 
 def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], began: float,
-          label: str = LABEL) -> Callable | None:
+          label: str = LABEL, training: bool = False) -> Callable | None:
     """The callable for front cache entry `key` (a graph of `num_inputs` inputs, `params` the graph
     module's own parameters and buffers among them), or None when the entry or the compiled graph it
-    names cannot be loaded (logged). Front.load, and dynamo_cache.py for a graph from Dynamo's cache."""
+    names cannot be loaded (logged). `training`: the graph needs autograd (its key says so, and only a
+    training entry serves it). Front.load, and dynamo_cache.py for a graph from Dynamo's cache."""
     entry = load_entry(cfg.cache_dir, key)
+    if entry is not None and isinstance(entry, front_autograd.TrainingEntry) != training:
+        log.warning("mini_inductor: front cache entry %s is for %s, the graph is compiled %s; ignoring it",
+                    entry_path(cfg.cache_dir, key), "inference" if training else "training",
+                    "for training" if training else "without autograd")
+        entry = None
     if entry is not None and entry.num_inputs != num_inputs:
         log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
                     entry_path(cfg.cache_dir, key), entry.num_inputs, num_inputs)
@@ -268,7 +343,9 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
     if entry is None:
         schedule_log.info("front cache miss (key %s…): through AOT autograd", key[:12])
         return None
-    compiled = _rebuild(entry, cfg, began, label)
+    if training:
+        return _serve_training(entry, cfg, key, params, began, label)
+    compiled = _rebuild(entry.graph_key, "inference", entry, cfg, began, label)
     if compiled is None:
         schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
                           "AOT autograd", key[:12], entry.graph_key[:12])
@@ -278,15 +355,41 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
     return disable(_aot_runtime(compiled, params, entry.num_outputs), reason="mini_inductor's generated graph")
 
 
-def _rebuild(entry: FrontEntry, cfg: Config, began: float, label: str) -> CompiledGraph | None:
-    """The inference graph `entry` names, rebuilt as a disk hit is (lookup.rebuild) but without the ATen
-    graph, and recorded under `label`; None when it cannot be loaded."""
-    name = metrics.graph_name("inference")
-    record = metrics.GraphRecord(name, num_fx_nodes=entry.num_fx_nodes)
+def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, params: list[torch.Tensor],
+                    began: float, label: str) -> Callable | None:
+    """A training entry's forward and backward graphs inside AOT autograd's autograd.Function."""
+    try:
+        meta = front_autograd.unpack_metadata(entry.metadata)
+        reason = runtime_wrapping(meta) or front_autograd.metadata_reason(meta)
+    except Exception as e:  # noqa: BLE001  (torch's metadata classes changed, a damaged pickle: a miss)
+        reason = f"its metadata cannot be read ({type(e).__name__}: {e})"
+    if reason is not None:
+        log.warning("mini_inductor: front cache entry %s: %s; going through AOT autograd",
+                    entry_path(cfg.cache_dir, key), reason)
+        return None
+    forward = _rebuild(entry.forward.graph_key, "forward", entry.forward, cfg, began, label)
+    backward = forward and _rebuild(entry.backward.graph_key, "backward", entry.backward, cfg, began, label)
+    if backward is None:
+        schedule_log.info("front cache training entry %s… names an ATen-graph entry that cannot be loaded: "
+                          "through AOT autograd", key[:12])
+        return None
+    fn = front_autograd.autograd_function(forward, backward, meta, entry.inputs_to_detach, len(params),
+                                          entry.forward.static_input_idxs)
+    schedule_log.info("%s, %s: front cache hit (key %s…, compiled earlier as %s, %s): AOT autograd skipped",
+                      forward.name, backward.name, key[:12], entry.forward.graph, entry.backward.graph)
+    return front_autograd.as_dynamo_callable(fn, params)
+
+
+def _rebuild(graph_key: str, kind: str, part, cfg: Config, began: float, label: str) -> CompiledGraph | None:
+    """The graph an entry names (`part`: a FrontEntry, or a training entry's GraphPart), rebuilt as a
+    disk hit is (lookup.rebuild) but without the ATen graph, and recorded under `label`; None when it
+    cannot be loaded."""
+    name = metrics.graph_name(kind)
+    record = metrics.GraphRecord(name, num_fx_nodes=part.num_fx_nodes)
     install_interpreter_shims()
-    graph_args = dict(kind="inference", static_input_idxs=tuple(entry.static_input_idxs), cfg=cfg,
-                      sizes_key=None, generator_idxs=())
-    compiled = lookup.rebuild(entry.graph_key, name, record, graph_args, label=label)
+    graph_args = dict(kind=kind, static_input_idxs=tuple(part.static_input_idxs), cfg=cfg,
+                      sizes_key=None, generator_idxs=(), param_grad_idxs=tuple(getattr(part, "param_grad_idxs", ())))
+    compiled = lookup.rebuild(graph_key, name, record, graph_args, label=label)
     if compiled is None:
         return None
     record.compile_seconds = time.perf_counter() - began
@@ -384,7 +487,14 @@ def entry_path(cache_dir: str, key: str) -> str:
     return files.keyed_path(cache_dir, "front", key)
 
 
-def load_entry(cache_dir: str, key: str) -> FrontEntry | None:
+def load_entry(cache_dir: str, key: str) -> FrontEntry | front_autograd.TrainingEntry | None:
     """The entry for `key`, or None: missing, or damaged or of an old format (deleted with a warning)."""
-    return files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd",
-                            lambda data: FrontEntry.from_json(data.decode("utf-8")))
+    return files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd", _parse_entry)
+
+
+def _parse_entry(data: bytes) -> FrontEntry | front_autograd.TrainingEntry:
+    text = data.decode("utf-8")
+    parsed = json.loads(text)
+    if isinstance(parsed, dict) and parsed.get("kind") == front_autograd.KIND:
+        return front_autograd.TrainingEntry.from_dict(parsed)
+    return FrontEntry.from_json(text)

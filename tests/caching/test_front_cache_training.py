@@ -1,0 +1,347 @@
+"""The front cache's training entries (caching/front_autograd.py): a Dynamo graph whose inputs require
+grad is served at a warm start with its compiled forward and backward inside AOT autograd's own
+autograd.Function, built from the stored metadata without tracing. Every check compares the warm (hit)
+run with eager and with the cold run, which went through AOT autograd."""
+import base64
+import json
+import logging
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters
+
+from mini_inductor import config, metrics
+from mini_inductor.caching import PROCESS, files, front_autograd, front_cache
+
+HIT = front_cache.LABEL
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _front_entries() -> list[pathlib.Path]:
+    return sorted((pathlib.Path(config.current().cache_dir) / "front").rglob("*.json"))
+
+
+def _training_entries() -> list[dict]:
+    out = []
+    for path in _front_entries():
+        entry = front_cache.load_entry(config.current().cache_dir, path.stem)
+        if isinstance(entry, front_autograd.TrainingEntry):
+            out.append(entry)
+    return out
+
+
+def _seeded(build, seed=0):
+    torch.manual_seed(seed)
+    return build()
+
+
+class _Step:
+    """One compiled training step, with torch._dynamo.reset() first so only the disk can serve it:
+    (outputs, gradients of the parameters and of the inputs that require grad, AOT autograd calls,
+    the records of the graphs it compiled or loaded)."""
+
+    def __init__(self, fn, loss=lambda outs: sum(o.float().sum() for o in outs if o.requires_grad)):
+        self.fn, self.loss = fn, loss
+
+    def compiled(self, *inputs):
+        torch._dynamo.reset()
+        assert not PROCESS.graphs
+        first, before = len(metrics.compiled_graphs), counters["aot_autograd"]["total"]
+        outs, grads = self._run(torch.compile(self.fn, backend="mini_inductor"), inputs)
+        return outs, grads, counters["aot_autograd"]["total"] - before, metrics.compiled_graphs[first:]
+
+    def eager(self, *inputs):
+        return self._run(self.fn, inputs)
+
+    def _run(self, fn, inputs):
+        leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+        module = self.fn if isinstance(self.fn, nn.Module) else None
+        if module is not None:
+            module.zero_grad(set_to_none=True)
+        for x in leaves:
+            x.grad = None
+        outs = fn(*inputs)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        self.loss(outs).backward()
+        params = [p.grad for p in module.parameters()] if module is not None else []
+        return [o.detach().clone() for o in outs], [g.clone() for g in params + [x.grad for x in leaves]]
+
+
+def _same(a: list, b: list, **tol):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, **tol)
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+
+
+def test_an_mlp_step_is_served_warm_without_aot_autograd_with_eager_gradients():
+    model = _seeded(_mlp)
+    x = torch.randn(16, 8)
+    step = _Step(model)
+    ref_outs, ref_grads = step.eager(x)
+    cold_outs, cold_grads, cold_aot, cold = step.compiled(x)
+    warm_outs, warm_grads, warm_aot, warm = step.compiled(x)
+    assert (cold_aot, warm_aot) == (1, 0)
+    assert [g.cache for g in cold] == ["miss", "miss"] and [g.cache for g in warm] == [HIT, HIT]
+    assert [g.name.split("_")[0] for g in warm] == ["forward", "backward"]
+    assert [g.kernel_names for g in warm] == [g.kernel_names for g in cold]
+    (entry,) = _training_entries()
+    assert entry.forward.graph == cold[0].name and entry.backward.graph == cold[1].name
+    for outs, grads in ((cold_outs, cold_grads), (warm_outs, warm_grads)):
+        _same(outs, ref_outs)
+        _same(grads, ref_grads)
+    # the served function keeps serving: a second step in the same process, other data
+    x2 = torch.randn(16, 8)
+    fn = torch.compile(model, backend="mini_inductor")
+    model.zero_grad(set_to_none=True)
+    fn(x2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    model(x2).sum().backward()
+    _same(got, [p.grad for p in model.parameters()])
+
+
+def _two_outputs(x, w):
+    h = torch.tanh(x @ w)
+    return h * 2, h.argmax(-1), (h + 1).detach()
+
+
+def _transposed_use(x, w):
+    return torch.sigmoid(x @ w)
+
+
+def _saves_its_input(x, w):
+    return (x * w).sin()
+
+
+@pytest.mark.parametrize("fn, loss", [
+    (_two_outputs, lambda outs: outs[0].sum()),                      # non-differentiable outputs, one unused
+    (_transposed_use, lambda outs: (outs[0].t() * torch.arange(8.0).unsqueeze(1)).sum()),   # a transposed tangent
+    (_transposed_use, lambda outs: outs[0][:, :3].sum()),            # a tangent that is mostly zeros
+], ids=["non-differentiable outputs", "transposed tangent", "sliced tangent"])
+def test_outputs_and_tangents_as_aot_autograd_gives_them(fn, loss):
+    x = torch.randn(4, 8)
+    w = torch.randn(8, 8).requires_grad_()
+    step = _Step(fn, loss)
+    ref_outs, ref_grads = step.eager(x, w)
+    cold_outs, cold_grads, _, _ = step.compiled(x, w)
+    warm_outs, warm_grads, aot, warm = step.compiled(x, w)
+    assert aot == 0 and [g.cache for g in warm] == [HIT, HIT]
+    _same(warm_outs, ref_outs)
+    _same(warm_grads, ref_grads)
+    _same(warm_grads, cold_grads)
+    if fn is _two_outputs:   # the same differentiability as eager's outputs
+        outs = torch.compile(fn, backend="mini_inductor")(x, w)
+        assert [o.requires_grad for o in outs] == [o.requires_grad for o in fn(x, w)] == [True, False, False]
+
+
+def test_retain_graph_backward_twice_on_every_step_warm_and_cold():
+    # AOT autograd refuses retain_graph=True once a backward was compiled with donated buffers;
+    # mini_inductor's backward donates none (backend.py _no_donated_buffers), so both work as eager
+    model = _seeded(_mlp)
+    x = torch.randn(16, 8)
+    for round_ in range(2):
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend="mini_inductor")
+        model.zero_grad(set_to_none=True)
+        fn(x).sum().backward()                 # a first step without retain_graph
+        model.zero_grad(set_to_none=True)
+        loss = fn(x).sum()
+        loss.backward(retain_graph=True)
+        once = [p.grad.clone() for p in model.parameters()]
+        loss.backward()
+        _same([p.grad for p in model.parameters()], [2 * g for g in once])
+        assert [g.cache for g in metrics.compiled_graphs[-2:]] == (["miss", "miss"] if round_ == 0 else [HIT, HIT])
+    meta = front_autograd.unpack_metadata(_training_entries()[0].metadata)
+    assert not meta.bw_donated_idxs
+
+
+def test_double_backward_raises_as_on_the_cold_path():
+    x = torch.randn(4, 8)
+    errors = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        w = torch.randn(8, 8).requires_grad_()
+        out = torch.compile(_transposed_use, backend="mini_inductor")(x, w).sum()
+        (g,) = torch.autograd.grad(out, w, create_graph=True)
+        with pytest.raises(RuntimeError) as info:
+            g.sum().backward()
+        errors.append(str(info.value))
+    assert [g.cache for g in metrics.compiled_graphs[-2:]] == [HIT, HIT]
+    assert errors[0] == errors[1] and "double backward" in errors[0]
+
+
+def test_an_input_changed_in_place_after_the_forward_fails_the_backward_as_eager():
+    errors = []
+    for run in ("eager", "cold", "warm"):
+        torch._dynamo.reset()
+        x = torch.randn(4, 8)
+        w = torch.randn(4, 8).requires_grad_()
+        fn = _saves_its_input if run == "eager" else torch.compile(_saves_its_input, backend="mini_inductor")
+        fn(x, w).sum().backward()   # a whole step first: the backward is compiled (and the entry written)
+        out = fn(x, w).sum()
+        w.data.add_(0)      # no version bump: fine
+        x.add_(1)           # the saved x changed: the backward must refuse it
+        with pytest.raises(RuntimeError) as info:
+            out.backward()
+        errors.append(str(info.value))
+    assert all("modified by an inplace operation" in e for e in errors)
+    assert [g.cache for g in metrics.compiled_graphs[-2:]] == [HIT, HIT]
+
+
+def test_a_non_leaf_input_gets_its_gradient_into_the_eager_graph_before_it():
+    lin = _seeded(lambda: nn.Linear(8, 8))
+    w = torch.randn(8, 8).requires_grad_()
+
+    def body(h, w):
+        return torch.relu(h @ w).sum() + (h.detach() * 0).sum()
+
+    grads = []
+    for run in ("eager", "cold", "warm"):
+        torch._dynamo.reset()
+        lin.zero_grad(set_to_none=True)
+        w.grad = None
+        fn = body if run == "eager" else torch.compile(body, backend="mini_inductor")
+        h = lin(torch.ones(3, 8))      # a non-leaf input that requires grad
+        fn(h, w).backward()
+        grads.append([lin.weight.grad.clone(), lin.bias.grad.clone(), w.grad.clone()])
+    _same(grads[1], grads[0])
+    _same(grads[2], grads[0])
+    assert [g.cache for g in metrics.compiled_graphs[-2:]] == [HIT, HIT]
+
+
+def test_an_input_mutated_in_training_gets_no_entry_and_stays_correct():
+    bn = _seeded(lambda: nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)))   # running stats: mutated buffers
+    x = torch.randn(16, 8)
+    step = _Step(bn)
+    for _ in range(2):
+        bn_eager = _seeded(lambda: nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)))
+        bn.load_state_dict(bn_eager.state_dict())
+        ref_outs, ref_grads = _Step(bn_eager).eager(x)
+        outs, grads, aot, records = step.compiled(x)
+        assert aot == 1 and [g.cache for g in records] != [HIT, HIT]
+        _same(outs, ref_outs)
+        _same(grads, ref_grads)
+        _same(list(bn.state_dict().values()), list(bn_eager.state_dict().values()))
+    assert not _training_entries()
+
+
+def _rewrite_metadata(payload: bytes) -> pathlib.Path:
+    (path,) = _front_entries()
+    data = json.loads(files.read(str(path), "test", "test").decode())
+    data["metadata"] = base64.b64encode(payload).decode()
+    files.write(str(path), json.dumps(data), "test")   # a valid hash line: the content is what is checked
+    return path
+
+
+class _NotTorch:
+    pass
+
+
+@pytest.mark.parametrize("payload, says", [
+    (b"not a pickle", "cannot be read"),
+    (pickle.dumps(_NotTorch()), "not one of torch's classes"),
+    (pickle.dumps(torch.Size([2])), "not a ViewAndMutationMeta"),
+], ids=["garbage", "a foreign class", "another torch class"])
+def test_metadata_that_is_not_torchs_is_refused_before_use_and_the_step_compiles_again(payload, says, caplog):
+    model = _seeded(_mlp)
+    x = torch.randn(16, 8)
+    step = _Step(model)
+    ref_outs, ref_grads = step.eager(x)
+    step.compiled(x)
+    _rewrite_metadata(payload)
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        outs, grads, aot, records = step.compiled(x)
+    assert aot == 1 and [g.cache for g in records] == ["disk", "disk"]   # AOT autograd ran; the ATen level served
+    assert any(says in r.getMessage() and "going through AOT autograd" in r.getMessage() for r in caplog.records)
+    _same(outs, ref_outs)
+    _same(grads, ref_grads)
+
+
+def test_an_inference_entry_never_serves_a_training_call(caplog):
+    def f(x, w):
+        return torch.tanh(x @ w)
+    x, w = torch.randn(4, 8), torch.randn(8, 8).requires_grad_()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(f, backend="mini_inductor")(x, w)
+    (inference,) = _front_entries()
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="mini_inductor")(x, w)
+    assert out.requires_grad and len(_front_entries()) == 1   # another key: the training entry is written at backward
+    out.sum().backward()
+    assert len(_front_entries()) == 2 and w.grad is not None
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        served = front_cache.serve(config.current(), inference.stem, 2, [], 0.0, training=True)
+    assert served is None, served
+    assert "is for inference" in caplog.text, caplog.text
+
+
+TRAIN_CHILD = textwrap.dedent('''
+    import json, sys, torch, torch.nn as nn
+    import mini_inductor
+    from mini_inductor import metrics
+    from torch._dynamo.utils import counters
+    device = sys.argv[1]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128), nn.GELU(), nn.Linear(128, 8)).to(device)
+    eager = nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128), nn.GELU(), nn.Linear(128, 8)).to(device)
+    eager.load_state_dict(model.state_dict())
+    opt, opt_eager = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager))
+    fn = torch.compile(model, backend="mini_inductor")
+    errors = []
+    for step in range(4):
+        x = torch.randn(32, 64, device=device)
+        for m, f, o in ((model, fn, opt), (eager, eager, opt_eager)):
+            o.zero_grad(set_to_none=True)
+            f(x).pow(2).mean().backward()
+            o.step()
+        errors.append(max((a - b).abs().max().item() for a, b in zip(model.parameters(), eager.parameters())))
+    stats = {}
+    if device == "cuda":
+        stats = {k: v for k, v in mini_inductor.cudagraphs.stats().items() if k in ("recordings", "replays", "warmups")}
+    print("RESULT " + json.dumps({"cache": [g.cache for g in metrics.compiled_graphs],
+                                  "aot": counters["aot_autograd"]["total"], "errors": errors, "stats": stats}))
+''')
+
+
+def _child(script, tmp_path, device):
+    """The script in a fresh process on `device`, caches under tmp_path: its RESULT, its stderr."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MINI_INDUCTOR_CACHE_DIR=str(tmp_path / "mini"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), MINI_INDUCTOR_LOGS="schedule")
+    env.pop("TRITON_INTERPRET", None) if device == "cuda" else env.update(TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", script, device], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):]), proc.stderr
+
+
+def test_a_fresh_process_trains_without_aot_autograd_as_the_cold_one(tmp_path):
+    cold, _ = _child(TRAIN_CHILD, tmp_path, "cpu")
+    warm, log = _child(TRAIN_CHILD, tmp_path, "cpu")
+    assert cold["cache"] == ["miss", "miss"] and cold["aot"] == 1
+    assert warm["cache"] == [HIT, HIT] and warm["aot"] == 0
+    assert "AOT autograd skipped" in log and "lowering (" not in log
+    assert max(cold["errors"] + warm["errors"]) < 1e-5
+
+
+@pytest.mark.gpu
+def test_a_fresh_process_on_cuda_trains_from_the_entry_with_the_cold_ones_cuda_graphs(tmp_path):
+    cold, _ = _child(TRAIN_CHILD, tmp_path, "cuda")
+    warm, log = _child(TRAIN_CHILD, tmp_path, "cuda")
+    assert cold["cache"] == ["miss", "miss"] and cold["aot"] == 1
+    assert warm["cache"] == [HIT, HIT] and warm["aot"] == 0 and "AOT autograd skipped" in log
+    assert cold["stats"]["recordings"] >= 2 and cold["stats"]["replays"] >= 2
+    assert warm["stats"] == cold["stats"]
+    assert max(cold["errors"] + warm["errors"]) < 1e-4
