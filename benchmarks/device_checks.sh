@@ -60,6 +60,8 @@
 #              flex_learned: ALiBi with fixed and learned slopes, fwd+bwd (120 s); flex_profile: ALiBi
 #              and the relative biases' fwd+bwd at L 4096, mini_inductor's kernels by GPU time (200 s);
 #              flex_dkdv: the relative biases' fwd+bwd under three dk/dv configs (flash.PER_SCORE_DKDV, 3 x 90 s)
+#   warm_start  benchmarks.dynamic_shapes' serving and training loops in a fresh process twice on the same
+#              cache dirs, cold then warm, mini_inductor and reduce-overhead: the first round's seconds (300 s)
 #   attention_profile  the kernels of the causal sweep row's forward+backward (mini_inductor, which
 #              matches it to SDPA) against SDPA's own (eager): the sweep had them 0.51 against 0.22 ms
 #
@@ -177,6 +179,10 @@ for step in "${steps[@]}"; do
         flash_bwd) run flash_bwd 300 python3 -u -m benchmarks flash_configs --modes dkdv,dq ;;
         train_interleaved) run train_interleaved 90 python3 -m benchmarks dynamic_shapes --cases train_interleaved \
                                --backends inductor_reduce_overhead,mini_inductor,mini_inductor_copy_grads ;;
+        warm_start) run warm_start 300 bash -c 'for b in mini_inductor inductor_reduce_overhead; do d=$(mktemp -d);
+                   for run in cold warm; do echo "== $b $run"; TRITON_CACHE_DIR=$d/t MINI_INDUCTOR_CACHE_DIR=$d/m \
+                   TORCHINDUCTOR_CACHE_DIR=$d/i python3 -m benchmarks dynamic_shapes --cases serve,train --backends $b \
+                   2>&1 | grep -E "^(serve|train) "; done; done' ;;   # first calls cold, then warm (same caches)
         distributed_bench) run distributed_bench 200 python3 -u -m benchmarks distributed --size small ;;
         compile_ab) run compile_ab 300 bash -c 'for m in ${AB_MODELS:-hf_gpt2 hf_vit}; do for w in 1 0 1 0; do d=$(mktemp -d);
                    echo "== $m compile_workers=$w"; MINI_INDUCTOR_COMPILE_WORKERS=$w TRITON_CACHE_DIR=$d/t \

@@ -45,7 +45,8 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     front = front_cache.Front(gm, example_inputs, cfg)   # the level before AOT autograd
     hit = front.load()
     if hit is not None:
-        return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.key, mode, options, traced), before, first),
+        return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, hit, cfg, front.static_inference_key(), mode, options,
+                                                             traced), before, first),
                                traced, metrics.compiled_graphs[first:])
     _start_compile_workers(example_inputs, cfg)
     compilers = {kind: front.watch(kind, functools.partial(compile_graph, kind=kind, cfg=cfg))
@@ -54,8 +55,8 @@ def mini_inductor(gm: torch.fx.GraphModule, example_inputs, mode: str | None = N
     compiled = _through_aot_autograd(gm, example_inputs, compilers)
     _note_aot_seconds(time.perf_counter() - began, metrics.compiled_graphs[first:])
     stored = front.store()
-    return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.key if stored else None, mode,
-                                                          options, traced), before, first),
+    return ForwardADAware(_guarded(gm, dynamo_cache.keep(gm, compiled, cfg, front.static_inference_key() if stored
+                                                          else None, mode, options, traced), before, first),
                            traced, metrics.compiled_graphs[first:])
 
 

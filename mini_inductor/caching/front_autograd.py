@@ -15,7 +15,7 @@ graphs' ATen-graph entries, and a hit calls the same `post_compile` with them:
 
 An entry is made only where the metadata leaves nothing else to AOT autograd's wrappers
 (front_cache.runtime_wrapping: no input mutation, plain outputs, no RNG functionalization, tokens or
-subclasses) and the forward saves no sizes for the backward (static shapes); both graphs must be
+subclasses); both graphs must be
 CompiledGraphs without constants, generator or saved-seed inputs. The backward is compiled at the first
 backward (AOT autograd's lazy backward), so the entry is written then.
 
@@ -68,6 +68,7 @@ class GraphPart:
 class TrainingEntry:
     forward: GraphPart
     backward: GraphPart
+    num_saved_sizes: int               # SymInts the forward saves for the backward (dynamic shapes)
     num_inputs: int                    # the graph module's parameters and buffers, then Dynamo's inputs
     num_outputs: int
     inputs_to_detach: tuple[int, ...]  # AOT autograd's indices_of_inps_to_detach
@@ -81,7 +82,7 @@ class TrainingEntry:
         if data.get("format") != FORMAT:
             raise ValueError(f"training entry format {data.get('format')!r}, expected {FORMAT}")
         entry = cls(GraphPart.from_dict(data["forward"]), GraphPart.from_dict(data["backward"]),
-                    int(data["num_inputs"]), int(data["num_outputs"]),
+                    int(data["num_saved_sizes"]), int(data["num_inputs"]), int(data["num_outputs"]),
                     tuple(int(i) for i in data["inputs_to_detach"]), str(data["metadata"]))
         base64.b64decode(entry.metadata, validate=True)
         if any(not 0 <= i < entry.num_inputs for i in (*entry.forward.static_input_idxs, *entry.inputs_to_detach)):
@@ -114,10 +115,25 @@ def inputs_to_detach(backward_gm: torch.fx.GraphModule, meta) -> tuple[int, ...]
                  if g is None and info.requires_grad and not info.is_leaf)
 
 
+def saved_sizes(forward_gm: torch.fx.GraphModule, meta) -> int:
+    """How many sizes (SymInts) the forward saves for the backward: its outputs after the user's."""
+    output = next(n for n in reversed(forward_gm.graph.nodes) if n.op == "output")
+    saved = output.args[0][len(meta.output_info):]
+    return sum(1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.SymInt))
+
+
+def saved_sizes_reason(forward_gm: torch.fx.GraphModule, meta) -> str | None:
+    """Where the forward's saved sizes disagree with AOT autograd's count (a layout this module does not
+    know), the reason; else None."""
+    counted = getattr(meta, "num_symints_saved_for_bw", None)
+    ours = saved_sizes(forward_gm, meta)
+    if counted is not None and counted != ours:
+        return f"AOT autograd counts {counted} saved sizes, the forward graph {ours}"
+    return None
+
+
 def metadata_reason(meta) -> str | None:
     """Why this training metadata cannot make an entry (beyond front_cache.runtime_wrapping), or None."""
-    if getattr(meta, "num_symints_saved_for_bw", 0):   # (keys are made for static shapes only)
-        return "the forward saves sizes for the backward (dynamic shapes)"
     if hasattr(meta, "traced_tangent_metas") and meta.traced_tangent_metas is None:
         return "the metadata was not made runtime-safe"
     if getattr(meta, "bw_donated_idxs", None):
@@ -158,7 +174,7 @@ def unpack_metadata(text: str):
 
 
 def autograd_function(fw: CompiledGraph, bw: CompiledGraph, meta, inputs_detached: tuple[int, ...],
-                      num_params: int, static_input_idxs: tuple[int, ...]) -> Callable:
+                      num_params: int, static_input_idxs: tuple[int, ...], num_saved_sizes: int) -> Callable:
     """AOT autograd's runtime for a forward and backward compiled graph (boxed: takes the argument
     list), built by torch's `AOTDispatchAutograd.post_compile` as AOT autograd builds it after a trace."""
     from torch._functorch import aot_autograd
@@ -170,7 +186,7 @@ def autograd_function(fw: CompiledGraph, bw: CompiledGraph, meta, inputs_detache
                        keep_inference_input_mutations=False, static_input_indices=list(static_input_idxs))
     backward = disable(bw, reason="mini_inductor's generated backward")
     values = dict(compiled_fw_func=fw, compiled_bw_func=backward, maybe_subclass_meta=None,
-                  num_symints_saved_for_bw=0, backward_state_indices=[], disable_amp=False,
+                  num_symints_saved_for_bw=num_saved_sizes, backward_state_indices=[], disable_amp=False,
                   indices_of_inps_to_detach=list(inputs_detached), lazy_backward_info=None, bw_compiler=None,
                   aot_config=config, fw_metadata=meta, try_save_cache_entry=None)
     spec_type = getattr(runtime_wrappers, "AOTDispatchAutogradCompileSpec", None)
@@ -189,6 +205,16 @@ def compiled_autograd_on() -> bool:
 
     return bool(getattr(compiled_autograd, "compiled_autograd_enabled", False)
                 or getattr(compiled_autograd, "in_compiled_autograd_region", False))
+
+
+def inlined_saved_tensor_hooks() -> bool:
+    """Saved-tensor hooks are active that AOT autograd traces into the forward and backward graphs
+    (torch's traceable hooks): what a compile under them produced is not in the key."""
+    from torch._functorch._aot_autograd import utils
+
+    top = getattr(utils, "top_saved_tensors_hooks", None)
+    inlineable = getattr(utils, "saved_tensors_hooks_are_inlineable", None)
+    return bool(top and inlineable and inlineable(top()))
 
 
 def as_dynamo_callable(fn: Callable, params: list[torch.Tensor]) -> Callable:

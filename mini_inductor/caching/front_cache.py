@@ -19,10 +19,17 @@ value, with a guard a hit would not add). An entry is written only when AOT auto
 inference graph, compiled by us into a CompiledGraph without constants, and its metadata leaves the
 runtime wrapper nothing to do (no input mutation, only plain non-aliased outputs, no intermediate
 bases, effect tokens, subclasses or functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
-does in that case (`_aot_runtime`). Anything else keeps going through AOT autograd as before.
+does in that case (`_aot_runtime`: a dynamic graph's outputs are also marked with the dims Dynamo is
+to treat as dynamic). Anything else keeps going through AOT autograd as before.
+
+A dynamic graph (sizes of the ShapeEnv's symbols, SymInt inputs) is keyed on its placeholders'
+symbolic sizes, the symbols' ranges and every guard the ShapeEnv holds; an entry is written only when
+neither AOT autograd nor our compile added a guard after the key was made (`guards_added`): a hit adds
+none, and Dynamo must check what the compile decided. One entry then serves every size the guards let
+through, in a new process too.
 
 The key hashes the Dynamo graph's code, its placeholders' static-input marks (AOT autograd derives
-the static input indices from them), every input's sizes, strides, offset, dtype, device,
+the static input indices from them) and sizes, every input's sizes, strides, offset, dtype, device,
 requires_grad and class (Parameter or not), the graph module's own parameters and buffers, grad,
 inference and autocast modes, torch._functorch's config and what graph_cache.compiler_key_parts
 hashes (versions, options). The entry names the ATen-graph entry (graph_cache.py), which holds the
@@ -72,6 +79,9 @@ class FrontEntry:
     num_inputs: int                    # the graph module's parameters and buffers, then Dynamo's inputs
     num_outputs: int
     static_input_idxs: tuple[int, ...]  # what AOT autograd reported (CUDA graphs read them in place)
+    # a dynamic graph's outputs' dims that AOT autograd's wrapper marks as dynamic for Dynamo (per output,
+    # None where it marks nothing); empty: none marked
+    dynamic_dims: tuple[tuple[int, ...] | None, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
@@ -81,8 +91,11 @@ class FrontEntry:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r}, expected {FORMAT}")
+        dims = tuple(None if d is None else tuple(int(i) for i in d) for d in data.get("dynamic_dims", ()))
         entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
-                    int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]))
+                    int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims)
+        if dims and len(dims) != entry.num_outputs:
+            raise ValueError(f"dynamic dims for {len(dims)} outputs, expected {entry.num_outputs}")
         if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
             raise ValueError(f"graph_key {entry.graph_key!r} is not a graph_cache key")
         if any(not 0 <= i < entry.num_inputs for i in entry.static_input_idxs):
@@ -100,6 +113,7 @@ class _Compiled:
     part: front_autograd.GraphPart | None = None   # a training graph's (forward or backward)
     meta: Any = None                   # a forward's AOT autograd metadata
     inputs_to_detach: tuple[int, ...] = ()   # a backward's
+    saved_sizes: int = 0               # a forward's SymInts saved for the backward
 
 
 class Front:
@@ -115,6 +129,8 @@ class Front:
         self.num_inputs = self.num_outputs = 0   # as AOT autograd counts them: parameters and buffers first
         self.compiled: list[_Compiled] = []
         self.training = False                    # grad mode on and an input requires grad: a training entry
+        self.shape_env = None                    # a dynamic graph's ShapeEnv, and its guards when keyed
+        self.guards_at_key = 0
         self.stored = False                      # store() ran (a training entry is written at the backward)
         if not (cfg.graph_cache and cfg.front_cache):
             self.reason = "off"
@@ -147,7 +163,7 @@ class Front:
                  repr(sorted(torch._functorch.config.get_config_copy().items())),
                  f"grad {torch.is_grad_enabled()} inference {torch.is_inference_mode_enabled()} autocast off",
                  gm.code]
-        placeholders = []
+        placeholders, symbolic = [], []
         for node in gm.graph.nodes:
             if node.op == "call_module":
                 return f"it calls submodule {node.target}"
@@ -156,10 +172,16 @@ class Front:
             if node.op == "placeholder":
                 placeholders.append(node)
                 value = node.meta.get("example_value")
-                if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.shape):
-                    return f"input {node.name} is not a tensor of static shape"
+                if isinstance(value, torch.SymInt):   # a size Dynamo passes (dynamic shapes)
+                    symbolic.append(value.node.expr)
+                    parts.append(f"{node.name} size {value.node.expr}")
+                    continue
+                if not isinstance(value, torch.Tensor):
+                    return f"input {node.name} is a {type(value).__name__}, not a tensor or a size"
+                sizes = [*value.shape, *value.stride(), value.storage_offset()]
+                symbolic += [s.node.expr for s in sizes if isinstance(s, torch.SymInt)]
                 static = (node.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type")
-                parts.append(f"{node.name} static={static!r}")
+                parts.append(f"{node.name} static={static!r} {graph_cache.tensor_meta(value)}")
             if node.op == "output":
                 outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
                 for out in outs:
@@ -176,9 +198,14 @@ class Front:
                 # hit runs no AOT autograd and adds none, so the next value was served this one's graph
                 # (a = 1.5 got a = 0.75's bound; review, session 34)
                 return f"input {node.name} is a Python number passed as a tensor, which AOT autograd may specialize on"
+        reason = self._shape_facts(ctx, symbolic, parts)
+        if reason is not None:
+            return reason
         named = [*params.items(), *buffers.items(), *((f"input {i}", x) for i, x in enumerate(example_inputs))]
         seen: set[int] = set()
         for name, x in named:
+            if isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool):
+                continue     # a size: keyed by its placeholder's expression above
             if type(x) not in _PLAIN_TENSORS:
                 return f"{name} is a {type(x).__name__}, not a plain tensor"
             if x.layout != torch.strided:
@@ -186,15 +213,48 @@ class Front:
             if id(x) in seen:
                 return f"{name} is passed twice"
             seen.add(id(x))
-            parts.append(f"{name}: {type(x).__name__} {graph_cache.tensor_meta(x)} requires_grad={x.requires_grad} "
+            dynamic_input = self.shape_env is not None and name.startswith("input ")   # keyed by its placeholder's sizes
+            shown = "" if dynamic_input else graph_cache.tensor_meta(x)
+            parts.append(f"{name}: {type(x).__name__} {shown} requires_grad={x.requires_grad} "
                          f"leaf={x.is_leaf} conj={x.is_conj()} neg={x.is_neg()} inference={x.is_inference()}")
-        self.training = torch.is_grad_enabled() and any(x.requires_grad for _, x in named)
+        self.training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                                         for _, x in named)
         if self.training and front_autograd.compiled_autograd_on():
             return "compiled autograd is on (it traces the backward's FX graph, which an entry does not hold)"
+        if self.training and front_autograd.inlined_saved_tensor_hooks():
+            return "saved-tensor hooks AOT autograd inlines into the graphs are active"
         self.params = [*params.values(), *buffers.values()]
         self.num_inputs = len(named)
         self.key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
         return None
+
+    def _shape_facts(self, ctx, symbolic: list, parts: list) -> str | None:
+        """A dynamic graph's key holds what its ShapeEnv knows of its sizes' symbols (their ranges) and
+        every guard it holds: a compile under other facts may decide otherwise. The guards' count is
+        kept, so that a compile that adds any (AOT autograd or ours) writes no entry: a hit would not
+        add them for Dynamo to check. A static graph: nothing."""
+        if not symbolic:
+            return None
+        env = getattr(getattr(ctx, "fake_mode", None), "shape_env", None) if ctx is not None else None
+        if env is None:
+            return "symbolic sizes without a ShapeEnv"
+        names = {s for e in symbolic for s in getattr(e, "free_symbols", ())}
+        parts += sorted(f"range {s} {r.lower} {r.upper}" for s, r in env.var_to_range.items() if s in names)
+        guards = list(getattr(env, "guards", ()))
+        parts += [f"guard {getattr(g, 'expr', g)}" for g in guards]
+        self.shape_env, self.guards_at_key = env, len(guards)
+        return None
+
+    def guards_added(self) -> str | None:
+        """The first guard the compile added to a dynamic graph's ShapeEnv after the key, or None."""
+        if self.shape_env is None:
+            return None
+        added = list(getattr(self.shape_env, "guards", ()))[self.guards_at_key:]
+        return f"the compile added guard {getattr(added[0], 'expr', added[0])}" if added else None
+
+    def static_inference_key(self) -> str | None:
+        """The key, for Dynamo's cache (dynamo_cache.py), which keeps static inference graphs only."""
+        return self.key if not self.training and self.shape_env is None else None
 
     # ── a hit ────────────────────────────────────────────────────────────────────────────────
     def load(self) -> Callable | None:
@@ -241,10 +301,12 @@ class Front:
             return _Compiled(kind, reason)
         # the key the graph was compiled under: a pass before it (layout_opt.py) may have changed the graph
         graph_key = getattr(compiled, "graph_key", None) or graph_cache.graph_key(gm, example_inputs, self.cfg)
+        dims = tuple(None if o.dynamic_dims is None else tuple(sorted(o.dynamic_dims)) for o in meta.output_info) \
+            if meta.dynamic_outputs else ()
         entry = FrontEntry(graph_key, compiled.name,
                            sum(1 for n in gm.graph.nodes if n.op == "call_function"),
                            self.num_inputs, self.num_outputs,
-                           tuple(compiled.static_input_idxs))
+                           tuple(compiled.static_input_idxs), dims)
         return _Compiled(kind, None, entry)
 
     def _observe_training(self, kind: str, gm, compiled) -> _Compiled:
@@ -261,14 +323,16 @@ class Front:
                 return _Compiled(kind, "no forward graph with metadata before it")
             return _Compiled(kind, None, part=part, inputs_to_detach=front_autograd.inputs_to_detach(gm, forward.meta))
         meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-        reason = runtime_wrapping(meta)
+        reason = runtime_wrapping(meta) or front_autograd.saved_sizes_reason(gm, meta)
         if reason is None and getattr(ctx, "fakify_first_call", False):
             reason = "the first call returns fake outputs (fakify_first_call)"
         if reason is None and torch._C._is_any_autocast_enabled():
             reason = "autocast is on"
         if reason is None and len(meta.output_info) != self.num_outputs:
             reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
-        return _Compiled(kind, reason, part=part, meta=meta if reason is None else None)
+        if reason is not None:
+            return _Compiled(kind, reason)
+        return _Compiled(kind, None, part=part, meta=meta, saved_sizes=front_autograd.saved_sizes(gm, meta))
 
     def _store_training(self) -> str | None:
         """A training entry once AOT autograd compiled a forward and its backward; its path, or None."""
@@ -284,11 +348,13 @@ class Front:
             missing = [p.graph for p in (forward.part, backward.part)
                        if not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, p.graph_key))]
             reason = reason or (f"the ATen-graph entry of {missing[0]} was not written" if missing else None)
+            reason = reason or self.guards_added()
         if reason is not None:
             schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
             self.compiled = [_Compiled("done", reason)]   # nothing more to write for this graph
             return None
-        entry = front_autograd.TrainingEntry(forward.part, backward.part, self.num_inputs, self.num_outputs,
+        entry = front_autograd.TrainingEntry(forward.part, backward.part, forward.saved_sizes, self.num_inputs,
+                                             self.num_outputs,
                                              backward.inputs_to_detach, front_autograd.pack_metadata(forward.meta))
         self.compiled = [_Compiled("done", "written")]
         path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
@@ -311,6 +377,7 @@ class Front:
             reason = f"AOT autograd compiled {kinds or 'nothing'}, not one inference graph"
         else:
             reason = self.compiled[0].reason
+        reason = reason or self.guards_added()
         entry = self.compiled[0].entry if reason is None else None
         if entry is not None and not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, entry.graph_key)):
             reason = "its ATen-graph entry was not written"
@@ -352,7 +419,8 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
         return None
     schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
                       compiled.name, key[:12], entry.graph)
-    return disable(_aot_runtime(compiled, params, entry.num_outputs), reason="mini_inductor's generated graph")
+    return disable(_aot_runtime(compiled, params, entry.num_outputs, entry.dynamic_dims),
+                   reason="mini_inductor's generated graph")
 
 
 def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, params: list[torch.Tensor],
@@ -367,14 +435,22 @@ def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, 
         log.warning("mini_inductor: front cache entry %s: %s; going through AOT autograd",
                     entry_path(cfg.cache_dir, key), reason)
         return None
+    first = len(metrics.compiled_graphs)
     forward = _rebuild(entry.forward.graph_key, "forward", entry.forward, cfg, began, label)
     backward = forward and _rebuild(entry.backward.graph_key, "backward", entry.backward, cfg, began, label)
     if backward is None:
+        del metrics.compiled_graphs[first:]   # the compile that follows records them
         schedule_log.info("front cache training entry %s… names an ATen-graph entry that cannot be loaded: "
                           "through AOT autograd", key[:12])
         return None
-    fn = front_autograd.autograd_function(forward, backward, meta, entry.inputs_to_detach, len(params),
-                                          entry.forward.static_input_idxs)
+    try:
+        fn = front_autograd.autograd_function(forward, backward, meta, entry.inputs_to_detach, len(params),
+                                              entry.forward.static_input_idxs, entry.num_saved_sizes)
+    except Exception as e:  # noqa: BLE001  (torch's runtime wrappers changed: a miss, never a failed compile)
+        del metrics.compiled_graphs[first:]
+        log.warning("mini_inductor: cannot build AOT autograd's runtime for front cache entry %s (%s: %s); "
+                    "going through AOT autograd", entry_path(cfg.cache_dir, key), type(e).__name__, e)
+        return None
     schedule_log.info("%s, %s: front cache hit (key %s…, compiled earlier as %s, %s): AOT autograd skipped",
                       forward.name, backward.name, key[:12], entry.forward.graph, entry.backward.graph)
     return front_autograd.as_dynamo_callable(fn, params)
@@ -418,8 +494,6 @@ def runtime_wrapping(meta) -> str | None:
             kind = out.output_type.name
             if kind != "non_alias":
                 return f"output {i} is {kind.replace('_', ' ')}"
-            if out.dynamic_dims:
-                return f"output {i} has dynamic dims"
         if meta.num_intermediate_bases:
             return "outputs alias intermediates"
         if len(meta.tokens):
@@ -428,8 +502,6 @@ def runtime_wrapping(meta) -> str | None:
             return "functionalized RNG"
         if meta.grad_enabled_mutation is not None:
             return "the graph changes grad mode"
-        if meta.dynamic_outputs:
-            return "dynamic outputs"
         for m in [*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta]:
             if not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta":
                 return f"a tensor subclass ({type(m).__name__})"
@@ -456,11 +528,18 @@ def _aten_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_outputs: int) -> Callable:
+def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_outputs: int,
+                 dynamic_dims: tuple = ()) -> Callable:
     """What aot_module_simplified's forward and AOT's inference RuntimeWrapper do when the metadata is
     trivial: the graph module's parameters and buffers before the inputs, one boxed call (the list is
-    consumed) with grad mode off, the outputs as a list of the expected length. No autocast change:
-    entries are only written and read with autocast off."""
+    consumed) with grad mode off, the outputs as a list of the expected length, a dynamic graph's
+    outputs marked with the dims Dynamo is to treat as dynamic. No autocast change: entries are only
+    written and read with autocast off."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    mark = getattr(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices", None)
+    marks = [(i, set(d)) for i, d in enumerate(dynamic_dims) if d is not None] if mark is not None else []
+
     def forward(*args: Any) -> list:
         full = [*params, *args]
         grad = torch.is_grad_enabled()
@@ -478,6 +557,8 @@ def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_output
         if len(outs) != num_outputs:
             raise AssertionError(f"mini_inductor: {compiled.name} returned {len(outs)} outputs, "
                                  f"its front cache entry expects {num_outputs}")
+        for i, dims in marks:
+            mark(outs[i], dims)
         return outs
     return forward
 

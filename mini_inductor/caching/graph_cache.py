@@ -51,7 +51,7 @@ class CacheEntry:
     graph: str                                   # the name it was compiled under, e.g. "forward_0"
     source: str                                  # the generated module
     constants: list[str]                         # names of the get_attr constants `call` expects
-    record: dict                                 # _RECORD_FIELDS plus fallback_ops and stage_seconds
+    record: dict                                 # _RECORD_FIELDS plus fallback_ops, dynamic_symbols, stage_seconds
     decisions: list[FusionDecision]              # for the fusion log on a hit
 
     def to_json(self) -> str:
@@ -79,6 +79,7 @@ class CacheEntry:
 def make_entry(record: GraphRecord, source: str, constants, decisions) -> CacheEntry:
     fields = {f: getattr(record, f) for f in _RECORD_FIELDS}
     fields["fallback_ops"] = dict(record.fallback_ops)
+    fields["dynamic_symbols"] = list(record.dynamic_symbols)   # (optional: entries before it lack it)
     fields["stage_seconds"] = dict(record.stage_seconds)
     return CacheEntry(record.name, source, list(constants), fields, list(decisions))
 
@@ -89,6 +90,7 @@ def restore_record(record: GraphRecord, entry: CacheEntry) -> None:
         value = entry.record[f]
         setattr(record, f, list(value) if isinstance(value, list) else value)
     record.fallback_ops = collections.Counter(entry.record.get("fallback_ops", {}))
+    record.dynamic_symbols = [str(s) for s in entry.record.get("dynamic_symbols", [])]
 
 
 def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:

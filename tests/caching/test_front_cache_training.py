@@ -3,6 +3,7 @@ grad is served at a warm start with its compiled forward and backward inside AOT
 autograd.Function, built from the stored metadata without tracing. Every check compares the warm (hit)
 run with eager and with the cold run, which went through AOT autograd."""
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -300,8 +301,8 @@ TRAIN_CHILD = textwrap.dedent('''
     opt, opt_eager = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager))
     fn = torch.compile(model, backend="mini_inductor")
     errors = []
-    for step in range(4):
-        x = torch.randn(32, 64, device=device)
+    for batch in (32, 32, 20, 32, 20):   # a second size: Dynamo compiles the graph again, dynamic
+        x = torch.randn(batch, 64, device=device)
         for m, f, o in ((model, fn, opt), (eager, eager, opt_eager)):
             o.zero_grad(set_to_none=True)
             f(x).pow(2).mean().backward()
@@ -328,10 +329,11 @@ def _child(script, tmp_path, device):
 
 
 def test_a_fresh_process_trains_without_aot_autograd_as_the_cold_one(tmp_path):
+    # the static graph's forward and backward, then the dynamic one's (a smaller batch): all four served
     cold, _ = _child(TRAIN_CHILD, tmp_path, "cpu")
     warm, log = _child(TRAIN_CHILD, tmp_path, "cpu")
-    assert cold["cache"] == ["miss", "miss"] and cold["aot"] == 1
-    assert warm["cache"] == [HIT, HIT] and warm["aot"] == 0
+    assert cold["cache"] == ["miss"] * 4 and cold["aot"] == 2
+    assert warm["cache"] == [HIT] * 4 and warm["aot"] == 0
     assert "AOT autograd skipped" in log and "lowering (" not in log
     assert max(cold["errors"] + warm["errors"]) < 1e-5
 
@@ -340,8 +342,88 @@ def test_a_fresh_process_trains_without_aot_autograd_as_the_cold_one(tmp_path):
 def test_a_fresh_process_on_cuda_trains_from_the_entry_with_the_cold_ones_cuda_graphs(tmp_path):
     cold, _ = _child(TRAIN_CHILD, tmp_path, "cuda")
     warm, log = _child(TRAIN_CHILD, tmp_path, "cuda")
-    assert cold["cache"] == ["miss", "miss"] and cold["aot"] == 1
-    assert warm["cache"] == [HIT, HIT] and warm["aot"] == 0 and "AOT autograd skipped" in log
+    assert cold["cache"] == ["miss"] * 4 and cold["aot"] == 2
+    assert warm["cache"] == [HIT] * 4 and warm["aot"] == 0 and "AOT autograd skipped" in log
     assert cold["stats"]["recordings"] >= 2 and cold["stats"]["replays"] >= 2
     assert warm["stats"] == cold["stats"]
     assert max(cold["errors"] + warm["errors"]) < 1e-4
+
+
+# ── dynamic shapes ───────────────────────────────────────────────────────────────────────────
+def test_a_dynamic_inference_graph_is_served_at_another_size_with_its_outputs_marked_as_aot_marks_them():
+    model = _seeded(_mlp)
+    outs = []
+    for n in (6, 11):     # the warm call at another size: the same symbolic graph
+        torch._dynamo.reset()
+        x = torch.randn(n, 8)
+        with torch.no_grad():
+            out = torch.compile(model, backend="mini_inductor", dynamic=True)(x)
+            torch.testing.assert_close(out, model(x))
+        outs.append(out)
+    records = metrics.compiled_graphs[-2:]
+    assert [r.cache for r in records] == ["miss", HIT]
+    marks = [getattr(o, "_dynamo_propagated_dynamic_indices", None) for o in outs]
+    assert marks[0] == marks[1] and marks[0]   # the batch dim, for a later graph that reads it
+
+
+def test_a_dynamic_training_graph_saving_sizes_for_its_backward_is_served():
+    model = _seeded(_mlp)
+    step = _Step(model)
+    results = []
+    for n in (8, 12):     # warm at another size: the same symbolic graph
+        x = torch.randn(n, 8)
+        torch._dynamo.mark_dynamic(x, 0)
+        ref_outs, ref_grads = step.eager(x)
+        outs, grads, aot, records = step.compiled(x)
+        _same(outs, ref_outs)
+        _same(grads, ref_grads)
+        results.append((aot, [r.cache for r in records]))
+    assert results == [(1, ["miss", "miss"]), (0, [HIT, HIT])]
+    (entry,) = _training_entries()
+    assert entry.num_saved_sizes >= 1     # the backward reads the batch size the forward saved
+
+
+def test_a_compile_that_adds_a_guard_to_the_shape_env_writes_no_entry(caplog):
+    # x.view(n // 2, 2, -1): AOT autograd's trace adds Ne(n // (n // 2), 0) to the ShapeEnv after the key
+    # was made; Dynamo checks it, a hit would not have added it: no entry, every compile goes through AOT
+    def f(x, w):
+        return (x.view(x.shape[0] // 2, 2, -1) @ w).softmax(-1).mean()
+    aots = []
+    for n in (8, 12):
+        torch._dynamo.reset()
+        x = torch.randn(n, 8)
+        torch._dynamo.mark_dynamic(x, 0)
+        w = torch.randn(8, 8).requires_grad_()
+        before = counters["aot_autograd"]["total"]
+        with caplog.at_level(logging.INFO, logger="mini_inductor.schedule"):
+            torch.compile(f, backend="mini_inductor")(x, w).backward()
+        aots.append(counters["aot_autograd"]["total"] - before)
+        w_eager = w.detach().clone().requires_grad_()
+        f(x, w_eager).backward()
+        torch.testing.assert_close(w.grad, w_eager.grad)
+    assert aots == [1, 1] and not _front_entries()
+    assert "the compile added guard" in caplog.text
+
+
+def test_a_torch_whose_runtime_wrappers_take_other_arguments_costs_a_compile_not_a_failure(monkeypatch, caplog):
+    # AOTDispatchAutograd.post_compile's arguments changed between torch releases (a spec object in
+    # 2.13): one this module cannot build is a warning and a trip through AOT autograd
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    model = _seeded(_mlp)
+    x = torch.randn(16, 8)
+    step = _Step(model)
+    ref_outs, ref_grads = step.eager(x)
+    step.compiled(x)
+
+    @dataclasses.dataclass
+    class OtherSpec:          # a spec of other fields (AOT autograd's own trace imported the real one)
+        compiled_forward: object
+
+    monkeypatch.setattr(runtime_wrappers, "AOTDispatchAutogradCompileSpec", OtherSpec)
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        outs, grads, aot, records = step.compiled(x)
+    assert aot == 1 and [r.cache for r in records] == ["disk", "disk"]   # no record of the failed hit
+    assert "cannot build AOT autograd's runtime" in caplog.text
+    _same(outs, ref_outs)
+    _same(grads, ref_grads)

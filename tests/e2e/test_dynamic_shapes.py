@@ -1343,7 +1343,8 @@ def test_a_dynamic_backward_is_served_by_the_cache_when_its_forward_was():
     records = metrics.compiled_graphs
     half = len(records) // 2
     dynamic = [r for r in records[half:] if r.dynamic_symbols]
-    assert dynamic and all(r.cache in ("memory", "disk") for r in dynamic), [(r.name, r.cache) for r in records]
+    assert dynamic and all(r.cache in ("memory", "disk", "disk (before AOT)") for r in dynamic), \
+        [(r.name, r.cache) for r in records]
 
 
 def test_mean_and_variance_over_a_bounded_dynamic_row_compile_once():
