@@ -287,16 +287,8 @@ class Front:
             return _Compiled(kind, f"the inference graph became a {type(compiled).__name__}")
         if compiled.constants or compiled.generator_idxs or compiled.sizes_key is not None:
             return _Compiled(kind, "the inference graph has constants, generator inputs or capture sizes")
-        reason = _aten_graph_reason(gm)
-        ctx = torch._guards.TracingContext.try_get()
-        meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-        reason = reason or runtime_wrapping(meta)
-        if reason is None and getattr(ctx, "fakify_first_call", False):
-            reason = "the first call returns fake outputs (fakify_first_call)"
-        if reason is None and torch._C._is_any_autocast_enabled():
-            reason = "autocast is on"
-        if reason is None and len(meta.output_info) != self.num_outputs:
-            reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
+        meta, reason = self._metadata()
+        reason = _aten_graph_reason(gm) or reason
         if reason is not None:
             return _Compiled(kind, reason)
         # the key the graph was compiled under: a pass before it (layout_opt.py) may have changed the graph
@@ -316,23 +308,29 @@ class Front:
         reason = reason or _aten_graph_reason(gm)
         if reason is not None:
             return _Compiled(kind, reason)
-        ctx = torch._guards.TracingContext.try_get()
         if kind == "backward":   # the forward's metadata (the lazy backward compiles under the forward's context)
             forward = next((c for c in self.compiled if c.kind == "forward"), None)
             if forward is None or forward.meta is None:
                 return _Compiled(kind, "no forward graph with metadata before it")
             return _Compiled(kind, None, part=part, inputs_to_detach=front_autograd.inputs_to_detach(gm, forward.meta))
+        meta, reason = self._metadata()
+        reason = reason or front_autograd.saved_sizes_reason(gm, meta)
+        if reason is not None:
+            return _Compiled(kind, reason)
+        return _Compiled(kind, None, part=part, meta=meta, saved_sizes=front_autograd.saved_sizes(gm, meta))
+
+    def _metadata(self):
+        """AOT autograd's metadata of the graph being compiled, and why it rules out an entry (or None)."""
+        ctx = torch._guards.TracingContext.try_get()
         meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-        reason = runtime_wrapping(meta) or front_autograd.saved_sizes_reason(gm, meta)
+        reason = runtime_wrapping(meta)
         if reason is None and getattr(ctx, "fakify_first_call", False):
             reason = "the first call returns fake outputs (fakify_first_call)"
         if reason is None and torch._C._is_any_autocast_enabled():
             reason = "autocast is on"
         if reason is None and len(meta.output_info) != self.num_outputs:
             reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
-        if reason is not None:
-            return _Compiled(kind, reason)
-        return _Compiled(kind, None, part=part, meta=meta, saved_sizes=front_autograd.saved_sizes(gm, meta))
+        return meta, reason
 
     def _store_training(self) -> str | None:
         """A training entry once AOT autograd compiled a forward and its backward; its path, or None."""
