@@ -109,6 +109,14 @@ def other_sizes_summary(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def warm_summary(results: list[Result]) -> str:
+    """--warm: how the second compiles were served (graph records' `cache`), over the programs that ran."""
+    served = collections.Counter(c for r in results for c in r.outcome.warm_caches)
+    ran = sum(1 for r in results if r.outcome.warm_caches)
+    kinds = ", ".join(f"{n} {c}" for c, n in served.most_common())
+    return f"warm start: {ran} programs compiled again after torch._dynamo.reset(); their graphs: {kinds or 'none'}"
+
+
 def distinct_failures(results: list[Result]) -> dict[str, list[Result]]:
     """Failures grouped by how they fail and the ops of their shrunk program."""
     groups: dict[str, list[Result]] = collections.defaultdict(list)
@@ -137,6 +145,7 @@ def write_out(out: str, results: list[Result]) -> list[str]:
                 "detail": r.outcome.detail, "families": r.program.families() if r.program else [],
                 "seconds": r.seconds, "shrunk_stmts": len(r.shrunk.stmts) if r.shrunk else None,
                 "sizes": r.outcome.sizes, "other_calls": r.outcome.other_calls, "recompiles": r.outcome.recompiles,
+                "warm_caches": r.outcome.warm_caches,
                 "other_shapes": [r.program.shapes(k) for k in range(1, r.program.size_sets + 1)] if r.program else []}
                for r in results]
     with open(os.path.join(out, "summary.json"), "w") as fh:
@@ -171,6 +180,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dynamic", action="store_true",
                     help="compile with dynamic=True and dynamic_shapes='symbolic' (one compile for every size), and "
                          "call each program at other input sizes too (tests/fuzz/sizes.py)")
+    ap.add_argument("--warm", action="store_true",
+                    help="after the compiled calls, torch._dynamo.reset() and compile and call again: a warm start, "
+                         "served from the caches (the front cache where the graph qualifies), compared with eager too")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--out", default=None, help="folder for repro scripts and summary.json")
     ap.add_argument("--size", type=int, default=6, help="largest size of an input dim")
@@ -194,6 +206,8 @@ def main(argv=None) -> int:
         os.environ["MINI_FUZZ_MATMUL_TMA"] = "1"   # read by every worker (execute.py matmul_tma)
     if args.dynamic:
         os.environ["MINI_FUZZ_DYNAMIC"] = "1"   # read by every worker (execute.py)
+    if args.warm:
+        os.environ["MINI_FUZZ_WARM"] = "1"      # read by every worker (execute.py)
     if args.weight:
         os.environ["MINI_FUZZ_WEIGHTS"] = ",".join(args.weight)   # read by every worker (ops.py)
     device = args.device or _default_device()
@@ -203,12 +217,14 @@ def main(argv=None) -> int:
         results = run_programs(pool, args.seed, range(args.start, args.start + args.n), args.autograd,
                                args.size, not args.no_triage, _progress(start))
         print(f"\n{len(results)} programs, seed {args.seed}, start {args.start}, device {device}"
-              f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}"
+              f"{', autograd' if args.autograd else ''}{', dynamic' if args.dynamic else ''}{', warm' if args.warm else ''}"
               f"{', matmul split' if args.matmul_split else ''}{', matmul tma' if args.matmul_tma else ''}, "
               f"{time.monotonic() - start:.0f} s\n")
         print(table(results))
         if other_sizes_summary(results):
             print("\n" + other_sizes_summary(results))
+        if args.warm:
+            print("\n" + warm_summary(results))
         if not args.no_shrink:
             shrink_failures(pool, results, args.shrink_budget)
     finally:

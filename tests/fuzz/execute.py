@@ -15,6 +15,10 @@ Under --dynamic a program carries other input size sets (sizes.py): the function
 sizes is then also called at each, compared with eager at those sizes; a failure there names the call
 and the sizes ("(call 3, sizes 1: x0 (5, 7)) output 0: ..."; Outcome.sizes), and an ok outcome counts
 the calls that compiled anew (a Dynamo recompile, or mini_inductor's compile for those sizes).
+
+Under --warm (MINI_FUZZ_WARM=1) the whole round of compiled calls runs twice, the second time after
+torch._dynamo.reset() (this process's compiled graphs forgotten): a warm start, served from the disk
+caches (the front cache where the graph qualifies: no AOT autograd), its failures labelled "(warm start)".
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class Outcome:
     sizes: int = 0           # the size set of the call that failed: 0 the traced sizes, else an other one
     other_calls: int = 0     # ok: calls made at other sizes (--dynamic)
     recompiles: int = 0      # ok: of those, calls that compiled anew (Dynamo or mini_inductor; see detail)
+    warm_caches: list = dataclasses.field(default_factory=list)   # --warm: the second compile's records' `cache`
 
     def signature(self) -> str:
         """What makes two failures the same failure, for the shrinker: the class and category, for
@@ -155,14 +160,33 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
         loss.backward()
         return [x.grad if isinstance(x, torch.Tensor) else None for x in inputs64]
 
-    torch._dynamo.reset()
-    compiled = torch.compile(f, backend=_backend(backend), fullgraph=True, **_dynamic_args(backend))
     calls = [0] * runs + list(size_sets[1:])      # the size set of each call
     recompiled = []                                # notes on the other-size calls that compiled anew
+    warm_caches = []
+    for warm in range(2 if os.environ.get("MINI_FUZZ_WARM") == "1" and backend == "mini_inductor" else 1):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend=_backend(backend), fullgraph=True, **_dynamic_args(backend))
+        records = _compile_counts()[1]
+        failed = _calls(program, compiled, calls, inputs_at, eager, f, device, reference, reference_grads,
+                        None if warm else recompiled, "(warm start) " if warm else "")
+        if failed is not None:
+            return failed
+        if warm:
+            from mini_inductor import metrics
+            warm_caches = [r.cache or "?" for r in metrics.compiled_graphs[records:]]
+    detail = f"compiled anew at other sizes: {'; '.join(recompiled)}" if recompiled else ""
+    return Outcome("ok", detail=detail, other_calls=len(size_sets) - 1, recompiles=len(recompiled),
+                   warm_caches=warm_caches)
+
+
+def _calls(program: Program, compiled, calls: list, inputs_at, eager: list, f, device: str, reference,
+           reference_grads, recompiled: list | None, prefix: str) -> Outcome | None:
+    """The compiled calls of one round, each compared with eager: the first failure's Outcome, or None.
+    `recompiled` (None: not noted) gets a note per other-size call that compiled anew."""
     for call, sizes in enumerate(calls):
         inputs = inputs_at(sizes)
         eager_inputs, expected = eager[sizes]
-        label = _at(program, call, sizes)
+        label = prefix + _at(program, call, sizes)
         compiles = _compile_counts()
         if eager_inputs is None:
             try:
@@ -188,7 +212,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                           if "mini_inductor/" in fr.filename), "")
             return Outcome("error", type(err).__name__, label + _error_text(err) + (f"\n  at {where}" if where else ""),
                            sizes=sizes)
-        if sizes:
+        if sizes and recompiled is not None:
             note = _compiled_anew(compiles, f)
             if note:
                 recompiled.append(f"sizes {sizes}: {note}")
@@ -206,8 +230,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                 if amplified:
                     return Outcome("ill_conditioned", category, f"{why}\n  {amplified}", sizes=sizes)
             return Outcome("wrong", category, why, sizes=sizes)
-    detail = f"compiled anew at other sizes: {'; '.join(recompiled)}" if recompiled else ""
-    return Outcome("ok", detail=detail, other_calls=len(size_sets) - 1, recompiles=len(recompiled))
+    return None
 
 
 def _at(program: Program, call: int | None, sizes: int) -> str:

@@ -285,6 +285,10 @@ if __name__ == "__main__":
     dynamic = {{"dynamic": True, **({{"options": {{"dynamic_shapes": "symbolic"}}}} if backend == "mini_inductor" else {{}})}} \
         if DYNAMIC else {{}}
     compiled = torch.compile(f, backend=backend, fullgraph=True, **dynamic)
+    if {warm}:   # found under --warm: the checks below run on a second compile after torch._dynamo.reset(), from the caches
+        run(compiled, device)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend=backend, fullgraph=True, **dynamic)
     from torch._dynamo.utils import counters
     tols = {{torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4, torch.float64: 1e-7}}
     observable = lambda t: [s for s, n in zip(t.stride(), t.shape) if n > 1]
@@ -330,6 +334,7 @@ def repro_script(program: Program, outcome, file: str = "repro.py") -> str:
                         category=outcome.category, detail=detail.replace('"""', "'''"), file=file,
                         autograd=program.autograd, source=program.to_source(), other_sizes=program.size_sets,
                         dynamic=os.environ.get("MINI_FUZZ_DYNAMIC") == "1",
+                        warm=os.environ.get("MINI_FUZZ_WARM") == "1",
                         matmul_split=os.environ.get("MINI_FUZZ_MATMUL_SPLIT") == "1",
                         matmul_tma=os.environ.get("MINI_FUZZ_MATMUL_TMA") == "1",
                         flex="flex" in program.families(),
