@@ -14,8 +14,9 @@ graphs' ATen-graph entries, and a hit calls the same `post_compile` with them:
     fn = serve(entry, cfg, params, began, label)  # a hit: the callable Dynamo gets; None: go through AOT
 
 An entry is made only where the metadata leaves nothing else to AOT autograd's wrappers
-(front_cache.runtime_wrapping: no input mutation, plain outputs, no RNG functionalization, tokens or
-subclasses); both graphs must be
+(front_cache.runtime_wrapping with `by_torch`: inputs whose data the graph mutates and outputs that
+alias inputs or intermediates are torch's wrappers' to handle, as after a trace; no metadata mutation,
+RNG functionalization, tokens or subclasses); both graphs must be
 CompiledGraphs without constants, generator or saved-seed inputs. The backward is compiled at the first
 backward (AOT autograd's lazy backward), so the entry is written then.
 
@@ -106,7 +107,7 @@ def observe(kind: str, gm: torch.fx.GraphModule, compiled) -> tuple[GraphPart | 
 
 def inputs_to_detach(backward_gm: torch.fx.GraphModule, meta) -> tuple[int, ...]:
     """AOT autograd's rule for the inputs its runtime wrapper detaches: a non-leaf input that requires
-    grad and gets no gradient (the metadata-mutation case cannot occur: entries have no mutations)."""
+    grad and gets no gradient (its exception, an input whose metadata the graph mutates, has no entry)."""
     output = next(n for n in reversed(backward_gm.graph.nodes) if n.op == "output")
     grads = output.args[0]
     if len(grads) != len(meta.input_info):
@@ -116,9 +117,10 @@ def inputs_to_detach(backward_gm: torch.fx.GraphModule, meta) -> tuple[int, ...]
 
 
 def saved_sizes(forward_gm: torch.fx.GraphModule, meta) -> int:
-    """How many sizes (SymInts) the forward saves for the backward: its outputs after the user's."""
+    """How many sizes (SymInts) the forward saves for the backward: its outputs after what it returns
+    (mutated inputs' new values, the user's outputs, intermediate bases)."""
     output = next(n for n in reversed(forward_gm.graph.nodes) if n.op == "output")
-    saved = output.args[0][len(meta.output_info):]
+    saved = output.args[0][meta.num_forward_returns:]
     return sum(1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.SymInt))
 
 
@@ -149,15 +151,20 @@ def pack_metadata(meta) -> str:
 
 
 class _TorchOnly(pickle.Unpickler):
-    """Metadata comes back only as torch's classes and plain builtins: nothing else is looked up."""
+    """Metadata comes back only as torch's classes, sympy's numbers and plain builtins: nothing else is
+    looked up."""
 
     _BUILTINS = frozenset({"set", "frozenset", "list", "dict", "tuple", "int", "float", "bool", "str",
                            "slice"})
 
+    _FUNCTIONS = frozenset({("torch.serialization", "_get_layout")})   # a layout by its name, from a table
+
     def find_class(self, module: str, name: str):
-        if module == "builtins" and name in self._BUILTINS:
+        if module == "builtins" and name in self._BUILTINS or (module, name) in self._FUNCTIONS:
             return super().find_class(module, name)
-        if module == "torch" or module.startswith("torch."):
+        if module == "torch" or module.startswith("torch.") or module == "sympy.core.numbers":
+            # (sympy's numbers: a view's sizes in the metadata that replays an output's view; their
+            # constructors parse no expressions, unlike other sympy classes')
             found = super().find_class(module, name)
             if isinstance(found, type) or isinstance(found, (torch.dtype, torch.memory_format)):
                 return found

@@ -313,17 +313,20 @@ class Front:
             if forward is None or forward.meta is None:
                 return _Compiled(kind, "no forward graph with metadata before it")
             return _Compiled(kind, None, part=part, inputs_to_detach=front_autograd.inputs_to_detach(gm, forward.meta))
-        meta, reason = self._metadata()
+        meta, reason = self._metadata(by_torch=True)
         reason = reason or front_autograd.saved_sizes_reason(gm, meta)
+        if reason is None and len(meta.input_info) != self.num_inputs:   # AOT merged or split inputs
+            reason = f"AOT autograd's metadata has {len(meta.input_info)} inputs for the graph's {self.num_inputs}"
         if reason is not None:
             return _Compiled(kind, reason)
         return _Compiled(kind, None, part=part, meta=meta, saved_sizes=front_autograd.saved_sizes(gm, meta))
 
-    def _metadata(self):
-        """AOT autograd's metadata of the graph being compiled, and why it rules out an entry (or None)."""
+    def _metadata(self, by_torch: bool = False):
+        """AOT autograd's metadata of the graph being compiled, and why it rules out an entry (or None;
+        `by_torch`: see runtime_wrapping)."""
         ctx = torch._guards.TracingContext.try_get()
         meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-        reason = runtime_wrapping(meta)
+        reason = runtime_wrapping(meta, by_torch)
         if reason is None and getattr(ctx, "fakify_first_call", False):
             reason = "the first call returns fake outputs (fakify_first_call)"
         if reason is None and torch._C._is_any_autocast_enabled():
@@ -351,9 +354,15 @@ class Front:
             schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
             self.compiled = [_Compiled("done", reason)]   # nothing more to write for this graph
             return None
+        try:
+            packed = front_autograd.pack_metadata(forward.meta)
+        except Exception as e:  # noqa: BLE001  (a field pickle cannot take: no entry, never a failed compile)
+            schedule_log.info("no front cache entry for key %s… (its metadata cannot be pickled: %s: %s)",
+                              self.key[:12], type(e).__name__, e)
+            self.compiled = [_Compiled("done", "metadata not picklable")]
+            return None
         entry = front_autograd.TrainingEntry(forward.part, backward.part, forward.saved_sizes, self.num_inputs,
-                                             self.num_outputs,
-                                             backward.inputs_to_detach, front_autograd.pack_metadata(forward.meta))
+                                             self.num_outputs, backward.inputs_to_detach, packed)
         self.compiled = [_Compiled("done", "written")]
         path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
         if path:
@@ -426,7 +435,7 @@ def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, 
     """A training entry's forward and backward graphs inside AOT autograd's autograd.Function."""
     try:
         meta = front_autograd.unpack_metadata(entry.metadata)
-        reason = runtime_wrapping(meta) or front_autograd.metadata_reason(meta)
+        reason = runtime_wrapping(meta, by_torch=True) or front_autograd.metadata_reason(meta)
     except Exception as e:  # noqa: BLE001  (torch's metadata classes changed, a damaged pickle: a miss)
         reason = f"its metadata cannot be read ({type(e).__name__}: {e})"
     if reason is not None:
@@ -472,9 +481,14 @@ def _rebuild(graph_key: str, kind: str, part, cfg: Config, began: float, label: 
     return compiled
 
 
-def runtime_wrapping(meta) -> str | None:
+def runtime_wrapping(meta, by_torch: bool = False) -> str | None:
     """What AOT autograd's inference runtime wrapper has to do for a graph with this metadata (torch's
-    ViewAndMutationMeta), or None when it only calls the compiled graph.
+    ViewAndMutationMeta) that a hit could not, or None.
+
+    `by_torch`: the hit runs torch's own runtime wrappers, built from the metadata (a training entry:
+    front_autograd.py), which write mutated inputs' new values back and rebuild outputs that alias
+    inputs or intermediates, as after a trace; only what they cannot rebuild from the metadata alone
+    is refused. Otherwise (an inference entry, `_aot_runtime`) the wrapper must have nothing to do.
 
     A field these checks read that the installed torch lacks means "not trivial"; fields of newer
     features (async collective inputs, graph-safe RNG states) count as the feature being absent."""
@@ -482,17 +496,19 @@ def runtime_wrapping(meta) -> str | None:
         return "no AOT autograd metadata"
     try:
         for i, info in enumerate(meta.input_info):
-            for flag in ("mutates_data", "mutates_metadata", "mutates_storage_metadata",
-                         "mutation_inductor_storage_resize"):
+            for flag in ("mutates_metadata", "mutates_storage_metadata", "mutation_inductor_storage_resize",
+                         *(() if by_torch else ("mutates_data",))):
                 if getattr(info, flag):
                     return f"input {i} {flag.replace('_', ' ')}"
-        if meta.mutated_inp_runtime_indices or meta.mutated_graph_handled_indices:
+        if not by_torch and (meta.mutated_inp_runtime_indices or meta.mutated_graph_handled_indices):
             return "inputs are mutated"
         for i, out in enumerate(meta.output_info):
             kind = out.output_type.name
-            if kind != "non_alias":
+            if kind != "non_alias" and not by_torch:
                 return f"output {i} is {kind.replace('_', ' ')}"
-        if meta.num_intermediate_bases:
+            if kind == "custom_function_view":
+                return f"output {i} is a view made by a custom autograd.Function"
+        if meta.num_intermediate_bases and not by_torch:
             return "outputs alias intermediates"
         if len(meta.tokens):
             return "effect tokens"
