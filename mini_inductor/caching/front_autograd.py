@@ -1,5 +1,6 @@
 """The front cache's training entries: a Dynamo graph whose inputs require grad → its compiled forward
-and backward graphs, served at a warm start without AOT autograd's trace and partition.
+and backward graphs, served at a warm start without AOT autograd's trace and partition. Also the
+inference entries whose runtime wrapper has work to do (`inference_function`).
 
 An inference entry (front_cache.py) only has to call one compiled graph. A training graph needs the
 autograd.Function that AOT autograd wraps around its forward and backward: what the forward saves for
@@ -205,6 +206,22 @@ def autograd_function(fw: CompiledGraph, bw: CompiledGraph, meta, inputs_detache
     params = inspect.signature(post_compile).parameters
     kwargs = {name: values[name.rstrip("_")] for name in params if name.rstrip("_") in values}
     return post_compile(**kwargs)
+
+
+def inference_function(compiled: CompiledGraph, meta, num_params: int) -> Callable:
+    """AOT autograd's inference runtime around a compiled graph (boxed), built by torch's RuntimeWrapper
+    from the metadata, as after a trace: for an inference entry whose wrapper writes mutated inputs'
+    new values back or rebuilds outputs that alias inputs or intermediates."""
+    from torch._functorch import aot_autograd
+    from torch._functorch._aot_autograd import runtime_wrappers
+    from torch._functorch._aot_autograd.schemas import AOTConfig
+
+    config = AOTConfig(fw_compiler=None, bw_compiler=None, partition_fn=None, decompositions=None,
+                       num_params_buffers=num_params, aot_id=next(aot_autograd.AOT_COUNTER),
+                       keep_inference_input_mutations=False,
+                       static_input_indices=list(getattr(meta, "static_input_indices", None) or []))
+    wrapper = runtime_wrappers.RuntimeWrapper(indices_of_inps_to_detach=[], trace_joint=False, disable_amp=False)
+    return wrapper.post_compile(compiled, config, runtime_metadata=meta)
 
 
 def compiled_autograd_on() -> bool:

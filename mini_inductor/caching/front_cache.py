@@ -82,6 +82,10 @@ class FrontEntry:
     # a dynamic graph's outputs' dims that AOT autograd's wrapper marks as dynamic for Dynamo (per output,
     # None where it marks nothing); empty: none marked
     dynamic_dims: tuple[tuple[int, ...] | None, ...] = ()
+    # where AOT autograd's runtime wrapper has work to do (inputs the graph mutates, outputs that alias
+    # inputs or intermediates): its metadata, base64 of the pickle, from which a hit builds torch's own
+    # wrapper (front_autograd.inference_function); "": nothing to do (`_aot_runtime`)
+    metadata: str = ""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
@@ -93,7 +97,8 @@ class FrontEntry:
             raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r}, expected {FORMAT}")
         dims = tuple(None if d is None else tuple(int(i) for i in d) for d in data.get("dynamic_dims", ()))
         entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
-                    int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims)
+                    int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims,
+                    str(data.get("metadata", "")))
         if dims and len(dims) != entry.num_outputs:
             raise ValueError(f"dynamic dims for {len(dims)} outputs, expected {entry.num_outputs}")
         if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
@@ -287,10 +292,13 @@ class Front:
             return _Compiled(kind, f"the inference graph became a {type(compiled).__name__}")
         if compiled.constants or compiled.generator_idxs or compiled.sizes_key is not None:
             return _Compiled(kind, "the inference graph has constants, generator inputs or capture sizes")
-        meta, reason = self._metadata()
+        meta, reason = self._metadata(by_torch=True)
         reason = _aten_graph_reason(gm) or reason
+        if reason is None and len(meta.input_info) != self.num_inputs:   # AOT merged or split inputs
+            reason = f"AOT autograd's metadata has {len(meta.input_info)} inputs for the graph's {self.num_inputs}"
         if reason is not None:
             return _Compiled(kind, reason)
+        wrapped = runtime_wrapping(meta) is not None   # the wrapper has work: torch's, from the metadata
         # the key the graph was compiled under: a pass before it (layout_opt.py) may have changed the graph
         graph_key = getattr(compiled, "graph_key", None) or graph_cache.graph_key(gm, example_inputs, self.cfg)
         dims = tuple(None if o.dynamic_dims is None else tuple(sorted(o.dynamic_dims)) for o in meta.output_info) \
@@ -299,7 +307,7 @@ class Front:
                            sum(1 for n in gm.graph.nodes if n.op == "call_function"),
                            self.num_inputs, self.num_outputs,
                            tuple(compiled.static_input_idxs), dims)
-        return _Compiled(kind, None, entry)
+        return _Compiled(kind, None, entry, meta=meta if wrapped else None)
 
     def _observe_training(self, kind: str, gm, compiled) -> _Compiled:
         if not self.training:
@@ -386,6 +394,11 @@ class Front:
             reason = self.compiled[0].reason
         reason = reason or self.guards_added()
         entry = self.compiled[0].entry if reason is None else None
+        if entry is not None and self.compiled[0].meta is not None:   # (made runtime-safe once AOT returned)
+            try:
+                entry = dataclasses.replace(entry, metadata=front_autograd.pack_metadata(self.compiled[0].meta))
+            except Exception as e:  # noqa: BLE001  (a field pickle cannot take: no entry)
+                entry, reason = None, f"its metadata cannot be pickled ({type(e).__name__}: {e})"
         if entry is not None and not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, entry.graph_key)):
             reason = "its ATen-graph entry was not written"
         if reason is not None:
@@ -419,20 +432,32 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
         return None
     if training:
         return _serve_training(entry, cfg, key, params, began, label)
+    meta = _entry_metadata(entry, cfg, key) if entry.metadata else None
+    if entry.metadata and meta is None:
+        return None
     compiled = _rebuild(entry.graph_key, "inference", entry, cfg, began, label)
     if compiled is None:
         schedule_log.info("front cache entry %s… names ATen-graph entry %s…, which cannot be loaded: through "
                           "AOT autograd", key[:12], entry.graph_key[:12])
         return None
+    if meta is not None:
+        try:
+            fn = front_autograd.inference_function(compiled, meta, len(params))
+        except Exception as e:  # noqa: BLE001  (torch's runtime wrappers changed: a miss, never a failed compile)
+            metrics.compiled_graphs.remove(metrics.compiled_graphs[-1])
+            log.warning("mini_inductor: cannot build AOT autograd's runtime for front cache entry %s (%s: %s); "
+                        "going through AOT autograd", entry_path(cfg.cache_dir, key), type(e).__name__, e)
+            return None
     schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
                       compiled.name, key[:12], entry.graph)
+    if meta is not None:
+        return front_autograd.as_dynamo_callable(fn, params)
     return disable(_aot_runtime(compiled, params, entry.num_outputs, entry.dynamic_dims),
                    reason="mini_inductor's generated graph")
 
 
-def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, params: list[torch.Tensor],
-                    began: float, label: str) -> Callable | None:
-    """A training entry's forward and backward graphs inside AOT autograd's autograd.Function."""
+def _entry_metadata(entry, cfg: Config, key: str):
+    """An entry's AOT autograd metadata, read back and checked; None (a warning) where it cannot be used."""
     try:
         meta = front_autograd.unpack_metadata(entry.metadata)
         reason = runtime_wrapping(meta, by_torch=True) or front_autograd.metadata_reason(meta)
@@ -441,6 +466,15 @@ def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, 
     if reason is not None:
         log.warning("mini_inductor: front cache entry %s: %s; going through AOT autograd",
                     entry_path(cfg.cache_dir, key), reason)
+        return None
+    return meta
+
+
+def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, params: list[torch.Tensor],
+                    began: float, label: str) -> Callable | None:
+    """A training entry's forward and backward graphs inside AOT autograd's autograd.Function."""
+    meta = _entry_metadata(entry, cfg, key)
+    if meta is None:
         return None
     first = len(metrics.compiled_graphs)
     forward = _rebuild(entry.forward.graph_key, "forward", entry.forward, cfg, began, label)
