@@ -27,7 +27,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "mini_inductor"
 
-GRAPH_CACHES = ("caching.graph_cache", "caching.front_cache", "caching.dynamo_cache", "caching.lookup")
+GRAPH_CACHES = ("caching.graph_cache", "caching.front_cache", "caching.front_autograd", "caching.dynamo_cache",
+                "caching.lookup")
 TOP = ("debug", "pipeline", "backend", "cli", *GRAPH_CACHES)
 FORBIDDEN = {
     "runtime": ("lowering", "scheduler", "codegen", *TOP),
