@@ -1518,3 +1518,20 @@ def test_a_checkpointed_dropout_trains_in_one_compile_with_its_mask_recomputed_i
     assert len(records) == graphs_after_first == 2, [r.summary() for r in records]
     assert all(r.ran_eagerly is None and r.dynamic_fallback is None for r in records), [r.summary() for r in records]
     assert_dynamic(records, kernels_at_least=2)
+
+
+def test_a_symbolic_size_of_one_broadcasts_as_a_one(device):
+    # x[0::3] of a length-2 x is one element, (s0 + 2)//3 under dynamic shapes, which the ShapeEnv's
+    # facts fix to 1: copying it into a [1, n] tensor broadcasts it. The copy read it as n elements at
+    # stride 3, past its end (fuzz seed 6007 prog 142, session 47)
+    def f(x, y):
+        v = x[0::3].zero_()
+        return y.copy_(v) * 2
+
+    compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options=SYMBOLIC)
+    for n in (2, 3):
+        x = torch.tensor([3, -2, 5][:n], dtype=torch.int32, device=device)
+        y = torch.tensor([[0.5, 1.5, -1.0, 4.0]], device=device)
+        xe, ye = x.clone(), y.clone()
+        assert_same_tensor(compiled(x, y), f(xe, ye), f"length {n}")
+        assert torch.equal(x, xe) and torch.equal(y, ye)
