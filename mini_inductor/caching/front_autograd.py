@@ -145,10 +145,14 @@ def metadata_reason(meta) -> str | None:
 
 
 def pack_metadata(meta) -> str:
-    """The metadata as an entry keeps it. AOT autograd's backward marks saved tensors it may donate to
-    the backward's buffers; mini_inductor's backward never writes into its inputs, so none are donated
-    (backend.py clears the list at compile, and so it is stored)."""
-    return base64.b64encode(pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    """The metadata as an entry keeps it, once it reads back as `unpack_metadata` reads it (raises where
+    it does not: a view replayed on a dynamic graph's output keeps sympy expressions of sizes, not
+    values). AOT autograd's backward marks saved tensors it may donate to the backward's buffers;
+    mini_inductor's backward never writes into its inputs, so none are donated (backend.py clears the
+    list at compile, and so it is stored)."""
+    text = base64.b64encode(pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    unpack_metadata(text)
+    return text
 
 
 class _TorchOnly(pickle.Unpickler):
@@ -195,7 +199,8 @@ def autograd_function(fw: CompiledGraph, bw: CompiledGraph, meta, inputs_detache
     backward = disable(bw, reason="mini_inductor's generated backward")
     values = dict(compiled_fw_func=fw, compiled_bw_func=backward, maybe_subclass_meta=None,
                   num_symints_saved_for_bw=num_saved_sizes, backward_state_indices=[], disable_amp=False,
-                  indices_of_inps_to_detach=list(inputs_detached), lazy_backward_info=None, bw_compiler=None,
+                  indices_of_inps_to_detach=list(inputs_detached), lazy_backward_info=_no_fx_backward(),
+                  bw_compiler=None,
                   aot_config=config, fw_metadata=meta, try_save_cache_entry=None)
     spec_type = getattr(runtime_wrappers, "AOTDispatchAutogradCompileSpec", None)
     post_compile = runtime_wrappers.AOTDispatchAutograd.post_compile
@@ -222,6 +227,23 @@ def inference_function(compiled: CompiledGraph, meta, num_params: int) -> Callab
                        static_input_indices=list(getattr(meta, "static_input_indices", None) or []))
     wrapper = runtime_wrappers.RuntimeWrapper(indices_of_inps_to_detach=[], trace_joint=False, disable_amp=False)
     return wrapper.post_compile(compiled, config, runtime_metadata=meta)
+
+
+def _no_fx_backward():
+    """What compiled autograd reads the backward's FX graph from, for a served graph that has none: a
+    clear error naming the way out, where torch's own would blame its AOTAutogradCache."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    info = getattr(runtime_wrappers, "CachedAutogradLazyBackwardCompileInfo", None)
+    if info is None:
+        return None
+
+    def refuse():
+        raise RuntimeError("mini_inductor: this graph's backward was served from the front cache, which keeps "
+                           "no FX graph of it for compiled autograd to trace; compile with "
+                           "options={'front_cache': False} (or MINI_INDUCTOR_FRONT_CACHE=0) to use compiled "
+                           "autograd on it")
+    return info(refuse)
 
 
 def compiled_autograd_on() -> bool:

@@ -208,6 +208,7 @@ class Front:
             return reason
         named = [*params.items(), *buffers.items(), *((f"input {i}", x) for i, x in enumerate(example_inputs))]
         seen: set[int] = set()
+        storages: dict[int, str] = {}
         for name, x in named:
             if isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool):
                 continue     # a size: keyed by its placeholder's expression above
@@ -218,6 +219,12 @@ class Front:
             if id(x) in seen:
                 return f"{name} is passed twice"
             seen.add(id(x))
+            # inputs sharing memory (two views of one tensor): AOT autograd traces them as such (a mutation
+            # through one shows in the other); an entry made for separate tensors must not serve them
+            storage = x.untyped_storage()._cdata
+            if storage in storages:
+                return f"{name} shares memory with {storages[storage]}"
+            storages[storage] = name
             dynamic_input = self.shape_env is not None and name.startswith("input ")   # keyed by its placeholder's sizes
             shown = "" if dynamic_input else graph_cache.tensor_meta(x)
             parts.append(f"{name}: {type(x).__name__} {shown} requires_grad={x.requires_grad} "

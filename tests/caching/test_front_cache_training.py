@@ -457,3 +457,74 @@ def test_outputs_that_alias_an_input_or_an_intermediate_are_views_as_in_eager():
     storages = [[o.untyped_storage().data_ptr() for o in outs] for outs in (got, want)]
     assert [len(set(p)) for p in storages] == [3, 3]                        # (h's view shares with no other)
     assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
+
+
+# ── found by review (session 47) ─────────────────────────────────────────────────────────────
+def _mutates_one(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _mutates_one_trains(a, b, w):
+    a.add_(1)
+    return (b * w).sum()
+
+
+def test_an_entry_for_separate_tensors_never_serves_two_views_of_one():
+    # a mutation through one input shows in the other: AOT autograd traces that, an entry made for
+    # separate tensors of the same sizes does not know it
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_mutates_one, backend="mini_inductor")(torch.zeros(4), torch.zeros(4))
+    assert len(_front_entries()) == 1
+    torch._dynamo.reset()
+    base, eager_base = torch.zeros(4), torch.zeros(4)
+    with torch.no_grad():
+        out = torch.compile(_mutates_one, backend="mini_inductor")(base, base[:])
+    assert metrics.compiled_graphs[-1].cache != HIT
+    torch.testing.assert_close(out, _mutates_one(eager_base, eager_base[:]))
+    torch.testing.assert_close(base, eager_base)
+
+
+def test_a_training_entry_for_separate_tensors_never_serves_overlapping_views():
+    w = torch.ones(4, requires_grad=True)
+    torch._dynamo.reset()
+    torch.compile(_mutates_one_trains, backend="mini_inductor")(torch.zeros(4), torch.zeros(4), w).backward()
+    torch._dynamo.reset()
+    w.grad = None
+    base = torch.zeros(6)
+    out = torch.compile(_mutates_one_trains, backend="mini_inductor")(base[0:4], base[2:6], w)
+    out.backward()
+    w_eager, eager_base = torch.ones(4, requires_grad=True), torch.zeros(6)
+    want = _mutates_one_trains(eager_base[0:4], eager_base[2:6], w_eager)
+    want.backward()
+    assert HIT not in [r.cache for r in metrics.compiled_graphs[-2:]]
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
+def test_compiled_autograd_on_a_served_backward_says_how_to_get_it():
+    from torch._dynamo import compiled_autograd
+
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    torch._dynamo.reset()
+    torch.compile(_transposed_use, backend="mini_inductor")(x, w).sum().backward()
+    torch._dynamo.reset()
+    out = torch.compile(_transposed_use, backend="mini_inductor")(x, w)
+    assert [r.cache for r in metrics.compiled_graphs[-2:]] == [HIT, HIT]
+    with pytest.raises(RuntimeError, match="front_cache': False"):
+        with compiled_autograd._enable(lambda gm: torch.compile(gm, backend="eager")):
+            out.sum().backward()
+
+
+def test_metadata_that_would_not_read_back_writes_no_entry(caplog):
+    # a transposed output of a dynamic graph: the metadata replays the view with sympy expressions of
+    # the sizes, which the reader refuses; the entry is not written (no warning at every warm start)
+    for _ in range(2):
+        torch._dynamo.reset()
+        x = torch.randn(4, 3)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad(), caplog.at_level(logging.WARNING, logger="mini_inductor"):
+            out = torch.compile(lambda t: t.t(), backend="mini_inductor")(x)
+        assert out._base is x
+    assert not _front_entries() and "cannot be read" not in caplog.text
