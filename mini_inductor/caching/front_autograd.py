@@ -10,9 +10,10 @@ autograd's metadata of the graph (`ViewAndMutationMeta`) by `AOTDispatchAutograd
 entry keeps that metadata (pickled, as torch's own AOTAutogradCache keeps it) and the two compiled
 graphs' ATen-graph entries, and a hit calls the same `post_compile` with them:
 
-    part = observe(kind, gm, compiled)            # front_cache.Front.watch, per graph AOT compiled
-    entry = TrainingEntry.make(forward, backward, meta, num_inputs, num_outputs)   # once both are seen
-    fn = serve(entry, cfg, params, began, label)  # a hit: the callable Dynamo gets; None: go through AOT
+    part, reason = observe(kind, gm, compiled)    # front_cache.Front.watch, per graph AOT compiled
+    TrainingEntry(forward, backward, ..., pack_metadata(meta))   # Front._store_training, once both are seen
+    fn = autograd_function(fw, bw, unpack_metadata(entry.metadata), ...)   # a hit (front_cache._serve_training)
+    as_dynamo_callable(fn, params)                # what Dynamo gets
 
 An entry is made only where the metadata leaves nothing else to AOT autograd's wrappers
 (front_cache.runtime_wrapping with `by_torch`: inputs whose data the graph mutates and outputs that
@@ -22,7 +23,8 @@ CompiledGraphs without constants, generator or saved-seed inputs. The backward i
 backward (AOT autograd's lazy backward), so the entry is written then.
 
 A hit builds a backward that torch's compiled autograd cannot trace (it needs the backward's FX graph,
-which an entry does not hold): with compiled autograd on, the graph goes through AOT autograd.
+which an entry does not hold): with compiled autograd on, the graph gets no key and goes through AOT
+autograd; turned on after a hit, its backward raises naming the option that turns this level off.
 """
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ import dataclasses
 import inspect
 import io
 import json
-import logging
 import pickle
 from typing import Any, Callable
 
@@ -39,9 +40,6 @@ import torch
 from torch._dynamo import disable
 
 from ..runtime import CompiledGraph
-
-log = logging.getLogger("mini_inductor")
-schedule_log = logging.getLogger("mini_inductor.schedule")
 
 KIND = "training"
 FORMAT = 1
