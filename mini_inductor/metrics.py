@@ -43,6 +43,9 @@ class GraphRecord:
     dynamic_symbols: list[str] = dataclasses.field(default_factory=list)
     # a dynamic graph whose symbolic compile failed: why (it is then compiled once per size)
     dynamic_fallback: str | None = None
+    # why a warm start runs AOT autograd again for this graph: the front cache wrote no entry for it
+    # (caching/front_cache.py); "" when it wrote one, or the level is off
+    warm_start: str = ""
 
     @property
     def num_kernels(self) -> int:
@@ -67,7 +70,8 @@ class GraphRecord:
                 + (f"; {self.layout}" if self.layout else "")
                 + (f"; dynamic in {', '.join(self.dynamic_symbols)}" if self.dynamic_symbols else "")
                 + (f" [compiled per size: {self.dynamic_fallback}]" if self.dynamic_fallback else "")
-                + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else ""))
+                + (f" [ran eagerly: {self.ran_eagerly}]" if self.ran_eagerly else "")
+                + (f" [warm start: {self.warm_start}]" if self.warm_start else ""))
 
 
 def _count(n: int, word: str) -> str:

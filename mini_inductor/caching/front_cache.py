@@ -65,6 +65,7 @@ schedule_log = logging.getLogger("mini_inductor.schedule")
 
 FORMAT = 1
 LABEL = "disk (before AOT)"       # GraphRecord.cache of a graph served by this level
+_COMPILED_FOR_REAL = "debug folders and explain compile for real"
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _ATEN_NAMESPACES = ("aten", "prims")
 
@@ -137,11 +138,12 @@ class Front:
         self.shape_env = None                    # a dynamic graph's ShapeEnv, and its guards when keyed
         self.guards_at_key = 0
         self.stored = False                      # store() ran (a training entry is written at the backward)
+        self.names: list[str] = []               # the graphs compiled under this Dynamo graph (their records')
         if not (cfg.graph_cache and cfg.front_cache):
             self.reason = "off"
             return
         if wants_debug_files(cfg) or debug_trace.capturing():
-            self.reason = "debug folders and explain compile for real"
+            self.reason = _COMPILED_FOR_REAL
         else:
             try:
                 self.reason = self._key(gm, list(example_inputs))
@@ -279,10 +281,19 @@ class Front:
     def watch(self, kind: str, compiler: Callable) -> Callable:
         """`compiler` (compile_graph for `kind`), noting what it compiled for `store`."""
         if self.key is None:
-            return compiler
+            if self.reason == "off" or self.reason == _COMPILED_FOR_REAL:
+                return compiler
+
+            def unkeyed(gm, example_inputs, *args, **kwargs):   # its record says why a warm start traces it
+                compiled = compiler(gm, example_inputs, *args, **kwargs)
+                self.names.append(getattr(compiled, "name", ""))
+                self._refused(f"no front cache key ({self.reason})")
+                return compiled
+            return unkeyed
 
         def watched(gm, example_inputs, *args, **kwargs):
             compiled = compiler(gm, example_inputs, *args, **kwargs)
+            self.names.append(getattr(compiled, "name", ""))
             try:
                 self.compiled.append(self._observe(kind, gm, example_inputs, compiled))
                 if kind == "backward" and self.stored:   # AOT autograd's lazy backward: after store()
@@ -365,16 +376,14 @@ class Front:
                        if not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, p.graph_key))]
             reason = reason or (f"the ATen-graph entry of {missing[0]} was not written" if missing else None)
             reason = reason or self.guards_added()
+        if reason is None:
+            try:
+                packed = front_autograd.pack_metadata(forward.meta)
+            except Exception as e:  # noqa: BLE001  (a field pickle cannot take: no entry, never a failed compile)
+                reason = f"its metadata cannot be pickled ({type(e).__name__}: {e})"
         if reason is not None:
-            schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
+            self._refused(f"no front cache entry ({reason})")
             self.compiled = [_Compiled("done", reason)]   # nothing more to write for this graph
-            return None
-        try:
-            packed = front_autograd.pack_metadata(forward.meta)
-        except Exception as e:  # noqa: BLE001  (a field pickle cannot take: no entry, never a failed compile)
-            schedule_log.info("no front cache entry for key %s… (its metadata cannot be pickled: %s: %s)",
-                              self.key[:12], type(e).__name__, e)
-            self.compiled = [_Compiled("done", "metadata not picklable")]
             return None
         entry = front_autograd.TrainingEntry(forward.part, backward.part, forward.saved_sizes, self.num_inputs,
                                              self.num_outputs, backward.inputs_to_detach, packed)
@@ -384,6 +393,15 @@ class Front:
             schedule_log.info("%s, %s: front cache training entry written at %s (a warm start skips AOT autograd)",
                               forward.part.graph, backward.part.graph, path)
         return path
+
+    def _refused(self, why: str) -> None:
+        """No entry for this Dynamo graph: logged, and on the records of the graphs compiled under it
+        (`GraphRecord.warm_start`: a warm start runs AOT autograd for them again)."""
+        schedule_log.info("%s%s: through AOT autograd at a warm start too", why,
+                          f" for key {self.key[:12]}…" if self.key else "")
+        for record in metrics.compiled_graphs:
+            if record.name in self.names:
+                record.warm_start = f"AOT autograd again: {why}"
 
     def store(self) -> str | None:
         """After AOT autograd returned: write the entry when the call qualifies; its path, or None
@@ -409,7 +427,7 @@ class Front:
         if entry is not None and not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, entry.graph_key)):
             reason = "its ATen-graph entry was not written"
         if reason is not None:
-            schedule_log.info("no front cache entry for key %s… (%s)", self.key[:12], reason)
+            self._refused(f"no front cache entry ({reason})")
             return None
         path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
         if path:

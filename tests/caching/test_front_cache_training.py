@@ -528,3 +528,23 @@ def test_metadata_that_would_not_read_back_writes_no_entry(caplog):
             out = torch.compile(lambda t: t.t(), backend="mini_inductor")(x)
         assert out._base is x
     assert not _front_entries() and "cannot be read" not in caplog.text
+
+
+def test_a_graph_without_an_entry_says_on_its_record_why_a_warm_start_traces_it():
+    # x.view(n // 2, 2, -1) under dynamic shapes: the compile adds a guard, so no entry
+    def f(x, w):
+        return (x.view(x.shape[0] // 2, 2, -1) @ w).softmax(-1).mean()
+    x = torch.randn(8, 8)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.reset()
+    first = len(metrics.compiled_graphs)
+    torch.compile(f, backend="mini_inductor")(x, torch.randn(8, 8).requires_grad_()).backward()
+    records = metrics.compiled_graphs[first:]
+    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"]
+    assert all("no front cache entry (the compile added guard" in r.warm_start for r in records)
+    assert "[warm start: AOT autograd again: no front cache entry (the compile added guard" in records[0].summary()
+    # a graph that gets one says nothing
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(lambda t: t * 2, backend="mini_inductor")(torch.randn(4))
+    assert metrics.compiled_graphs[-1].warm_start == "" and "warm start" not in metrics.compiled_graphs[-1].summary()
