@@ -123,16 +123,6 @@ def saved_sizes(forward_gm: torch.fx.GraphModule, meta) -> int:
     return sum(1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.SymInt))
 
 
-def saved_sizes_reason(forward_gm: torch.fx.GraphModule, meta) -> str | None:
-    """Where the forward's saved sizes disagree with AOT autograd's count (a layout this module does not
-    know), the reason; else None."""
-    counted = getattr(meta, "num_symints_saved_for_bw", None)
-    ours = saved_sizes(forward_gm, meta)
-    if counted is not None and counted != ours:
-        return f"AOT autograd counts {counted} saved sizes, the forward graph {ours}"
-    return None
-
-
 def metadata_reason(meta) -> str | None:
     """Why this training metadata cannot make an entry (beyond front_cache.runtime_wrapping), or None."""
     if hasattr(meta, "traced_tangent_metas") and meta.traced_tangent_metas is None:

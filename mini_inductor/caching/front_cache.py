@@ -139,6 +139,7 @@ class Front:
         self.guards_at_key = 0
         self.stored = False                      # store() ran (a training entry is written at the backward)
         self.names: list[str] = []               # the graphs compiled under this Dynamo graph (their records')
+        self.first_record = len(metrics.compiled_graphs)   # theirs are among the records from here on
         if not (cfg.graph_cache and cfg.front_cache):
             self.reason = "off"
             return
@@ -287,7 +288,7 @@ class Front:
             def unkeyed(gm, example_inputs, *args, **kwargs):   # its record says why a warm start traces it
                 compiled = compiler(gm, example_inputs, *args, **kwargs)
                 self.names.append(getattr(compiled, "name", ""))
-                self._refused(f"no front cache key ({self.reason})")
+                self._refused(f"no front cache key ({self.reason})", say=False)   # (said above)
                 return compiled
             return unkeyed
 
@@ -312,8 +313,6 @@ class Front:
             return _Compiled(kind, "the inference graph has constants, generator inputs or capture sizes")
         meta, reason = self._metadata(by_torch=True)
         reason = _aten_graph_reason(gm) or reason
-        if reason is None and len(meta.input_info) != self.num_inputs:   # AOT merged or split inputs
-            reason = f"AOT autograd's metadata has {len(meta.input_info)} inputs for the graph's {self.num_inputs}"
         if reason is not None:
             return _Compiled(kind, reason)
         wrapped = runtime_wrapping(meta) is not None   # the wrapper has work: torch's, from the metadata
@@ -340,12 +339,13 @@ class Front:
                 return _Compiled(kind, "no forward graph with metadata before it")
             return _Compiled(kind, None, part=part, inputs_to_detach=front_autograd.inputs_to_detach(gm, forward.meta))
         meta, reason = self._metadata(by_torch=True)
-        reason = reason or front_autograd.saved_sizes_reason(gm, meta)
-        if reason is None and len(meta.input_info) != self.num_inputs:   # AOT merged or split inputs
-            reason = f"AOT autograd's metadata has {len(meta.input_info)} inputs for the graph's {self.num_inputs}"
         if reason is not None:
             return _Compiled(kind, reason)
-        return _Compiled(kind, None, part=part, meta=meta, saved_sizes=front_autograd.saved_sizes(gm, meta))
+        saved = front_autograd.saved_sizes(gm, meta)
+        if getattr(meta, "num_symints_saved_for_bw", saved) != saved:   # a layout of outputs we do not know
+            return _Compiled(kind, f"AOT autograd counts {meta.num_symints_saved_for_bw} saved sizes, the "
+                                   f"forward graph {saved}")
+        return _Compiled(kind, None, part=part, meta=meta, saved_sizes=saved)
 
     def _metadata(self, by_torch: bool = False):
         """AOT autograd's metadata of the graph being compiled, and why it rules out an entry (or None;
@@ -359,6 +359,8 @@ class Front:
             reason = "autocast is on"
         if reason is None and len(meta.output_info) != self.num_outputs:
             reason = f"{len(meta.output_info)} ATen graph outputs for {self.num_outputs} Dynamo graph outputs"
+        if reason is None and len(meta.input_info) != self.num_inputs:   # AOT merged or split inputs
+            reason = f"AOT autograd's metadata has {len(meta.input_info)} inputs for the graph's {self.num_inputs}"
         return meta, reason
 
     def _store_training(self) -> str | None:
@@ -394,12 +396,12 @@ class Front:
                               forward.part.graph, backward.part.graph, path)
         return path
 
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, say: bool = True) -> None:
         """No entry for this Dynamo graph: logged, and on the records of the graphs compiled under it
         (`GraphRecord.warm_start`: a warm start runs AOT autograd for them again)."""
-        schedule_log.info("%s%s: through AOT autograd at a warm start too", why,
-                          f" for key {self.key[:12]}…" if self.key else "")
-        for record in metrics.compiled_graphs:
+        if say:
+            schedule_log.info("%s for key %s…: through AOT autograd at a warm start too", why, self.key[:12])
+        for record in metrics.compiled_graphs[self.first_record:]:
             if record.name in self.names:
                 record.warm_start = f"AOT autograd again: {why}"
 

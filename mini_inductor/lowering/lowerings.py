@@ -78,19 +78,13 @@ def promote(args, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> tuple[torch.dtype, t
     return found
 
 
-def _is_one(s: Expr) -> bool:
-    """A size that is 1 at every size the graph serves: 1, or a symbolic size the ShapeEnv's facts fix
-    to 1 (x[0::3] of a length-2 x under dynamic shapes: (s0 + 2)//3, which Dynamo's guards bound)."""
-    return s == 1 or bool(getattr(s, "free_symbols", None)) and symbolic.decide(sympy.Eq(s, 1)) is True
-
-
 def broadcast_sizes(*sizes: Sequence[Expr]) -> list[Expr]:
     ndim = max((len(s) for s in sizes), default=0)
     out: list[Expr] = [sympy.Integer(1)] * ndim
     for size in sizes:
         for i, s in enumerate(size):
             j = ndim - len(size) + i
-            if not _is_one(s):
+            if not symbolic.is_one(s):
                 if out[j] != 1 and out[j] != s:
                     # a dynamic graph's sizes equal by Dynamo's guards (s0 == 8) broadcast as equal
                     if symbolic.decide(sympy.Eq(out[j], s)) is not True:
@@ -105,19 +99,8 @@ def broadcast_loader(x: IRNode, out_size: Sequence[Expr]) -> Callable:
     size = x.get_size()
     loader = x.make_loader()
     shift = len(out_size) - len(size)
-    ones = []   # the dims x broadcasts along: its size 1 where the output's is not
-    for i, s in enumerate(size):
-        n = out_size[shift + i]
-        if n == 1 or s == n:
-            ones.append(False)
-        elif _is_one(s):
-            ones.append(True)
-        elif symbolic.decide(sympy.Eq(s, n)) is not True and getattr(s, "free_symbols", None):
-            # a symbolic size that may be 1 or the output's at run time: no one kernel reads both
-            raise symbolic.SymbolicUnsupported(f"size {s} broadcast to {n}: neither 1 nor equal by the "
-                                               f"ShapeEnv's facts")
-        else:
-            ones.append(False)
+    # the dims x broadcasts along (its size 1, where the output's is not)
+    ones = [out_size[shift + i] != 1 and symbolic.broadcasts(s, out_size[shift + i]) for i, s in enumerate(size)]
 
     def load(idx):
         return loader([sympy.Integer(0) if one else idx[shift + i] for i, one in enumerate(ones)])

@@ -560,6 +560,32 @@ def _size_of_unit_max(e: Expr) -> Expr:
     return e if e.is_nonnegative or decide(e >= 0) is True else sympy.Max(0, e)
 
 
+def broadcasts(old, new) -> bool:
+    """Whether a dim of size `old` becomes `new` by repeating its one element (expand, and a pointwise
+    operand's broadcast: lowerings.broadcast_loader). A symbolic
+    `old` that is not `new` is 1 only where Dynamo's guards say so (fuzz seed 219 prog 260: a chunk
+    of length (s+2)//3, 1 here, expanded to 4 was indexed as if it had 4 elements): decided by the
+    ShapeEnv, else not compiled symbolically (the graph is compiled per size)."""
+    old, new = sympy.sympify(old), sympy.sympify(new)
+    if old == new:
+        return False
+    if old == 1:
+        return True
+    if not (old.free_symbols or new.free_symbols):
+        return False
+    if decide(sympy.Eq(old, 1)):
+        return True
+    if decide(sympy.Eq(old, new)):
+        return False
+    raise SymbolicUnsupported(f"a dim of size {old} broadcast to {new}, which is 1 at some sizes only", old)
+
+
+def is_one(size) -> bool:
+    """A size that is 1 at every size the graph serves: 1, or a symbolic size the ShapeEnv's facts fix
+    to 1 (x[0::3] of a length-2 x under dynamic shapes: (s0 + 2)//3, which Dynamo's guards bound)."""
+    return size == 1 or bool(getattr(size, "free_symbols", None)) and decide(sympy.Eq(size, 1)) is True
+
+
 def decide(cond) -> bool | None:
     """Whether a relation between sizes holds at every size the graph serves: True or False where
     that is provable (from the symbols' assumptions, then from the ShapeEnv's ranges and the guards

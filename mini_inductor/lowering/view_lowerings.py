@@ -9,7 +9,7 @@ import torch
 from .ir import Buffer, InputBuffer, IRNode, ReinterpretView, StorageBox, View, Layout, current_graph
 from .lowerings import register_lowering
 from .sizevars import FloorDiv, ModularIndexing, product, sympify_seq
-from .symbolic import SymbolicUnsupported, decide
+from .symbolic import SymbolicUnsupported, broadcasts, decide, is_one
 
 aten = torch.ops.aten
 
@@ -55,30 +55,11 @@ def expand(x, size, implicit=False):
     shift = len(size) - len(old)
     size = [old[i - shift] if s == -1 else s for i, s in enumerate(size)]
 
-    broadcast = [_broadcasts(o, size[shift + i]) for i, o in enumerate(old)]
+    broadcast = [broadcasts(o, size[shift + i]) for i, o in enumerate(old)]
 
     def reindex(idx):
         return [sympy.Integer(0) if b else idx[shift + i] for i, b in enumerate(broadcast)]
     return View(x, size, reindex)
-
-
-def _broadcasts(old, new) -> bool:
-    """Whether expand turns a dim of size `old` into `new` by repeating its one element. A symbolic
-    `old` that is not `new` is 1 only where Dynamo's guards say so (fuzz seed 219 prog 260: a chunk
-    of length (s+2)//3, 1 here, expanded to 4 was indexed as if it had 4 elements): decided by the
-    ShapeEnv, else not compiled symbolically (the graph is compiled per size)."""
-    old, new = sympy.sympify(old), sympy.sympify(new)
-    if old == new:
-        return False
-    if old == 1:
-        return True
-    if not (old.free_symbols or new.free_symbols):
-        return False
-    if decide(sympy.Eq(old, 1)):
-        return True
-    if decide(sympy.Eq(old, new)):
-        return False
-    raise SymbolicUnsupported(f"expand of a dim of size {old} to {new}, which broadcasts at some sizes only", old)
 
 
 @register_lowering(aten.slice.Tensor)
@@ -170,9 +151,6 @@ def squeeze(x, dim=None):
     size = x.get_size()
     if not size:
         return View(x, [], lambda idx: [])
-    def is_one(s) -> bool:   # a dynamic graph's size may be 1 by Dynamo's guards ((s0 + 2) // 3 == 1)
-        return s == 1 or decide(sympy.Eq(s, 1)) is True
-
     if dim is None:
         dims = [i for i, s in enumerate(size) if is_one(s)]
     else:
