@@ -97,7 +97,8 @@ for step in "${steps[@]}"; do
                    tests/e2e/test_scan_ops_more.py tests/e2e/test_sort_kernels.py \
                    tests/e2e/test_adaptive_avg_pool.py tests/e2e/test_dynamic_float_divisors.py \
                    tests/e2e/test_scatter_store.py tests/e2e/test_higher_order_ops.py \
-                   tests/e2e/test_scan_and_pooling.py tests/e2e/test_forward_ad.py tests/e2e/test_pooling_fuzz_found.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
+                   tests/e2e/test_scan_and_pooling.py tests/e2e/test_forward_ad.py tests/e2e/test_pooling_fuzz_found.py \
+                   tests/e2e/test_views.py -rfE --tb=short ;;   # CPU-suite tests that take the device: on CUDA here
         attention_tests) run attention_tests 200 python3 -m pytest -n 8 -q -p no:cacheprovider \
                    tests/attention/test_flex.py tests/attention/test_flash.py tests/attention/test_match_to_flash.py \
                    tests/attention/test_extra_grads.py tests/attention/test_extra_grads_review.py -rfE --tb=short ;;
