@@ -5,7 +5,7 @@ import sympy
 import torch
 
 from compile_ir import run_fn, schedule_fn
-from mini_inductor.lowering.ir import Buffer, ExternKernel, Layout
+from mini_inductor.lowering.ir import Buffer, ExternKernel, InputBuffer, Layout, ReinterpretView
 from mini_inductor.scheduler.partition import cudagraph_unsafe_reason_of, partition_nodes
 
 aten = torch.ops.aten
@@ -36,6 +36,23 @@ def test_a_call_that_defines_a_size_symbol_stays_outside_cuda_graphs():
     assert cudagraph_unsafe_reason_of(sliced) == ""
     sliced.defines_symbols = ("u1",)
     assert cudagraph_unsafe_reason_of(sliced) == "defines the size u1 that later code reads (aten.slice.Tensor)"
+
+
+def test_as_strided_with_an_offset_into_a_graph_input_reads_the_input_itself():
+    # the offset counts from the input's storage; a CUDA graph replays on a copy of the input that starts
+    # at its view (the first CUDA run of test_views.py read other elements, session 48)
+    x = InputBuffer("arg0_1", Layout.contiguous(CUDA, torch.float32, (10,)), 0)
+    made = Buffer("buf1", Layout.contiguous(CUDA, torch.float32, (10,)))
+
+    def as_strided(source, *offset, **kwargs):
+        return ExternKernel("buf9", Layout.contiguous(CUDA, torch.float32, (2, 2)), aten.as_strided.default,
+                            (source, [2, 2], [1, 1], *offset), kwargs, fallback=True)
+    assert "storage offset into a graph input" in cudagraph_unsafe_reason_of(as_strided(x, 5))
+    assert "storage offset into a graph input" in cudagraph_unsafe_reason_of(as_strided(x, storage_offset=5))
+    view = ReinterpretView(x, Layout(CUDA, torch.float32, (sympy.Integer(5),), (sympy.Integer(2),), sympy.Integer(1)))
+    assert "storage offset into a graph input" in cudagraph_unsafe_reason_of(as_strided(view, 5))
+    assert cudagraph_unsafe_reason_of(as_strided(x)) == ""            # the input's own offset: a view of the copy
+    assert cudagraph_unsafe_reason_of(as_strided(made, 5)) == ""      # a buffer of the graph's own
 
 
 def index_put_extern(index_dtype, op=aten.index_put.default):
