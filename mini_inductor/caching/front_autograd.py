@@ -40,6 +40,7 @@ import torch
 from torch._dynamo import disable
 
 from ..runtime import CompiledGraph
+from . import shape_guards
 
 KIND = "training"
 FORMAT = 1
@@ -73,6 +74,7 @@ class TrainingEntry:
     num_outputs: int
     inputs_to_detach: tuple[int, ...]  # AOT autograd's indices_of_inps_to_detach
     metadata: str                      # base64 of the pickled ViewAndMutationMeta (made runtime-safe)
+    guards: tuple = ()                 # added to the ShapeEnv after the key (front_cache, shape_guards.py)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "kind": KIND, **dataclasses.asdict(self)})
@@ -83,7 +85,8 @@ class TrainingEntry:
             raise ValueError(f"training entry format {data.get('format')!r}, expected {FORMAT}")
         entry = cls(GraphPart.from_dict(data["forward"]), GraphPart.from_dict(data["backward"]),
                     int(data["num_saved_sizes"]), int(data["num_inputs"]), int(data["num_outputs"]),
-                    tuple(int(i) for i in data["inputs_to_detach"]), str(data["metadata"]))
+                    tuple(int(i) for i in data["inputs_to_detach"]), str(data["metadata"]),
+                    shape_guards.of_entry(data))
         base64.b64decode(entry.metadata, validate=True)
         if any(not 0 <= i < entry.num_inputs for i in (*entry.forward.static_input_idxs, *entry.inputs_to_detach)):
             raise ValueError(f"input indices out of {entry.num_inputs} inputs")

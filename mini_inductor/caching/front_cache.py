@@ -23,10 +23,10 @@ does in that case (`_aot_runtime`: a dynamic graph's outputs are also marked wit
 to treat as dynamic). Anything else keeps going through AOT autograd as before.
 
 A dynamic graph (sizes of the ShapeEnv's symbols, SymInt inputs) is keyed on its placeholders'
-symbolic sizes, the symbols' ranges and every guard the ShapeEnv holds; an entry is written only when
-neither AOT autograd nor our compile added a guard after the key was made (`guards_added`): a hit adds
-none, and Dynamo must check what the compile decided. One entry then serves every size the guards let
-through, in a new process too.
+symbolic sizes, the symbols' ranges and every guard the ShapeEnv holds. The guards AOT autograd or our
+compile added after the key was made are kept in the entry (shape_guards.py): a hit checks that they
+hold at its sizes (else it is a miss) and adds them to the ShapeEnv, for Dynamo to check as after a
+compile. One entry then serves every size the guards let through, in a new process too.
 
 The key hashes the Dynamo graph's code, its placeholders' static-input marks (AOT autograd derives
 the static input indices from them) and sizes, every input's sizes, strides, offset, dtype, device,
@@ -42,6 +42,7 @@ generated module:
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import logging
@@ -58,7 +59,7 @@ from ..debug import trace as debug_trace
 from ..debug import wants_debug_files
 from ..runtime import CompiledGraph
 from ..runtime.interpreter import install as install_interpreter_shims
-from . import files, front_autograd, graph_cache, lookup
+from . import files, front_autograd, graph_cache, lookup, shape_guards
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -87,6 +88,8 @@ class FrontEntry:
     # inputs or intermediates): its metadata, base64 of the pickle, from which a hit builds torch's own
     # wrapper (front_autograd.inference_function); "": nothing to do (`_aot_runtime`)
     metadata: str = ""
+    # the guards the compile added to a dynamic graph's ShapeEnv after the key (shape_guards.py)
+    guards: tuple = ()
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
@@ -99,7 +102,7 @@ class FrontEntry:
         dims = tuple(None if d is None else tuple(int(i) for i in d) for d in data.get("dynamic_dims", ()))
         entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
                     int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims,
-                    str(data.get("metadata", "")))
+                    str(data.get("metadata", "")), shape_guards.of_entry(data))
         if dims and len(dims) != entry.num_outputs:
             raise ValueError(f"dynamic dims for {len(dims)} outputs, expected {entry.num_outputs}")
         if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
@@ -260,12 +263,13 @@ class Front:
         self.shape_env, self.guards_at_key = env, len(guards)
         return None
 
-    def guards_added(self) -> str | None:
-        """The first guard the compile added to a dynamic graph's ShapeEnv after the key, or None."""
+    def guards_added(self) -> tuple[tuple, str | None]:
+        """(the guards the compile added to a dynamic graph's ShapeEnv after the key, for the entry; why
+        they cannot be kept, or None)."""
         if self.shape_env is None:
-            return None
-        added = list(getattr(self.shape_env, "guards", ()))[self.guards_at_key:]
-        return f"the compile added guard {getattr(added[0], 'expr', added[0])}" if added else None
+            return (), None
+        trees, reason = shape_guards.pack(self.shape_env, self.guards_at_key)
+        return tuple(trees), reason
 
     def static_inference_key(self) -> str | None:
         """The key, for Dynamo's cache (dynamo_cache.py), which keeps static inference graphs only."""
@@ -276,7 +280,8 @@ class Front:
         """The callable Dynamo gets, from the entry and the ATen-graph entry it names; None on a miss."""
         if self.key is None:
             return None
-        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began, training=self.training)
+        return serve(self.cfg, self.key, self.num_inputs, self.params, self.began, training=self.training,
+                     shape_env=self.shape_env)
 
     # ── a miss: watch AOT autograd, then write ────────────────────────────────────────────────
     def watch(self, kind: str, compiler: Callable) -> Callable:
@@ -377,7 +382,8 @@ class Front:
             missing = [p.graph for p in (forward.part, backward.part)
                        if not os.path.exists(graph_cache.entry_path(self.cfg.cache_dir, p.graph_key))]
             reason = reason or (f"the ATen-graph entry of {missing[0]} was not written" if missing else None)
-            reason = reason or self.guards_added()
+            guards, why = self.guards_added()
+            reason = reason or why
         if reason is None:
             try:
                 packed = front_autograd.pack_metadata(forward.meta)
@@ -388,9 +394,9 @@ class Front:
             self.compiled = [_Compiled("done", reason)]   # nothing more to write for this graph
             return None
         entry = front_autograd.TrainingEntry(forward.part, backward.part, forward.saved_sizes, self.num_inputs,
-                                             self.num_outputs, backward.inputs_to_detach, packed)
+                                             self.num_outputs, backward.inputs_to_detach, packed, guards)
         self.compiled = [_Compiled("done", "written")]
-        path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
+        path = files.write(entry_path(self.cfg.cache_dir, self.key, guards), entry.to_json(), "front cache entry")
         if path:
             schedule_log.info("%s, %s: front cache training entry written at %s (a warm start skips AOT autograd)",
                               forward.part.graph, backward.part.graph, path)
@@ -419,8 +425,9 @@ class Front:
             reason = f"AOT autograd compiled {kinds or 'nothing'}, not one inference graph"
         else:
             reason = self.compiled[0].reason
-        reason = reason or self.guards_added()
-        entry = self.compiled[0].entry if reason is None else None
+        guards, why = self.guards_added()
+        reason = reason or why
+        entry = dataclasses.replace(self.compiled[0].entry, guards=guards) if reason is None else None
         if entry is not None and self.compiled[0].meta is not None:   # (made runtime-safe once AOT returned)
             try:
                 entry = dataclasses.replace(entry, metadata=front_autograd.pack_metadata(self.compiled[0].meta))
@@ -431,7 +438,8 @@ class Front:
         if reason is not None:
             self._refused(f"no front cache entry ({reason})")
             return None
-        path = files.write(entry_path(self.cfg.cache_dir, self.key), entry.to_json(), "front cache entry")
+        path = files.write(entry_path(self.cfg.cache_dir, self.key, entry.guards), entry.to_json(),
+                           "front cache entry")
         if path:
             schedule_log.info("%s: front cache entry written at %s (a warm start skips AOT autograd)",
                               entry.graph, path)
@@ -439,27 +447,40 @@ class Front:
 
 
 def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], began: float,
-          label: str = LABEL, training: bool = False) -> Callable | None:
+          label: str = LABEL, training: bool = False, shape_env=None) -> Callable | None:
     """The callable for front cache entry `key` (a graph of `num_inputs` inputs, `params` the graph
     module's own parameters and buffers among them), or None when the entry or the compiled graph it
     names cannot be loaded (logged). `training`: the graph needs autograd (its key says so, and only a
-    training entry serves it). Front.load, and dynamo_cache.py for a graph from Dynamo's cache."""
-    entry = load_entry(cfg.cache_dir, key)
-    if entry is not None and isinstance(entry, front_autograd.TrainingEntry) != training:
-        log.warning("mini_inductor: front cache entry %s is for %s, the graph is compiled %s; ignoring it",
-                    entry_path(cfg.cache_dir, key), "inference" if training else "training",
-                    "for training" if training else "without autograd")
-        entry = None
-    if entry is not None and entry.num_inputs != num_inputs:
-        log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
-                    entry_path(cfg.cache_dir, key), entry.num_inputs, num_inputs)
-        entry = None
-    if entry is None:
+    training entry serves it). `shape_env`: a dynamic graph's, to which a hit adds the entry's guards.
+    Front.load, and dynamo_cache.py for a graph from Dynamo's cache.
+
+    A key has one entry per set of guards its compiles added (`entry_path`): the first whose guards
+    hold at this call's sizes serves it."""
+    found = None
+    for path, entry in candidates(cfg.cache_dir, key):
+        if isinstance(entry, front_autograd.TrainingEntry) != training:
+            log.warning("mini_inductor: front cache entry %s is for %s, the graph is compiled %s; ignoring it",
+                        path, "inference" if training else "training",
+                        "for training" if training else "without autograd")
+        elif entry.num_inputs != num_inputs:
+            log.warning("mini_inductor: front cache entry %s expects %d inputs, the graph has %d; ignoring it",
+                        path, entry.num_inputs, num_inputs)
+        else:
+            guards, why = shape_guards.check(shape_env, list(entry.guards))
+            if why is None:
+                found = path, entry, guards
+                break
+            schedule_log.info("front cache entry %s not used (%s)", path, why)
+    if found is None:
         schedule_log.info("front cache miss (key %s…): through AOT autograd", key[:12])
         return None
+    path, entry, guards = found
     if training:
-        return _serve_training(entry, cfg, key, params, began, label)
-    meta = _entry_metadata(entry, cfg, key) if entry.metadata else None
+        fn = _serve_training(entry, cfg, key, path, params, began, label)
+        if fn is not None:
+            shape_guards.install(shape_env, guards)
+        return fn
+    meta = _entry_metadata(entry, path) if entry.metadata else None
     if entry.metadata and meta is None:
         return None
     compiled = _rebuild(entry.graph_key, "inference", entry, cfg, began, label)
@@ -473,8 +494,9 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
         except Exception as e:  # noqa: BLE001  (torch's runtime wrappers changed: a miss, never a failed compile)
             metrics.compiled_graphs.remove(metrics.compiled_graphs[-1])
             log.warning("mini_inductor: cannot build AOT autograd's runtime for front cache entry %s (%s: %s); "
-                        "going through AOT autograd", entry_path(cfg.cache_dir, key), type(e).__name__, e)
+                        "going through AOT autograd", path, type(e).__name__, e)
             return None
+    shape_guards.install(shape_env, guards)
     schedule_log.info("%s: front cache hit (key %s…, compiled earlier as %s): AOT autograd skipped",
                       compiled.name, key[:12], entry.graph)
     if meta is not None:
@@ -483,7 +505,7 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
                    reason="mini_inductor's generated graph")
 
 
-def _entry_metadata(entry, cfg: Config, key: str):
+def _entry_metadata(entry, path: str):
     """An entry's AOT autograd metadata, read back and checked; None (a warning) where it cannot be used."""
     try:
         meta = front_autograd.unpack_metadata(entry.metadata)
@@ -491,16 +513,15 @@ def _entry_metadata(entry, cfg: Config, key: str):
     except Exception as e:  # noqa: BLE001  (torch's metadata classes changed, a damaged pickle: a miss)
         reason = f"its metadata cannot be read ({type(e).__name__}: {e})"
     if reason is not None:
-        log.warning("mini_inductor: front cache entry %s: %s; going through AOT autograd",
-                    entry_path(cfg.cache_dir, key), reason)
+        log.warning("mini_inductor: front cache entry %s: %s; going through AOT autograd", path, reason)
         return None
     return meta
 
 
-def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, params: list[torch.Tensor],
-                    began: float, label: str) -> Callable | None:
+def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, path: str,
+                    params: list[torch.Tensor], began: float, label: str) -> Callable | None:
     """A training entry's forward and backward graphs inside AOT autograd's autograd.Function."""
-    meta = _entry_metadata(entry, cfg, key)
+    meta = _entry_metadata(entry, path)
     if meta is None:
         return None
     first = len(metrics.compiled_graphs)
@@ -517,7 +538,7 @@ def _serve_training(entry: front_autograd.TrainingEntry, cfg: Config, key: str, 
     except Exception as e:  # noqa: BLE001  (torch's runtime wrappers changed: a miss, never a failed compile)
         del metrics.compiled_graphs[first:]
         log.warning("mini_inductor: cannot build AOT autograd's runtime for front cache entry %s (%s: %s); "
-                    "going through AOT autograd", entry_path(cfg.cache_dir, key), type(e).__name__, e)
+                    "going through AOT autograd", path, type(e).__name__, e)
         return None
     schedule_log.info("%s, %s: front cache hit (key %s…, compiled earlier as %s, %s): AOT autograd skipped",
                       forward.name, backward.name, key[:12], entry.forward.graph, entry.backward.graph)
@@ -639,13 +660,31 @@ def _aot_runtime(compiled: CompiledGraph, params: list[torch.Tensor], num_output
 
 
 # ── the files ────────────────────────────────────────────────────────────────────────────────
-def entry_path(cache_dir: str, key: str) -> str:
+def entry_path(cache_dir: str, key: str, guards: tuple = ()) -> str:
+    """Where the entry of `key` lives: front/ab/<key>.json, or for one whose compile added guards
+    front/ab/<key>.<hash of the guards>.json (a size that fails one set compiles again and writes
+    another beside it, rather than replacing it)."""
+    if guards:
+        key = f"{key}.{files.sha256(json.dumps(list(guards)))[:16]}"
     return files.keyed_path(cache_dir, "front", key)
 
 
 def load_entry(cache_dir: str, key: str) -> FrontEntry | front_autograd.TrainingEntry | None:
-    """The entry for `key`, or None: missing, or damaged or of an old format (deleted with a warning)."""
+    """The entry at `key` (a path's stem), or None: missing, or damaged or of an old format (deleted
+    with a warning)."""
     return files.read(entry_path(cache_dir, key), "front cache entry", "going through AOT autograd", _parse_entry)
+
+
+def candidates(cache_dir: str, key: str) -> list[tuple[str, FrontEntry | front_autograd.TrainingEntry]]:
+    """(path, entry) of every entry of `key`: the one without guards first, then those with guards."""
+    plain = entry_path(cache_dir, key)
+    guarded = sorted(glob.glob(os.path.join(glob.escape(os.path.dirname(plain)), f"{key}.*.json")))
+    found = []
+    for path in ([plain] if os.path.exists(plain) else []) + guarded:
+        entry = files.read(path, "front cache entry", "going through AOT autograd", _parse_entry)
+        if entry is not None:
+            found.append((path, entry))
+    return found
 
 
 def _parse_entry(data: bytes) -> FrontEntry | front_autograd.TrainingEntry:

@@ -370,26 +370,25 @@ def test_a_dynamic_training_graph_saving_sizes_for_its_backward_is_served():
     assert entry.num_saved_sizes >= 1     # the backward reads the batch size the forward saved
 
 
-def test_a_compile_that_adds_a_guard_to_the_shape_env_writes_no_entry(caplog):
-    # x.view(n // 2, 2, -1): AOT autograd's trace adds Ne(n // (n // 2), 0) to the ShapeEnv after the key
-    # was made; Dynamo checks it, a hit would not have added it: no entry, every compile goes through AOT
+def test_guards_aot_autograd_adds_are_kept_in_the_entry_and_a_warm_start_adds_them_again():
+    # x.view(n // 2, 2, -1): AOT autograd's trace adds Ne(n // (n // 2), 0) and matmul's contiguity
+    # checks to the ShapeEnv after the key was made; the entry keeps them, a hit adds them back
     def f(x, w):
         return (x.view(x.shape[0] // 2, 2, -1) @ w).softmax(-1).mean()
-    aots = []
+    step = _Step(f, loss=lambda outs: outs[0])
+    results = []
     for n in (8, 12):
-        torch._dynamo.reset()
         x = torch.randn(n, 8)
         torch._dynamo.mark_dynamic(x, 0)
         w = torch.randn(8, 8).requires_grad_()
-        before = counters["aot_autograd"]["total"]
-        with caplog.at_level(logging.INFO, logger="mini_inductor.schedule"):
-            torch.compile(f, backend="mini_inductor")(x, w).backward()
-        aots.append(counters["aot_autograd"]["total"] - before)
-        w_eager = w.detach().clone().requires_grad_()
-        f(x, w_eager).backward()
-        torch.testing.assert_close(w.grad, w_eager.grad)
-    assert aots == [1, 1] and not _front_entries()
-    assert "the compile added guard" in caplog.text
+        outs, grads, aot, records = step.compiled(x, w)
+        ref_outs, ref_grads = step.eager(x, w)
+        _same(outs, ref_outs)
+        _same(grads, ref_grads)
+        results.append((aot, [r.cache for r in records]))
+    assert results == [(1, ["miss", "miss"]), (0, [HIT, HIT])]
+    (entry,) = _training_entries()
+    assert any("FloorDiv" in json.dumps(g) for g in entry.guards), entry.guards
 
 
 def test_a_torch_whose_runtime_wrappers_take_other_arguments_costs_a_compile_not_a_failure(monkeypatch, caplog):
@@ -531,18 +530,18 @@ def test_metadata_that_would_not_read_back_writes_no_entry(caplog):
 
 
 def test_a_graph_without_an_entry_says_on_its_record_why_a_warm_start_traces_it():
-    # x.view(n // 2, 2, -1) under dynamic shapes: the compile adds a guard, so no entry
-    def f(x, w):
-        return (x.view(x.shape[0] // 2, 2, -1) @ w).softmax(-1).mean()
-    x = torch.randn(8, 8)
-    torch._dynamo.mark_dynamic(x, 0)
+    # a Python float Dynamo passes as a 0-d tensor, which AOT autograd may specialize on: no key
+    def f(x, w, a):
+        return (x @ w).clamp(max=a).mean()
     torch._dynamo.reset()
     first = len(metrics.compiled_graphs)
-    torch.compile(f, backend="mini_inductor")(x, torch.randn(8, 8).requires_grad_()).backward()
-    records = metrics.compiled_graphs[first:]
-    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"]
-    assert all("no front cache entry (the compile added guard" in r.warm_start for r in records)
-    assert "[warm start: AOT autograd again: no front cache entry (the compile added guard" in records[0].summary()
+    compiled = torch.compile(f, backend="mini_inductor")
+    for a in (0.5, 0.25):   # (the second value makes Dynamo pass it as a tensor)
+        compiled(torch.randn(4, 8), torch.randn(8, 8).requires_grad_(), a).backward()
+    records = [r for r in metrics.compiled_graphs[first:] if "Python number" in r.warm_start]
+    assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], \
+        [(r.name, r.warm_start) for r in metrics.compiled_graphs[first:]]
+    assert "[warm start: AOT autograd again: no front cache key (input" in records[0].summary()
     # a graph that gets one says nothing
     torch._dynamo.reset()
     with torch.no_grad():
