@@ -208,7 +208,9 @@ def _atomic_add_into(x: IRNode, what: str, out_size, values_loader, values_dtype
     box = Pointwise.create(device, acc, initial, size)
     if any(s == 0 for s in out_size):
         return _cast(box, dtype)  # nothing to add
-    target = box.realize()
+    # at eager's strides: where no cast follows, this buffer is the result (index_put of a transposed
+    # input keeps its layout in eager; a fuzz seed got contiguous strides)
+    target = box.realize(_eager_strides(size))
     graph = current_graph()
     graph.register_buffer(ScatterBuffer(graph.new_buffer_name(), target, Pointwise(device, acc, value, list(out_size)),
                                         position))
