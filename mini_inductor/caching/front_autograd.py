@@ -36,6 +36,7 @@ import json
 import pickle
 from typing import Any, Callable
 
+import sympy
 import torch
 from torch._dynamo import disable
 
@@ -147,24 +148,41 @@ def pack_metadata(meta) -> str:
 
 
 class _TorchOnly(pickle.Unpickler):
-    """Metadata comes back only as torch's classes, sympy's numbers and plain builtins: nothing else is
-    looked up."""
+    """Metadata comes back only as the classes AOT autograd's metadata is made of, sympy's size
+    expressions and plain builtins: nothing else is looked up.
+
+    Pickle calls a class it names with the arguments the file gives, so every class allowed must be
+    harmless to call with any of them. Torch's are looked up in the modules the metadata's classes come
+    from only. Of sympy's, only numbers, symbols, sums, products and powers: their constructors take
+    their arguments as sympy objects strictly, where other sympy classes (functions, torch's FloorDiv
+    among them) parse a string argument as an expression, and evaluate it (session 48: a file that
+    called FloorDiv with a string ran its code)."""
 
     _BUILTINS = frozenset({"set", "frozenset", "list", "dict", "tuple", "int", "float", "bool", "str",
                            "slice"})
 
     _FUNCTIONS = frozenset({("torch.serialization", "_get_layout")})   # a layout by its name, from a table
 
+    _TORCH_MODULES = ("torch._functorch._aot_autograd.", "torch._C._functionalization", "torch._subclasses.",
+                      "torch._utils", "torch.fx.experimental.symbolic_shapes")
+
+    _SYMPY = frozenset({("sympy.core.symbol", "Symbol"), ("sympy.core.add", "Add"), ("sympy.core.mul", "Mul"),
+                        ("sympy.core.power", "Pow")})
+
     def find_class(self, module: str, name: str):
         if module == "builtins" and name in self._BUILTINS or (module, name) in self._FUNCTIONS:
             return super().find_class(module, name)
-        if module == "torch" or module.startswith("torch.") or module == "sympy.core.numbers":
-            # (sympy's numbers: a view's sizes in the metadata that replays an output's view; their
-            # constructors parse no expressions, unlike other sympy classes')
+        if (module, name) in self._SYMPY or module == "sympy.core.numbers":
             found = super().find_class(module, name)
-            if isinstance(found, type) or isinstance(found, (torch.dtype, torch.memory_format)):
+            if isinstance(found, type):
                 return found
-        raise pickle.UnpicklingError(f"the metadata names {module}.{name}, which is not one of torch's classes")
+        elif module == "torch" or module.startswith(self._TORCH_MODULES):
+            found = super().find_class(module, name)
+            if isinstance(found, (torch.dtype, torch.memory_format)) or \
+                    isinstance(found, type) and not issubclass(found, sympy.Basic):
+                return found
+        raise pickle.UnpicklingError(f"the metadata names {module}.{name}, which is not one of the classes "
+                                     "AOT autograd's metadata is made of")
 
 
 def unpack_metadata(text: str):

@@ -233,11 +233,21 @@ class _NotTorch:
     pass
 
 
+class _SympyFunctionOfAString:
+    """Pickles as a call of torch's FloorDiv with a string, which sympy would parse and evaluate."""
+
+    def __reduce__(self):
+        from torch.utils._sympy.functions import FloorDiv
+        return FloorDiv, ("__import__('os').environ.__setitem__('MI_PICKLED_CODE_RAN', '1') or 7", 1)
+
+
 @pytest.mark.parametrize("payload, says", [
     (b"not a pickle", "cannot be read"),
-    (pickle.dumps(_NotTorch()), "not one of torch's classes"),
+    (pickle.dumps(_NotTorch()), "not one of the classes"),
     (pickle.dumps(torch.Size([2])), "not a ViewAndMutationMeta"),
-], ids=["garbage", "a foreign class", "another torch class"])
+    (pickle.dumps(_SympyFunctionOfAString()), "names torch.utils._sympy.functions.FloorDiv, which is not one"),
+    (pickle.dumps(torch.nn.Identity()), "names torch.nn.modules.linear.Identity, which is not one"),
+], ids=["garbage", "a foreign class", "another torch class", "a sympy function of a string", "a torch module"])
 def test_metadata_that_is_not_torchs_is_refused_before_use_and_the_step_compiles_again(payload, says, caplog):
     model = _seeded(_mlp)
     x = torch.randn(16, 8)
@@ -249,6 +259,7 @@ def test_metadata_that_is_not_torchs_is_refused_before_use_and_the_step_compiles
         outs, grads, aot, records = step.compiled(x)
     assert aot == 1 and [g.cache for g in records] == ["disk", "disk"]   # AOT autograd ran; the ATen level served
     assert any(says in r.getMessage() and "going through AOT autograd" in r.getMessage() for r in caplog.records)
+    assert "MI_PICKLED_CODE_RAN" not in os.environ
     _same(outs, ref_outs)
     _same(grads, ref_grads)
 
@@ -516,17 +527,21 @@ def test_compiled_autograd_on_a_served_backward_says_how_to_get_it():
             out.sum().backward()
 
 
-def test_metadata_that_would_not_read_back_writes_no_entry(caplog):
-    # a transposed output of a dynamic graph: the metadata replays the view with sympy expressions of
-    # the sizes, which the reader refuses; the entry is not written (no warning at every warm start)
-    for _ in range(2):
+def test_a_dynamic_graph_returning_a_view_of_its_input_is_served_warm_at_another_size(caplog):
+    # the metadata replays the output's view with sympy expressions of the sizes (symbols, sums):
+    # they read back, and a warm start at another size returns eager's view of the input
+    results = []
+    for n in (4, 6):
         torch._dynamo.reset()
-        x = torch.randn(4, 3)
+        x = torch.randn(n, 3)
         torch._dynamo.mark_dynamic(x, 0)
+        first = len(metrics.compiled_graphs)
         with torch.no_grad(), caplog.at_level(logging.WARNING, logger="mini_inductor"):
             out = torch.compile(lambda t: t.t(), backend="mini_inductor")(x)
-        assert out._base is x
-    assert not _front_entries() and "cannot be read" not in caplog.text
+        assert out._base is x and out.shape == (3, n) and out.stride() == x.t().stride()
+        results.append([r.cache for r in metrics.compiled_graphs[first:]])
+    assert results == [["miss"], [HIT]] and len(_front_entries()) == 1
+    assert "cannot be read" not in caplog.text
 
 
 def test_a_graph_without_an_entry_says_on_its_record_why_a_warm_start_traces_it():

@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 
@@ -114,7 +115,12 @@ def warm_summary(results: list[Result]) -> str:
     served = collections.Counter(c for r in results for c in r.outcome.warm_caches)
     ran = sum(1 for r in results if r.outcome.warm_caches)
     kinds = ", ".join(f"{n} {c}" for c, n in served.most_common())
-    return f"warm start: {ran} programs compiled again after torch._dynamo.reset(); their graphs: {kinds or 'none'}"
+    lines = [f"warm start: {ran} programs compiled again after torch._dynamo.reset(); their graphs: {kinds or 'none'}"]
+    # why graphs went through AOT autograd again: each reason once, its numbers and expressions left out
+    notes = collections.Counter(re.sub(r"\d+", "N", note.split(": ", 1)[-1])[:110]
+                                for r in results if r.outcome.warm_caches for note in r.outcome.warm_notes)
+    lines += [f"  {n} graphs without a front cache entry: {why}" for why, n in notes.most_common(10)]
+    return "\n".join(lines)
 
 
 def distinct_failures(results: list[Result]) -> dict[str, list[Result]]:
@@ -145,7 +151,7 @@ def write_out(out: str, results: list[Result]) -> list[str]:
                 "detail": r.outcome.detail, "families": r.program.families() if r.program else [],
                 "seconds": r.seconds, "shrunk_stmts": len(r.shrunk.stmts) if r.shrunk else None,
                 "sizes": r.outcome.sizes, "other_calls": r.outcome.other_calls, "recompiles": r.outcome.recompiles,
-                "warm_caches": r.outcome.warm_caches,
+                "warm_caches": r.outcome.warm_caches, "warm_notes": r.outcome.warm_notes,
                 "other_shapes": [r.program.shapes(k) for k in range(1, r.program.size_sets + 1)] if r.program else []}
                for r in results]
     with open(os.path.join(out, "summary.json"), "w") as fh:

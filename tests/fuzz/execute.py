@@ -47,6 +47,8 @@ class Outcome:
     other_calls: int = 0     # ok: calls made at other sizes (--dynamic)
     recompiles: int = 0      # ok: of those, calls that compiled anew (Dynamo or mini_inductor; see detail)
     warm_caches: list = dataclasses.field(default_factory=list)   # --warm: the second compile's records' `cache`
+    # --warm: why the first compile's graphs got no front cache entry (their records' `warm_start`)
+    warm_notes: list = dataclasses.field(default_factory=list)
 
     def signature(self) -> str:
         """What makes two failures the same failure, for the shrinker: the class and category, for
@@ -162,7 +164,7 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
 
     calls = [0] * runs + list(size_sets[1:])      # the size set of each call
     recompiled = []                                # notes on the other-size calls that compiled anew
-    warm_caches = []
+    warm_caches, warm_notes = [], []
     for warm in range(2 if os.environ.get("MINI_FUZZ_WARM") == "1" and backend == "mini_inductor" else 1):
         torch._dynamo.reset()
         compiled = torch.compile(f, backend=_backend(backend), fullgraph=True, **_dynamic_args(backend))
@@ -171,12 +173,14 @@ def run_program(program: Program, backend: str = "mini_inductor", device: str = 
                         None if warm else recompiled, "(warm start) " if warm else "")
         if failed is not None:
             return failed
+        from mini_inductor import metrics
         if warm:
-            from mini_inductor import metrics
             warm_caches = [r.cache or "?" for r in metrics.compiled_graphs[records:]]
+        elif backend == "mini_inductor":
+            warm_notes = [r.warm_start for r in metrics.compiled_graphs[records:] if r.warm_start]
     detail = f"compiled anew at other sizes: {'; '.join(recompiled)}" if recompiled else ""
     return Outcome("ok", detail=detail, other_calls=len(size_sets) - 1, recompiles=len(recompiled),
-                   warm_caches=warm_caches)
+                   warm_caches=warm_caches, warm_notes=warm_notes)
 
 
 def _calls(program: Program, compiled, calls: list, inputs_at, eager: list, f, device: str, reference,
