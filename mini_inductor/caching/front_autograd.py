@@ -142,21 +142,30 @@ def pack_metadata(meta) -> str:
     values). AOT autograd's backward marks saved tensors it may donate to the backward's buffers;
     mini_inductor's backward never writes into its inputs, so none are donated (backend.py clears the
     list at compile, and so it is stored)."""
-    text = base64.b64encode(pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    out = io.BytesIO()
+    _SizesAsTrees(out, protocol=pickle.HIGHEST_PROTOCOL).dump(meta)
+    text = base64.b64encode(out.getvalue()).decode("ascii")
     unpack_metadata(text)
     return text
 
 
-class _TorchOnly(pickle.Unpickler):
-    """Metadata comes back only as the classes AOT autograd's metadata is made of, sympy's size
-    expressions and plain builtins: nothing else is looked up.
+class _SizesAsTrees(pickle.Pickler):
+    """Sympy expressions (a dynamic graph's sizes in the metadata) are written as shape_guards' JSON
+    trees, not as pickles of sympy's classes (see _TorchOnly)."""
 
-    Pickle calls a class it names with the arguments the file gives, so every class allowed must be
-    harmless to call with any of them. Torch's are looked up in the modules the metadata's classes come
-    from only. Of sympy's, only numbers, symbols, sums, products and powers: their constructors take
-    their arguments as sympy objects strictly, where other sympy classes (functions, torch's FloorDiv
-    among them) parse a string argument as an expression, and evaluate it (session 48: a file that
-    called FloorDiv with a string ran its code)."""
+    def persistent_id(self, obj):
+        if isinstance(obj, sympy.Basic):
+            return json.dumps(shape_guards.encode(obj))
+        return None
+
+
+class _TorchOnly(pickle.Unpickler):
+    """Metadata comes back only as the classes AOT autograd's metadata is made of and plain builtins:
+    nothing else is looked up. Pickle calls a class it names with the arguments the file gives, so every
+    class allowed must be harmless to call with any of them: torch's are looked up in the modules the
+    metadata's classes come from only, and sympy's never (sizes come back from shape_guards' trees,
+    `persistent_load`): sympy's functions, torch's FloorDiv among them, parse a string argument as an
+    expression and evaluate it (session 48: a file that called FloorDiv with a string ran its code)."""
 
     _BUILTINS = frozenset({"set", "frozenset", "list", "dict", "tuple", "int", "float", "bool", "str",
                            "slice"})
@@ -166,23 +175,21 @@ class _TorchOnly(pickle.Unpickler):
     _TORCH_MODULES = ("torch._functorch._aot_autograd.", "torch._C._functionalization", "torch._subclasses.",
                       "torch._utils", "torch.fx.experimental.symbolic_shapes")
 
-    _SYMPY = frozenset({("sympy.core.symbol", "Symbol"), ("sympy.core.add", "Add"), ("sympy.core.mul", "Mul"),
-                        ("sympy.core.power", "Pow")})
-
     def find_class(self, module: str, name: str):
         if module == "builtins" and name in self._BUILTINS or (module, name) in self._FUNCTIONS:
             return super().find_class(module, name)
-        if (module, name) in self._SYMPY or module == "sympy.core.numbers":
-            found = super().find_class(module, name)
-            if isinstance(found, type):
-                return found
-        elif module == "torch" or module.startswith(self._TORCH_MODULES):
+        if module == "torch" or module.startswith(self._TORCH_MODULES):
             found = super().find_class(module, name)
             if isinstance(found, (torch.dtype, torch.memory_format)) or \
                     isinstance(found, type) and not issubclass(found, sympy.Basic):
                 return found
         raise pickle.UnpicklingError(f"the metadata names {module}.{name}, which is not one of the classes "
                                      "AOT autograd's metadata is made of")
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, str):
+            raise pickle.UnpicklingError("the metadata holds a size that is not a tree of JSON")
+        return shape_guards.decode(json.loads(pid))
 
 
 def unpack_metadata(text: str):

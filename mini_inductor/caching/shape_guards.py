@@ -10,10 +10,12 @@ through the ShapeEnv's own `evaluate_expr`, so that Dynamo's guards include them
 or cannot be read, is a miss: the graph goes through AOT autograd, which decides again.
 
 A guard is a tree of plain JSON values, never pickled (an unpickler would build whatever a damaged file
-names, and sympy's constructors may parse strings): an int is itself, ["Symbol", name] one of the
-ShapeEnv's backed symbols, ["Rational", p, q], ["true"], ["false"], and [name, arg, ...] an operation from
-`_OPERATIONS` (sympy's arithmetic, relations and logic; torch's integer functions of sizes). Anything else,
-a float say, is not written, and the graph gets no entry, as before guards were kept.
+names, and sympy's constructors may parse strings): an int is itself, ["Symbol", name, assumptions] one of
+the ShapeEnv's backed symbols, ["Rational", p, q], ["true"], ["false"], and [name, arg, ...] an operation
+from `_OPERATIONS` (sympy's arithmetic, relations and logic; torch's integer functions of sizes), built
+from its decoded arguments only. Anything else, a float say, is not written, and the graph gets no entry,
+as before guards were kept. AOT autograd's metadata keeps its sympy expressions in the same form
+(`encode`, `decode`: front_autograd.py's pickles), where a symbol is made from its name and assumptions.
 """
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ _OPERATIONS = {cls.__name__: cls for cls in (
     size_functions.CleanDiv, size_functions.CeilDiv, size_functions.CeilToInt, size_functions.FloorToInt,
     size_functions.Max, size_functions.Min, size_functions.PowByNatural, size_functions.Where,
     size_functions.TruncToInt, size_functions.IsNonOverlappingAndDenseIndicator)}
+# a symbol's assumptions kept (the ShapeEnv's sizes are integer and positive or nonnegative; sympy
+# derives the rest, which a symbol made again from these has too)
+_ASSUMPTIONS = frozenset({"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
+                          "zero", "nonzero", "even", "odd", "rational", "commutative"})
 _DEPTH = 64   # deeper than any guard over sizes; a damaged file cannot recurse without end
 
 
@@ -44,7 +50,7 @@ def pack(env, since: int) -> tuple[list, str | None]:
     trees = []
     for expr in added(env, since):
         try:
-            tree = _encode(expr, 0)
+            tree = encode(expr)
             if _decode(tree, symbols, 0) != expr:
                 return [], f"the compile added guard {expr}, which does not read back as itself"
         except ValueError as e:
@@ -100,6 +106,16 @@ def _values(env) -> dict:
     return values if values is not None else env.var_to_val
 
 
+def encode(expr) -> Any:
+    """A sympy expression of sizes as a JSON tree; ValueError for anything else."""
+    return _encode(expr, 0)
+
+
+def decode(tree) -> Any:
+    """An expression `encode` wrote, its symbols made from their names and assumptions."""
+    return _decode(tree, None, 0)
+
+
 def _encode(expr, depth: int) -> Any:
     if depth > _DEPTH:
         raise ValueError("nested too deep")
@@ -110,14 +126,15 @@ def _encode(expr, depth: int) -> Any:
     if isinstance(expr, sympy.Rational):
         return ["Rational", int(expr.p), int(expr.q)]
     if isinstance(expr, sympy.Symbol):
-        return ["Symbol", expr.name]
+        return ["Symbol", expr.name, {k: v for k, v in sorted(expr.assumptions0.items())
+                                      if k in _ASSUMPTIONS and isinstance(v, bool)}]
     name = type(expr).__name__
     if _OPERATIONS.get(name) is not type(expr):
         raise ValueError(f"{name} is not an operation on sizes")
     return [name, *(_encode(a, depth + 1) for a in expr.args)]
 
 
-def _decode(tree, symbols: dict[str, sympy.Symbol], depth: int):
+def _decode(tree, symbols: dict[str, sympy.Symbol] | None, depth: int):
     if depth > _DEPTH:
         raise ValueError("nested too deep")
     if isinstance(tree, bool) or not isinstance(tree, (int, list)) or tree == []:
@@ -127,10 +144,16 @@ def _decode(tree, symbols: dict[str, sympy.Symbol], depth: int):
     head, args = tree[0], tree[1:]
     if head in ("true", "false") and not args:
         return sympy.true if head == "true" else sympy.false
-    if head == "Symbol" and len(args) == 1 and isinstance(args[0], str):
-        if args[0] not in symbols:
-            raise ValueError(f"symbol {args[0]} is not one of the graph's sizes")
-        return symbols[args[0]]
+    if head == "Symbol" and 1 <= len(args) <= 2 and isinstance(args[0], str):
+        if symbols is not None:
+            if args[0] not in symbols:
+                raise ValueError(f"symbol {args[0]} is not one of the graph's sizes")
+            return symbols[args[0]]
+        assumptions = args[1] if len(args) == 2 else {}
+        if not isinstance(assumptions, dict) or any(k not in _ASSUMPTIONS or not isinstance(v, bool)
+                                                    for k, v in assumptions.items()):
+            raise ValueError(f"symbol {args[0]}'s assumptions {assumptions!r} are not a size's")
+        return sympy.Symbol(args[0], **assumptions)
     if head == "Rational" and len(args) == 2 and all(type(a) is int for a in args) and args[1] != 0:
         return sympy.Rational(args[0], args[1])
     if not isinstance(head, str) or head not in _OPERATIONS:

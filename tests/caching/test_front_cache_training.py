@@ -544,6 +544,25 @@ def test_a_dynamic_graph_returning_a_view_of_its_input_is_served_warm_at_another
     assert "cannot be read" not in caplog.text
 
 
+def test_a_view_whose_sizes_are_floor_divisions_is_served_warm_too(caplog):
+    # sizes of torch's FloorDiv, in the guards or the metadata: neither is read back through sympy's classes
+    def f(t):
+        return t.view(t.shape[0] // 2, 2, -1)
+    results = []
+    for n in (8, 12):
+        torch._dynamo.reset()
+        x = torch.randn(n, 3)
+        torch._dynamo.mark_dynamic(x, 0)
+        first = len(metrics.compiled_graphs)
+        with torch.no_grad(), caplog.at_level(logging.WARNING, logger="mini_inductor"):
+            out = torch.compile(f, backend="mini_inductor")(x)
+        assert out._base is x and out.shape == f(x).shape
+        results.append([r.cache for r in metrics.compiled_graphs[first:]])
+    assert results == [["miss"], [HIT]] and "cannot" not in caplog.text
+    (path,) = _front_entries()
+    assert front_cache.load_entry(config.current().cache_dir, path.stem).metadata   # the view's, replayed
+
+
 def test_a_graph_without_an_entry_says_on_its_record_why_a_warm_start_traces_it():
     # a Python float Dynamo passes as a 0-d tensor, which AOT autograd may specialize on: no key
     def f(x, w, a):

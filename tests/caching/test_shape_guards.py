@@ -5,6 +5,7 @@ import json
 import logging
 import pathlib
 
+import pytest
 import sympy
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,18 @@ def test_a_guard_that_does_not_hold_or_cannot_be_read_adds_nothing():
     assert "nested too deep" in shape_guards.check(env, [deep])[1]
     assert shape_guards.check(None, [["true"]])[1] == "the entry holds guards and the graph has no ShapeEnv"
     assert shape_guards.check(None, []) == ([], None)
+
+
+def test_metadata_sizes_come_back_with_their_symbols_assumptions():
+    s = sympy.Symbol("s77", integer=True, positive=True)
+    expr = FloorDiv(s, 2) * s + ModularIndexing(s, 1, 4) - 3
+    tree = shape_guards.encode(expr)
+    assert shape_guards.decode(json.loads(json.dumps(tree))) == expr
+    assert shape_guards.decode(["Symbol", "s77", {"integer": True, "positive": True}]) == s
+    for bad in (["Symbol", "s77", {"__class__": True}], ["Symbol", "s77", {"positive": "yes"}],
+                ["Symbol", "s77", []]):
+        with pytest.raises(ValueError, match="are not a size's"):
+            shape_guards.decode(bad)
 
 
 def test_a_guard_over_floats_is_not_kept():
