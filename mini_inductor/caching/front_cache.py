@@ -68,7 +68,10 @@ FORMAT = 1
 LABEL = "disk (before AOT)"       # GraphRecord.cache of a graph served by this level
 _COMPILED_FOR_REAL = "debug folders and explain compile for real"
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-_ATEN_NAMESPACES = ("aten", "prims")
+# ATen's, and ours (the flash-attention ops: torch.library custom ops that mutate nothing and return new
+# tensors, registered at import): the runtime wrapper's first-call aliasing check of a custom op has
+# nothing to find in them
+_OWN_NAMESPACES = ("aten", "prims", "mini_inductor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -610,7 +613,7 @@ def runtime_wrapping(meta, by_torch: bool = False) -> str | None:
 
 def _aten_graph_reason(gm: torch.fx.GraphModule) -> str | None:
     """Why the ATen graph itself rules out an entry: constants (their values are not in the key), higher
-    order ops, custom ops (the runtime wrapper checks their aliasing at the first call)."""
+    order ops, custom ops other than ours (the runtime wrapper checks their aliasing at the first call)."""
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             return f"the ATen graph reads constant {node.target}"
@@ -619,7 +622,7 @@ def _aten_graph_reason(gm: torch.fx.GraphModule) -> str | None:
         if isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"higher-order op {node.target}"
         namespace = getattr(node.target, "namespace", None)
-        if isinstance(node.target, torch._ops.OpOverload) and namespace not in _ATEN_NAMESPACES:
+        if isinstance(node.target, torch._ops.OpOverload) and namespace not in _OWN_NAMESPACES:
             return f"custom op {node.target}"
     return None
 

@@ -402,6 +402,29 @@ def test_guards_aot_autograd_adds_are_kept_in_the_entry_and_a_warm_start_adds_th
     assert any("FloorDiv" in json.dumps(g) for g in entry.guards), entry.guards
 
 
+def test_attention_computed_by_our_flash_op_is_served_warm_in_training(monkeypatch):
+    # the matcher rewrites soft-capped attention into mini_inductor's flash op (a custom op of ours,
+    # which mutates nothing): its graphs get front entries, forward and backward
+    if torch.cuda.is_available():   # (CUDA tensors: small float32 attention is left as written there)
+        from mini_inductor.attention import match
+        monkeypatch.setattr(match, "float32_left_as_written", lambda *args: None)
+
+    def softcap(q, k, v):
+        return (torch.tanh(q @ k.transpose(-2, -1) * 0.5 / 5.0) * 5.0).softmax(-1) @ v
+    step = _Step(softcap)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 8, 4, generator=g).requires_grad_() for _ in range(3))
+    ref_outs, ref_grads = step.eager(q, k, v)
+    results = []
+    for _ in range(2):
+        outs, grads, aot, records = step.compiled(q, k, v)
+        _same(outs, ref_outs, atol=1e-5, rtol=1e-5)
+        _same(grads, ref_grads, atol=1e-4, rtol=1e-4)
+        results.append((aot, [r.cache for r in records]))
+        assert any("flash_attention_forward" in op for r in records for op in r.extern_calls)
+    assert results == [(1, ["miss", "miss"]), (0, [HIT, HIT])]
+
+
 def test_a_torch_whose_runtime_wrappers_take_other_arguments_costs_a_compile_not_a_failure(monkeypatch, caplog):
     # AOTDispatchAutograd.post_compile's arguments changed between torch releases (a spec object in
     # 2.13, parameters in 2.11): one this module cannot build is a warning and a trip through AOT autograd
