@@ -93,6 +93,9 @@ class FrontEntry:
     metadata: str = ""
     # the guards the compile added to a dynamic graph's ShapeEnv after the key (shape_guards.py)
     guards: tuple = ()
+    # made with grad on and an input that requires grad, where no output needs it: AOT autograd made an
+    # inference graph (a training key; other entries never serve one)
+    under_grad: bool = False
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
@@ -105,7 +108,7 @@ class FrontEntry:
         dims = tuple(None if d is None else tuple(int(i) for i in d) for d in data.get("dynamic_dims", ()))
         entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
                     int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims,
-                    str(data.get("metadata", "")), shape_guards.of_entry(data))
+                    str(data.get("metadata", "")), shape_guards.of_entry(data), bool(data.get("under_grad", False)))
         if dims and len(dims) != entry.num_outputs:
             raise ValueError(f"dynamic dims for {len(dims)} outputs, expected {entry.num_outputs}")
         if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
@@ -420,17 +423,20 @@ class Front:
         if self.key is None:
             return None
         self.stored = True
-        if self.training:
+        kinds = [c.kind for c in self.compiled]
+        if self.training and kinds != ["inference"]:
             self._store_training()
             return None     # Dynamo's cache (dynamo_cache.py) keeps inference graphs only
-        kinds = [c.kind for c in self.compiled]
+        # (with grad on, AOT autograd makes an inference graph where no output requires grad: an argmax of
+        # a model's logits; the entry says so, and only such an entry serves a call that needs grad)
         if kinds != ["inference"]:
             reason = f"AOT autograd compiled {kinds or 'nothing'}, not one inference graph"
         else:
             reason = self.compiled[0].reason
         guards, why = self.guards_added()
         reason = reason or why
-        entry = dataclasses.replace(self.compiled[0].entry, guards=guards) if reason is None else None
+        entry = dataclasses.replace(self.compiled[0].entry, guards=guards, under_grad=self.training) \
+            if reason is None else None
         if entry is not None and self.compiled[0].meta is not None:   # (made runtime-safe once AOT returned)
             try:
                 entry = dataclasses.replace(entry, metadata=front_autograd.pack_metadata(self.compiled[0].meta))
@@ -461,7 +467,7 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
     hold at this call's sizes serves it."""
     found = None
     for path, entry in candidates(cfg.cache_dir, key):
-        if isinstance(entry, front_autograd.TrainingEntry) != training:
+        if isinstance(entry, front_autograd.TrainingEntry) != training and not getattr(entry, "under_grad", False):
             log.warning("mini_inductor: front cache entry %s is for %s, the graph is compiled %s; ignoring it",
                         path, "inference" if training else "training",
                         "for training" if training else "without autograd")
@@ -478,7 +484,7 @@ def serve(cfg: Config, key: str, num_inputs: int, params: list[torch.Tensor], be
         schedule_log.info("front cache miss (key %s…): through AOT autograd", key[:12])
         return None
     path, entry, guards = found
-    if training:
+    if isinstance(entry, front_autograd.TrainingEntry):
         fn = _serve_training(entry, cfg, key, path, params, began, label)
         if fn is not None:
             shape_guards.install(shape_env, guards)

@@ -283,6 +283,26 @@ def test_an_inference_entry_never_serves_a_training_call(caplog):
     assert "is for inference" in caplog.text, caplog.text
 
 
+def test_a_graph_whose_outputs_need_no_grad_gets_an_inference_entry_that_serves_it_under_grad():
+    # grad on and a weight that requires grad, but an argmax out: AOT autograd makes an inference graph;
+    # its entry (marked under_grad) serves the warm call, which no other inference entry would
+    def f(x, w):
+        return (x @ w).argmax(-1), (x @ w).sum(-1).detach()
+    x, w = torch.randn(4, 8), torch.randn(8, 8).requires_grad_()
+    results = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        first, before = len(metrics.compiled_graphs), counters["aot_autograd"]["total"]
+        outs = torch.compile(f, backend="mini_inductor")(x, w)
+        for got, want in zip(outs, f(x, w)):
+            torch.testing.assert_close(got, want)
+            assert not got.requires_grad
+        results.append((counters["aot_autograd"]["total"] - before, [r.cache for r in metrics.compiled_graphs[first:]]))
+    assert results == [(1, ["miss"]), (0, [HIT])]
+    (path,) = _front_entries()
+    assert front_cache.load_entry(config.current().cache_dir, path.stem).under_grad
+
+
 TRAIN_CHILD = textwrap.dedent('''
     import json, sys, torch, torch.nn as nn
     import mini_inductor
