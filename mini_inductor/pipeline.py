@@ -23,7 +23,7 @@ import time
 import torch
 
 from . import metrics
-from .caching import graph_cache, lookup
+from .caching import graph_cache, lookup, shape_guards
 from .caching.modules import load_module
 from .codegen import generate
 from .config import Config, interpreting
@@ -119,14 +119,16 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     memory_key = lookup.memory_key(disk_key, gm, cfg)
     # explain and debug folders need the IR of every graph: one first served from disk is compiled for real
     needs_ir = debug_trace.capturing() or wants_debug_files(cfg)
-    compiled = lookup.from_memory(memory_key, name, record, graph_args, needs_ir=needs_ir)
+    shape_env = symbolic.current().shape_env
+    compiled = lookup.from_memory(memory_key, name, record, graph_args, needs_ir=needs_ir, shape_env=shape_env)
     if compiled is not None:
         if needs_ir:
             _keep_trace(lookup.with_name(compiled.trace, name, record), cfg)
         compiled.graph_key = disk_key
         return compiled
     if cfg.graph_cache and not needs_ir:   # the disk cache keeps no IR and no schedule
-        compiled = lookup.rebuild(disk_key, name, record, graph_args, graph_cache.graph_constants(gm))
+        compiled = lookup.rebuild(disk_key, name, record, graph_args, graph_cache.graph_constants(gm),
+                                  shape_env=shape_env)
         if compiled is not None:
             record.compile_seconds = time.perf_counter() - start
             lookup.keep_rebuilt(memory_key, compiled)
@@ -147,14 +149,14 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
         return EagerGraph(name, gm, e.where)
     record.compile_seconds = time.perf_counter() - start
     compiled.graph_key = disk_key
-    added = symbolic.guards_since(guards)
-    if added:
-        # specialized past the keys' facts (Dynamo checks the guards; a cache would not): not kept
-        log.info("%s: the compile added guards %s to the ShapeEnv after the cache key was made; "
-                 "not cached", name, ", ".join(added))
+    # guards the compile added past the keys' facts are kept with the entry, and a hit adds them again
+    # for Dynamo to check (shape_guards.py); one that cannot be kept keeps the graph out of the caches
+    trees, why = shape_guards.pack(shape_env, guards) if symbolic.guards_since(guards) else ([], None)
+    if why is not None:
+        log.info("%s: %s; not cached", name, why)
         record.cache = "not kept (the compile added guards)"
     else:
-        lookup.keep(memory_key, compiled, record, compiled.trace, cfg)
+        lookup.keep(memory_key, compiled, record, compiled.trace, cfg, trees)
     log.info("%s", record.summary())
     return compiled
 

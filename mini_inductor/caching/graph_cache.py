@@ -24,7 +24,7 @@ import logging
 
 import torch
 
-from . import files
+from . import files, shape_guards
 from ..codegen import triton_ops
 from ..config import Config, interpreting
 from ..distributed.policy import graph_key_part as collective_key_part
@@ -53,6 +53,7 @@ class CacheEntry:
     constants: list[str]                         # names of the get_attr constants `call` expects
     record: dict                                 # _RECORD_FIELDS plus fallback_ops, dynamic_symbols, stage_seconds
     decisions: list[FusionDecision]              # for the fusion log on a hit
+    guards: list = dataclasses.field(default_factory=list)   # added to a dynamic graph's ShapeEnv by the compile
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -67,7 +68,8 @@ class CacheEntry:
         decisions = [FusionDecision(d["node1"], d["node2"], int(d["round"]),
                                     tuple(d["score"]) if d["score"] is not None else None,
                                     bool(d["fused"]), d["reason"]) for d in data["decisions"]]
-        entry = cls(str(data["graph"]), data["source"], list(data["constants"]), dict(data["record"]), decisions)
+        entry = cls(str(data["graph"]), data["source"], list(data["constants"]), dict(data["record"]), decisions,
+                    list(shape_guards.of_entry(data)))
         if not isinstance(entry.source, str) or "def call(" not in entry.source:
             raise ValueError("no generated module in the entry")
         missing = [f for f in _RECORD_FIELDS if f not in entry.record]
@@ -76,12 +78,12 @@ class CacheEntry:
         return entry
 
 
-def make_entry(record: GraphRecord, source: str, constants, decisions) -> CacheEntry:
+def make_entry(record: GraphRecord, source: str, constants, decisions, guards=()) -> CacheEntry:
     fields = {f: getattr(record, f) for f in _RECORD_FIELDS}
     fields["fallback_ops"] = dict(record.fallback_ops)
     fields["dynamic_symbols"] = list(record.dynamic_symbols)   # (optional: entries before it lack it)
     fields["stage_seconds"] = dict(record.stage_seconds)
-    return CacheEntry(record.name, source, list(constants), fields, list(decisions))
+    return CacheEntry(record.name, source, list(constants), fields, list(decisions), list(guards))
 
 
 def restore_record(record: GraphRecord, entry: CacheEntry) -> None:

@@ -21,7 +21,7 @@ from ..debug import structured as debug_structured
 from ..metrics import GraphRecord
 from ..runtime import CompiledGraph
 from ..runtime.launch.launcher import prepare_kernels
-from . import graph_cache
+from . import graph_cache, shape_guards
 from .memory import PROCESS
 from .modules import load_module
 
@@ -48,12 +48,14 @@ def memory_key(disk_key: str, gm, cfg: Config) -> str:
     return "|".join(parts)
 
 
-def from_memory(key: str, name: str, record: GraphRecord, graph_args: dict, *, needs_ir: bool) -> CompiledGraph | None:
+def from_memory(key: str, name: str, record: GraphRecord, graph_args: dict, *, needs_ir: bool,
+                shape_env=None) -> CompiledGraph | None:
     """A new CompiledGraph on the module compiled earlier in this process under `key`, or None. With
     `needs_ir` (explain, debug folders) only a graph this process compiled for real counts: one
-    served from disk has no IR to show. The hit's `trace` is the original compile's."""
+    served from disk has no IR to show. The hit's `trace` is the original compile's. `shape_env`: a
+    dynamic graph's, to which a hit adds the guards its compile added (`guards_hold`)."""
     kept = PROCESS.graphs.get(key)
-    if kept is None or (needs_ir and kept.trace is None):
+    if kept is None or (needs_ir and kept.trace is None) or not guards_hold(kept.entry, shape_env, name):
         return None
     graph_cache.restore_record(record, kept.entry)
     record.source_path = kept.compiled.source_path
@@ -71,14 +73,16 @@ def from_memory(key: str, name: str, record: GraphRecord, graph_args: dict, *, n
 
 
 def rebuild(key: str, name: str, record: GraphRecord, graph_args: dict,
-            constants: dict | None = None, label: str = "disk") -> CompiledGraph | None:
+            constants: dict | None = None, label: str = "disk", shape_env=None,
+            check_guards: bool = True) -> CompiledGraph | None:
     """The compiled graph of graph cache entry `key`, rebuilt without lowering, scheduling or codegen,
     or None when there is no usable entry (a miss, a damaged entry, other constants: logged).
 
     `graph_args`: CompiledGraph's keyword arguments (kind, static_input_idxs, cfg, sizes_key,
     generator_idxs); `constants`: the graph's get_attr tensors by node name (graph_cache.graph_constants;
     none for graphs rebuilt without their ATen graph, whose entries never have any); `label`: the
-    record's `cache` (which level served it)."""
+    record's `cache` (which level served it); `shape_env` as for from_memory; `check_guards` False
+    for the front cache, whose entry holds every guard added after its own key, these too."""
     constants = constants or {}
     cfg = graph_args["cfg"]
     began = time.perf_counter()
@@ -89,6 +93,8 @@ def rebuild(key: str, name: str, record: GraphRecord, graph_args: dict,
         entry = None
     if entry is None:
         schedule_log.info("%s: compiled-graph cache miss (key %s…), compiling", name, key[:12])
+        return None
+    if check_guards and not guards_hold(entry, shape_env, name):
         return None
     try:
         module, path = load_module(entry.source, cfg.cache_dir)
@@ -116,9 +122,22 @@ def rebuild(key: str, name: str, record: GraphRecord, graph_args: dict,
     return compiled
 
 
-def keep(key: str, compiled: CompiledGraph, record: GraphRecord, trace, cfg: Config) -> None:
-    """Remember a freshly compiled graph in this process, and on disk when the graph cache is on."""
-    entry = graph_cache.make_entry(record, trace.generated.source, trace.lowered.constants, trace.schedule.decisions)
+def guards_hold(entry: graph_cache.CacheEntry, shape_env, name: str) -> bool:
+    """Whether the guards `entry`'s compile added to its ShapeEnv hold at this graph's sizes; if so they
+    are added to `shape_env` (as that compile added them, for Dynamo to check), else it is a miss."""
+    exprs, why = shape_guards.check(shape_env, entry.guards)
+    if why is not None:
+        schedule_log.info("%s: compiled-graph cache entry %s not used (%s), compiling", name, entry.graph, why)
+        return False
+    shape_guards.install(shape_env, exprs)
+    return True
+
+
+def keep(key: str, compiled: CompiledGraph, record: GraphRecord, trace, cfg: Config, guards=()) -> None:
+    """Remember a freshly compiled graph in this process, and on disk when the graph cache is on.
+    `guards`: those the compile added to a dynamic graph's ShapeEnv (shape_guards.pack)."""
+    entry = graph_cache.make_entry(record, trace.generated.source, trace.lowered.constants, trace.schedule.decisions,
+                                   guards)
     if cfg.graph_cache:
         path = graph_cache.store(cfg.cache_dir, compiled.graph_key, entry)
         if path:

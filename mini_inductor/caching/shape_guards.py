@@ -90,9 +90,14 @@ def check(env, trees: list) -> tuple[list, str | None]:
 
 
 def install(env, exprs: list) -> None:
-    """Add `exprs` (from `check`) to `env`'s guards, as a compile that decided them would have."""
+    """Add `exprs` (from `check`) to `env`'s guards, as a compile that decided them would have. One the
+    guards before it already imply is recorded all the same, as that compile recorded it: the list is
+    then the compile's, and so are the keys later graphs of the frame take from it (a backward's)."""
     for expr in exprs:
+        count = len(env.guards)
         env.evaluate_expr(expr)
+        if len(env.guards) == count and count:
+            env.guards.append(env.guards[-1]._replace(expr=expr))
 
 
 def _symbols(env) -> dict[str, sympy.Symbol]:

@@ -147,3 +147,36 @@ def test_a_damaged_guard_in_an_entry_is_a_miss_not_a_failure(caplog):
         with caplog.at_level(logging.INFO, logger="mini_inductor.schedule"):
             assert _calls(torch.compile(_conv, backend="mini_inductor"), (10,)) == [1]
     assert "a guard cannot be read (symbol not_a_size is not one of the graph's sizes)" in caplog.text
+
+
+def _lp_pool(x):
+    # lp_pool2d of a channels-last input under dynamic shapes: our own compile (eager's layouts, after the
+    # ATen graph's key) adds guards on the output's size
+    return F.lp_pool2d(x, 3, (3, 4), stride=2)
+
+
+@pytest.mark.parametrize("front", [True, False], ids=["front cache", "ATen-graph cache"])
+def test_guards_our_compile_adds_are_kept_by_both_caches_and_added_again_by_a_hit(front):
+    def call(compiled, h, w):
+        x = (torch.rand(2, 1, h, w) + 0.1).contiguous(memory_format=torch.channels_last).requires_grad_()
+        before, first = counters["aot_autograd"]["total"], len(metrics.compiled_graphs)
+        out = compiled(x)
+        out.sum().backward()
+        ref = x.detach().clone().requires_grad_()
+        _lp_pool(ref).sum().backward()
+        torch.testing.assert_close(out, _lp_pool(ref))
+        torch.testing.assert_close(x.grad, ref.grad)
+        return counters["aot_autograd"]["total"] - before, [r.cache for r in metrics.compiled_graphs[first:]]
+    runs = []
+    with config.patch(front_cache=front):
+        for _ in range(2):
+            torch._dynamo.reset()
+            compiled = torch.compile(_lp_pool, backend="mini_inductor", dynamic=True)
+            # (4, 5): a size the added guards rule out, compiled again (Dynamo checks them after a hit too)
+            runs.append([call(compiled, h, w) for h, w in ((9, 8), (11, 10), (4, 5))])
+    assert runs[0] == [(1, ["miss", "miss"]), (0, []), (1, ["miss", "miss"])], runs
+    served = [HIT, HIT] if front else ["disk", "disk"]
+    assert runs[1] == [(0 if front else 1, served), (0, []), (0 if front else 1, served)], runs
+    entries = sorted((pathlib.Path(config.current().cache_dir) / "graphs").rglob("*.json"))
+    from mini_inductor.caching import graph_cache
+    assert any(graph_cache.load(config.current().cache_dir, p.stem).guards for p in entries)
