@@ -1,13 +1,15 @@
-"""The guards a dynamic graph's compile added to Dynamo's ShapeEnv, kept in its front cache entry and
-added again by a hit.
+"""The guards a dynamic graph's compile added to Dynamo's ShapeEnv after a cache's key, kept in the
+cache's entry and added again by a hit.
 
 AOT autograd's trace can decide on a symbolic size that Dynamo's trace left open: `x.view(n // 2, 2,
--1)` adds `Ne(n // (n // 2), 0)` and the contiguity checks of matmul's folding. Dynamo checks those
-guards before it reuses the compiled frame. A front cache hit runs no AOT autograd, so it must add them
-itself: `pack` writes them down after a compile (as JSON trees, below), `check` reads them back at a
-hit and checks that each holds at this call's sizes, and once the hit is sure `install` adds them all
-through the ShapeEnv's own `evaluate_expr`, so that Dynamo's guards include them as after a compile. A guard that does not hold,
-or cannot be read, is a miss: the graph goes through AOT autograd, which decides again.
+-1)` adds `Ne(n // (n // 2), 0)` and the contiguity checks of matmul's folding (after the front cache's
+key); our own compile can too (eager's layouts of lp_pool2d over a channels-last input, after the
+ATen graph's key). Dynamo checks those guards before it reuses the compiled frame. A hit skips the
+compile, so it must add them itself: `pack` writes them down after a compile (as JSON trees, below),
+`check` reads them back at a hit and checks that each holds at this call's sizes, and once the hit is
+sure `install` adds them all through the ShapeEnv's own `evaluate_expr`, so that Dynamo's guards
+include them as after a compile. A guard that does not hold, or cannot be read, is a miss: the graph
+is compiled, which decides again.
 
 A guard is a tree of plain JSON values, never pickled (an unpickler would build whatever a damaged file
 names, and sympy's constructors may parse strings): an int is itself, ["Symbol", name, assumptions] one of
@@ -36,6 +38,8 @@ _OPERATIONS = {cls.__name__: cls for cls in (
 _ASSUMPTIONS = frozenset({"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
                           "zero", "nonzero", "even", "odd", "rational", "commutative"})
 _DEPTH = 64   # deeper than any guard over sizes; a damaged file cannot recurse without end
+_LARGEST = 2 ** 64     # nor compute without end: numbers past it (and exponents past _EXPONENT) are refused
+_EXPONENT = 64
 
 
 def added(env, since: int) -> list:
@@ -79,7 +83,7 @@ def check(env, trees: list) -> tuple[list, str | None]:
     for tree in trees:
         try:
             expr = _decode(tree, symbols, 0)
-        except (ValueError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001  (a damaged tree, a division by 0 in it: a miss)
             return [], f"a guard cannot be read ({e})"
         value = expr.xreplace(_values(env))
         if value is not sympy.true:
@@ -145,6 +149,8 @@ def _decode(tree, symbols: dict[str, sympy.Symbol] | None, depth: int):
     if isinstance(tree, bool) or not isinstance(tree, (int, list)) or tree == []:
         raise ValueError(f"{tree!r} is not a guard's part")
     if isinstance(tree, int):
+        if abs(tree) > _LARGEST:
+            raise ValueError("a number too large for a size")
         return sympy.Integer(tree)
     head, args = tree[0], tree[1:]
     if head in ("true", "false") and not args:
@@ -159,8 +165,13 @@ def _decode(tree, symbols: dict[str, sympy.Symbol] | None, depth: int):
                                                     for k, v in assumptions.items()):
             raise ValueError(f"symbol {args[0]}'s assumptions {assumptions!r} are not a size's")
         return sympy.Symbol(args[0], **assumptions)
-    if head == "Rational" and len(args) == 2 and all(type(a) is int for a in args) and args[1] != 0:
+    if head == "Rational" and len(args) == 2 and all(type(a) is int and abs(a) <= _LARGEST for a in args) \
+            and args[1] != 0:
         return sympy.Rational(args[0], args[1])
     if not isinstance(head, str) or head not in _OPERATIONS:
         raise ValueError(f"{head!r} is not an operation on sizes")
-    return _OPERATIONS[head](*(_decode(a, symbols, depth + 1) for a in args))
+    parts = [_decode(a, symbols, depth + 1) for a in args]
+    if head in ("Pow", "PowByNatural") and (len(parts) != 2 or not parts[1].is_number
+                                             or abs(parts[1]) > _EXPONENT):
+        raise ValueError("a power that is not of a small number")
+    return _OPERATIONS[head](*parts)

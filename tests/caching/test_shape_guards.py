@@ -65,6 +65,8 @@ def test_a_guard_that_does_not_hold_or_cannot_be_read_adds_nothing():
                      (["Eval", ["Symbol", "a"]], "'Eval' is not an operation on sizes"),
                      ([True], "True is not an operation on sizes"), ("a > 1", "is not a guard's part"),
                      (["Add", True, 1], "True is not a guard's part"),
+                     (["Pow", 10, 10 ** 9], "a power that is not of a small number"),   # (no endless arithmetic)
+                     (["Add", 10 ** 30, 1], "a number too large for a size"), (["FloorDiv", 1, 0], "cannot be read"),
                      (["Rational", 1, 0], "'Rational' is not an operation on sizes")):
         exprs, reason = shape_guards.check(env, [bad])
         assert exprs == [] and why in reason, (bad, reason)
