@@ -606,10 +606,19 @@ class View(IRNode):
         divisions = flat.atoms(FloorDiv, ModularIndexing, SignedFloorDiv, SignedMod)
         if any(a.free_symbols & set(idx) for a in divisions):
             return None
-        stride = [flat.coeff(v) for v in idx]
-        offset = flat.subs({v: 0 for v in idx})
-        if sympy.expand(offset + sum(st * v for st, v in zip(stride, idx)) - flat) != 0:
-            return None  # not linear in the index
+        if flat.free_symbols <= set(idx):
+            # static sizes: the terms of the expanded index are its strides and offset, read at once
+            # (coeff, subs and a second expand were most of a ViT compile's view handling)
+            terms = dict(flat.as_coefficients_dict())
+            stride = [terms.pop(v, sympy.Integer(0)) for v in idx]
+            offset = terms.pop(sympy.Integer(1), sympy.Integer(0))
+            if terms:
+                return None  # not linear in the index
+        else:
+            stride = [flat.coeff(v) for v in idx]
+            offset = flat.subs({v: 0 for v in idx})
+            if sympy.expand(offset + sum(st * v for st, v in zip(stride, idx)) - flat) != 0:
+                return None  # not linear in the index
         # non-negative integers, or (a dynamic graph's) products and sums of its positive size symbols,
         # or differences its ShapeEnv shows non-negative (s0 - 2, the rows of a split's last chunk)
         if any(not _nonnegative(st) for st in stride) or not _nonnegative(offset):
