@@ -151,7 +151,7 @@ def _compile(gm, example_inputs, name: str, record: metrics.GraphRecord, graph_a
     compiled.graph_key = disk_key
     # guards the compile added past the keys' facts are kept with the entry, and a hit adds them again
     # for Dynamo to check (shape_guards.py); one that cannot be kept keeps the graph out of the caches
-    trees, why = shape_guards.pack(shape_env, guards) if symbolic.guards_since(guards) else ([], None)
+    trees, why = shape_guards.pack(shape_env, guards)
     if why is not None:
         log.info("%s: %s; not cached", name, why)
         record.cache = "not kept (the compile added guards)"

@@ -272,8 +272,6 @@ class Front:
     def guards_added(self) -> tuple[tuple, str | None]:
         """(the guards the compile added to a dynamic graph's ShapeEnv after the key, for the entry; why
         they cannot be kept, or None)."""
-        if self.shape_env is None:
-            return (), None
         trees, reason = shape_guards.pack(self.shape_env, self.guards_at_key)
         return tuple(trees), reason
 

@@ -49,7 +49,9 @@ def added(env, since: int) -> list:
 
 def pack(env, since: int) -> tuple[list, str | None]:
     """(the guards added since `since`, as JSON trees; why they cannot be kept, or None). Each must read
-    back as the same expression."""
+    back as the same expression. A static graph (no ShapeEnv) has none."""
+    if env is None:
+        return [], None
     symbols = _symbols(env)
     trees = []
     for expr in added(env, since):

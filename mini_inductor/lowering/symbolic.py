@@ -699,16 +699,10 @@ def facts_key(gm: torch.fx.GraphModule) -> list[str]:
 
 
 def guard_count() -> int:
-    """How many guards this graph's ShapeEnv holds (0 for a static graph): `guards_since` takes it."""
+    """How many guards this graph's ShapeEnv holds (0 for a static graph): what the compile adds after it is
+    kept with the cache entry (pipeline.py, caching/shape_guards.py `pack`)."""
     env = current().shape_env
     return len(getattr(env, "guards", ())) if env is not None else 0
-
-
-def guards_since(count: int) -> list[str]:
-    """The guards added to this graph's ShapeEnv since it held `count`: what the compile specialized on
-    after the caches' keys were made (facts_key), so that its result may not be kept under them."""
-    env = current().shape_env
-    return [str(getattr(g, "expr", g)) for g in list(getattr(env, "guards", ()))[count:]] if env is not None else []
 
 
 def upper_bound(expr) -> int | None:
