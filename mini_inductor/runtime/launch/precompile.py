@@ -28,8 +28,11 @@ import concurrent.futures
 import hashlib
 import importlib
 import importlib.util
+import json
 import logging
 import os
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
@@ -53,10 +56,10 @@ def start_triton_key() -> None:
     Dynamo's tracing instead of delaying it:
     - Triton's CUDA driver builds its C helper module with the host compiler when Triton's cache
       does not have it yet (0.3 s on the H100 machine);
-    - the first compile hashes Triton's package and its shared library (`triton_key`: 2.5 to 3.9 s
-      on the H100 machine, in this thread).
-    Compiler runs, hashing and file reads release the GIL, so the tracing thread barely notices.
-    Only compiling needs the hash: `wait_for_triton_setup(driver_only=True)` waits for the driver
+    - the first compile hashes Triton's package and its shared library (`triton_key`), which a child
+      interpreter computes (`hash_triton`).
+    The host compiler's run releases the GIL, so the tracing thread barely notices. Only compiling
+    needs the hash: `wait_for_triton_setup(driver_only=True)` waits for the driver
     alone (enough to reload kernels and build launchers), `wait_for_triton_setup()` for both.
     """
     if interpreting() or _key_thread:
@@ -70,8 +73,7 @@ def start_triton_key() -> None:
             _ = driver.active.utils   # creates the driver, which builds its helper module
             setup_times["driver"] = time.perf_counter()
             _driver_ready.set()
-            from triton.runtime.cache import triton_key
-            triton_key()
+            hash_triton()
             setup_times["hash"] = time.perf_counter()
         except Exception as e:  # noqa: BLE001  (the real compile does it again and reports problems)
             log.debug("setting Triton up ahead failed: %s: %s", type(e).__name__, e)
@@ -83,6 +85,60 @@ def start_triton_key() -> None:
     thread = threading.Thread(target=work, name="mini_inductor_triton_setup", daemon=True)
     _key_thread.append(thread)
     thread.start()
+
+
+# Triton's `triton_key()`: the hash of its package's files and its 400-500 MB shared library, part of
+# every kernel's cache key, computed once per process at its first compile. It reads the library in
+# 1 MiB chunks and takes the GIL back after each, so a thread of this process that hashes while the
+# main thread traces waits for the GIL hundreds of times and makes that thread give it up as often: on
+# the CPU machine (session 49, ViT-B/16 at batch 1, Dynamo's trace and our backend) the hash took
+# 2.0-2.1 s in a thread against 0.3-0.8 s alone, and the first call to the end of the backend
+# 2.60-2.84 s against 2.21-2.23 s without it; computed by a child interpreter, 2.24-2.39 s.
+_KEY_CHILD = ("import json, os, sys\n"
+              "sys.path.insert(0, sys.argv[1])\n"
+              "import triton\n"
+              "from triton.runtime.cache import triton_key\n"
+              "print(json.dumps([os.path.realpath(triton.__file__), triton_key()]))\n")
+
+
+def triton_key_from_a_child(root: str | None = None, timeout: float = 300.0) -> str | None:
+    """`triton_key()` as a child interpreter computes it, importing Triton from `root` (by default the
+    directory this process imports it from); None, with the reason logged, when there is no answer or
+    the child's Triton is another package than this process's (the key hashes the package's files, so
+    the same files give the same key)."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.origin:
+        return None
+    own = os.path.realpath(spec.origin)
+    root = root or os.path.dirname(os.path.dirname(own))
+    try:
+        done = subprocess.run([sys.executable, "-c", _KEY_CHILD, root], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        lines = done.stdout.strip().splitlines()
+        path, key = json.loads(lines[-1]) if done.returncode == 0 and lines else (None, None)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        log.debug("no child computed Triton's hash (%s: %s); hashing here", type(e).__name__, e)
+        return None
+    if path != own or not isinstance(key, str):
+        log.debug("the child's Triton hash is not this process's (%s, exit %s: %s); hashing here",
+                  path, done.returncode, done.stderr[-500:])
+        return None
+    return key
+
+
+def hash_triton() -> str:
+    """Triton's hash, ready for the first compile: computed by a child interpreter and handed to Triton
+    (`cache.get_cache_key` reads `cache.triton_key` through the module's globals), or by Triton here
+    when no child answers."""
+    from triton.runtime import cache
+    key = triton_key_from_a_child()
+    if key is None:
+        return cache.triton_key()
+
+    def triton_key() -> str:
+        return key
+    cache.triton_key = triton_key
+    return key
 
 
 def wait_for_triton_setup(timeout: float = 60.0, driver_only: bool = False) -> None:
