@@ -3,9 +3,10 @@
     python compile_pool_child.py WORKDIR
 
 Writes a module like a generated one, has compile workers compile its kernels for an sm90 target (no
-GPU is needed to compile), then compiles each here as JITFunction.warmup would, and prints one JSON
-line per kernel: the worker's answer, this process's kernel hash, and whether this compile was a
-hit in Triton's cache.
+GPU is needed to compile), builds each from the files the worker names as precompile.py does, then
+compiles each here as JITFunction.warmup would, and prints one JSON line per kernel: the worker's
+answer, the built kernel, this process's kernel hash, and whether this compile was a hit in Triton's
+cache.
 """
 import importlib.util
 import json
@@ -60,7 +61,7 @@ def request(path, name, target, signature, constexprs, attrs, options, cache_dir
 
 
 def main(workdir: str) -> None:
-    from mini_inductor.runtime.launch import compile_pool
+    from mini_inductor.runtime.launch import compile_pool, precompile
     cache_dir = os.path.join(workdir, "triton_cache")
     triton.knobs.cache.dir = cache_dir
     path = os.path.join(workdir, "mi_generated.py")
@@ -80,10 +81,20 @@ def main(workdir: str) -> None:
         options = backend.parse_options({"num_warps": 4, "debug": fn.debug})
         answer = pool.compile(request(path, fn.fn.__name__, target, signature, constexprs, attrs, options.__dict__,
                                       cache_dir, triton_key(), triton.__file__))
+        # the kernel as the asking process builds it from the worker's files (no compile, no listener call)
+        hits.clear()
+        built = precompile.worker_kernel(ASTSource(fn, signature, constexprs, attrs), answer)
+        built_row = {"hash": built.hash, "name": built.name, "asm": sorted(built.asm),
+                     "cubin": built.asm["cubin"] == open(answer[3]["group"][built.name + ".cubin"], "rb").read(),
+                     "listener_calls": len(hits)} if built is not None else None
+        renamed = (answer[0], answer[1], answer[2], dict(answer[3], name="another_kernel"))
+        missing = (answer[0], answer[1], answer[2], dict(answer[3], group={"x.cubin": "/no/such/file"}))
         hits.clear()
         here = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
         print(json.dumps({"kernel": name, "answer": answer, "hash": here.hash, "cache_hit": hits == [True],
-                          "asm": sorted(here.asm)}))
+                          "asm": sorted(here.asm), "name": here.name, "built": built_row,
+                          "refused": [precompile.worker_kernel(ASTSource(fn, signature, constexprs, attrs), a)
+                                      for a in (renamed, missing, answer[:3])]}))
     missing = pool.compile(request(path, "no_such_kernel", target, {}, {}, {}, {}, cache_dir, "", triton.__file__))
     print(json.dumps({"kernel": "no_such_kernel", "answer": missing}))
     # another Triton in the asking process: refused (its key would stamp this worker's binaries)

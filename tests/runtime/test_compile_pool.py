@@ -34,11 +34,15 @@ def test_a_kernel_a_worker_compiled_is_a_cache_hit_here_with_the_same_hash_and_f
     kernels = [r for r in rows if r.get("kernel", "").startswith("triton_")]
     assert [r["kernel"] for r in kernels] == ["triton_poi_fused_tanh_0", "triton_poi_fused_index_1"]
     for row in kernels:   # the plain kernel (calling triton_helpers) and the checked one (debug=True)
-        done, worker_hash, _ = row["answer"]
+        done, worker_hash, _, files = row["answer"]
         assert done, row
-        assert worker_hash == row["hash"], row
+        assert worker_hash == row["hash"] and files["name"] == row["name"], row
         assert row["cache_hit"], f"{row['kernel']}: compiled again here (another cache key)"
         assert "cubin" in row["asm"]
+        # built from the worker's files: Triton's own kernel, without a compile here
+        assert row["built"] == {"hash": row["hash"], "name": row["name"], "asm": row["asm"], "cubin": True,
+                                "listener_calls": 0}, row
+        assert row["refused"] == [None, None, None], row   # another name, a missing file, no files named
     missing = next(r for r in rows if r.get("kernel") == "no_such_kernel")
     assert missing["answer"][0] is False and missing["answer"][1].startswith("LookupError: no function no_such_kernel")
     other = next(r for r in rows if r.get("kernel") == "other_triton")
@@ -65,6 +69,8 @@ def _fresh_compile(tmp_path, monkeypatch, workers: bool):
     w, b = torch.randn(768, device="cuda"), torch.randn(768, device="cuda")
     idx = torch.randint(0, 64, (16,), device="cuda")
     monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path / "triton"))
+    compiles_here = []    # Triton's compile entered in this process (a cache hit too)
+    monkeypatch.setattr(triton.knobs.compilation, "listener", lambda **kw: compiles_here.append(kw["cache_hit"]))
     before = dict(compile_pool.stats)
     with config.patch(cache_dir=str(tmp_path / "mi"), compile_workers=workers, cudagraphs=False):
         torch._dynamo.reset()
@@ -73,7 +79,8 @@ def _fresh_compile(tmp_path, monkeypatch, workers: bool):
         torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
     record = metrics.compiled_graphs[-1]
     assert "kernel compile" in record.stage_seconds, record.stage_seconds
-    return {k: compile_pool.stats[k] - before[k] for k in before}, len(set(record.kernel_names))
+    counts = {k: compile_pool.stats[k] - before[k] for k in before}
+    return dict(counts, compiles_here=len(compiles_here)), len(set(record.kernel_names))
 
 
 @pytest.mark.gpu
@@ -81,12 +88,16 @@ def test_a_fresh_graph_has_every_kernel_compiled_by_a_worker_and_matches_eager(t
     counts, kernels = _fresh_compile(tmp_path, monkeypatch, workers=True)
     assert counts["recompiled"] == 0 and counts["failed"] == 0, counts
     assert counts["served"] >= 2, (counts, kernels)
+    # built from the workers' files here (precompile.worker_kernel): Triton's compile never entered
+    assert counts["compiles_here"] == 0, counts
     assert compile_pool.running() is not None
 
 
 @pytest.mark.gpu
 def test_with_compile_workers_off_no_kernel_goes_to_a_worker(tmp_path, monkeypatch):
     counts, _ = _fresh_compile(tmp_path, monkeypatch, workers=False)
+    assert counts["compiles_here"] >= 2, counts
+    del counts["compiles_here"]
     assert counts == {"served": 0, "recompiled": 0, "failed": 0}
 
 

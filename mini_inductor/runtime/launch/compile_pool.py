@@ -7,10 +7,11 @@ Threads of one process therefore compile kernels nearly one after another: GPT-2
 
 A worker imports only Triton, so the pool is started at a graph's first compile on a CUDA device
 (`warm`), in the background, and is ready before that graph's kernels are generated. A worker writes
-each kernel into Triton's cache; the asking thread then compiles the same specialization as before
-(`JITFunction.warmup`), which finds it there. Nothing depends on the worker for correctness: a
-worker that fails, dies or compiled under another cache key only means the kernel compiles in this
-process, as without the pool. `stats` counts the three outcomes.
+each kernel into Triton's cache and answers with the files it wrote; the asking thread builds the
+CompiledKernel from them (precompile.py `worker_kernel`), or, where it cannot, compiles the same
+specialization as before (`JITFunction.warmup`), which finds it in Triton's cache. Nothing depends on
+the worker for correctness: a worker that fails, dies or compiled under another cache key only means
+the kernel compiles in this process, as without the pool. `stats` counts the three outcomes.
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ class Pool:
             self.started.set()
 
     def compile(self, request) -> tuple | None:
-        """(True, hash, seconds), (False, error, seconds), or None where no worker could take it."""
+        """(True, hash, seconds, {"name", "group"}), (False, error, seconds), or None where no worker
+        could take it (compile_worker.py)."""
         try:
             data = pickle.dumps(request)
         except Exception as e:  # noqa: BLE001  (a value the request cannot carry: this process compiles it)

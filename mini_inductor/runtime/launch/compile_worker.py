@@ -8,14 +8,17 @@ pickle behind its 4-byte little-endian length:
 
     request: a dict of path, name, target, signature, constexprs, attrs, options, cache_dir,
              triton_key and triton_file
-    answer:  (True, the compiled kernel's hash, seconds) or (False, "Error: message", seconds)
+    answer:  (True, the compiled kernel's hash, seconds, {"name": its name, "group": its files in
+             Triton's cache}) or (False, "Error: message", seconds)
 
 `path` is a generated module's file and `name` one of its kernels. The worker compiles only that
 function's definition, read from the file with its line numbers (Triton's cache key includes the
 source and its first line), in a namespace holding what generated kernels use: triton, tl,
 libdevice, math and triton_helpers. A kernel that needs anything else fails here with a NameError,
 and the process that asked compiles it itself. The compiled kernel lands in Triton's cache under
-`cache_dir`, where the asking process's own compile of the same specialization finds it.
+`cache_dir`, from where the asking process builds the CompiledKernel out of the files the answer names
+(precompile.py `worker_kernel`), as Triton builds one on a cache hit, without computing the kernel's
+cache key again.
 `triton_key` is the asking process's hash of Triton's files (part of every cache key), which a worker
 would otherwise compute at its first compile (2.5 to 3.9 s on the H100 machine). The key is only
 taken from a process whose Triton is this worker's own (`triton_file`, its triton/__init__.py);
@@ -92,7 +95,8 @@ def serve(stdin, stdout, helpers_path: str) -> None:
             fn = kernels.get(r["path"], r["name"])
             kernel = triton.compile(ASTSource(fn, r["signature"], r["constexprs"], r["attrs"]), target=r["target"],
                                     options=r["options"])
-            answer = (True, kernel.hash, time.perf_counter() - began)
+            answer = (True, kernel.hash, time.perf_counter() - began,
+                      {"name": kernel.name, "group": dict(kernel.metadata_group)})
         except BaseException as e:  # noqa: BLE001  (reported to the asking process, which compiles it)
             answer = (False, f"{type(e).__name__}: {e}"[:2000], time.perf_counter() - began)
         data = pickle.dumps(answer)

@@ -326,12 +326,16 @@ class CompileJob:
     def __call__(self):
         kernel = self.fn.warmup(*self.args, grid=(1,), **self.kwargs)
         if kernel is not None and not hasattr(kernel, "result"):
-            if self.static and static_launch.for_kernel(kernel, torch.cuda.current_device()) is not None:
-                return kernel   # loaded (module load, no compiler run); `kernel.run` would build Triton's launcher
-            if self.launcher is not None:
-                concurrent.futures.wait([self.launcher])
-            triton_launcher(kernel)   # loads the binary and its C launcher (built here if not ahead)
+            self.load(kernel)
         return kernel
+
+    def load(self, kernel) -> None:
+        """Load a compiled kernel for its launches on the current device."""
+        if self.static and static_launch.for_kernel(kernel, torch.cuda.current_device()) is not None:
+            return   # loaded (module load, no compiler run); `kernel.run` would build Triton's launcher
+        if self.launcher is not None:
+            concurrent.futures.wait([self.launcher])
+        triton_launcher(kernel)   # loads the binary and its C launcher (built here if not ahead)
 
 
 # Triton loads every C launcher as an extension module named `__triton_launcher`. Python keeps one
@@ -444,7 +448,7 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, modu
     # no kernel was compiled ahead; calling warmup in our own threads compiles them.)
     device = torch.cuda.current_device()
     sources: dict[tuple, Any] = {}       # one launcher build per distinct launcher source
-    requests = []
+    requests, found_sources = [], []
     for job in jobs:
         caches = getattr(job.fn, "device_caches", None)
         if caches is not None:   # each kernel's per-device cache (a defaultdict): made here, not racing in the threads
@@ -452,6 +456,7 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, modu
         job.static = static
         found = launcher_source(job, device)
         requests.append(_worker_request(job, found, module_file) if pool is not None else None)
+        found_sources.append(found[1] if found is not None else None)
         if found is not None and static and static_launch.signature_supported(found[1].signature):
             continue            # torch's launcher will launch it: no gcc build for Triton's
         if found is not None:
@@ -466,23 +471,67 @@ def compile_all(jobs: list[CompileJob], threads: int, static: bool = False, modu
             job.launcher = builds.get(job.launcher)
         wait_for_triton_setup()   # the compiles need Triton's hash; the launcher builds above do not
 
-        def run(job, request):
-            answer = None
+        def run(job, request, src):
+            answer = kernel = None
             if request is not None:
                 from triton.runtime.cache import triton_key
                 answer = pool.compile(dict(request, triton_key=triton_key()))
             with torch.cuda.device(device):
-                kernel = job()
+                if answer is not None and src is not None:
+                    kernel = _load_worker_kernel(job, src, answer)
+                if kernel is None:
+                    kernel = job()
             if answer is not None:
                 _count(job, answer, kernel)
             return kernel
-        futures = [pool_threads.submit(run, job, request) for job, request in zip(jobs, requests)]
+        futures = [pool_threads.submit(run, job, request, src)
+                   for job, request, src in zip(jobs, requests, found_sources)]
         return [_result(f, job) for f, job in zip(futures, jobs)]
+
+
+def worker_kernel(src, answer: tuple):
+    """The CompiledKernel a compile worker answered with (compile_worker.py), built from the files it
+    wrote into Triton's cache as Triton builds one on a cache hit, or None where the answer names none
+    or its files do not make that kernel. `src`: the ASTSource this process would compile
+    (`launcher_source`), whose signature and constants the worker compiled.
+
+    The asking thread no longer compiles the specialization again to find it in Triton's cache: that
+    lookup computes the kernel's cache key from its source (an AST walk over the kernel and the
+    helpers it calls) and reads every file back, holding the GIL for most of it; under a profiler it
+    was 1.2 s of ViT-B/16's 12 s first call on the H200 machine, for 11 kernels (session 47)."""
+    if not (isinstance(answer, tuple) and len(answer) >= 4 and answer[0] and isinstance(answer[3], dict)):
+        return None
+    files = answer[3]
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        group = files["group"]
+        if not (isinstance(group, dict) and all(isinstance(p, str) and os.path.exists(p) for p in group.values())):
+            return None
+        kernel = CompiledKernel(src, group, answer[1])
+    except Exception as e:  # noqa: BLE001  (the kernel then compiles here, a hit in Triton's cache)
+        log.debug("cannot build the worker's kernel %s: %s: %s", files.get("name"), type(e).__name__, e)
+        return None
+    return kernel if kernel.name == files.get("name") and kernel.hash == answer[1] else None
+
+
+def _load_worker_kernel(job: CompileJob, src, answer: tuple):
+    """`worker_kernel`, loaded for its launches and handed to the kernel's launch sites (which would
+    otherwise go through Triton's JIT, whose own cache never saw it); None where it cannot be."""
+    kernel = worker_kernel(src, answer)
+    if kernel is None:
+        return None
+    try:
+        job.load(kernel)
+    except Exception as e:  # noqa: BLE001  (compiled here instead: Triton reports what is wrong)
+        log.debug("cannot load the worker's kernel %s: %s: %s", job.fn.__name__, type(e).__name__, e)
+        return None
+    kernel_store.attach(job.fn, job.key, kernel)
+    return kernel
 
 
 def _count(job: CompileJob, answer: tuple, kernel) -> None:
     """compile_pool.stats after a job a worker compiled first."""
-    done, detail, _ = answer
+    done, detail = answer[:2]
     outcome = "failed" if not done else "served" if getattr(kernel, "hash", None) == detail else "recompiled"
     with _count_lock:
         compile_pool.stats[outcome] += 1
