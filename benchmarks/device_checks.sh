@@ -37,6 +37,9 @@
 #   matmul_sweep  benchmarks.matmul_templates in the default mode (off, auto, Inductor) over M 256,
 #              2048, 16384, the GPT-2, LLaMA and ViT shapes, bias+GELU, residual, SwiGLU; fp16 (240 s);
 #              matmul_sweep_bf16 the same in bfloat16
+#   hash_ab    ViT-B/16 and BERT-base first calls on fresh caches with Triton's hash computed by a child
+#              interpreter (the default) and in the setup thread (MINI_INDUCTOR_TRITON_HASH=here), in turn,
+#              then Inductor reduce-overhead's (400 s)
 #   matmul_lt  ReLU and tanh-GELU after a linear layer, fp16, M 2048 and 16384: auto against auto without
 #              option cublaslt_activations (cuBLASLt's own activation epilogue) (200 s); matmul_lt_bf16 in bfloat16
 #   matmul_autotune  max-autotune against Inductor's (and the default mode), M 2048 and 16384, the
@@ -192,6 +195,13 @@ for step in "${steps[@]}"; do
                    echo "== $m inductor_reduce_overhead"; TRITON_CACHE_DIR=$d/t TORCHINDUCTOR_CACHE_DIR=$d/i \
                    python3 -m benchmarks.compile_profile --model $m --dtype float32 --no-profile \
                    --backend inductor_reduce_overhead 2>&1 | grep -E "^first call"; done' ;;   # first calls, fresh caches
+        hash_ab) run hash_ab 400 bash -c 'for m in ${AB_MODELS:-hf_vit hf_bert}; do for h in child here child here; do d=$(mktemp -d);
+                   echo "== $m triton_hash=$h"; MINI_INDUCTOR_TRITON_HASH=$h TRITON_CACHE_DIR=$d/t \
+                   MINI_INDUCTOR_CACHE_DIR=$d/m python3 -m benchmarks.compile_profile --model $m --dtype float32 \
+                   --no-profile 2>&1 | grep -E "^first call|backend|compile workers"; done; d=$(mktemp -d);
+                   echo "== $m inductor_reduce_overhead"; TRITON_CACHE_DIR=$d/t TORCHINDUCTOR_CACHE_DIR=$d/i \
+                   python3 -m benchmarks.compile_profile --model $m --dtype float32 --no-profile \
+                   --backend inductor_reduce_overhead 2>&1 | grep -E "^first call"; done' ;;   # Triton's hash: child or thread
         *) echo "unknown step $step" >> "$summary" ;;
     esac
 done

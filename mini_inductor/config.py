@@ -451,8 +451,9 @@ def env_var(name: str) -> str:
 
 
 # The MINI_INDUCTOR_* variables read outside this module, that are not options: the logs
-# (debug/logs.py) and the import-time warm-up thread (runtime/launch/precompile.py)
-OTHER_VARIABLES = ("MINI_INDUCTOR_LOGS", "MINI_INDUCTOR_WARM_IMPORTS")
+# (debug/logs.py), the import-time warm-up thread and where Triton's hash is computed
+# (runtime/launch/precompile.py)
+OTHER_VARIABLES = ("MINI_INDUCTOR_LOGS", "MINI_INDUCTOR_WARM_IMPORTS", "MINI_INDUCTOR_TRITON_HASH")
 _variables_checked = False
 
 

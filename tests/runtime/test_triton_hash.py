@@ -44,3 +44,6 @@ def test_the_hash_is_handed_to_triton_or_computed_here(monkeypatch):
     monkeypatch.setattr(precompile, "triton_key_from_a_child", lambda: None)
     assert precompile.hash_triton() == original()         # no child: Triton hashes here, as before
     assert cache.triton_key is original
+    monkeypatch.setattr(precompile, "triton_key_from_a_child", lambda: "the child's key")
+    monkeypatch.setenv("MINI_INDUCTOR_TRITON_HASH", "here")   # asked for: hashed here, no child
+    assert precompile.hash_triton() == original() and cache.triton_key is original

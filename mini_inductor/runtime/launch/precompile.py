@@ -129,9 +129,9 @@ def triton_key_from_a_child(root: str | None = None, timeout: float = 300.0) -> 
 def hash_triton() -> str:
     """Triton's hash, ready for the first compile: computed by a child interpreter and handed to Triton
     (`cache.get_cache_key` reads `cache.triton_key` through the module's globals), or by Triton here
-    when no child answers."""
+    when no child answers or MINI_INDUCTOR_TRITON_HASH=here asks for it (to compare the two)."""
     from triton.runtime import cache
-    key = triton_key_from_a_child()
+    key = None if os.environ.get("MINI_INDUCTOR_TRITON_HASH", "child") == "here" else triton_key_from_a_child()
     if key is None:
         return cache.triton_key()
 
