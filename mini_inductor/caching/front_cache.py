@@ -14,8 +14,9 @@ backward graphs and AOT autograd's metadata, from which a hit builds AOT autogra
 with torch's own code (front_autograd.py). It is written at the first backward, when AOT autograd
 compiles the backward graph.
 
-A graph that takes a Python number as a 0-d tensor gets no key (AOT autograd may specialize on its
-value, with a guard a hit would not add). An entry is written only when AOT autograd made exactly one
+A graph that takes a Python number as a 0-d tensor is keyed as a dynamic graph (below): the number's
+value is a symbol of the ShapeEnv, which AOT autograd may specialize on with a guard, kept in the entry
+and added again by a hit. An entry is written only when AOT autograd made exactly one
 inference graph, compiled by us into a CompiledGraph without constants, and its metadata leaves the
 runtime wrapper nothing to do (no input mutation, only plain non-aliased outputs, no intermediate
 bases, effect tokens, subclasses or functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
@@ -195,6 +196,17 @@ class Front:
                     continue
                 if not isinstance(value, torch.Tensor):
                     return f"input {node.name} is a {type(value).__name__}, not a tensor or a size"
+                if getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False):
+                    # a Python number Dynamo passes as a 0-d tensor: its value is a ShapeEnv symbol (zf0),
+                    # which AOT autograd may specialize on where an op needs a number (clamp's bound) with
+                    # a guard Dynamo checks, kept with the entry like any guard added after the key (a hit
+                    # without it served a = 1.5 the graph of a = 0.75's bound; review, session 34)
+                    memo = getattr(value, "item_memo", None)
+                    if not isinstance(memo, (torch.SymFloat, torch.SymInt)):
+                        return (f"input {node.name} is a Python number passed as a tensor, whose value has no "
+                                "symbol to guard on")
+                    symbolic.append(memo.node.expr)
+                    parts.append(f"{node.name} number {memo.node.expr}")
                 sizes = [*value.shape, *value.stride(), value.storage_offset()]
                 symbolic += [s.node.expr for s in sizes if isinstance(s, torch.SymInt)]
                 static = (node.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type")
@@ -208,13 +220,6 @@ class Front:
                 self.num_outputs = len(outs)
         if len(placeholders) != len(example_inputs):
             return f"{len(placeholders)} placeholders for {len(example_inputs)} inputs"
-        for node in placeholders:
-            if getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False):
-                # a Python scalar Dynamo passes as a 0-d tensor: AOT autograd specializes the graph on its
-                # value where an op needs a number (clamp's bound) and adds a guard that Dynamo checks; a
-                # hit runs no AOT autograd and adds none, so the next value was served this one's graph
-                # (a = 1.5 got a = 0.75's bound; review, session 34)
-                return f"input {node.name} is a Python number passed as a tensor, which AOT autograd may specialize on"
         reason = self._shape_facts(ctx, symbolic, parts)
         if reason is not None:
             return reason

@@ -13,14 +13,16 @@ is compiled, which decides again.
 
 A guard is a tree of plain JSON values, never pickled (an unpickler would build whatever a damaged file
 names, and sympy's constructors may parse strings): an int is itself, ["Symbol", name, assumptions] one of
-the ShapeEnv's backed symbols, ["Rational", p, q], ["true"], ["false"], and [name, arg, ...] an operation
-from `_OPERATIONS` (sympy's arithmetic, relations and logic; torch's integer functions of sizes), built
-from its decoded arguments only. Anything else, a float say, is not written, and the graph gets no entry,
-as before guards were kept. AOT autograd's metadata keeps its sympy expressions in the same form
+the ShapeEnv's backed symbols, ["Rational", p, q], ["Float", float.hex()] a finite Python float (the
+value a float argument was specialized to), ["true"], ["false"], and [name, arg, ...] an operation from
+`_OPERATIONS` (sympy's arithmetic, relations and logic; torch's integer functions of sizes and their
+conversions to float), built from its decoded arguments only. Anything else is not written, and the
+graph gets no entry, as before guards were kept. AOT autograd's metadata keeps its sympy expressions in the same form
 (`encode`, `decode`: front_autograd.py's pickles), where a symbol is made from its name and assumptions.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
@@ -33,6 +35,12 @@ _OPERATIONS = {cls.__name__: cls for cls in (
     size_functions.CleanDiv, size_functions.CeilDiv, size_functions.CeilToInt, size_functions.FloorToInt,
     size_functions.Max, size_functions.Min, size_functions.PowByNatural, size_functions.Where,
     size_functions.TruncToInt, size_functions.IsNonOverlappingAndDenseIndicator)}
+# a Python float Dynamo passes as a 0-d tensor is a float symbol (zf0) of the ShapeEnv, which AOT
+# autograd's trace may specialize on (clamp's bound: Eq(zf0, 0.75)); an int's value compared with a float
+# is ToFloat of its symbol
+_OPERATIONS.update({name: getattr(size_functions, name) for name in ("ToFloat", "FloatTrueDiv", "IntTrueDiv",
+                                                                     "TruncToFloat") if hasattr(size_functions, name)})
+_FLOAT_TEXT = 32   # the longest float.hex() text read back ("-0x1.fffffffffffffp+1023" is 23)
 # a symbol's assumptions kept (the ShapeEnv's sizes are integer and positive or nonnegative; sympy
 # derives the rest, which a symbol made again from these has too)
 _ASSUMPTIONS = frozenset({"integer", "positive", "nonnegative", "negative", "nonpositive", "real", "finite",
@@ -136,6 +144,11 @@ def _encode(expr, depth: int) -> Any:
         return int(expr)
     if isinstance(expr, sympy.Rational):
         return ["Rational", int(expr.p), int(expr.q)]
+    if isinstance(expr, sympy.Float):
+        value = float(expr)
+        if not math.isfinite(value) or sympy.Float(value)._mpf_ != expr._mpf_:   # (== rounds to the lesser precision)
+            raise ValueError(f"{expr} is not a finite Python float")
+        return ["Float", value.hex()]
     if isinstance(expr, sympy.Symbol):
         return ["Symbol", expr.name, {k: v for k, v in sorted(expr.assumptions0.items())
                                       if k in _ASSUMPTIONS and isinstance(v, bool)}]
@@ -170,6 +183,11 @@ def _decode(tree, symbols: dict[str, sympy.Symbol] | None, depth: int):
     if head == "Rational" and len(args) == 2 and all(type(a) is int and abs(a) <= _LARGEST for a in args) \
             and args[1] != 0:
         return sympy.Rational(args[0], args[1])
+    if head == "Float" and len(args) == 1 and isinstance(args[0], str) and len(args[0]) <= _FLOAT_TEXT:
+        value = float.fromhex(args[0])
+        if not math.isfinite(value):
+            raise ValueError(f"{args[0]} is not a finite float")
+        return sympy.Float(value)
     if not isinstance(head, str) or head not in _OPERATIONS:
         raise ValueError(f"{head!r} is not an operation on sizes")
     parts = [_decode(a, symbols, depth + 1) for a in args]

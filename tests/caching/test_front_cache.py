@@ -429,3 +429,44 @@ def test_a_python_float_that_aot_autograd_specializes_on_is_not_served_from_the_
     for a in (0.25, 0.75, 1.5, 0.3, 0.75):
         _assert_like_eager(compiled(x, a), f(x, a))
     assert all(r.cache != HIT for r in metrics.compiled_graphs[1:]), [r.cache for r in metrics.compiled_graphs]
+
+
+def test_a_python_float_aot_autograd_specializes_on_is_served_only_at_its_value_on_a_warm_start():
+    # Dynamo passes an unspecialized float as a 0-d tensor, its value a ShapeEnv symbol; clamp(max=a)
+    # makes AOT autograd bake the value in with the guard Eq(zf, a), which the entry keeps and a hit adds
+    # again (the test above: without it, a = 1.5 and 0.3 got a = 0.75's graph)
+    def f(x, a):
+        return x.clamp(max=a) * a
+    x = torch.linspace(-1, 2, 4)
+    runs = []
+    for values in ((0.25, 0.75, 1.5), (0.25, 0.75, 1.5, 0.3, 2.0)):   # cold, then warm with two new values
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="mini_inductor")
+        served = []
+        for a in values:
+            first = len(metrics.compiled_graphs)
+            _assert_like_eager(compiled(x, a), f(x, a))
+            served.append([r.cache for r in metrics.compiled_graphs[first:]])
+        runs.append(served)
+    # (0.25: Dynamo specializes the first value; the others are the dynamic graph, once per guard set)
+    assert runs[0] == [["miss"], ["miss"], ["miss"]], runs
+    assert runs[1] == [[HIT], [HIT], [HIT], ["miss"], ["miss"]], runs
+    guarded = [p for p in _front_entries() if p.stem.count(".") == 1]
+    assert len(guarded) == 4, guarded     # one entry per value AOT autograd specialized the graph on
+
+
+def test_a_python_float_nothing_specializes_on_is_one_entry_for_every_value():
+    def g(x, a):
+        return x * a + torch.sin(x) / a
+    x = torch.linspace(-1, 2, 4)
+    runs = []
+    for values in ((0.5, 0.75), (0.5, 1.25, -3.0)):
+        torch._dynamo.reset()
+        compiled = torch.compile(g, backend="mini_inductor")
+        served = []
+        for a in values:
+            first = len(metrics.compiled_graphs)
+            _assert_like_eager(compiled(x, a), g(x, a))
+            served.append([r.cache for r in metrics.compiled_graphs[first:]])
+        runs.append(served)
+    assert runs == [[["miss"], ["miss"]], [[HIT], [HIT], []]], runs   # -3.0: the same compiled frame

@@ -594,20 +594,49 @@ def test_a_dynamic_graph_returning_a_view_of_its_input_is_served_warm_at_another
 
 
 def test_a_graph_without_an_entry_says_on_its_record_why_a_warm_start_traces_it():
-    # a Python float Dynamo passes as a 0-d tensor, which AOT autograd may specialize on: no key
-    def f(x, w, a):
-        return (x @ w).clamp(max=a).mean()
+    # a graph compiled under autocast: no key
+    def f(x, w):
+        return (x @ w).relu().mean()
     torch._dynamo.reset()
     first = len(metrics.compiled_graphs)
     compiled = torch.compile(f, backend="mini_inductor")
-    for a in (0.5, 0.25):   # (the second value makes Dynamo pass it as a tensor)
-        compiled(torch.randn(4, 8), torch.randn(8, 8).requires_grad_(), a).backward()
-    records = [r for r in metrics.compiled_graphs[first:] if "Python number" in r.warm_start]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        compiled(torch.randn(4, 8), torch.randn(8, 8).requires_grad_()).backward()
+    records = [r for r in metrics.compiled_graphs[first:] if "autocast" in r.warm_start]
     assert [r.name.split("_")[0] for r in records] == ["forward", "backward"], \
         [(r.name, r.warm_start) for r in metrics.compiled_graphs[first:]]
-    assert "[warm start: AOT autograd again: no front cache key (input" in records[0].summary()
+    assert "[warm start: AOT autograd again: no front cache key (autocast is on)]" in records[0].summary()
     # a graph that gets one says nothing
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(lambda t: t * 2, backend="mini_inductor")(torch.randn(4))
     assert metrics.compiled_graphs[-1].warm_start == "" and "warm start" not in metrics.compiled_graphs[-1].summary()
+
+
+def test_a_training_graph_with_a_python_float_is_served_warm_at_the_values_its_guards_allow():
+    # the float a dynamic graph takes as a 0-d tensor: clamp's bound makes AOT autograd specialize on it
+    # (Eq(zf, a)), kept with the training entry and added again by a hit
+    def f(x, w, a):
+        return ((x @ w).clamp(max=a) * a).mean()
+    x = torch.randn(4, 8)
+    runs = []
+    for values in ((0.5, 0.25), (0.5, 0.25, 0.1)):   # cold, then warm with a new value
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="mini_inductor")
+        served = []
+        for a in values:
+            w = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
+            ref = w.detach().clone().requires_grad_()
+            first = len(metrics.compiled_graphs)
+            out = compiled(x, w, a)
+            out.backward()
+            expected = f(x, ref, a)
+            expected.backward()
+            torch.testing.assert_close(out, expected)
+            torch.testing.assert_close(w.grad, ref.grad)
+            served.append([r.cache for r in metrics.compiled_graphs[first:]])
+        runs.append(served)
+    assert runs[0] == [["miss", "miss"], ["miss", "miss"]], runs
+    # 0.1: the forward compiles (its graph bakes the bound in); the backward's ATen graph, which does not,
+    # may come from the disk
+    assert runs[1][:2] == [[HIT, HIT], [HIT, HIT]] and runs[1][2][0] == "miss", runs

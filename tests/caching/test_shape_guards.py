@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing, ToFloat
 
 from mini_inductor import config, metrics
 from mini_inductor.caching import files, front_cache, shape_guards
@@ -90,12 +90,26 @@ def test_metadata_sizes_come_back_with_their_symbols_assumptions():
             shape_guards.decode(bad)
 
 
-def test_a_guard_over_floats_is_not_kept():
+def test_a_guard_over_floats_reads_back_exactly_and_only_finite_python_floats_are_kept():
+    # a float argument's value specialized (Eq(zf, 0.1)), an int's compared with a float (ToFloat)
     env, syms = _env(a=8)
-    since = len(env.guards)
-    env.guards.append(type("G", (), {"expr": sympy.Lt(syms["a"] * sympy.Float(0.5), 7)})())
+    zf = sympy.Symbol("zf3", real=True)
+    for expr in (sympy.Eq(zf, sympy.Float(0.1)), sympy.Lt(syms["a"] * sympy.Float(0.5), 7),
+                 sympy.Eq(ToFloat(syms["a"]), sympy.Float(8.0)), sympy.Ne(zf, sympy.Float(-2.5e-300))):
+        tree = json.loads(json.dumps(shape_guards.encode(expr)))
+        back = shape_guards.decode(tree)
+        assert back == expr and (not back.atoms(sympy.Float) or
+                                 {float(f) for f in back.atoms(sympy.Float)} == {float(f) for f in expr.atoms(sympy.Float)})
+    assert shape_guards.encode(sympy.Float(0.1)) == ["Float", (0.1).hex()]   # the double itself, not its text
+    for bad in (sympy.Float("0.1", 40), sympy.oo, sympy.nan):    # more bits than a double; not finite
+        with pytest.raises(ValueError):
+            shape_guards.encode(bad)
+    for bad in (["Float", "inf"], ["Float", "nan"], ["Float", "0x1p+" + "9" * 40], ["Float", 0.5], ["Float"]):
+        with pytest.raises(ValueError):
+            shape_guards.decode(bad)
+    since = _added(env, sympy.Lt(syms["a"] * sympy.Float(0.5), 7))
     trees, reason = shape_guards.pack(env, since)
-    assert trees == [] and "cannot be kept" in reason
+    assert reason is None and shape_guards.check(env, trees)[1] is None
 
 
 def _conv(x):
