@@ -120,11 +120,14 @@ def inputs_to_detach(backward_gm: torch.fx.GraphModule, meta) -> tuple[int, ...]
 
 
 def saved_sizes(forward_gm: torch.fx.GraphModule, meta) -> int:
-    """How many sizes (SymInts) the forward saves for the backward: its outputs after what it returns
-    (mutated inputs' new values, the user's outputs, intermediate bases)."""
+    """How many symbolic numbers the forward saves for the backward (AOT autograd's
+    `num_symints_saved_for_bw` counts SymInts, SymFloats and SymBools alike: a float argument's value,
+    a size's true quotient): its outputs after what it returns (mutated inputs' new values, the user's
+    outputs, intermediate bases)."""
     output = next(n for n in reversed(forward_gm.graph.nodes) if n.op == "output")
     saved = output.args[0][meta.num_forward_returns:]
-    return sum(1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.SymInt))
+    return sum(1 for n in saved if isinstance(n, torch.fx.Node)
+               and isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)))
 
 
 def metadata_reason(meta) -> str | None:

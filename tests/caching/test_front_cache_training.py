@@ -640,3 +640,48 @@ def test_a_training_graph_with_a_python_float_is_served_warm_at_the_values_its_g
     # 0.1: the forward compiles (its graph bakes the bound in); the backward's ATen graph, which does not,
     # may come from the disk
     assert runs[1][:2] == [[HIT, HIT], [HIT, HIT]] and runs[1][2][0] == "miss", runs
+
+
+def test_one_training_entry_serves_every_value_of_a_float_nothing_specializes_on():
+    # `a` reaches the backward as the 0-d tensor Dynamo passes; no guard on its value, one entry
+    def g(x, w, a):
+        return (torch.sin(x @ w) * a).mean()
+    x = torch.randn(4, 8)
+    runs = []
+    for values in ((0.5, 0.25), (0.5, 0.25, -1.5)):
+        torch._dynamo.reset()
+        compiled = torch.compile(g, backend="mini_inductor")
+        served = []
+        for a in values:
+            w = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
+            ref = w.detach().clone().requires_grad_()
+            first = len(metrics.compiled_graphs)
+            out = compiled(x, w, a)
+            out.backward()
+            expected = g(x, ref, a)
+            expected.backward()
+            torch.testing.assert_close(out, expected)
+            torch.testing.assert_close(w.grad, ref.grad)
+            served.append([r.cache for r in metrics.compiled_graphs[first:]])
+        runs.append(served)
+    assert runs == [[["miss", "miss"], ["miss", "miss"]], [[HIT, HIT], [HIT, HIT], []]], runs
+
+
+def test_the_saved_sizes_count_every_symbolic_number_as_aot_autograd_counts_them():
+    # num_symints_saved_for_bw counts SymInts, SymFloats and SymBools alike (a float argument's value, a
+    # size's true quotient): a count of SymInts alone refused the entry of a graph saving the others
+    import types
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch._dynamo.source import ConstantSource
+    env = ShapeEnv()
+    n = env.create_symintnode(env.create_symbol(3, source=ConstantSource("n")), hint=3)
+    graph = torch.fx.Graph()
+    values = [torch.empty(2), n, env.create_unbacked_symfloat(), n > 2, torch.empty(3), 4]
+    nodes = []
+    for i, value in enumerate(values):
+        node = graph.placeholder(f"p{i}")
+        node.meta["val"] = value
+        nodes.append(node)
+    graph.output(tuple(nodes))
+    gm = torch.fx.GraphModule({}, graph)
+    assert front_autograd.saved_sizes(gm, types.SimpleNamespace(num_forward_returns=1)) == 3
