@@ -90,10 +90,12 @@ def start_triton_key() -> None:
 # Triton's `triton_key()`: the hash of its package's files and its 400-500 MB shared library, part of
 # every kernel's cache key, computed once per process at its first compile. It reads the library in
 # 1 MiB chunks and takes the GIL back after each, so a thread of this process that hashes while the
-# main thread traces waits for the GIL hundreds of times and makes that thread give it up as often: on
-# the CPU machine (session 49, ViT-B/16 at batch 1, Dynamo's trace and our backend) the hash took
-# 2.0-2.1 s in a thread against 0.3-0.8 s alone, and the first call to the end of the backend
-# 2.60-2.84 s against 2.21-2.23 s without it; computed by a child interpreter, 2.24-2.39 s.
+# main thread traces waits for the GIL hundreds of times and makes that thread give it up as often. On
+# the CPU machine (session 49, ViT-B/16 at batch 1: Dynamo's trace, AOT autograd and our stages; runs in
+# benchmarks/results/2026-12-05_s49_cpu_compile.txt) the hash took 1.7-2.7 s in a thread against
+# 0.3-0.8 s alone, and the first call to the backend's end 2.44-2.69 s against 1.98-2.16 s without a
+# hash; with a child interpreter hashing, 2.26-2.55 s, what any process busy on the machine's other
+# core cost (2.27-2.34 s): on a machine with cores to spare, nothing.
 _KEY_CHILD = ("import json, os, sys\n"
               "sys.path.insert(0, sys.argv[1])\n"
               "import triton\n"
