@@ -167,17 +167,28 @@ def compile_dynamic(gm, example_inputs, name: str, record: metrics.GraphRecord, 
     fails, the graph is compiled per size, or (`per_size` False: sizes read from data, which no
     static compile can fix; `sizes_from` says where: its outputs, or its inputs, a backward's saved
     for it) runs eagerly; either way with a warning that says why."""
+    cfg, key, why = graph_args["cfg"], None, None
     try:   # the caches key a dynamic graph on its symbolic form: any size it serves is correct
         with symbolic.graph_shapes(gm):   # (which raises where the graph cannot have symbols at all)
-            compiled = _compile(gm, example_inputs, name, record, graph_args, start)
-        if not isinstance(compiled, EagerGraph):   # (fallback_on_error's answer to a failed compile)
+            if per_size and cfg.graph_cache:   # failed before, in this process or another: per size at once
+                key = graph_cache.graph_key(gm, example_inputs, cfg)
+                why = graph_cache.load_per_size(cfg.cache_dir, key, name)
+            if why is None:
+                compiled = _compile(gm, example_inputs, name, record, graph_args, start)
+        if why is not None:
+            record.cache = "disk (per size)"
+            log.info("%s: the symbolic compile failed before (cache entry %s…); compiled per size", name, key[:12])
+        elif not isinstance(compiled, EagerGraph):   # (fallback_on_error's answer to a failed compile)
             return compiled
-        raise MiniInductorError(compiled.reason)
+        else:
+            raise MiniInductorError(compiled.reason)
     except Exception as e:  # noqa: BLE001  (every failure of the symbolic compile has the same remedy)
         record.ran_eagerly = None
         # (a MiniInductorError's own text without its fallback_on_error advice: the graph falls back anyway)
         why = (e.where if isinstance(e, MiniInductorError) else f"{type(e).__name__}: {e}").split("\n")[0]
         log.debug("%s: the symbolic compile failed", name, exc_info=True)
+        if key is not None and not isinstance(e, (MemoryError, OSError, torch.OutOfMemoryError)):
+            graph_cache.store_per_size(cfg.cache_dir, key, why, name)   # the compiler's answer to this key
     if not per_size:
         reason = f"{sizes_from}: the symbolic compile failed ({why})"
         debug_trace.ran_eagerly(name, reason, gm, warn_key=reason)

@@ -1,6 +1,7 @@
 """Every file mini_inductor keeps under its cache dir is written and read back through here, and laid out here.
 
     cache_dir/graphs/ab/ab12….json     compiled graphs, keyed on the ATen graph     (graph_cache.py)
+    cache_dir/per_size/ab/ab12….json   dynamic graphs compiled per size, and why    (graph_cache.py)
     cache_dir/front/ab/ab12….json      Dynamo graph → its compiled graph(s)         (front_cache.py)
     cache_dir/ab/mi_ab12….py           generated modules, named after their source  (modules.py)
     cache_dir/ab/mi_ab12….*.code       their bytecode                              (modules.py)
@@ -41,6 +42,7 @@ HEADER = b"# mini_inductor sha256="
 KERNELS = "kernels"               # the kernel store's folder under cache_dir (flat: its own names)
 LAYOUT = {                        # what each folder under cache_dir holds (caching.describe)
     "graphs": "compiled graphs, keyed on the ATen graph (graph_cache.py)",
+    "per_size": "dynamic graphs the symbolic compile could not take, and why (graph_cache.py)",
     "front": "Dynamo graph → its compiled inference graph, or forward and backward (front_cache.py)",
     "modules": "generated modules and their bytecode, at the top: ab/mi_ab12….py (modules.py)",
     KERNELS: "compiled Triton kernels' records (kernel_store.py)",

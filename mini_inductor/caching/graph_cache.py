@@ -190,3 +190,33 @@ def load(cache_dir: str, key: str) -> CacheEntry | None:
 def store(cache_dir: str, key: str, entry: CacheEntry) -> str | None:
     """Write `entry` atomically, behind its content hash; its path, or None on an OS error."""
     return files.write(entry_path(cache_dir, key), entry.to_json(), "compiled-graph cache entry")
+
+
+# ── dynamic graphs compiled per size ─────────────────────────────────────────────────────────
+# A dynamic graph whose symbolic compile failed (a divisor that may be 0, a size expression lowering
+# does not take) is compiled per size (pipeline.compile_dynamic). The failure is the compiler's answer
+# to what the key holds, so a later process goes per size at once instead of lowering the graph again
+# up to the same failure; the entry keeps the reason, which that process reports as the first did.
+PER_SIZE = "per_size"
+_GRAPH = "<graph>"   # the failing graph's name in the kept reason, the graph it is read for named instead
+
+
+def store_per_size(cache_dir: str, key: str, why: str, name: str) -> str | None:
+    """Keep `why` the symbolic compile of graph `name`, of key `key`, failed."""
+    return files.write(files.keyed_path(cache_dir, PER_SIZE, key),
+                       json.dumps({"format": FORMAT, "why": why.replace(name, _GRAPH)}), "per-size marker")
+
+
+def load_per_size(cache_dir: str, key: str, name: str) -> str | None:
+    """Why the symbolic compile of the graph of `key` failed before, told of graph `name`, or None (it
+    never did, or the marker is unreadable)."""
+    why = files.read(files.keyed_path(cache_dir, PER_SIZE, key), "per-size marker", "trying the symbolic compile",
+                     _per_size_reason)
+    return why.replace(_GRAPH, name) if why is not None else None
+
+
+def _per_size_reason(data: bytes) -> str:
+    parsed = json.loads(data.decode("utf-8"))
+    if not isinstance(parsed, dict) or parsed.get("format") != FORMAT or not isinstance(parsed.get("why"), str):
+        raise ValueError("not a per-size marker")
+    return parsed["why"]

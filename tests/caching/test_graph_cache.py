@@ -228,3 +228,52 @@ def test_the_keys_tell_a_compile_under_the_interpreter_from_one_without(monkeypa
     under = graph_cache.compiler_key_parts(cfg)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert graph_cache.compiler_key_parts(cfg) != under
+
+
+def test_a_graph_the_symbolic_compile_could_not_take_goes_per_size_at_once_on_a_warm_start(monkeypatch):
+    # interpolate by 1.7: an output length lowering does not take symbolically; the cold process lowers
+    # the graph up to that failure, then compiles per size; the warm one goes per size at once
+    import pytest
+    pipeline = sys.modules["mini_inductor.pipeline"]
+    lowered = []
+    real = pipeline.lower_graph
+    monkeypatch.setattr(pipeline, "lower_graph", lambda *a, **k: lowered.append(1) or real(*a, **k))
+
+    def f(x):
+        return torch.nn.functional.interpolate(x[None, None], scale_factor=1.7, mode="nearest") + 1
+    runs = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        lowered.clear()
+        compiled = torch.compile(f, backend="mini_inductor", dynamic=True, options={"dynamic_shapes": "symbolic"})
+        first = len(metrics.compiled_graphs)
+        with pytest.warns(UserWarning, match="cannot be compiled once for every size"):
+            for n in (6, 10):
+                x = torch.randn(n, 6)
+                torch.testing.assert_close(compiled(x), f(x))
+        dynamic = [r for r in metrics.compiled_graphs[first:] if r.dynamic_fallback]
+        runs.append(([r.cache for r in dynamic], [r.dynamic_fallback for r in dynamic], len(lowered),
+                     [r.cache for r in metrics.compiled_graphs[first:] if not r.dynamic_fallback]))
+    (cold_cache, cold_why, cold_lowered, cold_sizes), (warm_cache, warm_why, warm_lowered, warm_sizes) = runs
+    # (Dynamo traces the frame twice: the dynamic graph is compiled twice, each tried and failed)
+    assert cold_cache == ["miss", "miss"] and warm_cache == ["disk (per size)"] * 2, runs
+    assert cold_lowered == 4 and warm_lowered == 0, runs     # the symbolic tries and the two sizes, then none
+    assert cold_sizes == ["miss", "miss"] and warm_sizes == ["disk", "disk"], runs
+    # the same reason, told of the warm process's graph
+    assert all("TruncToInt" in w and "in graph inference_" in w for w in warm_why)
+    assert [w.split("in graph ")[1].split(":")[0] for w in warm_why] == \
+        [r.name for r in metrics.compiled_graphs if r.cache == "disk (per size)"]
+    assert [w.split(":", 1)[1] for w in warm_why] == [c.split(":", 1)[1] for c in cold_why]
+
+
+def test_a_damaged_per_size_marker_is_a_symbolic_compile_again(tmp_path, caplog):
+    key = "ab" + "0" * 62
+    path = graph_cache.store_per_size(str(tmp_path), key, "a reason in graph forward_3", "forward_3")
+    assert graph_cache.load_per_size(str(tmp_path), key, "forward_9") == "a reason in graph forward_9"
+    with open(path, "r+b") as f:
+        data = f.read()
+        f.seek(len(data) - 5)
+        f.write(b"XXXX}")
+    with caplog.at_level(logging.WARNING, logger="mini_inductor"):
+        assert graph_cache.load_per_size(str(tmp_path), key, "forward_9") is None
+    assert "per-size marker" in caplog.text and not os.path.exists(path)
