@@ -223,3 +223,21 @@ def generated_sources() -> str:
         with open(rec.source_path) as f:
             text += f.read()
     return text
+
+
+def caches_per_call(fn, value_sets, step) -> list:
+    """Per set of values (each a process: after torch._dynamo.reset()), the caches that served each
+    call `step(compiled, value)` of `fn` compiled by mini_inductor (GraphRecord.cache of the graphs the
+    call compiled or served). `step` runs the call and checks it."""
+    from mini_inductor import metrics
+    runs = []
+    for values in value_sets:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="mini_inductor")
+        served = []
+        for value in values:
+            first = len(metrics.compiled_graphs)
+            step(compiled, value)
+            served.append([r.cache for r in metrics.compiled_graphs[first:]])
+        runs.append(served)
+    return runs

@@ -17,6 +17,7 @@ from torch._dynamo.utils import counters
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from common import caches_per_call
 from mini_inductor import config, metrics
 from mini_inductor.caching import front_cache
 
@@ -438,16 +439,7 @@ def test_a_python_float_aot_autograd_specializes_on_is_served_only_at_its_value_
     def f(x, a):
         return x.clamp(max=a) * a
     x = torch.linspace(-1, 2, 4)
-    runs = []
-    for values in ((0.25, 0.75, 1.5), (0.25, 0.75, 1.5, 0.3, 2.0)):   # cold, then warm with two new values
-        torch._dynamo.reset()
-        compiled = torch.compile(f, backend="mini_inductor")
-        served = []
-        for a in values:
-            first = len(metrics.compiled_graphs)
-            _assert_like_eager(compiled(x, a), f(x, a))
-            served.append([r.cache for r in metrics.compiled_graphs[first:]])
-        runs.append(served)
+    runs = _served_by_value(f, x, ((0.25, 0.75, 1.5), (0.25, 0.75, 1.5, 0.3, 2.0)))   # cold; warm, two new
     # (0.25: Dynamo specializes the first value; the others are the dynamic graph, once per guard set)
     assert runs[0] == [["miss"], ["miss"], ["miss"]], runs
     assert runs[1] == [[HIT], [HIT], [HIT], ["miss"], ["miss"]], runs
@@ -459,14 +451,12 @@ def test_a_python_float_nothing_specializes_on_is_one_entry_for_every_value():
     def g(x, a):
         return x * a + torch.sin(x) / a
     x = torch.linspace(-1, 2, 4)
-    runs = []
-    for values in ((0.5, 0.75), (0.5, 1.25, -3.0)):
-        torch._dynamo.reset()
-        compiled = torch.compile(g, backend="mini_inductor")
-        served = []
-        for a in values:
-            first = len(metrics.compiled_graphs)
-            _assert_like_eager(compiled(x, a), g(x, a))
-            served.append([r.cache for r in metrics.compiled_graphs[first:]])
-        runs.append(served)
+    runs = _served_by_value(g, x, ((0.5, 0.75), (0.5, 1.25, -3.0)))
     assert runs == [[["miss"], ["miss"]], [[HIT], [HIT], []]], runs   # -3.0: the same compiled frame
+
+
+def _served_by_value(fn, x, value_sets) -> list:
+    """common.caches_per_call over `fn(x, a)`, every output checked against eager."""
+    def step(compiled, a):
+        _assert_like_eager(compiled(x, a), fn(x, a))
+    return caches_per_call(fn, value_sets, step)

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 from torch._dynamo.utils import counters
 
+from common import caches_per_call
 from mini_inductor import config, metrics
 from mini_inductor.caching import PROCESS, files, front_autograd, front_cache
 
@@ -618,24 +619,7 @@ def test_a_training_graph_with_a_python_float_is_served_warm_at_the_values_its_g
     # (Eq(zf, a)), kept with the training entry and added again by a hit
     def f(x, w, a):
         return ((x @ w).clamp(max=a) * a).mean()
-    x = torch.randn(4, 8)
-    runs = []
-    for values in ((0.5, 0.25), (0.5, 0.25, 0.1)):   # cold, then warm with a new value
-        torch._dynamo.reset()
-        compiled = torch.compile(f, backend="mini_inductor")
-        served = []
-        for a in values:
-            w = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
-            ref = w.detach().clone().requires_grad_()
-            first = len(metrics.compiled_graphs)
-            out = compiled(x, w, a)
-            out.backward()
-            expected = f(x, ref, a)
-            expected.backward()
-            torch.testing.assert_close(out, expected)
-            torch.testing.assert_close(w.grad, ref.grad)
-            served.append([r.cache for r in metrics.compiled_graphs[first:]])
-        runs.append(served)
+    runs = _trained_by_value(f, ((0.5, 0.25), (0.5, 0.25, 0.1)))   # cold, then warm with a new value
     assert runs[0] == [["miss", "miss"], ["miss", "miss"]], runs
     # 0.1: the forward compiles (its graph bakes the bound in); the backward's ATen graph, which does not,
     # may come from the disk
@@ -646,24 +630,7 @@ def test_one_training_entry_serves_every_value_of_a_float_nothing_specializes_on
     # `a` reaches the backward as the 0-d tensor Dynamo passes; no guard on its value, one entry
     def g(x, w, a):
         return (torch.sin(x @ w) * a).mean()
-    x = torch.randn(4, 8)
-    runs = []
-    for values in ((0.5, 0.25), (0.5, 0.25, -1.5)):
-        torch._dynamo.reset()
-        compiled = torch.compile(g, backend="mini_inductor")
-        served = []
-        for a in values:
-            w = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
-            ref = w.detach().clone().requires_grad_()
-            first = len(metrics.compiled_graphs)
-            out = compiled(x, w, a)
-            out.backward()
-            expected = g(x, ref, a)
-            expected.backward()
-            torch.testing.assert_close(out, expected)
-            torch.testing.assert_close(w.grad, ref.grad)
-            served.append([r.cache for r in metrics.compiled_graphs[first:]])
-        runs.append(served)
+    runs = _trained_by_value(g, ((0.5, 0.25), (0.5, 0.25, -1.5)))
     assert runs == [[["miss", "miss"], ["miss", "miss"]], [[HIT, HIT], [HIT, HIT], []]], runs
 
 
@@ -685,3 +652,20 @@ def test_the_saved_sizes_count_every_symbolic_number_as_aot_autograd_counts_them
     graph.output(tuple(nodes))
     gm = torch.fx.GraphModule({}, graph)
     assert front_autograd.saved_sizes(gm, types.SimpleNamespace(num_forward_returns=1)) == 3
+
+
+def _trained_by_value(fn, value_sets) -> list:
+    """common.caches_per_call over training steps `fn(x, w, a).backward()`, the loss and w's gradient
+    checked against eager."""
+    x = torch.randn(4, 8)
+
+    def step(compiled, a):
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        ref = w.detach().clone().requires_grad_()
+        out = compiled(x, w, a)
+        out.backward()
+        expected = fn(x, ref, a)
+        expected.backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(w.grad, ref.grad)
+    return caches_per_call(fn, value_sets, step)
