@@ -19,7 +19,7 @@ An entry is made only where the metadata leaves nothing else to AOT autograd's w
 (front_cache.runtime_wrapping with `by_torch`: inputs whose data the graph mutates and outputs that
 alias inputs or intermediates are torch's wrappers' to handle, as after a trace; no metadata mutation,
 RNG functionalization, tokens or subclasses); both graphs must be
-CompiledGraphs without constants, generator or saved-seed inputs. The backward is compiled at the first
+CompiledGraphs without generator or saved-seed inputs (constants are kept: constant_values.py). The backward is compiled at the first
 backward (AOT autograd's lazy backward), so the entry is written then.
 
 A hit builds a backward that torch's compiled autograd cannot trace (it needs the backward's FX graph,
@@ -41,7 +41,7 @@ import torch
 from torch._dynamo import disable
 
 from ..runtime import CompiledGraph
-from . import shape_guards
+from . import constant_values, shape_guards
 
 KIND = "training"
 FORMAT = 1
@@ -56,11 +56,14 @@ class GraphPart:
     num_fx_nodes: int
     static_input_idxs: tuple[int, ...]
     param_grad_idxs: tuple[int, ...]
+    constants: dict = dataclasses.field(default_factory=dict)   # their values (constant_values.py)
 
     @classmethod
     def from_dict(cls, data: dict) -> "GraphPart":
         part = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]),
-                   tuple(int(i) for i in data["static_input_idxs"]), tuple(int(i) for i in data["param_grad_idxs"]))
+                   tuple(int(i) for i in data["static_input_idxs"]), tuple(int(i) for i in data["param_grad_idxs"]),
+                   dict(data.get("constants", {})))
+        constant_values.check(part.constants)
         if len(part.graph_key) != 64 or any(c not in "0123456789abcdef" for c in part.graph_key):
             raise ValueError(f"graph_key {part.graph_key!r} is not a graph_cache key")
         return part
@@ -99,12 +102,16 @@ def observe(kind: str, gm: torch.fx.GraphModule, compiled) -> tuple[GraphPart | 
     there is none."""
     if type(compiled) is not CompiledGraph:
         return None, f"the {kind} graph became a {type(compiled).__name__}"
-    if compiled.constants or compiled.generator_idxs or compiled.seed_state_idxs or compiled.sizes_key is not None:
-        return None, f"the {kind} graph has constants, generator or saved-seed inputs, or capture sizes"
+    if compiled.generator_idxs or compiled.seed_state_idxs or compiled.sizes_key is not None:
+        return None, f"the {kind} graph has generator or saved-seed inputs, or capture sizes"
     if not getattr(compiled, "graph_key", None):
         return None, f"the {kind} graph has no compiled-graph cache key"
+    try:
+        constants = constant_values.pack(compiled.constants)
+    except ValueError as e:
+        return None, f"the {kind} graph's constants are not kept ({e})"
     part = GraphPart(compiled.graph_key, compiled.name, sum(1 for n in gm.graph.nodes if n.op == "call_function"),
-                     tuple(compiled.static_input_idxs), tuple(compiled.param_grad_idxs))
+                     tuple(compiled.static_input_idxs), tuple(compiled.param_grad_idxs), constants)
     return part, None
 
 

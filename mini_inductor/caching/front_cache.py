@@ -17,7 +17,7 @@ compiles the backward graph.
 A graph that takes a Python number as a 0-d tensor is keyed as a dynamic graph (below): the number's
 value is a symbol of the ShapeEnv, which AOT autograd may specialize on with a guard, kept in the entry
 and added again by a hit. An entry is written only when AOT autograd made exactly one
-inference graph, compiled by us into a CompiledGraph without constants, and its metadata leaves the
+inference graph, compiled by us into a CompiledGraph (its constants kept: constant_values.py), and its metadata leaves the
 runtime wrapper nothing to do (no input mutation, only plain non-aliased outputs, no intermediate
 bases, effect tokens, subclasses or functionalized RNG; `runtime_wrapping` lists the checks). A hit then needs only what AOT's wrapper
 does in that case (`_aot_runtime`: a dynamic graph's outputs are also marked with the dims Dynamo is
@@ -60,7 +60,7 @@ from ..debug import trace as debug_trace
 from ..debug import wants_debug_files
 from ..runtime import CompiledGraph
 from ..runtime.interpreter import install as install_interpreter_shims
-from . import files, front_autograd, graph_cache, lookup, shape_guards
+from . import constant_values, files, front_autograd, graph_cache, lookup, shape_guards
 
 log = logging.getLogger("mini_inductor")
 schedule_log = logging.getLogger("mini_inductor.schedule")
@@ -97,6 +97,8 @@ class FrontEntry:
     # made with grad on and an input that requires grad, where no output needs it: AOT autograd made an
     # inference graph (a training key; other entries never serve one)
     under_grad: bool = False
+    # the graph's constants' values (constant_values.py): a hit has no ATen graph to read them from
+    constants: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)})
@@ -109,7 +111,9 @@ class FrontEntry:
         dims = tuple(None if d is None else tuple(int(i) for i in d) for d in data.get("dynamic_dims", ()))
         entry = cls(str(data["graph_key"]), str(data["graph"]), int(data["num_fx_nodes"]), int(data["num_inputs"]),
                     int(data["num_outputs"]), tuple(int(i) for i in data["static_input_idxs"]), dims,
-                    str(data.get("metadata", "")), shape_guards.of_entry(data), bool(data.get("under_grad", False)))
+                    str(data.get("metadata", "")), shape_guards.of_entry(data), bool(data.get("under_grad", False)),
+                    dict(data.get("constants", {})))
+        constant_values.check(entry.constants)   # (a damaged entry is refused whole)
         if dims and len(dims) != entry.num_outputs:
             raise ValueError(f"dynamic dims for {len(dims)} outputs, expected {entry.num_outputs}")
         if len(entry.graph_key) != 64 or any(c not in "0123456789abcdef" for c in entry.graph_key):
@@ -323,10 +327,14 @@ class Front:
             return self._observe_training(kind, gm, compiled)
         if type(compiled) is not CompiledGraph:
             return _Compiled(kind, f"the inference graph became a {type(compiled).__name__}")
-        if compiled.constants or compiled.generator_idxs or compiled.sizes_key is not None:
-            return _Compiled(kind, "the inference graph has constants, generator inputs or capture sizes")
+        if compiled.generator_idxs or compiled.sizes_key is not None:
+            return _Compiled(kind, "the inference graph has generator inputs or capture sizes")
         meta, reason = self._metadata(by_torch=True)
         reason = _aten_graph_reason(gm) or reason
+        try:
+            constants = constant_values.pack(compiled.constants)
+        except ValueError as e:
+            reason = reason or f"its constants are not kept ({e})"
         if reason is not None:
             return _Compiled(kind, reason)
         wrapped = runtime_wrapping(meta) is not None   # the wrapper has work: torch's, from the metadata
@@ -337,7 +345,7 @@ class Front:
         entry = FrontEntry(graph_key, compiled.name,
                            sum(1 for n in gm.graph.nodes if n.op == "call_function"),
                            self.num_inputs, self.num_outputs,
-                           tuple(compiled.static_input_idxs), dims)
+                           tuple(compiled.static_input_idxs), dims, constants=constants)
         return _Compiled(kind, None, entry, meta=meta if wrapped else None)
 
     def _observe_training(self, kind: str, gm, compiled) -> _Compiled:
@@ -566,7 +574,12 @@ def _rebuild(graph_key: str, kind: str, part, cfg: Config, began: float, label: 
     install_interpreter_shims()
     graph_args = dict(kind=kind, static_input_idxs=tuple(part.static_input_idxs), cfg=cfg,
                       sizes_key=None, generator_idxs=(), param_grad_idxs=tuple(getattr(part, "param_grad_idxs", ())))
-    compiled = lookup.rebuild(graph_key, name, record, graph_args, label=label, check_guards=False)
+    try:
+        constants = constant_values.unpack(getattr(part, "constants", {}))
+    except (ValueError, RuntimeError) as e:   # (checked as read: a device this machine lacks)
+        schedule_log.info("%s: the entry's constants cannot be made (%s)", name, e)
+        return None
+    compiled = lookup.rebuild(graph_key, name, record, graph_args, constants, label=label, check_guards=False)
     if compiled is None:
         return None
     record.compile_seconds = time.perf_counter() - began
@@ -621,11 +634,12 @@ def runtime_wrapping(meta, by_torch: bool = False) -> str | None:
 
 
 def _aten_graph_reason(gm: torch.fx.GraphModule) -> str | None:
-    """Why the ATen graph itself rules out an entry: constants (their values are not in the key), higher
-    order ops, custom ops other than ours (the runtime wrapper checks their aliasing at the first call)."""
+    """Why the ATen graph itself rules out an entry: a submodule it reads (a higher-order op's), higher
+    order ops, custom ops other than ours (the runtime wrapper checks their aliasing at the first call).
+    Its tensor constants are kept with the entry (constant_values.py)."""
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            return f"the ATen graph reads constant {node.target}"
+        if node.op == "get_attr" and not isinstance(getattr(gm, node.target, None), torch.Tensor):
+            return f"the ATen graph reads {node.target}, not a tensor constant"
         if node.op != "call_function":
             continue
         if isinstance(node.target, torch._ops.HigherOrderOperator):

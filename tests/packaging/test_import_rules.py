@@ -42,7 +42,8 @@ FORBIDDEN = {
     "codegen": TOP,
     "attention matcher": ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP),
 }
-CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune", "shape_guards")
+CACHING_STORAGE = ("__init__", "files", "memory", "modules", "kernel_store", "autotune", "shape_guards",
+                   "constant_values")
 ATTENTION_MATCHER = ("match", "modification", "flex")
 BASE_MODULES = ("config", "errors", "metrics", "fx_source", "timing", "examples", "_version", "conversions")
 ABOVE_BASE = ("lowering", "scheduler", "distributed", "codegen", "runtime", "caching", *TOP)
