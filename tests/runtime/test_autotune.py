@@ -139,7 +139,11 @@ def _kernel_caches(record):
     for name in record.kernel_names:
         fn = getattr(module, name)
         fn = getattr(fn, "fn", fn)
-        out[name] = fn.device_caches[device][0]
+        # Triton's JIT cache, and the kernel precompile handed the launch sites directly (one a compile
+        # worker compiled: precompile.worker_kernel, which Triton's JIT never sees)
+        attached = list(getattr(fn, "_mini_inductor_compiled", {}).values())
+        out[name] = [*fn.device_caches[device][0].values(), *(k for k in attached if k not in
+                                                              fn.device_caches[device][0].values())]
     return out
 
 

@@ -9,8 +9,8 @@ def test_the_childs_hash_is_the_one_triton_computes_here():
     from triton.runtime import cache
     key = precompile.triton_key_from_a_child()
     assert key is not None
-    cache.triton_key.cache_clear()   # Triton's own lru_cache'd function, computed afresh in this process
-    assert key == cache.triton_key()
+    # Triton's own function, uncached (on a CUDA machine the setup thread has already handed Triton a key)
+    assert key == cache.triton_key.__wrapped__()
 
 
 def test_a_child_that_imports_another_triton_is_not_believed(tmp_path):

@@ -139,6 +139,8 @@ def hash_triton() -> str:
 
     def triton_key() -> str:
         return key
+    # (Triton's own function, uncached, as functools.lru_cache keeps it: what a check computes afresh)
+    triton_key.__wrapped__ = getattr(cache.triton_key, "__wrapped__", cache.triton_key)
     cache.triton_key = triton_key
     return key
 
